@@ -1,0 +1,84 @@
+use serde::{Deserialize, Serialize};
+
+/// How serious a catalog finding is. Errors stop `podq validate` and the server; warnings do not.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Warning,
+    Error,
+}
+
+/// Something the catalog loader noticed about an experiment or a file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Finding {
+    pub severity: Severity,
+    /// Stable code, e.g. `missing_arch`, `duplicate_config`, `unread_keys`.
+    pub code: String,
+    pub message: String,
+    /// The file the finding is about, relative to the catalog root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// Dotted key path inside the config, e.g. `arch.hidden_size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The experiment it concerns, when it concerns one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experiment: Option<String>,
+}
+
+/// The documentation of an experiment, taken from its group and its own row.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ExperimentDocs {
+    pub title: String,
+    pub summary: String,
+    pub goal: String,
+    pub varies: String,
+    pub hypothesis: String,
+    pub expected_result: String,
+    pub metrics_to_watch: Vec<String>,
+    pub is_baseline_row: bool,
+}
+
+/// One experiment of the catalog as listed by `GET /api/v1/experiments`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ExperimentSummary {
+    pub name: String,
+    pub group: String,
+    pub config_sha256: String,
+    pub est_hours: f64,
+    pub checkpoint_dir: String,
+    pub docs: ExperimentDocs,
+    pub findings: Vec<Finding>,
+}
+
+/// `GET /api/v1/experiments/{name}`: the summary plus the resolved config.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ExperimentDetail {
+    #[serde(flatten)]
+    pub summary: ExperimentSummary,
+    pub source_file: String,
+    pub config: serde_json::Value,
+}
+
+/// `GET /api/v1/groups`: a group with its job counts per state.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GroupSummary {
+    pub name: String,
+    pub title: String,
+    pub experiments: Vec<String>,
+    pub baseline_row: Option<String>,
+    pub planned_hours: f64,
+    /// Jobs of this group per state (only states with at least one job).
+    pub jobs: std::collections::BTreeMap<String, i64>,
+}
+
+/// `POST /api/v1/experiments/validate` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ValidateResponse {
+    pub valid: bool,
+    pub config_sha256: Option<String>,
+    pub config: Option<serde_json::Value>,
+    pub findings: Vec<Finding>,
+}

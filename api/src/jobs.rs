@@ -1,0 +1,281 @@
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// The life of a job. See DESIGN.md section 2.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Queued,
+    Leased,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Held,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 7] = [
+        JobState::Queued,
+        JobState::Leased,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Held,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Leased => "leased",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Held => "held",
+        }
+    }
+
+    /// Terminal states never change except by an explicit requeue.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown job state `{s}`; expected one of {}",
+                    JobState::ALL.map(JobState::as_str).join(", ")
+                )
+            })
+    }
+}
+
+/// How one attempt of a job ended. See DESIGN.md section 2.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum AttemptOutcome {
+    Succeeded,
+    Preempted,
+    Failed,
+    Hung,
+    Lost,
+    Cancelled,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Preempted => "preempted",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Hung => "hung",
+            AttemptOutcome::Lost => "lost",
+            AttemptOutcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AttemptOutcome {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        serde_json::from_value(serde_json::Value::String(s.to_owned()))
+            .map_err(|_| format!("unknown attempt outcome `{s}`"))
+    }
+}
+
+/// `POST /api/v1/jobs`. Exactly one of `group`, `experiments`, `all` selects what to submit.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experiments: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all: Option<bool>,
+    /// Higher runs first. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+    /// Failures (not preemptions) a job may spend before it fails for good. Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failures: Option<u32>,
+    /// Answer what would be created, linked and skipped, and store nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Create a runnable job even when the experiment or its config already has one.
+    #[serde(default)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CreatedJob {
+    pub job_id: Uuid,
+    pub experiment: String,
+    pub group: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LinkedJob {
+    pub job_id: Uuid,
+    pub experiment: String,
+    pub group: String,
+    /// The job whose run this one shares.
+    pub same_as: Uuid,
+    pub same_as_experiment: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SkippedExperiment {
+    pub experiment: String,
+    pub existing_job: Uuid,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SubmitResponse {
+    pub dry_run: bool,
+    pub created: Vec<CreatedJob>,
+    pub linked: Vec<LinkedJob>,
+    pub skipped: Vec<SkippedExperiment>,
+}
+
+/// A job as the API shows it. A job linked to another run (`same_as`) shows that run's state,
+/// progress and checkpoint location.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Job {
+    pub id: Uuid,
+    pub experiment: String,
+    pub group: String,
+    pub state: JobState,
+    pub priority: i64,
+    pub submitted_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub config_sha256: String,
+    pub checkpoint_dir: String,
+    pub resume_from: Option<String>,
+    pub last_step: Option<i64>,
+    pub total_steps: Option<i64>,
+    pub attempts: i64,
+    pub failures: i64,
+    pub max_failures: i64,
+    pub preemptions: i64,
+    pub same_as: Option<Uuid>,
+    /// While backing off after a failure: when the job becomes leasable again.
+    pub not_before: Option<DateTime<Utc>>,
+    /// Why the job is in its state, when there is something to say (held, failed, cancelled).
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JobList {
+    pub jobs: Vec<Job>,
+    pub total: i64,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Attempt {
+    pub attempt: i64,
+    pub lease_id: Uuid,
+    pub pod: String,
+    pub started_at: DateTime<Utc>,
+    pub running_at: Option<DateTime<Utc>>,
+    pub ended_at: Option<DateTime<Utc>>,
+    pub outcome: Option<AttemptOutcome>,
+    pub resume_from: Option<String>,
+    pub start_step: Option<i64>,
+    pub end_step: Option<i64>,
+    /// Per host, in host order; null where the host's exit code is unknown.
+    pub exit_codes: Vec<Option<i32>>,
+    pub message: Option<String>,
+    pub log_tail: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Checkpoint {
+    pub step: i64,
+    pub uri: String,
+    pub committed: bool,
+    pub attempt: i64,
+    pub seen_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MetricValue {
+    pub step: i64,
+    pub value: f64,
+}
+
+/// `GET /api/v1/jobs/{id}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JobDetail {
+    #[serde(flatten)]
+    pub job: Job,
+    pub attempts: Vec<Attempt>,
+    pub checkpoints: Vec<Checkpoint>,
+    /// The newest value of every metric series.
+    pub latest_metrics: BTreeMap<String, MetricValue>,
+}
+
+/// `PATCH /api/v1/jobs/{id}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PatchJobRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Event {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub job_id: Option<Uuid>,
+    pub pod: Option<String>,
+    pub kind: String,
+    pub message: String,
+}
+
+/// `GET /api/v1/jobs/{id}/metrics`: downsampled series.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MetricSeries {
+    pub name: String,
+    /// Points stored for the series (before downsampling).
+    pub total_points: i64,
+    pub points: Vec<MetricValue>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JobMetrics {
+    pub job_id: Uuid,
+    pub series: Vec<MetricSeries>,
+}

@@ -1,0 +1,21 @@
+//! Wire types shared by the podq server, the worker daemon and the CLI.
+//!
+//! Every HTTP request and response body is defined here, once, so the three parts cannot drift
+//! apart. This crate does no I/O.
+
+pub mod catalog;
+pub mod error;
+pub mod jobs;
+pub mod pods;
+pub mod status;
+pub mod worker;
+
+pub use catalog::*;
+pub use error::*;
+pub use jobs::*;
+pub use pods::*;
+pub use status::*;
+pub use worker::*;
+
+/// The prefix of every API route.
+pub const API_PREFIX: &str = "/api/v1";

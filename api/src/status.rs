@@ -1,0 +1,34 @@
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::Pod;
+
+/// `GET /api/v1/status` as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Status {
+    pub now: DateTime<Utc>,
+    /// Jobs per state, every state present (zero when none).
+    pub jobs: BTreeMap<String, i64>,
+    pub running: Vec<RunningJob>,
+    pub pods: Vec<Pod>,
+    /// Estimated pod-hours of the runnable queue (queued, leased and running jobs).
+    pub queue_hours: f64,
+    /// When the queue would drain on one pod at the estimated rates.
+    pub queue_eta: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunningJob {
+    pub job_id: Uuid,
+    pub experiment: String,
+    pub state: String,
+    pub pod: Option<String>,
+    pub attempt: i64,
+    pub step: Option<i64>,
+    pub total_steps: Option<i64>,
+    /// Steps per second over the current attempt, when measurable.
+    pub steps_per_s: Option<f64>,
+}

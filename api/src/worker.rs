@@ -1,0 +1,142 @@
+//! The worker protocol (DESIGN.md 3.2): lease, heartbeat, metrics, checkpoints, finish.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::{AttemptOutcome, PodDescription};
+
+/// `POST /api/v1/pods/{name}/lease`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LeaseRequest {
+    #[serde(flatten)]
+    pub pod: PodDescription,
+    /// How long to long-poll for a job, in seconds (default 20, at most 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_s: Option<u64>,
+}
+
+/// A granted lease: everything the worker needs to run one attempt of one job.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Lease {
+    pub lease_id: Uuid,
+    pub job_id: Uuid,
+    pub attempt: i64,
+    pub experiment: String,
+    pub group: String,
+    pub config: serde_json::Value,
+    pub config_sha256: String,
+    pub checkpoint_dir: String,
+    pub resume_from: Option<String>,
+    /// The step of `resume_from`, when known.
+    pub resume_step: Option<i64>,
+    /// Older committed checkpoints to fall back to, newest first, should `resume_from` turn
+    /// out to be missing or incomplete.
+    #[serde(default)]
+    pub fallback_checkpoints: Vec<String>,
+    pub lease_ttl_s: u64,
+    pub heartbeat_s: u64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LeasePhase {
+    Preparing,
+    Running,
+}
+
+/// `POST /api/v1/leases/{lease_id}/heartbeat`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HeartbeatRequest {
+    pub phase: LeasePhase,
+    #[serde(default)]
+    pub step: Option<i64>,
+    /// Per host, in host order: is its trainer process alive.
+    #[serde(default)]
+    pub hosts_alive: Vec<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HeartbeatResponse {
+    pub lease_expires_at: DateTime<Utc>,
+    /// The job was cancelled: stop every host and finish with `cancelled`.
+    pub cancel: bool,
+}
+
+/// One reported step of a trainer: the values of several metrics at that step.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MetricStep {
+    pub step: i64,
+    pub values: BTreeMap<String, f64>,
+}
+
+/// `POST /api/v1/leases/{lease_id}/metrics`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct MetricsBatch {
+    pub points: Vec<MetricStep>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MetricsAck {
+    pub accepted: usize,
+}
+
+/// A checkpoint the worker found in the store.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CheckpointReport {
+    pub step: i64,
+    pub uri: String,
+    pub committed: bool,
+}
+
+/// `POST /api/v1/leases/{lease_id}/checkpoints`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CheckpointsBatch {
+    pub checkpoints: Vec<CheckpointReport>,
+}
+
+/// `POST /api/v1/leases/{lease_id}/events`: things the worker observed, for the job's timeline.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct WorkerEvents {
+    pub events: Vec<WorkerEvent>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorkerEvent {
+    pub kind: String,
+    pub message: String,
+}
+
+/// `POST /api/v1/leases/{lease_id}/finish`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FinishRequest {
+    pub outcome: AttemptOutcome,
+    /// Per host, in host order; null where a host's process ended by a signal or is unknown.
+    #[serde(default)]
+    pub exit_codes: Vec<Option<i32>>,
+    #[serde(default)]
+    pub start_step: Option<i64>,
+    #[serde(default)]
+    pub end_step: Option<i64>,
+    #[serde(default)]
+    pub log_tail: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FinishResponse {
+    /// The job's state after the server applied its retry policy.
+    pub job_state: crate::JobState,
+}
+
+/// `POST /api/v1/pods/{name}/report`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PodReport {
+    #[serde(flatten)]
+    pub pod: PodDescription,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<WorkerEvent>,
+}

@@ -1,0 +1,4 @@
+//! The podq server: catalog, store, scheduler and HTTP API.
+
+pub mod catalog;
+pub mod store;

@@ -1,0 +1,225 @@
+//! SQLite storage: one writer task that group-commits, and a pool of read-only connections.
+//!
+//! Every state change runs as a closure on the single writer connection. The writer takes all
+//! closures that are waiting, runs each inside its own SAVEPOINT (so one failing closure does
+//! not undo the others), commits once with `synchronous=FULL`, and only then answers each
+//! caller. An answer therefore always means "durable", while many concurrent requests share
+//! one fsync: that is what lets the lease cycle reach thousands per second on SQLite.
+
+mod rows;
+
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection};
+use tokio::sync::{mpsc, oneshot};
+
+pub use rows::*;
+
+/// How many waiting writes one transaction takes at most.
+const MAX_GROUP_COMMIT: usize = 512;
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("the store's writer has stopped")]
+    WriterStopped,
+    #[error("a write panicked")]
+    WritePanicked,
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+/// One queued write: `run` does the work and says whether it succeeded; `finish` is called
+/// exactly once, after the transaction's fate is known (or without `run`, if the transaction
+/// could not start), and answers the caller.
+struct WriteOp {
+    run: Box<dyn for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, bool> + Send>,
+    finish: Box<dyn FnOnce(Result<(), String>) + Send>,
+}
+
+/// Handle to the database. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    readers: SqlitePool,
+    writer: mpsc::Sender<WriteOp>,
+}
+
+/// What a failed write tells its caller: its own error, or that the commit failed.
+pub trait FromCommitFailure {
+    fn commit_failed(message: String) -> Self;
+}
+
+impl FromCommitFailure for StoreError {
+    fn commit_failed(message: String) -> Self {
+        StoreError::Database(sqlx::Error::Protocol(message))
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the database file, applies migrations and starts the writer.
+    pub async fn open(path: &Path) -> Result<Store, StoreError> {
+        let base = SqliteConnectOptions::from_str("sqlite:")?
+            .filename(path)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT)
+            .disable_statement_logging();
+        let mut writer = base.clone().create_if_missing(true).connect().await?;
+        sqlx::migrate!("../migrations").run(&mut writer).await?;
+        let readers = SqlitePoolOptions::new()
+            .max_connections(8)
+            .min_connections(1)
+            .connect_with(base.read_only(true))
+            .await?;
+        let (tx, rx) = mpsc::channel(4096);
+        tokio::spawn(run_writer(writer, rx));
+        Ok(Store {
+            readers,
+            writer: tx,
+        })
+    }
+
+    /// The read-only pool: for queries that change nothing.
+    pub fn reader(&self) -> &SqlitePool {
+        &self.readers
+    }
+
+    /// Runs `op` on the writer connection inside its own savepoint and answers once the
+    /// transaction it joined is durably committed. An `Err` from `op` rolls back only its
+    /// own changes.
+    pub async fn write<T, E, F>(&self, op: F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + FromCommitFailure + Send + 'static,
+        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, E>>
+            + Send
+            + 'static,
+    {
+        let (answer_tx, answer_rx) = oneshot::channel::<Result<T, E>>();
+        let slot = Arc::new(Mutex::new(None::<Result<T, E>>));
+        let run_slot = Arc::clone(&slot);
+        let job = WriteOp {
+            run: Box::new(move |conn| {
+                async move {
+                    let result = AssertUnwindSafe(op(conn))
+                        .catch_unwind()
+                        .await
+                        .unwrap_or_else(|_| Err(E::from(StoreError::WritePanicked)));
+                    let ok = result.is_ok();
+                    *run_slot.lock().expect("write slot") = Some(result);
+                    ok
+                }
+                .boxed()
+            }),
+            finish: Box::new(move |commit| {
+                let result = slot.lock().expect("write slot").take();
+                let answer = match (commit, result) {
+                    (_, Some(Err(e))) => Err(e),
+                    (Ok(()), Some(Ok(value))) => Ok(value),
+                    (Err(message), _) => Err(E::commit_failed(message)),
+                    (Ok(()), None) => Err(E::from(StoreError::WriterStopped)),
+                };
+                let _ = answer_tx.send(answer);
+            }),
+        };
+        self.writer
+            .send(job)
+            .await
+            .map_err(|_| E::from(StoreError::WriterStopped))?;
+        answer_rx
+            .await
+            .unwrap_or_else(|_| Err(E::from(StoreError::WriterStopped)))
+    }
+
+    /// Checks that both the writer and a reader answer.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.readers).await?;
+        self.write(|conn| {
+            async move {
+                sqlx::query("SELECT 1").execute(&mut *conn).await?;
+                Ok::<_, StoreError>(())
+            }
+            .boxed()
+        })
+        .await
+    }
+}
+
+async fn run_writer(mut conn: SqliteConnection, mut rx: mpsc::Receiver<WriteOp>) {
+    let mut batch = Vec::with_capacity(MAX_GROUP_COMMIT);
+    while rx.recv_many(&mut batch, MAX_GROUP_COMMIT).await > 0 {
+        let (finishers, commit) = run_batch(&mut conn, batch.drain(..)).await;
+        if let Err(message) = &commit {
+            tracing::error!(error = %message, "write transaction failed");
+        }
+        for finish in finishers {
+            finish(commit.clone());
+        }
+    }
+    let _ = conn.close().await;
+}
+
+type Finisher = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// Runs one group of writes in a single transaction and says whether it committed.
+async fn run_batch(
+    conn: &mut SqliteConnection,
+    ops: impl Iterator<Item = WriteOp>,
+) -> (Vec<Finisher>, Result<(), String>) {
+    let mut finishers = Vec::new();
+    let mut pending = Vec::new();
+    for op in ops {
+        finishers.push(op.finish);
+        pending.push(op.run);
+    }
+    if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
+        return (finishers, Err(format!("could not begin a write transaction: {e}")));
+    }
+    for run in pending {
+        if let Err(e) = sqlx::query("SAVEPOINT op").execute(&mut *conn).await {
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            return (finishers, Err(format!("could not open a savepoint: {e}")));
+        }
+        let ok = run(conn).await;
+        let end = if ok {
+            "RELEASE op"
+        } else {
+            "ROLLBACK TO op; RELEASE op"
+        };
+        if let Err(e) = sqlx::raw_sql(end).execute(&mut *conn).await {
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            return (finishers, Err(format!("could not close a savepoint: {e}")));
+        }
+    }
+    match sqlx::query("COMMIT").execute(&mut *conn).await {
+        Ok(_) => (finishers, Ok(())),
+        Err(e) => {
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            (finishers, Err(format!("commit failed: {e}")))
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+pub fn ms_to_datetime(ms: i64) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default()
+}

@@ -1,0 +1,165 @@
+//! Rows as SQLite holds them, and their conversion into wire types.
+
+use std::str::FromStr;
+
+use podq_api as api;
+use uuid::Uuid;
+
+use super::{ms_to_datetime, StoreError};
+
+/// The columns of `job_view`, in the order every job query selects them.
+pub const JOB_COLUMNS: &str = "id, experiment, group_name, state, priority, submitted_at, \
+    updated_at, config_sha256, checkpoint_dir, resume_from, last_step, total_steps, attempts, \
+    failures, max_failures, preemptions, same_as, not_before, message, run_id, est_hours";
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct JobRow {
+    pub id: String,
+    pub experiment: String,
+    pub group_name: String,
+    pub state: String,
+    pub priority: i64,
+    pub submitted_at: i64,
+    pub updated_at: i64,
+    pub config_sha256: String,
+    pub checkpoint_dir: String,
+    pub resume_from: Option<String>,
+    pub last_step: Option<i64>,
+    pub total_steps: Option<i64>,
+    pub attempts: i64,
+    pub failures: i64,
+    pub max_failures: i64,
+    pub preemptions: i64,
+    pub same_as: Option<String>,
+    pub not_before: Option<i64>,
+    pub message: Option<String>,
+    /// The job whose attempts, metrics and checkpoints this job shows (itself unless linked).
+    pub run_id: String,
+    pub est_hours: f64,
+}
+
+pub fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(text).map_err(|_| StoreError::Corrupt(format!("`{text}` is not a uuid")))
+}
+
+impl JobRow {
+    pub fn state(&self) -> Result<api::JobState, StoreError> {
+        api::JobState::from_str(&self.state).map_err(StoreError::Corrupt)
+    }
+
+    pub fn into_api(self) -> Result<api::Job, StoreError> {
+        Ok(api::Job {
+            id: parse_uuid(&self.id)?,
+            state: self.state()?,
+            experiment: self.experiment,
+            group: self.group_name,
+            priority: self.priority,
+            submitted_at: ms_to_datetime(self.submitted_at),
+            updated_at: ms_to_datetime(self.updated_at),
+            config_sha256: self.config_sha256,
+            checkpoint_dir: self.checkpoint_dir,
+            resume_from: self.resume_from,
+            last_step: self.last_step,
+            total_steps: self.total_steps,
+            attempts: self.attempts,
+            failures: self.failures,
+            max_failures: self.max_failures,
+            preemptions: self.preemptions,
+            same_as: self.same_as.as_deref().map(parse_uuid).transpose()?,
+            not_before: self.not_before.map(ms_to_datetime),
+            message: self.message,
+        })
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AttemptRow {
+    pub attempt: i64,
+    pub lease_id: String,
+    pub pod: String,
+    pub resume_from: Option<String>,
+    pub started_at: i64,
+    pub running_at: Option<i64>,
+    pub ended_at: Option<i64>,
+    pub outcome: Option<String>,
+    pub start_step: Option<i64>,
+    pub end_step: Option<i64>,
+    pub exit_codes_json: Option<String>,
+    pub log_tail: Option<String>,
+    pub message: Option<String>,
+}
+
+impl AttemptRow {
+    pub fn into_api(self) -> Result<api::Attempt, StoreError> {
+        Ok(api::Attempt {
+            attempt: self.attempt,
+            lease_id: parse_uuid(&self.lease_id)?,
+            pod: self.pod,
+            started_at: ms_to_datetime(self.started_at),
+            running_at: self.running_at.map(ms_to_datetime),
+            ended_at: self.ended_at.map(ms_to_datetime),
+            outcome: self
+                .outcome
+                .as_deref()
+                .map(api::AttemptOutcome::from_str)
+                .transpose()
+                .map_err(StoreError::Corrupt)?,
+            resume_from: self.resume_from,
+            start_step: self.start_step,
+            end_step: self.end_step,
+            exit_codes: self
+                .exit_codes_json
+                .as_deref()
+                .map(serde_json::from_str)
+                .transpose()
+                .map_err(|e| StoreError::Corrupt(format!("exit codes: {e}")))?
+                .unwrap_or_default(),
+            message: self.message,
+            log_tail: self.log_tail,
+        })
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct CheckpointRow {
+    pub step: i64,
+    pub uri: String,
+    pub committed: bool,
+    pub attempt: i64,
+    pub seen_at: i64,
+}
+
+impl From<CheckpointRow> for api::Checkpoint {
+    fn from(row: CheckpointRow) -> Self {
+        api::Checkpoint {
+            step: row.step,
+            uri: row.uri,
+            committed: row.committed,
+            attempt: row.attempt,
+            seen_at: ms_to_datetime(row.seen_at),
+        }
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EventRow {
+    pub id: i64,
+    pub at: i64,
+    pub job_id: Option<String>,
+    pub pod: Option<String>,
+    pub kind: String,
+    pub message: String,
+}
+
+impl EventRow {
+    pub fn into_api(self) -> Result<api::Event, StoreError> {
+        Ok(api::Event {
+            id: self.id,
+            at: ms_to_datetime(self.at),
+            job_id: self.job_id.as_deref().map(parse_uuid).transpose()?,
+            pod: self.pod,
+            kind: self.kind,
+            message: self.message,
+        })
+    }
+}
