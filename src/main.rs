@@ -1,13 +1,27 @@
+//! `podq`: the one binary. The server, the worker, the standalone mode (`up`) and the
+//! client commands share it.
+
+mod client;
+mod up;
 mod validate;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
 use podq_server::catalog::CatalogOptions;
+use podq_server::ServerConfig;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
-#[command(name = "podq", version, about = "Schedules ML experiments onto whole TPU pod slices")]
+#[command(
+    name = "podq",
+    version,
+    about = "Schedules ML experiments onto whole TPU pod slices"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -15,11 +29,25 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Server, a simulated pod and its worker in one process: the quickest way to see podq.
+    Up(up::UpArgs),
+    /// Run the HTTP service.
+    Server(ServerArgs),
+    /// Run the worker daemon beside a pod.
+    Worker(podq_worker::cli::WorkerArgs),
+    /// Submit experiments (a group, a list, or all).
+    Submit(client::SubmitArgs),
+    /// Print the status table.
+    Status(client::StatusArgs),
     /// Load an experiment catalog and report what is wrong with it.
     Validate {
         #[arg(long, env = "PODQ_EXPERIMENTS", default_value = "./experiments")]
         experiments: PathBuf,
-        #[arg(long, env = "PODQ_BUCKET", default_value = "gs://sculptor-tpu-experiments")]
+        #[arg(
+            long,
+            env = "PODQ_BUCKET",
+            default_value = "gs://sculptor-tpu-experiments"
+        )]
         bucket: String,
         /// Print the report as JSON.
         #[arg(long)]
@@ -27,23 +55,156 @@ enum Command {
     },
 }
 
+#[derive(Args, Clone)]
+pub struct ServerArgs {
+    /// Address to listen on. Anything but loopback needs both tokens.
+    #[arg(long, env = "PODQ_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// The SQLite database file (created if missing).
+    #[arg(long, env = "PODQ_DB", default_value = "./podq.db")]
+    pub db: PathBuf,
+    /// The experiment catalog directory.
+    #[arg(long, env = "PODQ_EXPERIMENTS", default_value = "./experiments")]
+    pub experiments: PathBuf,
+    /// Checkpoints go to <bucket>/checkpoints/<group>/<experiment>.
+    #[arg(
+        long,
+        env = "PODQ_BUCKET",
+        default_value = "gs://sculptor-tpu-experiments"
+    )]
+    pub bucket: String,
+    /// Bearer token for state-changing user calls.
+    #[arg(long, env = "PODQ_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Bearer token for workers.
+    #[arg(long, env = "PODQ_WORKER_TOKEN", hide_env_values = true)]
+    pub worker_token: Option<String>,
+    /// Seconds without a heartbeat after which a lease is reaped as lost.
+    #[arg(long, env = "PODQ_LEASE_TTL_S", default_value_t = 60)]
+    pub lease_ttl_s: u64,
+    /// Seconds between worker heartbeats.
+    #[arg(long, env = "PODQ_HEARTBEAT_S", default_value_t = 10)]
+    pub heartbeat_s: u64,
+    /// First retry delay after a failure, in seconds (doubles up to --backoff-cap-s).
+    #[arg(long, env = "PODQ_BACKOFF_S", default_value_t = 60)]
+    pub backoff_s: u64,
+    #[arg(long, env = "PODQ_BACKOFF_CAP_S", default_value_t = 1800)]
+    pub backoff_cap_s: u64,
+}
+
+impl ServerArgs {
+    pub fn config(&self) -> ServerConfig {
+        let mut config = ServerConfig::new(self.listen, self.db.clone(), self.experiments.clone());
+        config.catalog = CatalogOptions {
+            bucket: self.bucket.clone(),
+            ..CatalogOptions::default()
+        };
+        config.admin_token = self.admin_token.clone().filter(|t| !t.is_empty());
+        config.worker_token = self.worker_token.clone().filter(|t| !t.is_empty());
+        config.lease_ttl = Duration::from_secs(self.lease_ttl_s.max(1));
+        config.heartbeat = Duration::from_secs(self.heartbeat_s.max(1));
+        config.backoff_base = Duration::from_secs(self.backoff_s);
+        config.backoff_cap = Duration::from_secs(self.backoff_cap_s.max(self.backoff_s));
+        config
+    }
+}
+
 fn main() -> ExitCode {
+    // The sim trainer must start before any thread exists (it blocks signals), so it is
+    // dispatched before argument parsing and before the async runtime.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("sim-trainer") {
+        let mut trainer_args = vec!["podq sim-trainer".to_owned()];
+        trainer_args.extend(args.into_iter().skip(2));
+        podq_worker::sim_trainer::main_with_args(trainer_args);
+    }
     let cli = Cli::parse();
-    match cli.command {
-        Command::Validate {
-            experiments,
-            bucket,
-            json,
-        } => {
-            let options = CatalogOptions {
-                bucket,
-                ..CatalogOptions::default()
-            };
-            if validate::run(&experiments, &options, json) {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
+    if let Command::Validate {
+        experiments,
+        bucket,
+        json,
+    } = &cli.command
+    {
+        let options = CatalogOptions {
+            bucket: bucket.clone(),
+            ..CatalogOptions::default()
+        };
+        return if validate::run(experiments, &options, *json) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    init_tracing();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("podq: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("podq: {e:#}");
+            ExitCode::FAILURE
         }
     }
+}
+
+async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Server(args) => {
+            run_server(args.config()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Up(args) => up::run(args).await.map(|_| ExitCode::SUCCESS),
+        Command::Worker(args) => {
+            let shutdown = shutdown_on_signal();
+            podq_worker::cli::run(args, shutdown).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Submit(args) => client::submit(args).await,
+        Command::Status(args) => client::status(args).await,
+        Command::Validate { .. } => unreachable!("handled before the runtime starts"),
+    }
+}
+
+pub async fn run_server(config: ServerConfig) -> anyhow::Result<()> {
+    let listen = config.listen;
+    let state = podq_server::prepare(config).await?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    tracing::info!(address = %listener.local_addr()?, "podq server listening");
+    podq_server::serve(state, listener, shutdown_on_signal()).await
+}
+
+/// A token cancelled on SIGINT or SIGTERM.
+pub fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let trigger = token.clone();
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+        trigger.cancel();
+    });
+    token
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PODQ_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_http=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

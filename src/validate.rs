@@ -17,7 +17,10 @@ pub fn run(dir: &Path, options: &CatalogOptions, json: bool) -> bool {
             "duplicate_sets": catalog.duplicate_sets(),
             "findings": catalog.findings().collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
         return errors == 0;
     }
     println!(
@@ -37,10 +40,18 @@ pub fn run(dir: &Path, options: &CatalogOptions, json: bool) -> bool {
     // Errors are listed one by one with their place. Warnings repeat across experiments (every
     // file carries `use_tpu`), so identical ones are listed once with the experiments they hit.
     for finding in catalog.findings().filter(|f| f.severity == Severity::Error) {
-        println!("error: {}: {} ({})", place(finding), finding.message, finding.code);
+        println!(
+            "error: {}: {} ({})",
+            place(finding),
+            finding.message,
+            finding.code
+        );
     }
     let mut warnings: Vec<((&str, &str), Vec<String>)> = Vec::new();
-    for finding in catalog.findings().filter(|f| f.severity == Severity::Warning) {
+    for finding in catalog
+        .findings()
+        .filter(|f| f.severity == Severity::Warning)
+    {
         let key = (finding.code.as_str(), finding.message.as_str());
         let who = finding.experiment.clone().unwrap_or_else(|| place(finding));
         match warnings.iter_mut().find(|(k, _)| *k == key) {

@@ -1,4 +1,99 @@
 //! The podq server: catalog, store, scheduler and HTTP API.
 
 pub mod catalog;
+pub mod config;
+pub mod http;
+pub mod scheduler;
 pub mod store;
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use config::ServerConfig;
+
+use catalog::Catalog;
+use store::Store;
+
+/// Everything a request handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub catalog: Arc<Catalog>,
+    pub config: Arc<ServerConfig>,
+    pub leases: Arc<scheduler::leases::LiveLeases>,
+}
+
+/// Loads the catalog (refusing one with errors), opens the store and checks the listen
+/// address is safe for the tokens configured.
+pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
+    if !config.listen.ip().is_loopback()
+        && (config.admin_token.is_none() || config.worker_token.is_none())
+    {
+        bail!(
+            "refusing to listen on {} without tokens: set PODQ_ADMIN_TOKEN and PODQ_WORKER_TOKEN, \
+             or listen on a loopback address",
+            config.listen
+        );
+    }
+    let catalog = Catalog::load(&config.experiments, &config.catalog);
+    let errors = catalog.errors();
+    if !errors.is_empty() {
+        let list: Vec<String> = errors
+            .iter()
+            .take(20)
+            .map(|f| {
+                let place = match (&f.file, f.line) {
+                    (Some(file), Some(line)) => format!("{file}:{line}: "),
+                    (Some(file), None) => format!("{file}: "),
+                    _ => String::new(),
+                };
+                format!("  {place}{}", f.message)
+            })
+            .collect();
+        bail!(
+            "the experiment catalog in {} has {} errors; fix them (podq validate lists them all):\n{}",
+            config.experiments.display(),
+            errors.len(),
+            list.join("\n")
+        );
+    }
+    if let Some(parent) = config.db.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    let store = Store::open(&config.db)
+        .await
+        .with_context(|| format!("cannot open the database {}", config.db.display()))?;
+    store::catalog::record(&store, &catalog).await?;
+    let leases = scheduler::leases::LiveLeases::load(&store, config.lease_ttl).await?;
+    Ok(AppState {
+        store,
+        catalog: Arc::new(catalog),
+        config: Arc::new(config),
+        leases: Arc::new(leases),
+    })
+}
+
+/// Serves the API on `listener` until `shutdown` is cancelled, with the background tasks
+/// (the lease reaper) alongside.
+pub async fn serve(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let reaper = tokio::spawn(scheduler::leases::run_reaper(
+        state.clone(),
+        shutdown.clone(),
+    ));
+    let app = http::router(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .await
+        .context("HTTP server failed")?;
+    shutdown.cancel();
+    let _ = reaper.await;
+    Ok(())
+}

@@ -1,0 +1,13 @@
+//! The podq worker: the daemon that runs beside a pod, takes leases and supervises the
+//! trainer on every host. It meets the server only over HTTP.
+
+pub mod attempt;
+pub mod checkpoints;
+pub mod cli;
+pub mod client;
+pub mod daemon;
+pub mod events;
+pub mod pod;
+pub mod report;
+pub mod sim_trainer;
+pub mod supervise;

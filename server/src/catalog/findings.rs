@@ -142,7 +142,10 @@ pub fn legacy_checkpoint_path_problem(
     group: &str,
     project: Option<&str>,
 ) -> Option<String> {
-    if !path.trim_end_matches('/').ends_with(&format!("/{experiment}")) {
+    if !path
+        .trim_end_matches('/')
+        .ends_with(&format!("/{experiment}"))
+    {
         return Some(format!(
             "checkpoint_path `{path}` does not end in the experiment's name `{experiment}`: its checkpoints could mix with another run's"
         ));
@@ -151,10 +154,12 @@ pub fn legacy_checkpoint_path_problem(
     let project_words = words(project.trim_start_matches("TRM-"));
     let group_words = words(group);
     let same_series = project_words.first() == group_words.first();
-    let shares_topic = project_words
-        .iter()
-        .skip(1)
-        .any(|w| group_words.iter().skip(1).any(|g| g.starts_with(w.as_str()) || w.starts_with(g.as_str())));
+    let shares_topic = project_words.iter().skip(1).any(|w| {
+        group_words
+            .iter()
+            .skip(1)
+            .any(|g| g.starts_with(w.as_str()) || w.starts_with(g.as_str()))
+    });
     (!same_series || !shares_topic).then(|| {
         format!(
             "checkpoint_path puts this run under `{group}`, which does not match its project `{project}`: the checkpoints land outside the experiment's group"
@@ -192,18 +197,42 @@ mod tests {
     #[test]
     fn splits_project_and_directory_names_into_words() {
         assert_eq!(words("Exp10-LRSchedule"), ["exp10", "lr", "schedule"]);
-        assert_eq!(words("exp10-position-encodings"), ["exp10", "position", "encodings"]);
-        assert_eq!(words("Exp02a-LCyclesScaling"), ["exp02a", "l", "cycles", "scaling"]);
+        assert_eq!(
+            words("exp10-position-encodings"),
+            ["exp10", "position", "encodings"]
+        );
+        assert_eq!(
+            words("Exp02a-LCyclesScaling"),
+            ["exp02a", "l", "cycles", "scaling"]
+        );
     }
 
     #[test]
     fn flags_a_checkpoint_directory_of_another_topic() {
         let path = "gs://b/checkpoints/exp10-position-encodings/exp10a";
-        assert!(legacy_checkpoint_path_problem(path, "exp10a", "exp10-position-encodings", Some("TRM-Exp10-LRSchedule")).is_some());
+        assert!(legacy_checkpoint_path_problem(
+            path,
+            "exp10a",
+            "exp10-position-encodings",
+            Some("TRM-Exp10-LRSchedule")
+        )
+        .is_some());
         let path = "gs://b/checkpoints/exp03-layer-vs-recursion/exp03a";
-        assert!(legacy_checkpoint_path_problem(path, "exp03a", "exp03-layer-vs-recursion", Some("TRM-Exp03-DepthVsRecursion")).is_none());
+        assert!(legacy_checkpoint_path_problem(
+            path,
+            "exp03a",
+            "exp03-layer-vs-recursion",
+            Some("TRM-Exp03-DepthVsRecursion")
+        )
+        .is_none());
         let path = "gs://b/checkpoints/contrib02-adaptive-halting/contrib02_adaptive";
-        assert!(legacy_checkpoint_path_problem(path, "contrib02_adaptive", "contrib02-adaptive-halting", Some("TRM-Contrib02-AdaptiveHalt")).is_none());
+        assert!(legacy_checkpoint_path_problem(
+            path,
+            "contrib02_adaptive",
+            "contrib02-adaptive-halting",
+            Some("TRM-Contrib02-AdaptiveHalt")
+        )
+        .is_none());
     }
 
     #[test]

@@ -83,13 +83,8 @@ impl<'a> Composer<'a> {
         let mut overrides = HashMap::new();
         let mut provenance = Provenance::new();
         let mut stack = Vec::new();
-        let config = self.compose_file(
-            rel_path,
-            &[],
-            &mut overrides,
-            &mut provenance,
-            &mut stack,
-        )?;
+        let config =
+            self.compose_file(rel_path, &[], &mut overrides, &mut provenance, &mut stack)?;
         if let Some((group, unused)) = overrides.iter().find(|(_, o)| !o.used) {
             return Err(ComposeError {
                 file: unused.file.clone(),
@@ -193,7 +188,10 @@ impl<'a> Composer<'a> {
                             line: parsed.line,
                             key: Some(format!("defaults[{}]", parsed.index)),
                             code: "missing_config",
-                            message: format!("config `{name}` not found (looked for {})", path.display()),
+                            message: format!(
+                                "config `{name}` not found (looked for {})",
+                                path.display()
+                            ),
                         });
                     }
                     let included =
@@ -229,7 +227,9 @@ impl<'a> Composer<'a> {
                             line: parsed.line,
                             key: Some(format!("defaults[{}]", parsed.index)),
                             code: "unknown_group",
-                            message: format!("unknown config group `{group}` (no directory {key}/)"),
+                            message: format!(
+                                "unknown config group `{group}` (no directory {key}/)"
+                            ),
                         });
                     }
                     let path = group_dir.join(format!("{chosen}.yaml"));
@@ -250,7 +250,8 @@ impl<'a> Composer<'a> {
                         });
                     }
                     let mut group_package = package.to_vec();
-                    group_package.extend(group.trim_start_matches('/').split('/').map(str::to_owned));
+                    group_package
+                        .extend(group.trim_start_matches('/').split('/').map(str::to_owned));
                     let content =
                         self.compose_file(&path, &group_package, overrides, provenance, stack)?;
                     let mut wrapped = Value::Object(content);
@@ -278,7 +279,8 @@ impl<'a> Composer<'a> {
         let group = group.trim_start_matches('/');
         if !absolute {
             let local = parent_of(including).join(group);
-            if local.parent().is_some_and(|p| !p.as_os_str().is_empty()) && self.files.is_dir(&local)
+            if local.parent().is_some_and(|p| !p.as_os_str().is_empty())
+                && self.files.is_dir(&local)
             {
                 return local.display().to_string();
             }
@@ -350,7 +352,11 @@ fn parse_defaults(
                 let is_override = words.contains(&"override");
                 let optional = words.contains(&"optional");
                 if words.iter().any(|w| *w != "override" && *w != "optional") {
-                    return Err(err(line, Some(index), format!("unsupported keyword in `{raw_key}`")));
+                    return Err(err(
+                        line,
+                        Some(index),
+                        format!("unsupported keyword in `{raw_key}`"),
+                    ));
                 }
                 if group_word.contains('@') {
                     return Err(err(

@@ -53,7 +53,7 @@ pub struct Experiment {
     /// The resolved config, exactly what the trainer receives.
     pub config: Value,
     /// sha256 of the canonical JSON of `config` without the identity keys.
-/// sha256 of the canonical JSON of `config` without the identity keys.
+    /// sha256 of the canonical JSON of `config` without the identity keys.
     pub config_sha256: String,
     /// The same, also without the keys the trainer never reads.
     pub trainer_sha256: String,
@@ -247,14 +247,18 @@ impl Catalog {
                     for missing in dirs.iter().filter(|d| !suite.groups.contains(d)) {
                         self.file_findings.push(error_finding(
                             "unlisted_group",
-                            format!("group directory groups/{missing}/ is not listed in suite.yaml"),
+                            format!(
+                                "group directory groups/{missing}/ is not listed in suite.yaml"
+                            ),
                             Some("suite.yaml".into()),
                         ));
                     }
                     for listed in suite.groups.iter().filter(|g| !dirs.contains(g)) {
                         self.file_findings.push(error_finding(
                             "unknown_group",
-                            format!("suite.yaml lists `{listed}`, but groups/{listed}/ does not exist"),
+                            format!(
+                                "suite.yaml lists `{listed}`, but groups/{listed}/ does not exist"
+                            ),
                             Some("suite.yaml".into()),
                         ));
                     }
@@ -274,8 +278,11 @@ impl Catalog {
             let doc = match read_yaml::<GroupFile>(&self.root.join(&group_rel)) {
                 Ok(doc) => doc,
                 Err(message) => {
-                    self.file_findings
-                        .push(error_finding("invalid_group_docs", message, Some(group_rel)));
+                    self.file_findings.push(error_finding(
+                        "invalid_group_docs",
+                        message,
+                        Some(group_rel),
+                    ));
                     continue;
                 }
             };
@@ -304,7 +311,10 @@ impl Catalog {
                 if !self.root.join(&file).is_file() {
                     self.file_findings.push(error_finding(
                         "missing_experiment_file",
-                        format!("{group_rel} lists `{name}`, but {} does not exist", file.display()),
+                        format!(
+                            "{group_rel} lists `{name}`, but {} does not exist",
+                            file.display()
+                        ),
                         Some(group_rel.clone()),
                     ));
                     continue;
@@ -342,7 +352,10 @@ impl Catalog {
             if !names.contains(&doc.baseline_row) {
                 self.file_findings.push(error_finding(
                     "invalid_group_docs",
-                    format!("baseline_row `{}` is not an experiment of the group", doc.baseline_row),
+                    format!(
+                        "baseline_row `{}` is not an experiment of the group",
+                        doc.baseline_row
+                    ),
                     Some(group_rel.clone()),
                 ));
             }
@@ -359,7 +372,10 @@ impl Catalog {
             if let Some(other) = seen.insert(c.name.clone(), c.group.clone()) {
                 self.file_findings.push(error_finding(
                     "duplicate_experiment_name",
-                    format!("experiment `{}` exists in groups {other} and {}", c.name, c.group),
+                    format!(
+                        "experiment `{}` exists in groups {other} and {}",
+                        c.name, c.group
+                    ),
                     Some(c.file.display().to_string()),
                 ));
             }
@@ -419,7 +435,10 @@ impl Catalog {
 fn group_of_checkpoint_path(path: &str) -> Option<String> {
     let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
     let at = parts.iter().rposition(|p| *p == "checkpoints")?;
-    parts.get(at + 1).filter(|_| parts.len() > at + 2).map(|s| (*s).to_owned())
+    parts
+        .get(at + 1)
+        .filter(|_| parts.len() > at + 2)
+        .map(|s| (*s).to_owned())
 }
 
 fn yaml_stems(dir: &Path) -> Vec<String> {
@@ -439,8 +458,8 @@ fn yaml_stems(dir: &Path) -> Vec<String> {
 }
 
 fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     serde_yaml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -489,9 +508,12 @@ fn resolve(files: &mut SourceFiles, c: Candidate, options: &CatalogOptions) -> E
     let mut file_findings = Vec::new();
     if c.legacy {
         if let Some(path) = config.get("checkpoint_path").and_then(Value::as_str) {
-            if let Some(message) =
-                findings::legacy_checkpoint_path_problem(path, &c.name, &c.group, c.project_name.as_deref())
-            {
+            if let Some(message) = findings::legacy_checkpoint_path_problem(
+                path,
+                &c.name,
+                &c.group,
+                c.project_name.as_deref(),
+            ) {
                 file_findings.push(("checkpoint_path_outside_group", "checkpoint_path", message));
             }
         }
@@ -587,9 +609,12 @@ fn locate(
     key: &str,
     fallback_file: &str,
 ) -> (String, Option<u32>) {
-    let origin = provenance
-        .get(key)
-        .or_else(|| provenance.iter().find(|(k, _)| k.starts_with(&format!("{key}."))).map(|(_, v)| v));
+    let origin = provenance.get(key).or_else(|| {
+        provenance
+            .iter()
+            .find(|(k, _)| k.starts_with(&format!("{key}.")))
+            .map(|(_, v)| v)
+    });
     match origin {
         Some((file, local_key)) => {
             let line = files.text_of(file).and_then(|t| line_of_key(t, local_key));

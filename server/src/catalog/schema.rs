@@ -16,9 +16,14 @@ pub struct SchemaIssue {
 
 #[derive(Clone, Copy)]
 enum Kind {
-    Int { min: i64 },
+    Int {
+        min: i64,
+    },
     /// Inclusive bounds; pydantic accepts an int where a float is expected.
-    Float { min: f64, max: f64 },
+    Float {
+        min: f64,
+        max: f64,
+    },
     Bool,
     Str,
     OptionalStr,
@@ -119,7 +124,12 @@ const ARCH_FIELDS: &[Field] = &[
 const LOSS_FIELDS: &[Field] = &[req("name", Kind::Str), opt("loss_type", Kind::Str)];
 
 /// Top-level keys that name a run rather than define its training: not part of its hash.
-pub const IDENTITY_KEYS: &[&str] = &["run_name", "project_name", "checkpoint_path", "load_checkpoint"];
+pub const IDENTITY_KEYS: &[&str] = &[
+    "run_name",
+    "project_name",
+    "checkpoint_path",
+    "load_checkpoint",
+];
 
 /// Checks `config` against the schema. Ints given for float fields are turned into floats,
 /// as pydantic does, so equal configs hash equally. Returns every issue found.
@@ -153,7 +163,12 @@ pub fn unread_keys(config: &Map<String, Value>) -> Vec<String> {
     unread
 }
 
-fn check_fields(map: &mut Map<String, Value>, fields: &[Field], prefix: &str, issues: &mut Vec<SchemaIssue>) {
+fn check_fields(
+    map: &mut Map<String, Value>,
+    fields: &[Field],
+    prefix: &str,
+    issues: &mut Vec<SchemaIssue>,
+) {
     for field in fields {
         let key = format!("{prefix}{}", field.key);
         let Some(value) = map.get_mut(field.key) else {
@@ -233,7 +248,10 @@ fn check_kind(value: &mut Value, kind: Kind) -> Result<(), String> {
         },
         Kind::StrList => match value.as_array() {
             Some(items) if items.iter().all(Value::is_string) => Ok(()),
-            _ => Err(format!("must be a list of strings, got {}", describe(value))),
+            _ => Err(format!(
+                "must be a list of strings, got {}",
+                describe(value)
+            )),
         },
         Kind::List => value
             .is_array()
@@ -277,7 +295,9 @@ fn check_relations(config: &Map<String, Value>, devices: u32, issues: &mut Vec<S
                     severity: Severity::Error,
                     code: "heads_not_divisor",
                     key: "arch.num_heads".into(),
-                    message: format!("arch.hidden_size {hidden} must be divisible by arch.num_heads {heads}"),
+                    message: format!(
+                        "arch.hidden_size {hidden} must be divisible by arch.num_heads {heads}"
+                    ),
                 });
             }
         }

@@ -48,7 +48,11 @@ pub fn parse_yaml_mapping(text: &str) -> Result<Map<String, Value>, YamlError> {
     }
 }
 
-fn yaml_to_json(yaml: serde_yaml::Value, depth: usize, nodes: &mut usize) -> Result<Value, YamlError> {
+fn yaml_to_json(
+    yaml: serde_yaml::Value,
+    depth: usize,
+    nodes: &mut usize,
+) -> Result<Value, YamlError> {
     *nodes += 1;
     if *nodes > MAX_YAML_NODES {
         return Err(YamlError {
@@ -138,7 +142,8 @@ impl SourceFiles {
     }
 
     pub fn add_virtual(&mut self, rel: &Path, text: &str) {
-        self.virtual_files.insert(rel.to_path_buf(), text.to_owned());
+        self.virtual_files
+            .insert(rel.to_path_buf(), text.to_owned());
     }
 
     pub fn root(&self) -> &Path {
@@ -251,7 +256,8 @@ mod tests {
 
     #[test]
     fn rejects_alias_bombs_and_deep_nesting() {
-        let mut bomb = String::from("a: &a [\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\"]\n");
+        let mut bomb =
+            String::from("a: &a [\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\"]\n");
         let mut prev = 'a';
         for name in 'b'..='k' {
             bomb.push_str(&format!(

@@ -6,6 +6,10 @@
 //! caller. An answer therefore always means "durable", while many concurrent requests share
 //! one fsync: that is what lets the lease cycle reach thousands per second on SQLite.
 
+pub mod catalog;
+pub mod idempotency;
+pub mod jobs;
+pub mod metrics;
 mod rows;
 
 use std::panic::AssertUnwindSafe;
@@ -106,9 +110,7 @@ impl Store {
     where
         T: Send + 'static,
         E: From<StoreError> + FromCommitFailure + Send + 'static,
-        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, E>>
-            + Send
-            + 'static,
+        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, E>> + Send + 'static,
     {
         let (answer_tx, answer_rx) = oneshot::channel::<Result<T, E>>();
         let slot = Arc::new(Mutex::new(None::<Result<T, E>>));
@@ -188,7 +190,10 @@ async fn run_batch(
         pending.push(op.run);
     }
     if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
-        return (finishers, Err(format!("could not begin a write transaction: {e}")));
+        return (
+            finishers,
+            Err(format!("could not begin a write transaction: {e}")),
+        );
     }
     for run in pending {
         if let Err(e) = sqlx::query("SAVEPOINT op").execute(&mut *conn).await {

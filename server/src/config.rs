@@ -1,0 +1,64 @@
+//! Server settings.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::catalog::CatalogOptions;
+
+#[derive(Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub db: PathBuf,
+    pub experiments: PathBuf,
+    pub catalog: CatalogOptions,
+    /// Bearer token for state-changing user calls. None: no check (loopback only).
+    pub admin_token: Option<String>,
+    /// Bearer token for the worker protocol. None: no check (loopback only).
+    pub worker_token: Option<String>,
+    /// The accelerator type jobs are submitted for.
+    pub accelerator: String,
+    /// A lease not heartbeated for this long is reaped as `lost`.
+    pub lease_ttl: Duration,
+    /// How often workers are asked to heartbeat.
+    pub heartbeat: Duration,
+    /// Retry backoff after a failure: first delay, doubling up to the cap.
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+}
+
+impl ServerConfig {
+    pub fn new(listen: SocketAddr, db: PathBuf, experiments: PathBuf) -> Self {
+        ServerConfig {
+            listen,
+            db,
+            experiments,
+            catalog: CatalogOptions::default(),
+            admin_token: None,
+            worker_token: None,
+            accelerator: "v4-64".into(),
+            lease_ttl: Duration::from_secs(60),
+            heartbeat: Duration::from_secs(10),
+            backoff_base: Duration::from_secs(60),
+            backoff_cap: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+/// Tokens are secrets: never in logs or Debug output.
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redact = |t: &Option<String>| t.as_ref().map(|_| "<redacted>");
+        f.debug_struct("ServerConfig")
+            .field("listen", &self.listen)
+            .field("db", &self.db)
+            .field("experiments", &self.experiments)
+            .field("bucket", &self.catalog.bucket)
+            .field("admin_token", &redact(&self.admin_token))
+            .field("worker_token", &redact(&self.worker_token))
+            .field("accelerator", &self.accelerator)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("heartbeat", &self.heartbeat)
+            .finish()
+    }
+}

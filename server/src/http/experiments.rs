@@ -1,0 +1,129 @@
+//! The catalog: experiments, groups, and dry-run validation of a config.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use podq_api::{ExperimentDetail, ExperimentSummary, GroupSummary, Severity, ValidateResponse};
+
+use super::error::ApiError;
+use super::extract::read_body;
+use crate::catalog::{self, source::MAX_YAML_BYTES};
+use crate::store::jobs::counts_by_group_and_state;
+use crate::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/experiments", get(list))
+        .route("/experiments/validate", post(validate))
+        .route("/experiments/{name}", get(detail))
+        .route("/groups", get(groups))
+}
+
+async fn list(State(state): State<AppState>) -> Json<Vec<ExperimentSummary>> {
+    Json(
+        state
+            .catalog
+            .experiments
+            .iter()
+            .map(|e| e.summary())
+            .collect(),
+    )
+}
+
+async fn detail(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<ExperimentDetail>, ApiError> {
+    let e = state
+        .catalog
+        .experiment(&name)
+        .ok_or_else(|| ApiError::not_found(format!("no experiment `{name}`")))?;
+    Ok(Json(ExperimentDetail {
+        summary: e.summary(),
+        source_file: e.source_file.clone(),
+        config: e.config.clone(),
+    }))
+}
+
+async fn groups(State(state): State<AppState>) -> Result<Json<Vec<GroupSummary>>, ApiError> {
+    let mut counts: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+    for (group, job_state, n) in counts_by_group_and_state(state.store.reader()).await? {
+        counts.entry(group).or_default().insert(job_state, n);
+    }
+    Ok(Json(
+        state
+            .catalog
+            .groups
+            .iter()
+            .map(|g| GroupSummary {
+                name: g.name.clone(),
+                title: g.title.clone(),
+                experiments: g.experiments.clone(),
+                baseline_row: g.baseline_row.clone(),
+                planned_hours: g.planned_hours,
+                jobs: counts.remove(&g.name).unwrap_or_default(),
+            })
+            .collect(),
+    ))
+}
+
+/// Resolves a YAML document as if it were an experiment file of the catalog and reports
+/// what the catalog would say about it. Stores nothing.
+async fn validate(
+    State(state): State<AppState>,
+    req: Request,
+) -> Result<Json<ValidateResponse>, ApiError> {
+    let bytes = read_body(req, &()).await?;
+    if bytes.len() > MAX_YAML_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!(
+                "YAML documents are limited to {MAX_YAML_BYTES} bytes; this one has {}",
+                bytes.len()
+            ),
+        ));
+    }
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| ApiError::bad_request("invalid_yaml", "the body is not UTF-8 text"))?
+        .to_owned();
+    let root = state.config.experiments.clone();
+    let options = state.config.catalog.clone();
+    let (experiment, findings) =
+        tokio::task::spawn_blocking(move || catalog::validate_document(&root, &text, &options))
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "validation crashed",
+                )
+            })?;
+    let Some(experiment) = experiment else {
+        let first = findings.first();
+        return Err(ApiError::bad_request(
+            "invalid_yaml",
+            first.map_or("the body is not valid YAML".to_owned(), |f| {
+                f.message.clone()
+            }),
+        )
+        .with_details(serde_json::json!({ "findings": findings })));
+    };
+    if findings.iter().any(|f| f.severity == Severity::Error) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_config",
+            "the config does not resolve to one the trainer accepts; see details.findings",
+        )
+        .with_details(serde_json::json!({ "findings": findings })));
+    }
+    Ok(Json(ValidateResponse {
+        valid: true,
+        config_sha256: Some(experiment.config_sha256),
+        config: Some(experiment.config),
+        findings,
+    }))
+}

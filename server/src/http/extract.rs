@@ -1,0 +1,113 @@
+//! Extractors whose every rejection is a JSON error in the API's format.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::error::ApiError;
+
+/// A JSON body. The Content-Type is not required, so `curl -d '{...}'` works as typed.
+pub struct JsonBody<T>(pub T, pub BodyDigest);
+
+/// sha256 of the raw body, for idempotency keys.
+#[derive(Clone)]
+pub struct BodyDigest(pub String);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = read_body(req, state).await?;
+        let digest = BodyDigest(hex::encode(Sha256::digest(&bytes)));
+        let value = serde_json::from_slice(&bytes).map_err(|e| {
+            let code = if e.is_syntax() || e.is_eof() {
+                "malformed_json"
+            } else {
+                "invalid_body"
+            };
+            ApiError::bad_request(code, format!("request body: {e}"))
+        })?;
+        Ok(JsonBody(value, digest))
+    }
+}
+
+pub async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    Bytes::from_request(req, state).await.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!(
+                    "request body is larger than the limit of {} bytes",
+                    super::MAX_BODY_BYTES
+                ),
+            )
+        } else {
+            ApiError::bad_request(
+                "unreadable_body",
+                format!("cannot read the request body: {e}"),
+            )
+        }
+    })
+}
+
+/// A uuid path segment (`/jobs/{id}`, `/leases/{id}`).
+pub struct PathUuid(pub Uuid);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathUuid {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(raw): axum::extract::Path<String> =
+            axum::extract::Path::from_request_parts(parts, state)
+                .await
+                .map_err(|e| ApiError::bad_request("invalid_path", e.to_string()))?;
+        Uuid::parse_str(&raw)
+            .map(PathUuid)
+            .map_err(|_| ApiError::bad_request("invalid_id", format!("`{raw}` is not a uuid")))
+    }
+}
+
+/// Query parameters, rejected as a JSON error.
+pub struct QueryParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| QueryParams(q.0))
+            .map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))
+    }
+}
+
+/// The `Idempotency-Key` header, if sent.
+pub struct IdempotencyKey(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        match parts.headers.get("idempotency-key") {
+            None => Ok(IdempotencyKey(None)),
+            Some(value) => {
+                let key = value
+                    .to_str()
+                    .ok()
+                    .filter(|k| !k.is_empty() && k.len() <= 200)
+                    .ok_or_else(|| {
+                        ApiError::bad_request(
+                            "invalid_idempotency_key",
+                            "Idempotency-Key must be 1 to 200 visible ASCII characters",
+                        )
+                    })?;
+                Ok(IdempotencyKey(Some(key.to_owned())))
+            }
+        }
+    }
+}

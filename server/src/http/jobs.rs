@@ -1,0 +1,361 @@
+//! Jobs: submit, list, inspect, cancel, requeue, reprioritise.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use podq_api::{
+    Attempt, Checkpoint, Event, Job, JobDetail, JobList, JobMetrics, JobState, PatchJobRequest,
+    SubmitRequest, SubmitResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use sqlx::sqlite::SqliteConnection;
+use uuid::Uuid;
+
+use super::error::ApiError;
+use super::extract::{BodyDigest, IdempotencyKey, JsonBody, PathUuid, QueryParams};
+use crate::scheduler::{control, submit};
+use crate::store::idempotency::{self, StoredAnswer};
+use crate::store::jobs::{self as store_jobs, JobFilter};
+use crate::store::{metrics, JobRow};
+use crate::AppState;
+
+pub fn read_routes() -> Router<AppState> {
+    Router::new()
+        .route("/jobs", get(list))
+        .route("/jobs/{id}", get(detail))
+        .route("/jobs/{id}/events", get(events))
+        .route("/jobs/{id}/checkpoints", get(checkpoints))
+        .route("/jobs/{id}/metrics", get(job_metrics))
+}
+
+pub fn admin_routes() -> Router<AppState> {
+    Router::new()
+        .route("/jobs", post(submit_jobs))
+        .route("/jobs/{id}", axum::routing::patch(patch))
+        .route("/jobs/{id}/cancel", post(cancel))
+        .route("/jobs/{id}/requeue", post(requeue))
+}
+
+async fn submit_jobs(
+    State(state): State<AppState>,
+    IdempotencyKey(key): IdempotencyKey,
+    JsonBody(req, digest): JsonBody<SubmitRequest>,
+) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
+    let experiments: Vec<_> = submit::select(&state.catalog, &req)?
+        .into_iter()
+        .cloned()
+        .collect();
+    let accelerator = state.config.accelerator.clone();
+    let answer = idempotent_write(&state, key, "POST /jobs", digest, move |conn| {
+        async move { submit::submit(conn, &experiments, &req, &accelerator).await }.boxed()
+    })
+    .await?;
+    if !answer.created.is_empty() {
+        state.leases.queue_changed.notify_waiters();
+    }
+    let status = if answer.dry_run || (answer.created.is_empty() && answer.linked.is_empty()) {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(answer)))
+}
+
+/// Runs a write whose answer is remembered under the request's `Idempotency-Key`: a retry
+/// with the same key and body gets the first answer, in the same transaction as the effect.
+async fn idempotent_write<T, F>(
+    state: &AppState,
+    key: Option<String>,
+    route: &'static str,
+    digest: BodyDigest,
+    op: F,
+) -> Result<T, ApiError>
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
+    F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, ApiError>>
+        + Send
+        + 'static,
+{
+    state
+        .store
+        .write(move |conn| {
+            async move {
+                let Some(key) = key else {
+                    return op(conn).await;
+                };
+                if let Some(stored) = idempotency::find(conn, &key, route).await? {
+                    if stored.request_sha256 != digest.0 {
+                        return Err(ApiError::new(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            "idempotency_key_reused",
+                            "this Idempotency-Key was used with a different request body",
+                        ));
+                    }
+                    return serde_json::from_str(&stored.response_json).map_err(|e| {
+                        ApiError::from(crate::store::StoreError::Corrupt(format!(
+                            "stored answer: {e}"
+                        )))
+                    });
+                }
+                let answer = op(conn).await?;
+                let stored = StoredAnswer {
+                    request_sha256: digest.0,
+                    status: 200,
+                    response_json: serde_json::to_string(&answer).unwrap_or_default(),
+                };
+                idempotency::remember(conn, &key, route, &stored).await?;
+                Ok(answer)
+            }
+            .boxed()
+        })
+        .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    state: Option<String>,
+    group: Option<String>,
+    experiment: Option<String>,
+    limit: Option<i64>,
+    offset: Option<i64>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    QueryParams(q): QueryParams<ListQuery>,
+) -> Result<Json<JobList>, ApiError> {
+    let job_state = q
+        .state
+        .as_deref()
+        .map(str::parse::<JobState>)
+        .transpose()
+        .map_err(|e| ApiError::bad_request("invalid_query", e))?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "limit must be between 1 and 1000",
+        ));
+    }
+    let offset = q.offset.unwrap_or(0).max(0);
+    let filter = JobFilter {
+        state: job_state,
+        group: q.group,
+        experiment: q.experiment,
+        limit,
+        offset,
+    };
+    let (rows, total) = store_jobs::list_jobs(state.store.reader(), &filter).await?;
+    Ok(Json(JobList {
+        jobs: rows
+            .into_iter()
+            .map(JobRow::into_api)
+            .collect::<Result<_, _>>()?,
+        total,
+        limit,
+        offset,
+    }))
+}
+
+async fn job_row(state: &AppState, id: Uuid) -> Result<JobRow, ApiError> {
+    store_jobs::get_job(state.store.reader(), &id.to_string())
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no job {id}")))
+}
+
+async fn detail(
+    State(state): State<AppState>,
+    PathUuid(id): PathUuid,
+) -> Result<Json<JobDetail>, ApiError> {
+    let row = job_row(&state, id).await?;
+    let run_id = row.run_id.clone();
+    let db = state.store.reader();
+    let attempts = store_jobs::attempts(db, &run_id)
+        .await?
+        .into_iter()
+        .map(|a| a.into_api())
+        .collect::<Result<Vec<Attempt>, _>>()?;
+    let checkpoints = store_jobs::checkpoints(db, &run_id)
+        .await?
+        .into_iter()
+        .map(Checkpoint::from)
+        .collect();
+    let latest_metrics = store_jobs::latest_metrics(db, &run_id).await?;
+    Ok(Json(JobDetail {
+        job: row.into_api()?,
+        attempts,
+        checkpoints,
+        latest_metrics,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    after: Option<i64>,
+    limit: Option<i64>,
+}
+
+async fn events(
+    State(state): State<AppState>,
+    PathUuid(id): PathUuid,
+    QueryParams(q): QueryParams<EventsQuery>,
+) -> Result<Json<Vec<Event>>, ApiError> {
+    let row = job_row(&state, id).await?;
+    let limit = q.limit.unwrap_or(500).clamp(1, 5000);
+    let mut events: Vec<Event> =
+        store_jobs::job_events(state.store.reader(), &row.id, q.after.unwrap_or(0), limit)
+            .await?
+            .into_iter()
+            .map(|e| e.into_api())
+            .collect::<Result<_, _>>()?;
+    if row.run_id != row.id {
+        // A linked job's timeline includes the run it shares.
+        let run: Vec<Event> = store_jobs::job_events(
+            state.store.reader(),
+            &row.run_id,
+            q.after.unwrap_or(0),
+            limit,
+        )
+        .await?
+        .into_iter()
+        .map(|e| e.into_api())
+        .collect::<Result<_, _>>()?;
+        events.extend(run);
+        events.sort_by_key(|e| e.id);
+        events.truncate(limit as usize);
+    }
+    Ok(Json(events))
+}
+
+async fn checkpoints(
+    State(state): State<AppState>,
+    PathUuid(id): PathUuid,
+) -> Result<Json<Vec<Checkpoint>>, ApiError> {
+    let row = job_row(&state, id).await?;
+    Ok(Json(
+        store_jobs::checkpoints(state.store.reader(), &row.run_id)
+            .await?
+            .into_iter()
+            .map(Checkpoint::from)
+            .collect(),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricsQuery {
+    names: Option<String>,
+    max_points: Option<i64>,
+}
+
+async fn job_metrics(
+    State(state): State<AppState>,
+    PathUuid(id): PathUuid,
+    QueryParams(q): QueryParams<MetricsQuery>,
+) -> Result<Json<JobMetrics>, ApiError> {
+    let row = job_row(&state, id).await?;
+    let max_points = q.max_points.unwrap_or(2000);
+    if !(2..=100_000).contains(&max_points) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "max_points must be between 2 and 100000",
+        ));
+    }
+    let names: Option<Vec<String>> = q.names.map(|n| {
+        n.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    });
+    let series = metrics::downsampled(
+        state.store.reader(),
+        &row.run_id,
+        names.as_deref(),
+        max_points,
+    )
+    .await?;
+    Ok(Json(JobMetrics { job_id: id, series }))
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    PathUuid(id): PathUuid,
+    IdempotencyKey(key): IdempotencyKey,
+) -> Result<Json<Job>, ApiError> {
+    let (job, lease) = idempotent_write(
+        &state,
+        key,
+        "POST /jobs/{id}/cancel",
+        BodyDigest(id.to_string()),
+        move |conn| {
+            async move {
+                let (row, lease) = control::cancel(conn, &id.to_string()).await?;
+                Ok((row.into_api()?, lease))
+            }
+            .boxed()
+        },
+    )
+    .await?;
+    if let Some(lease) = lease.as_deref().and_then(|l| Uuid::parse_str(l).ok()) {
+        state.leases.flag_cancel(lease);
+    }
+    Ok(Json(job))
+}
+
+async fn requeue(
+    State(state): State<AppState>,
+    PathUuid(id): PathUuid,
+    IdempotencyKey(key): IdempotencyKey,
+) -> Result<Json<Job>, ApiError> {
+    let job = idempotent_write(
+        &state,
+        key,
+        "POST /jobs/{id}/requeue",
+        BodyDigest(id.to_string()),
+        move |conn| {
+            async move {
+                control::requeue(conn, &id.to_string())
+                    .await?
+                    .into_api()
+                    .map_err(ApiError::from)
+            }
+            .boxed()
+        },
+    )
+    .await?;
+    state.leases.queue_changed.notify_waiters();
+    Ok(Json(job))
+}
+
+async fn patch(
+    State(state): State<AppState>,
+    PathUuid(id): PathUuid,
+    JsonBody(req, _): JsonBody<PatchJobRequest>,
+) -> Result<Json<Job>, ApiError> {
+    let Some(priority) = req.priority else {
+        return Err(ApiError::bad_request(
+            "empty_patch",
+            "nothing to change: give `priority`",
+        ));
+    };
+    let job = state
+        .store
+        .write(move |conn| {
+            async move {
+                control::set_priority(conn, &id.to_string(), priority)
+                    .await?
+                    .into_api()
+                    .map_err(ApiError::from)
+            }
+            .boxed()
+        })
+        .await?;
+    Ok(Json(job))
+}

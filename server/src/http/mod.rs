@@ -1,0 +1,69 @@
+//! The HTTP API: routing, authentication and the handlers' shared pieces.
+
+mod auth;
+mod dashboard;
+pub mod error;
+mod experiments;
+mod extract;
+mod jobs;
+mod openapi;
+mod status;
+mod worker;
+
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use tower_http::trace::TraceLayer;
+
+use crate::AppState;
+
+/// Largest JSON body accepted (a metrics batch of a few thousand points fits).
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+pub fn router(state: AppState) -> Router {
+    let admin = Router::new().merge(jobs::admin_routes()).route_layer(
+        axum::middleware::from_fn_with_state(state.clone(), auth::require_admin),
+    );
+    let worker = worker::routes().route_layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        auth::require_worker,
+    ));
+    let api = Router::new()
+        .merge(experiments::routes())
+        .merge(jobs::read_routes())
+        .merge(status::routes())
+        .merge(openapi::routes())
+        .merge(admin)
+        .merge(worker);
+    Router::new()
+        .nest(podq_api::API_PREFIX, api)
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .merge(dashboard::routes())
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn readyz(
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> Result<&'static str, error::ApiError> {
+    tokio::time::timeout(Duration::from_secs(2), state.store.ping())
+        .await
+        .map_err(|_| {
+            error::ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "the database did not answer within 2 s",
+            )
+        })??;
+    Ok("ready\n")
+}
+
+async fn not_found(uri: axum::http::Uri) -> error::ApiError {
+    error::ApiError::not_found(format!("no route {}", uri.path()))
+}

@@ -1,0 +1,6 @@
+//! The scheduler core: submissions, leases, the retry policy and what people do to jobs.
+
+pub mod control;
+pub mod leases;
+pub mod policy;
+pub mod submit;

@@ -1,0 +1,154 @@
+//! The retry policy as data: what an attempt's outcome does to its job.
+
+use std::time::Duration;
+
+use podq_api::{AttemptOutcome, JobState};
+
+/// What the job looked like when the attempt ended.
+#[derive(Debug, Clone, Copy)]
+pub struct JobBudget {
+    pub failures: i64,
+    pub max_failures: i64,
+    pub stalled_attempts: i64,
+    pub cancel_requested: bool,
+}
+
+/// Attempts in a row without progress after which a person must look.
+pub const MAX_STALLED_ATTEMPTS: i64 = 3;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub state: JobState,
+    pub failures: i64,
+    pub stalled_attempts: i64,
+    pub preemption: bool,
+    /// Wait this long before the job may be leased again.
+    pub backoff: Option<Duration>,
+    pub message: Option<String>,
+}
+
+/// Exponential backoff with full jitter in the upper half: `base * 2^(n-1)`, capped, then
+/// scaled by a factor in [0.5, 1.0] so retries of many jobs do not line up.
+pub fn backoff(failures: i64, base: Duration, cap: Duration, jitter: f64) -> Duration {
+    let exponent = u32::try_from(failures.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
+    let raw = base.saturating_mul(2u32.saturating_pow(exponent)).min(cap);
+    raw.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
+}
+
+pub fn decide(
+    outcome: AttemptOutcome,
+    budget: JobBudget,
+    progressed: bool,
+    base: Duration,
+    cap: Duration,
+    jitter: f64,
+) -> Decision {
+    let stalled = if progressed || outcome == AttemptOutcome::Succeeded {
+        0
+    } else {
+        budget.stalled_attempts + 1
+    };
+    let mut decision = Decision {
+        state: JobState::Queued,
+        failures: budget.failures,
+        stalled_attempts: stalled,
+        preemption: false,
+        backoff: None,
+        message: None,
+    };
+    if budget.cancel_requested && outcome != AttemptOutcome::Succeeded {
+        decision.state = JobState::Cancelled;
+        decision.message = Some("cancelled by request".into());
+        return decision;
+    }
+    match outcome {
+        AttemptOutcome::Succeeded => decision.state = JobState::Succeeded,
+        AttemptOutcome::Cancelled => {
+            decision.state = JobState::Cancelled;
+            decision.message = Some("cancelled on the worker".into());
+        }
+        AttemptOutcome::Preempted | AttemptOutcome::Lost => decision.preemption = true,
+        AttemptOutcome::Failed | AttemptOutcome::Hung => {
+            decision.failures += 1;
+            if decision.failures >= budget.max_failures {
+                decision.state = JobState::Failed;
+                decision.message = Some(format!(
+                    "{outcome} {} times: the failure budget of {} is spent",
+                    decision.failures, budget.max_failures
+                ));
+                return decision;
+            }
+            decision.backoff = Some(backoff(decision.failures, base, cap, jitter));
+        }
+    }
+    if decision.state == JobState::Queued && stalled >= MAX_STALLED_ATTEMPTS {
+        decision.state = JobState::Held;
+        decision.message = Some(format!(
+            "{stalled} attempts in a row ended with no step progress and no new checkpoint: \
+             held so it does not burn the pod; requeue it once the cause is fixed"
+        ));
+        decision.backoff = None;
+    }
+    decision
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: Duration = Duration::from_secs(60);
+    const CAP: Duration = Duration::from_secs(1800);
+
+    fn budget(failures: i64, stalled: i64) -> JobBudget {
+        JobBudget {
+            failures,
+            max_failures: 3,
+            stalled_attempts: stalled,
+            cancel_requested: false,
+        }
+    }
+
+    #[test]
+    fn preemptions_never_spend_the_budget() {
+        for _ in 0..10 {
+            let d = decide(AttemptOutcome::Preempted, budget(2, 0), true, MIN, CAP, 0.5);
+            assert_eq!(d.state, JobState::Queued);
+            assert_eq!(d.failures, 2);
+            assert!(d.preemption && d.backoff.is_none());
+        }
+    }
+
+    #[test]
+    fn failures_back_off_then_fail() {
+        let first = decide(AttemptOutcome::Failed, budget(0, 0), true, MIN, CAP, 1.0);
+        assert_eq!(
+            (first.state, first.failures, first.backoff),
+            (JobState::Queued, 1, Some(MIN))
+        );
+        let second = decide(AttemptOutcome::Hung, budget(1, 0), true, MIN, CAP, 1.0);
+        assert_eq!(second.backoff, Some(2 * MIN));
+        let third = decide(AttemptOutcome::Failed, budget(2, 0), true, MIN, CAP, 1.0);
+        assert_eq!(third.state, JobState::Failed);
+    }
+
+    #[test]
+    fn backoff_is_capped_and_jittered() {
+        assert_eq!(backoff(20, MIN, CAP, 1.0), CAP);
+        assert_eq!(backoff(1, MIN, CAP, 0.0), MIN / 2);
+    }
+
+    #[test]
+    fn three_attempts_without_progress_hold_the_job() {
+        let d = decide(
+            AttemptOutcome::Preempted,
+            budget(0, 2),
+            false,
+            MIN,
+            CAP,
+            0.5,
+        );
+        assert_eq!(d.state, JobState::Held);
+        let d = decide(AttemptOutcome::Preempted, budget(0, 2), true, MIN, CAP, 0.5);
+        assert_eq!((d.state, d.stalled_attempts), (JobState::Queued, 0));
+    }
+}

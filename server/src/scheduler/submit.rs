@@ -1,0 +1,198 @@
+//! Submission: turning a request for experiments into jobs, without running any training
+//! config twice.
+
+use std::collections::HashMap;
+
+use podq_api::{CreatedJob, LinkedJob, SkippedExperiment, SubmitRequest, SubmitResponse};
+use sqlx::sqlite::SqliteConnection;
+use uuid::Uuid;
+
+use crate::catalog::{Catalog, Experiment};
+use crate::http::error::ApiError;
+use crate::store::jobs::{self, NewJob};
+use crate::store::parse_uuid;
+
+pub const DEFAULT_MAX_FAILURES: u32 = 3;
+const MAX_MAX_FAILURES: u32 = 100;
+
+/// The experiments a request names, in catalog order, or why the request is wrong.
+pub fn select<'c>(
+    catalog: &'c Catalog,
+    req: &SubmitRequest,
+) -> Result<Vec<&'c Experiment>, ApiError> {
+    let chosen = [
+        req.group.is_some(),
+        req.experiments.is_some(),
+        req.all.is_some(),
+    ]
+    .into_iter()
+    .filter(|x| *x)
+    .count();
+    if chosen != 1 {
+        return Err(ApiError::bad_request(
+            "invalid_selection",
+            "give exactly one of `group` (a group name), `experiments` (a list of names) or `all` (true)",
+        ));
+    }
+    if let Some(max) = req.max_failures {
+        if max > MAX_MAX_FAILURES {
+            return Err(ApiError::bad_request(
+                "invalid_max_failures",
+                format!("max_failures must be between 0 and {MAX_MAX_FAILURES}, got {max}"),
+            ));
+        }
+    }
+    if let Some(all) = req.all {
+        if !all {
+            return Err(ApiError::bad_request(
+                "invalid_selection",
+                "`all` must be true when given; to submit part of the catalog use `group` or `experiments`",
+            ));
+        }
+        return Ok(catalog.experiments.iter().collect());
+    }
+    if let Some(group) = &req.group {
+        let Some(group) = catalog.group(group) else {
+            return Err(ApiError::bad_request(
+                "unknown_group",
+                format!("there is no group `{group}`"),
+            )
+            .with_details(serde_json::json!({
+                "groups": catalog.groups.iter().map(|g| &g.name).collect::<Vec<_>>()
+            })));
+        };
+        return Ok(catalog
+            .experiments
+            .iter()
+            .filter(|e| e.group == group.name)
+            .collect());
+    }
+    let names = req.experiments.as_deref().unwrap_or_default();
+    if names.is_empty() {
+        return Err(ApiError::bad_request(
+            "empty_selection",
+            "`experiments` is empty: name at least one experiment",
+        ));
+    }
+    let unknown: Vec<&String> = names
+        .iter()
+        .filter(|n| catalog.experiment(n).is_none())
+        .collect();
+    if !unknown.is_empty() {
+        return Err(ApiError::bad_request(
+            "unknown_experiment",
+            format!(
+                "no such experiment: {}",
+                unknown
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+        .with_details(serde_json::json!({ "unknown": unknown })));
+    }
+    Ok(catalog
+        .experiments
+        .iter()
+        .filter(|e| names.contains(&e.name))
+        .collect())
+}
+
+/// Creates, links or skips a job for each experiment, in one transaction. With `dry_run`
+/// it decides the same way and writes nothing.
+pub async fn submit(
+    conn: &mut SqliteConnection,
+    experiments: &[Experiment],
+    req: &SubmitRequest,
+    accelerator: &str,
+) -> Result<SubmitResponse, ApiError> {
+    let mut answer = SubmitResponse {
+        dry_run: req.dry_run,
+        created: Vec::new(),
+        linked: Vec::new(),
+        skipped: Vec::new(),
+    };
+    // Runs decided in this request, by config hash, so a dry run links like a real one.
+    let mut runs_in_request: HashMap<&str, (Uuid, &str)> = HashMap::new();
+    let priority = req.priority.unwrap_or(0);
+    let max_failures = i64::from(req.max_failures.unwrap_or(DEFAULT_MAX_FAILURES));
+    for e in experiments {
+        if !req.force {
+            if let Some(existing) = jobs::live_or_succeeded_job_of_experiment(conn, &e.name).await?
+            {
+                answer.skipped.push(SkippedExperiment {
+                    experiment: e.name.clone(),
+                    existing_job: parse_uuid(&existing.id)?,
+                    reason: format!(
+                        "already has job {} in state {}; submit with \"force\": true to run it again",
+                        existing.id, existing.state
+                    ),
+                });
+                continue;
+            }
+        }
+        let run = if req.force {
+            None
+        } else if let Some((id, experiment)) = runs_in_request.get(e.config_sha256.as_str()) {
+            Some((*id, experiment.to_string(), "queued".to_owned()))
+        } else {
+            jobs::live_or_succeeded_run_of_config(conn, &e.config_sha256)
+                .await?
+                .map(|row| Ok::<_, ApiError>((parse_uuid(&row.id)?, row.experiment, row.state)))
+                .transpose()?
+        };
+        let id = Uuid::new_v4();
+        let config_json = serde_json::to_string(&e.config).unwrap_or_default();
+        if !req.dry_run {
+            let id_text = id.to_string();
+            let same_as = run.as_ref().map(|(run_id, _, _)| run_id.to_string());
+            jobs::insert_job(
+                conn,
+                NewJob {
+                    id: &id_text,
+                    experiment: &e.name,
+                    group: &e.group,
+                    priority,
+                    accelerator,
+                    config_json: &config_json,
+                    config_sha256: &e.config_sha256,
+                    est_hours: e.est_hours,
+                    checkpoint_dir: &e.checkpoint_dir,
+                    max_failures,
+                    same_as: same_as.as_deref(),
+                },
+            )
+            .await?;
+            let message = match &run {
+                Some((run_id, experiment, _)) => {
+                    format!("submitted; shares the run of {experiment} (job {run_id}): same training config")
+                }
+                None => format!("submitted with priority {priority}"),
+            };
+            jobs::insert_event(conn, Some(&id_text), None, "submitted", &message).await?;
+        }
+        match run {
+            Some((run_id, experiment, state)) => answer.linked.push(LinkedJob {
+                job_id: id,
+                experiment: e.name.clone(),
+                group: e.group.clone(),
+                same_as: run_id,
+                same_as_experiment: experiment.clone(),
+                reason: format!(
+                    "same training config (sha256 {}) as {experiment}, whose job is {state}: it shares that run",
+                    &e.config_sha256[..12]
+                ),
+            }),
+            None => {
+                runs_in_request.insert(&e.config_sha256, (id, &e.name));
+                answer.created.push(CreatedJob {
+                    job_id: id,
+                    experiment: e.name.clone(),
+                    group: e.group.clone(),
+                });
+            }
+        }
+    }
+    Ok(answer)
+}

@@ -1,0 +1,233 @@
+//! SQL about jobs, attempts, checkpoints, metrics and events.
+
+use std::collections::BTreeMap;
+
+use podq_api as api;
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{AssertSqlSafe, QueryBuilder, Sqlite, SqliteExecutor};
+
+use super::rows::{AttemptRow, CheckpointRow, EventRow, JobRow, JOB_COLUMNS};
+use super::{now_ms, StoreError};
+
+pub async fn get_job<'e>(
+    db: impl SqliteExecutor<'e>,
+    id: &str,
+) -> Result<Option<JobRow>, StoreError> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM job_view WHERE id = ?");
+    Ok(sqlx::query_as::<_, JobRow>(AssertSqlSafe(sql))
+        .bind(id)
+        .fetch_optional(db)
+        .await?)
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct JobFilter {
+    pub state: Option<api::JobState>,
+    pub group: Option<String>,
+    pub experiment: Option<String>,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+pub async fn list_jobs<'e>(
+    db: impl SqliteExecutor<'e> + Copy,
+    filter: &JobFilter,
+) -> Result<(Vec<JobRow>, i64), StoreError> {
+    let mut query =
+        QueryBuilder::<Sqlite>::new(format!("SELECT {JOB_COLUMNS} FROM job_view WHERE 1=1"));
+    let mut count = QueryBuilder::<Sqlite>::new("SELECT COUNT(*) FROM job_view WHERE 1=1");
+    for q in [&mut query, &mut count] {
+        if let Some(state) = filter.state {
+            q.push(" AND state = ").push_bind(state.as_str());
+        }
+        if let Some(group) = &filter.group {
+            q.push(" AND group_name = ").push_bind(group.clone());
+        }
+        if let Some(experiment) = &filter.experiment {
+            q.push(" AND experiment = ").push_bind(experiment.clone());
+        }
+    }
+    query
+        .push(" ORDER BY seq LIMIT ")
+        .push_bind(filter.limit)
+        .push(" OFFSET ")
+        .push_bind(filter.offset);
+    let rows = query.build_query_as::<JobRow>().fetch_all(db).await?;
+    let total: i64 = count.build_query_scalar().fetch_one(db).await?;
+    Ok((rows, total))
+}
+
+/// Jobs of an experiment that count against submitting it again: not terminal, or succeeded.
+pub async fn live_or_succeeded_job_of_experiment(
+    conn: &mut SqliteConnection,
+    experiment: &str,
+) -> Result<Option<JobRow>, StoreError> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM job_view WHERE experiment = ? \
+         AND state IN ('queued','leased','running','held','succeeded') ORDER BY seq LIMIT 1"
+    );
+    Ok(sqlx::query_as::<_, JobRow>(AssertSqlSafe(sql))
+        .bind(experiment)
+        .fetch_optional(&mut *conn)
+        .await?)
+}
+
+/// The run (a job that is not itself linked) with this training config that a new job can
+/// share: not terminal, or succeeded.
+pub async fn live_or_succeeded_run_of_config(
+    conn: &mut SqliteConnection,
+    config_sha256: &str,
+) -> Result<Option<JobRow>, StoreError> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM job_view WHERE config_sha256 = ? AND same_as IS NULL \
+         AND state IN ('queued','leased','running','held','succeeded') ORDER BY seq LIMIT 1"
+    );
+    Ok(sqlx::query_as::<_, JobRow>(AssertSqlSafe(sql))
+        .bind(config_sha256)
+        .fetch_optional(&mut *conn)
+        .await?)
+}
+
+pub struct NewJob<'a> {
+    pub id: &'a str,
+    pub experiment: &'a str,
+    pub group: &'a str,
+    pub priority: i64,
+    pub accelerator: &'a str,
+    pub config_json: &'a str,
+    pub config_sha256: &'a str,
+    pub est_hours: f64,
+    pub checkpoint_dir: &'a str,
+    pub max_failures: i64,
+    pub same_as: Option<&'a str>,
+}
+
+pub async fn insert_job(conn: &mut SqliteConnection, job: NewJob<'_>) -> Result<(), StoreError> {
+    let now = now_ms();
+    sqlx::query(
+        "INSERT INTO jobs (id, seq, experiment, group_name, state, priority, accelerator, \
+         config_json, config_sha256, est_hours, checkpoint_dir, max_failures, same_as, \
+         submitted_at, updated_at) \
+         VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(job.id)
+    .bind(job.experiment)
+    .bind(job.group)
+    .bind(job.priority)
+    .bind(job.accelerator)
+    .bind(job.config_json)
+    .bind(job.config_sha256)
+    .bind(job.est_hours)
+    .bind(job.checkpoint_dir)
+    .bind(job.max_failures)
+    .bind(job.same_as)
+    .bind(now)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn insert_event(
+    conn: &mut SqliteConnection,
+    job_id: Option<&str>,
+    pod: Option<&str>,
+    kind: &str,
+    message: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO events (at, job_id, pod, kind, message) VALUES (?, ?, ?, ?, ?)")
+        .bind(now_ms())
+        .bind(job_id)
+        .bind(pod)
+        .bind(kind)
+        .bind(message)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn job_events<'e>(
+    db: impl SqliteExecutor<'e>,
+    job_id: &str,
+    after_id: i64,
+    limit: i64,
+) -> Result<Vec<EventRow>, StoreError> {
+    Ok(sqlx::query_as::<_, EventRow>(
+        "SELECT id, at, job_id, pod, kind, message FROM events \
+         WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?",
+    )
+    .bind(job_id)
+    .bind(after_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+pub async fn recent_events<'e>(
+    db: impl SqliteExecutor<'e>,
+    after_id: i64,
+    limit: i64,
+) -> Result<Vec<EventRow>, StoreError> {
+    Ok(sqlx::query_as::<_, EventRow>(
+        "SELECT id, at, job_id, pod, kind, message FROM events WHERE id > ? ORDER BY id LIMIT ?",
+    )
+    .bind(after_id)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+pub async fn attempts<'e>(
+    db: impl SqliteExecutor<'e>,
+    job_id: &str,
+) -> Result<Vec<AttemptRow>, StoreError> {
+    Ok(sqlx::query_as::<_, AttemptRow>(
+        "SELECT attempt, lease_id, pod, resume_from, started_at, running_at, ended_at, outcome, \
+         start_step, end_step, exit_codes_json, log_tail, message \
+         FROM attempts WHERE job_id = ? ORDER BY attempt",
+    )
+    .bind(job_id)
+    .fetch_all(db)
+    .await?)
+}
+
+pub async fn checkpoints<'e>(
+    db: impl SqliteExecutor<'e>,
+    job_id: &str,
+) -> Result<Vec<CheckpointRow>, StoreError> {
+    Ok(sqlx::query_as::<_, CheckpointRow>(
+        "SELECT step, uri, committed, attempt, seen_at FROM checkpoints WHERE job_id = ? ORDER BY step",
+    )
+    .bind(job_id)
+    .fetch_all(db)
+    .await?)
+}
+
+pub async fn latest_metrics<'e>(
+    db: impl SqliteExecutor<'e>,
+    job_id: &str,
+) -> Result<BTreeMap<String, api::MetricValue>, StoreError> {
+    let rows: Vec<(String, i64, f64)> = sqlx::query_as(
+        "SELECT s.name, p.step, p.value FROM metric_series s \
+         JOIN metric_points p ON p.series_id = s.id \
+         WHERE s.job_id = ? AND p.step = (SELECT MAX(step) FROM metric_points WHERE series_id = s.id)",
+    )
+    .bind(job_id)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(name, step, value)| (name, api::MetricValue { step, value }))
+        .collect())
+}
+
+/// Job counts per (group, state), with linked jobs counted in their mirrored state.
+pub async fn counts_by_group_and_state<'e>(
+    db: impl SqliteExecutor<'e>,
+) -> Result<Vec<(String, String, i64)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT group_name, state, COUNT(*) FROM job_view GROUP BY group_name, state",
+    )
+    .fetch_all(db)
+    .await?)
+}

@@ -1,0 +1,153 @@
+//! `podq up`: the server, a simulated pod and its worker in one process, with the sim
+//! trainer time-scaled so a whole training run takes about a minute.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use podq_api::SubmitRequest;
+use podq_worker::attempt::AttemptSettings;
+use podq_worker::client::ServerClient;
+use podq_worker::daemon::DaemonSettings;
+use podq_worker::pod::local::LocalPod;
+
+use crate::ServerArgs;
+
+#[derive(Args)]
+pub struct UpArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Where the simulated pod's hosts and the checkpoints live.
+    #[arg(long, env = "PODQ_DATA_DIR", default_value = "./podq-data")]
+    data_dir: PathBuf,
+    /// Hosts of the simulated pod.
+    #[arg(long, default_value_t = 8)]
+    hosts: u32,
+    /// A whole simulated training run takes about this many seconds.
+    #[arg(long, default_value_t = 60.0)]
+    sim_run_secs: f64,
+    /// What to submit at start: a group name, `all`, or `none`.
+    #[arg(long, default_value = "exp07-precision")]
+    submit: String,
+}
+
+pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
+    let data_dir = args.data_dir.canonicalize()?;
+    // Checkpoints go to a local directory standing in for the GCS bucket.
+    args.server.bucket = format!("file://{}", data_dir.join("bucket").display());
+    if args.server.db == PathBuf::from("./podq.db") {
+        args.server.db = data_dir.join("podq.db");
+    }
+    let mut config = args.server.config();
+    config.lease_ttl = Duration::from_secs(15);
+    config.heartbeat = Duration::from_secs(1);
+    config.backoff_base = Duration::from_secs(5);
+    config.backoff_cap = Duration::from_secs(60);
+
+    let shutdown = crate::shutdown_on_signal();
+    let state = podq_server::prepare(config.clone()).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (is another podq running? pass --listen)",
+                config.listen
+            )
+        })?;
+    let address = listener.local_addr()?;
+    let server = tokio::spawn(podq_server::serve(state, listener, shutdown.clone()));
+    let base = format!("http://{address}");
+
+    let pod_root = data_dir.join("pod");
+    let driver = Arc::new(LocalPod::new(
+        "stable-1",
+        "v4-64",
+        args.hosts,
+        &pod_root,
+        Duration::from_secs(3),
+    )?);
+    let settings = DaemonSettings {
+        attempt: AttemptSettings {
+            trainer_command: podq_worker::cli::default_trainer_command()?,
+            trainer_env: BTreeMap::from([(
+                "PODQ_SIM_RUN_SECS".to_owned(),
+                args.sim_run_secs.to_string(),
+            )]),
+            stop_grace: Duration::from_secs(5),
+            status_poll: Duration::from_millis(500),
+            hang_timeout: Duration::from_secs_f64((args.sim_run_secs / 2.0).max(20.0)),
+            metrics_flush: Duration::from_secs(1),
+            metrics_max_points: 1000,
+            checkpoint_scan: Duration::from_secs(1),
+        },
+        lease_wait: Duration::from_secs(20),
+        preflight_retry: Duration::from_secs(2),
+    };
+    let client = ServerClient::new(&base, config.worker_token.clone(), shutdown.clone());
+    let worker = tokio::spawn(podq_worker::daemon::run(
+        client,
+        driver,
+        settings,
+        shutdown.clone(),
+    ));
+
+    let submitted = submit(&base, &args.submit, config.admin_token.as_deref()).await?;
+    println!();
+    println!(
+        "podq is up: a server and a simulated {}-host v4-64 pod named stable-1.",
+        args.hosts
+    );
+    println!("  dashboard   {base}/");
+    println!("  status      curl -s {base}/api/v1/status");
+    println!("  jobs        curl -s {base}/api/v1/jobs");
+    println!("  API         {base}/api/v1/openapi.json");
+    println!("  database    {}", config.db.display());
+    println!(
+        "  pod control touch {}/control/{{preempt,kill-host-3,hang-host-2,fail-next-launch}}",
+        pod_root.display()
+    );
+    println!("  {submitted}");
+    println!("Ctrl-C stops everything.");
+
+    let _ = worker.await;
+    server.await.context("server task")??;
+    Ok(())
+}
+
+async fn submit(base: &str, what: &str, token: Option<&str>) -> anyhow::Result<String> {
+    let request = match what {
+        "none" => return Ok("nothing submitted (--submit none)".into()),
+        "all" => SubmitRequest {
+            all: Some(true),
+            ..SubmitRequest::default()
+        },
+        group => SubmitRequest {
+            group: Some(group.to_owned()),
+            ..SubmitRequest::default()
+        },
+    };
+    let mut call = reqwest::Client::new()
+        .post(format!("{base}/api/v1/jobs"))
+        .json(&request);
+    if let Some(token) = token {
+        call = call.bearer_auth(token);
+    }
+    let response = call.send().await.context("submitting")?;
+    let status = response.status();
+    let body = response.text().await?;
+    if !status.is_success() {
+        anyhow::bail!("submitting `{what}` failed ({status}): {body}");
+    }
+    let answer: podq_api::SubmitResponse = serde_json::from_str(&body)?;
+    Ok(format!(
+        "submitted `{what}`: {} jobs created, {} linked to identical runs, {} skipped",
+        answer.created.len(),
+        answer.linked.len(),
+        answer.skipped.len()
+    ))
+}

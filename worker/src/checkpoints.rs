@@ -1,0 +1,160 @@
+//! Finding checkpoints in the store, by the store's own commit rule rather than the
+//! trainer's word (DESIGN.md 3.4).
+//!
+//! A step directory is named `<step>` or `<prefix>_<step>`. On a local filesystem Orbax
+//! writes into `<name>.orbax-checkpoint-tmp` (older: `...-tmp-<n>`) and renames when
+//! committed; on GCS it writes in place and adds `commit_success.txt`.
+
+use anyhow::Context;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use url::Url;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundCheckpoint {
+    pub step: i64,
+    pub uri: String,
+    pub committed: bool,
+}
+
+pub struct CheckpointStore {
+    store: Box<dyn ObjectStore>,
+    root: StorePath,
+    base_uri: String,
+    /// Local filesystems commit by rename; object stores by a marker file.
+    commits_by_rename: bool,
+}
+
+const COMMIT_MARKER: &str = "commit_success.txt";
+const TMP_MARKER: &str = ".orbax-checkpoint-tmp";
+
+impl CheckpointStore {
+    /// Opens the store behind a `file:///...` or `gs://...` URI (a bare absolute path is
+    /// taken as a local directory).
+    pub fn open(uri: &str) -> anyhow::Result<CheckpointStore> {
+        let url = if uri.starts_with('/') {
+            Url::from_directory_path(uri).map_err(|_| anyhow::anyhow!("bad path {uri}"))?
+        } else {
+            Url::parse(uri).with_context(|| format!("`{uri}` is not a checkpoint URI"))?
+        };
+        let commits_by_rename = url.scheme() == "file";
+        if commits_by_rename {
+            // LocalFileSystem refuses to list a directory that does not exist yet.
+            std::fs::create_dir_all(url.path())
+                .with_context(|| format!("cannot create {}", url.path()))?;
+        }
+        let (store, root) = object_store::parse_url(&url)
+            .with_context(|| format!("no object store for `{uri}`"))?;
+        Ok(CheckpointStore {
+            store,
+            root,
+            base_uri: uri.trim_end_matches('/').to_owned(),
+            commits_by_rename,
+        })
+    }
+
+    /// Every step directory under the root, oldest first.
+    pub async fn list(&self) -> anyhow::Result<Vec<FoundCheckpoint>> {
+        let listing = self
+            .store
+            .list_with_delimiter(Some(&self.root))
+            .await
+            .with_context(|| format!("cannot list {}", self.base_uri))?;
+        let mut found = Vec::new();
+        for dir in listing.common_prefixes {
+            let Some(name) = dir.filename() else { continue };
+            let Some((step, tmp)) = parse_step_dir(name) else {
+                continue;
+            };
+            let committed = if self.commits_by_rename {
+                !tmp
+            } else {
+                self.store
+                    .head(&dir.clone().join(COMMIT_MARKER))
+                    .await
+                    .is_ok()
+            };
+            found.push(FoundCheckpoint {
+                step,
+                uri: format!("{}/{name}", self.base_uri),
+                committed,
+            });
+        }
+        found.sort_by_key(|c| (c.step, c.committed));
+        Ok(found)
+    }
+
+    /// Whether `uri` is a committed, complete checkpoint: one a trainer can resume from.
+    pub async fn verify(&self, uri: &str) -> anyhow::Result<bool> {
+        let Some(name) = uri.trim_end_matches('/').rsplit('/').next() else {
+            return Ok(false);
+        };
+        let Some((_, tmp)) = parse_step_dir(name) else {
+            return Ok(false);
+        };
+        if tmp {
+            return Ok(false);
+        }
+        let dir = self.root.clone().join(name);
+        let marker = if self.commits_by_rename {
+            "_CHECKPOINT_METADATA"
+        } else {
+            COMMIT_MARKER
+        };
+        Ok(self.store.head(&dir.join(marker)).await.is_ok())
+    }
+}
+
+/// `step_5000` -> (5000, false); `5000` -> (5000, false);
+/// `step_5000.orbax-checkpoint-tmp` or `step_5000.orbax-checkpoint-tmp-1712345` -> (5000, true).
+pub fn parse_step_dir(name: &str) -> Option<(i64, bool)> {
+    let (base, tmp) = match name.find(TMP_MARKER) {
+        Some(at) => (&name[..at], true),
+        None => (name, false),
+    };
+    let digits = base.rsplit('_').next()?;
+    let step = digits.parse::<i64>().ok().filter(|s| *s >= 0)?;
+    Some((step, tmp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_of_step_directories() {
+        assert_eq!(parse_step_dir("step_5000"), Some((5000, false)));
+        assert_eq!(parse_step_dir("5000"), Some((5000, false)));
+        assert_eq!(
+            parse_step_dir("step_814.orbax-checkpoint-tmp"),
+            Some((814, true))
+        );
+        assert_eq!(
+            parse_step_dir("step_814.orbax-checkpoint-tmp-1712345"),
+            Some((814, true))
+        );
+        assert_eq!(parse_step_dir("metrics"), None);
+    }
+
+    #[tokio::test]
+    async fn local_commit_is_the_rename() {
+        let dir = std::env::temp_dir().join(format!("podq-ckpt-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(dir.join("step_10")).unwrap();
+        std::fs::write(dir.join("step_10/_CHECKPOINT_METADATA"), "{}").unwrap();
+        std::fs::create_dir_all(dir.join("step_20.orbax-checkpoint-tmp")).unwrap();
+        std::fs::write(dir.join("step_20.orbax-checkpoint-tmp/x"), "1").unwrap();
+        let uri = format!("file://{}", dir.display());
+        let store = CheckpointStore::open(&uri).unwrap();
+        let found = store.list().await.unwrap();
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].committed && found[0].step == 10);
+        assert!(!found[1].committed && found[1].step == 20);
+        assert!(store.verify(&format!("{uri}/step_10")).await.unwrap());
+        assert!(!store
+            .verify(&format!("{uri}/step_20.orbax-checkpoint-tmp"))
+            .await
+            .unwrap());
+        assert!(!store.verify(&format!("{uri}/step_30")).await.unwrap());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,56 @@
+//! The trainer's report lines: `PODQ {"event": ...}` on host 0's stdout.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum TrainerEvent {
+    Metrics {
+        step: i64,
+        values: BTreeMap<String, f64>,
+    },
+    Checkpoint {
+        step: i64,
+        uri: String,
+    },
+}
+
+pub const PREFIX: &str = "PODQ ";
+
+/// Parses one stdout line. `None` for ordinary log lines; `Some(Err)` for a line that starts
+/// like a report but is not one (worth a warning, never a crash).
+pub fn parse_line(line: &str) -> Option<Result<TrainerEvent, String>> {
+    let payload = line.strip_prefix(PREFIX)?;
+    Some(
+        serde_json::from_str(payload.trim())
+            .map_err(|e| format!("unreadable PODQ line ({e}): {line}")),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_two_report_lines_and_ignores_logs() {
+        let metrics =
+            parse_line(r#"PODQ {"event":"metrics","step":1200,"values":{"train/lm_loss":0.53}}"#);
+        assert_eq!(
+            metrics,
+            Some(Ok(TrainerEvent::Metrics {
+                step: 1200,
+                values: [("train/lm_loss".to_owned(), 0.53)].into()
+            }))
+        );
+        let checkpoint =
+            parse_line(r#"PODQ {"event":"checkpoint","step":5000,"uri":"gs://b/step_5000"}"#);
+        assert!(matches!(
+            checkpoint,
+            Some(Ok(TrainerEvent::Checkpoint { step: 5000, .. }))
+        ));
+        assert_eq!(parse_line("step 10 loss 0.5"), None);
+        assert!(matches!(parse_line("PODQ {not json"), Some(Err(_))));
+    }
+}

@@ -1,0 +1,79 @@
+//! Pod drivers: how the worker reaches the hosts of its pod. One trait; the `local` driver
+//! simulates a pod with local process groups.
+
+pub mod local;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use podq_api::Preflight;
+use tokio::process::Child;
+
+/// What the driver sees of the pod right now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodStatus {
+    /// `READY`, `PREEMPTED`, `TERMINATED`, ... (Cloud TPU node states).
+    pub state: String,
+    /// `HEALTHY`, `UNHEALTHY_MAINTENANCE`, ...
+    pub health: String,
+}
+
+impl PodStatus {
+    pub fn is_ready(&self) -> bool {
+        self.state == "READY" && self.health == "HEALTHY"
+    }
+
+    /// The pod lost its capacity: every host is gone together.
+    pub fn is_preempted(&self) -> bool {
+        matches!(
+            self.state.as_str(),
+            "PREEMPTED" | "TERMINATED" | "STOPPED" | "STOPPING"
+        ) || self.health == "UNHEALTHY_MAINTENANCE"
+    }
+}
+
+/// One host's launch: the command and the environment of the trainer contract.
+#[derive(Debug, Clone)]
+pub struct HostLaunch {
+    pub host: u32,
+    pub command: String,
+    pub env: BTreeMap<String, String>,
+}
+
+#[async_trait]
+pub trait PodDriver: Send + Sync {
+    fn name(&self) -> &str;
+    fn accelerator(&self) -> &str;
+    fn hosts(&self) -> u32;
+
+    async fn status(&self) -> anyhow::Result<PodStatus>;
+
+    /// Checks every host can run a job (DESIGN.md 3.6).
+    async fn preflight(&self) -> Preflight;
+
+    /// Where the resolved config is written on each host.
+    fn config_dir(&self, host: u32) -> PathBuf;
+
+    /// Writes `contents` to `config_dir(host)/file_name` on one host and answers the sha256
+    /// of what the host then holds.
+    async fn stage_file(
+        &self,
+        host: u32,
+        file_name: &str,
+        contents: &[u8],
+    ) -> anyhow::Result<String>;
+
+    /// Stops leftovers of earlier attempts on every host (trainer processes, the libtpu lock
+    /// file) so a launch cannot fail on them.
+    async fn clean_hosts(&self) -> anyhow::Result<Vec<String>>;
+
+    /// The address the JAX coordinator (host 0) listens on.
+    async fn coordinator_address(&self) -> anyhow::Result<String>;
+
+    /// Starts the trainer on one host, in its own process group, with stdout and stderr piped.
+    async fn spawn(&self, launch: &HostLaunch) -> anyhow::Result<Child>;
+
+    /// Brings a pod that lost its capacity back to READY, saying what it waits for.
+    async fn recover(&self, progress: &(dyn Fn(String) + Send + Sync)) -> anyhow::Result<()>;
+}

@@ -1,0 +1,138 @@
+//! Sends what an attempt produces to the server: metric batches (every `flush` or every
+//! `max_points`, whichever comes first) and checkpoints found in the store. Nothing is
+//! dropped while the server is away: unsent points stay buffered and calls are retried.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use podq_api::{CheckpointReport, CheckpointsBatch, MetricStep, MetricsBatch};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::checkpoints::CheckpointStore;
+use crate::client::{CallError, ServerClient};
+
+pub enum Report {
+    Metrics {
+        step: i64,
+        values: BTreeMap<String, f64>,
+    },
+    /// The trainer said it saved one: look at the store now rather than at the next scan.
+    CheckpointHint,
+}
+
+pub struct ReporterSettings {
+    pub flush: Duration,
+    pub max_points: usize,
+    pub scan: Duration,
+}
+
+/// Runs until `reports` closes, then flushes what is left and scans the store once more.
+/// Cancels `lease_lost` if the server says the lease is gone.
+pub async fn run(
+    client: ServerClient,
+    lease: Uuid,
+    store: Option<CheckpointStore>,
+    settings: ReporterSettings,
+    mut reports: mpsc::UnboundedReceiver<Report>,
+    lease_lost: CancellationToken,
+) {
+    let mut buffer: Vec<MetricStep> = Vec::new();
+    let mut points = 0usize;
+    let mut reported: HashSet<(i64, bool)> = HashSet::new();
+    let mut flush_timer = tokio::time::interval(settings.flush);
+    let mut scan_timer = tokio::time::interval(settings.scan);
+    loop {
+        tokio::select! {
+            report = reports.recv() => match report {
+                Some(Report::Metrics { step, values }) => {
+                    points += values.len();
+                    buffer.push(MetricStep { step, values });
+                    if points >= settings.max_points {
+                        send_metrics(&client, lease, &mut buffer, &mut points, &lease_lost).await;
+                    }
+                }
+                Some(Report::CheckpointHint) => {
+                    scan(&client, lease, store.as_ref(), &mut reported, &lease_lost).await;
+                }
+                None => break,
+            },
+            _ = flush_timer.tick() => send_metrics(&client, lease, &mut buffer, &mut points, &lease_lost).await,
+            _ = scan_timer.tick() => scan(&client, lease, store.as_ref(), &mut reported, &lease_lost).await,
+        }
+    }
+    send_metrics(&client, lease, &mut buffer, &mut points, &lease_lost).await;
+    scan(&client, lease, store.as_ref(), &mut reported, &lease_lost).await;
+}
+
+async fn send_metrics(
+    client: &ServerClient,
+    lease: Uuid,
+    buffer: &mut Vec<MetricStep>,
+    points: &mut usize,
+    lease_lost: &CancellationToken,
+) {
+    if buffer.is_empty() || lease_lost.is_cancelled() {
+        return;
+    }
+    let batch = MetricsBatch {
+        points: std::mem::take(buffer),
+    };
+    match client.metrics(lease, &batch).await {
+        Ok(()) => *points = 0,
+        Err(CallError::LeaseLost(message)) => {
+            tracing::warn!(%lease, "{message}");
+            lease_lost.cancel();
+        }
+        Err(CallError::Shutdown) => *buffer = batch.points,
+        Err(e) => {
+            tracing::error!(%lease, error = %e, "metrics batch refused; dropping it");
+            *points = 0;
+        }
+    }
+}
+
+async fn scan(
+    client: &ServerClient,
+    lease: Uuid,
+    store: Option<&CheckpointStore>,
+    reported: &mut HashSet<(i64, bool)>,
+    lease_lost: &CancellationToken,
+) {
+    let Some(store) = store else { return };
+    if lease_lost.is_cancelled() {
+        return;
+    }
+    let found = match store.list().await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "cannot list checkpoints");
+            return;
+        }
+    };
+    let new: Vec<CheckpointReport> = found
+        .into_iter()
+        .filter(|c| !reported.contains(&(c.step, c.committed)))
+        .map(|c| CheckpointReport {
+            step: c.step,
+            uri: c.uri,
+            committed: c.committed,
+        })
+        .collect();
+    if new.is_empty() {
+        return;
+    }
+    let keys: Vec<(i64, bool)> = new.iter().map(|c| (c.step, c.committed)).collect();
+    match client
+        .checkpoints(lease, &CheckpointsBatch { checkpoints: new })
+        .await
+    {
+        Ok(()) => reported.extend(keys),
+        Err(CallError::LeaseLost(message)) => {
+            tracing::warn!(%lease, "{message}");
+            lease_lost.cancel();
+        }
+        Err(e) => tracing::warn!(%lease, error = %e, "checkpoint report not accepted"),
+    }
+}

@@ -1,0 +1,195 @@
+//! Step arithmetic of the real trainer: how many steps a run has and where its evaluations and
+//! checkpoints fall.
+
+use crate::sim_trainer::config::TrainConfig;
+
+/// Every Sudoku dataset in the suite has one example per puzzle group.
+const MEAN_PUZZLE_EXAMPLES: u64 = 1;
+/// The trainer logs metrics, and the hosts synchronise, every this many steps.
+const LOG_INTERVAL: u64 = 10;
+
+const DATASET_PREFIX: &str = "sudoku-extreme-";
+
+/// The number of puzzle groups of a dataset, read from its name the way the study names
+/// them: `sudoku-extreme-1k-aug-1000` has 1000, `sudoku-extreme-250-aug-1000` has 250. The
+/// real trainer reads it from the dataset's metadata, which the sim does not have.
+pub fn total_groups(data_path: &str) -> Option<u64> {
+    let name = data_path.trim_end_matches('/').rsplit('/').next()?;
+    let rest = name.strip_prefix(DATASET_PREFIX)?;
+    let count = rest.split(['-', '_']).next()?;
+    let (digits, scale) = match count.strip_suffix(['k', 'K']) {
+        Some(digits) => (digits, 1000),
+        None => (count, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(scale)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    pub total_steps: u64,
+    /// Steps after which an evaluation runs, ascending; the last is `total_steps`.
+    pub evals: Vec<u64>,
+    checkpoint_every_eval: bool,
+}
+
+impl Schedule {
+    pub fn new(
+        epochs: u64,
+        total_groups: u64,
+        global_batch_size: u64,
+        eval_interval: u64,
+        checkpoint_every_eval: bool,
+    ) -> Result<Self, String> {
+        let examples =
+            u128::from(epochs) * u128::from(total_groups) * u128::from(MEAN_PUZZLE_EXAMPLES);
+        let total_steps = u64::try_from(examples / u128::from(global_batch_size))
+            .map_err(|_| "total steps overflow".to_string())?;
+        if total_steps == 0 {
+            return Err(format!(
+                "the run has no steps: {epochs} epochs of {total_groups} puzzles \
+                 is less than one batch of {global_batch_size}"
+            ));
+        }
+        let n_evals = u128::from(epochs / eval_interval);
+        let total = u128::from(total_steps);
+        // Evaluation i (1-based) at round(i * total / n), in integers so the boundaries do not
+        // depend on float rounding.
+        let mut evals: Vec<u64> = (1..=n_evals)
+            .map(|i| ((2 * i * total + n_evals) / (2 * n_evals)) as u64)
+            .filter(|&step| step > 0)
+            .collect();
+        evals.dedup();
+        Ok(Self {
+            total_steps,
+            evals,
+            checkpoint_every_eval,
+        })
+    }
+
+    pub fn from_config(config: &TrainConfig) -> Result<Self, String> {
+        let data_path = &config.data_paths[0];
+        let groups = total_groups(data_path).ok_or_else(|| {
+            format!(
+                "cannot tell the number of puzzles of dataset '{data_path}': the sim expects \
+                 a name like sudoku-extreme-1k-aug-1000"
+            )
+        })?;
+        Self::new(
+            config.epochs,
+            groups,
+            config.global_batch_size,
+            config.eval_interval,
+            config.checkpoint_every_eval,
+        )
+    }
+
+    // `u64::is_multiple_of` needs Rust 1.87; the workspace's rust-version is 1.85.
+    #[allow(clippy::manual_is_multiple_of)]
+    pub fn is_log_point(step: u64) -> bool {
+        step % LOG_INTERVAL == 0
+    }
+
+    pub fn is_eval(&self, step: u64) -> bool {
+        self.evals.binary_search(&step).is_ok()
+    }
+
+    /// The real trainer saves after every evaluation when asked to, and always after the last.
+    pub fn is_checkpoint(&self, step: u64) -> bool {
+        step == self.total_steps || (self.checkpoint_every_eval && self.is_eval(step))
+    }
+
+    pub fn checkpoint_steps(&self) -> Vec<u64> {
+        self.evals
+            .iter()
+            .copied()
+            .filter(|&s| self.is_checkpoint(s))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn baseline() -> Schedule {
+        Schedule::new(50_000, 1000, 6144, 5000, true).unwrap()
+    }
+
+    #[test]
+    fn sudoku_1k_baseline_has_8138_steps() {
+        assert_eq!(baseline().total_steps, 8138);
+    }
+
+    #[test]
+    fn ten_evals_the_last_at_the_end() {
+        let schedule = baseline();
+        assert_eq!(
+            schedule.evals,
+            vec![814, 1628, 2441, 3255, 4069, 4883, 5697, 6510, 7324, 8138]
+        );
+        assert_eq!(schedule.checkpoint_steps(), schedule.evals);
+    }
+
+    #[test]
+    fn without_checkpoint_every_eval_only_the_end_is_saved() {
+        let schedule = Schedule::new(50_000, 1000, 6144, 5000, false).unwrap();
+        assert_eq!(schedule.checkpoint_steps(), vec![8138]);
+        assert!(schedule.is_eval(814));
+        assert!(!schedule.is_checkpoint(814));
+    }
+
+    #[test]
+    fn other_suite_shapes() {
+        assert_eq!(
+            Schedule::new(50_000, 250, 6144, 5000, true)
+                .unwrap()
+                .total_steps,
+            2034
+        );
+        assert_eq!(
+            Schedule::new(50_000, 1000, 12288, 5000, true)
+                .unwrap()
+                .total_steps,
+            4069
+        );
+        assert_eq!(
+            Schedule::new(50_000, 5000, 6144, 5000, true)
+                .unwrap()
+                .total_steps,
+            40690
+        );
+    }
+
+    #[test]
+    fn a_run_shorter_than_a_batch_is_refused() {
+        assert!(Schedule::new(1, 100, 6144, 1, true).is_err());
+    }
+
+    #[test]
+    fn more_evals_than_steps_collapse() {
+        let schedule = Schedule::new(10, 3, 4, 1, true).unwrap();
+        assert_eq!(schedule.total_steps, 7);
+        assert_eq!(schedule.evals, vec![1, 2, 3, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn dataset_names_give_group_counts() {
+        let cases = [
+            ("gs://b/data/sudoku-extreme-1k-aug-1000", Some(1000)),
+            ("gs://b/data/sudoku-extreme-250-aug-1000", Some(250)),
+            ("gs://b/data/sudoku-extreme-5000-aug-1000/", Some(5000)),
+            ("/data/sudoku-extreme-1000-aug-1000", Some(1000)),
+            ("sudoku-extreme-100-aug-1000", Some(100)),
+            ("data/sudoku-extreme-2K-aug-10", Some(2000)),
+            ("data/maze-30x30-hard-1k", None),
+            ("data/sudoku-extreme-aug-1000", None),
+            ("data/sudoku-extreme-k-aug-1000", None),
+        ];
+        for (path, expected) in cases {
+            assert_eq!(total_groups(path), expected, "{path}");
+        }
+    }
+}
