@@ -176,7 +176,8 @@ pub async fn run_server(config: ServerConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
-    tracing::info!(address = %listener.local_addr()?, "podq server listening");
+    // On stdout, for scripts and tests that start the server on port 0.
+    println!("podq server listening on http://{}", listener.local_addr()?);
     podq_server::serve(state, listener, shutdown_on_signal()).await
 }
 

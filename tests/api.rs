@@ -1,0 +1,560 @@
+//! The user API against a real server process: submission and deduplication, bad input,
+//! tokens, idempotency, and durability across SIGKILL.
+
+mod common;
+
+use std::process::Command;
+
+use common::{experiments_dir, Server, ServerOptions, PODQ};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// Row counts of every table: "nothing changed" means this is equal before and after.
+async fn table_counts(server: &Server) -> Vec<(String, i64)> {
+    use sqlx::ConnectOptions;
+    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(server.db())
+        .read_only(true)
+        .connect()
+        .await
+        .expect("open the database");
+    let mut counts = Vec::new();
+    for table in [
+        "jobs",
+        "attempts",
+        "checkpoints",
+        "metric_points",
+        "events",
+        "pods",
+        "schedules",
+        "idempotency_keys",
+    ] {
+        let n: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+                .fetch_one(&mut conn)
+                .await
+                .expect("count");
+        counts.push((table.to_owned(), n));
+    }
+    counts
+}
+
+fn assert_error(status: u16, body: &Value, want_status: u16, want_code: &str) {
+    assert_eq!(
+        status, want_status,
+        "expected {want_status} {want_code}, got {status}: {body}"
+    );
+    assert_eq!(
+        body["error"]["code"], want_code,
+        "wrong error code in {body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.len() > 10,
+        "the error message should explain itself: {body}"
+    );
+}
+
+#[tokio::test]
+async fn submitting_the_whole_suite_runs_each_training_config_once() {
+    let server = Server::start().await;
+    let (status, answer) = server.post("/jobs", json!({"all": true})).await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(answer["created"].as_array().unwrap().len(), 54, "{answer}");
+    let linked = answer["linked"].as_array().unwrap();
+    assert_eq!(linked.len(), 13, "{answer}");
+    let linked_names: Vec<&str> = linked
+        .iter()
+        .map(|l| l["experiment"].as_str().unwrap())
+        .collect();
+    for name in ["exp02a_03", "exp10b", "exp06_f", "exp09e"] {
+        assert!(
+            linked_names.contains(&name),
+            "{name} should share a run: {linked_names:?}"
+        );
+    }
+    let baseline = linked.iter().find(|l| l["experiment"] == "exp09a").unwrap();
+    assert_eq!(baseline["same_as_experiment"], "exp01c");
+
+    // Again: nothing new, every experiment skipped with its reason.
+    let (status, again) = server.post("/jobs", json!({"all": true})).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["created"].as_array().unwrap().len(), 0);
+    assert_eq!(again["linked"].as_array().unwrap().len(), 0);
+    assert_eq!(again["skipped"].as_array().unwrap().len(), 67);
+    assert!(again["skipped"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("already has job"));
+
+    // A linked job mirrors its run and is never leased.
+    let linked_job = server.job_of("exp10b").await;
+    let run = server.job_of("exp01c").await;
+    assert_eq!(linked_job["same_as"], run["id"]);
+    assert_eq!(linked_job["state"], "queued");
+    assert_eq!(linked_job["checkpoint_dir"], run["checkpoint_dir"]);
+
+    // Forcing runs it again regardless.
+    let (status, forced) = server
+        .post("/jobs", json!({"experiments": ["exp10b"], "force": true}))
+        .await;
+    assert_eq!(status, 201, "{forced}");
+    assert_eq!(forced["created"][0]["experiment"], "exp10b");
+
+    // Groups count jobs per state; the status table reads for a person.
+    let (_, groups) = server.get("/groups").await;
+    let exp01 = groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "exp01-model-scaling")
+        .unwrap();
+    assert_eq!(exp01["jobs"]["queued"], 6);
+    let table = server
+        .client
+        .get(server.api("/status"))
+        .header("accept", "*/*")
+        .send()
+        .await
+        .unwrap();
+    assert!(table.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let table = table.text().await.unwrap();
+    assert!(table.contains("jobs: queued 68"), "{table}");
+    assert!(table.contains("queue:"), "{table}");
+    let (_, status_json) = server.get("/status").await;
+    assert_eq!(status_json["jobs"]["queued"], 68);
+}
+
+#[tokio::test]
+async fn dry_run_answers_and_stores_nothing() {
+    let server = Server::start().await;
+    let before = table_counts(&server).await;
+    let (status, answer) = server
+        .post(
+            "/jobs",
+            json!({"group": "exp06-batch-size", "dry_run": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["dry_run"], true);
+    assert_eq!(answer["created"].as_array().unwrap().len(), 5);
+    assert_eq!(answer["linked"][0]["experiment"], "exp06_f");
+    assert_eq!(table_counts(&server).await, before);
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_error_and_changes_nothing() {
+    let server = Server::start().await;
+    let (status, _) = server
+        .post("/jobs", json!({"group": "exp07-precision"}))
+        .await;
+    assert_eq!(status, 201);
+    let before = table_counts(&server).await;
+
+    let cases: Vec<(Method, &str, String, u16, &str)> = vec![
+        (
+            Method::POST,
+            "/jobs",
+            "{\"group\": ".into(),
+            400,
+            "malformed_json",
+        ),
+        (
+            Method::POST,
+            "/jobs",
+            json!({"group": "exp99-nothing"}).to_string(),
+            400,
+            "unknown_group",
+        ),
+        (
+            Method::POST,
+            "/jobs",
+            json!({"experiments": ["exp01a", "nope"]}).to_string(),
+            400,
+            "unknown_experiment",
+        ),
+        (
+            Method::POST,
+            "/jobs",
+            json!({"experiments": []}).to_string(),
+            400,
+            "empty_selection",
+        ),
+        (
+            Method::POST,
+            "/jobs",
+            json!({"group": "exp01-model-scaling", "priority": "high"}).to_string(),
+            400,
+            "invalid_body",
+        ),
+        (
+            Method::POST,
+            "/jobs",
+            json!({"group": "exp01-model-scaling", "all": true}).to_string(),
+            400,
+            "invalid_selection",
+        ),
+        (
+            Method::POST,
+            "/jobs",
+            json!({"grup": "exp01-model-scaling"}).to_string(),
+            400,
+            "invalid_body",
+        ),
+        (
+            Method::POST,
+            "/jobs",
+            format!("{{\"experiments\": [\"{}\"]}}", "x".repeat(5 * 1024 * 1024)),
+            413,
+            "body_too_large",
+        ),
+        (
+            Method::GET,
+            "/jobs/not-a-uuid",
+            String::new(),
+            400,
+            "invalid_id",
+        ),
+        (
+            Method::POST,
+            "/jobs/not-a-uuid/cancel",
+            String::new(),
+            400,
+            "invalid_id",
+        ),
+        (
+            Method::GET,
+            &format!("/jobs/{}", uuid::Uuid::new_v4()),
+            String::new(),
+            404,
+            "not_found",
+        ),
+        (
+            Method::GET,
+            "/jobs?state=sleeping",
+            String::new(),
+            400,
+            "invalid_query",
+        ),
+        (
+            Method::PATCH,
+            "/jobs/not-a-uuid",
+            json!({"priority": 3}).to_string(),
+            400,
+            "invalid_id",
+        ),
+    ]
+    .into_iter()
+    .map(|(m, p, b, s, c)| (m, Box::leak(p.to_owned().into_boxed_str()) as &str, b, s, c))
+    .collect();
+    for (method, path, body, want_status, want_code) in cases {
+        let (status, answer) = server.send(method.clone(), path, body, &[]).await;
+        assert_error(status, &answer, want_status, want_code);
+    }
+
+    // Cancelling a job that already ended is a conflict.
+    let job = server.job_of("exp07a").await;
+    let id = job["id"].as_str().unwrap();
+    let (status, _) = server.post(&format!("/jobs/{id}/cancel"), json!({})).await;
+    assert_eq!(status, 200);
+    let after_cancel = table_counts(&server).await;
+    let (status, answer) = server.post(&format!("/jobs/{id}/cancel"), json!({})).await;
+    assert_error(status, &answer, 409, "job_finished");
+    assert_eq!(table_counts(&server).await, after_cancel);
+    assert_ne!(before, after_cancel, "the cancel itself is a change");
+
+    // YAML sent to validate: bombs and deep nesting are refused before they cost anything.
+    let mut bomb = String::from("a: &a [\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\"]\n");
+    let mut prev = 'a';
+    for name in 'b'..='k' {
+        let refs = vec![format!("*{prev}"); 9].join(",");
+        bomb.push_str(&format!("{name}: &{name} [{refs}]\n"));
+        prev = name;
+    }
+    let (status, answer) = server
+        .send(Method::POST, "/experiments/validate", bomb, &[])
+        .await;
+    assert_error(status, &answer, 400, "invalid_yaml");
+    let deep = format!("a: {}1{}\n", "[".repeat(1000), "]".repeat(1000));
+    let (status, answer) = server
+        .send(Method::POST, "/experiments/validate", deep, &[])
+        .await;
+    assert_error(status, &answer, 400, "invalid_yaml");
+    let (status, answer) = server
+        .send(
+            Method::POST,
+            "/experiments/validate",
+            "x".repeat(300 * 1024),
+            &[],
+        )
+        .await;
+    assert_error(status, &answer, 413, "body_too_large");
+    assert_eq!(table_counts(&server).await, after_cancel);
+}
+
+#[tokio::test]
+async fn validate_resolves_a_document_against_the_catalog() {
+    let server = Server::start().await;
+    let doc = "defaults:\n  - /baseline\n  - override /arch: hidden256_heads4\n  - _self_\nrun_name: mine\nlr: 0.0002\n";
+    let (status, answer) = server
+        .send(Method::POST, "/experiments/validate", doc.into(), &[])
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["valid"], true);
+    assert_eq!(answer["config"]["arch"]["hidden_size"], 256);
+    assert_eq!(answer["config"]["lr"], 0.0002);
+
+    let broken = "defaults:\n  - /baseline\n  - _self_\nglobal_batch_size: 1000\nlr: fast\n";
+    let (status, answer) = server
+        .send(Method::POST, "/experiments/validate", broken.into(), &[])
+        .await;
+    assert_error(status, &answer, 422, "invalid_config");
+    let findings = answer["error"]["details"]["findings"].as_array().unwrap();
+    let codes: Vec<&str> = findings
+        .iter()
+        .map(|f| f["code"].as_str().unwrap())
+        .collect();
+    assert!(codes.contains(&"batch_not_divisible"), "{codes:?}");
+    assert!(codes.contains(&"invalid_value"), "{codes:?}");
+    let lr = findings.iter().find(|f| f["key"] == "lr").unwrap();
+    assert_eq!(lr["line"], 5, "the finding points at the line: {lr}");
+
+    let unknown_arch = "defaults:\n  - /baseline\n  - override /arch: hidden9999\n  - _self_\n";
+    let (status, answer) = server
+        .send(
+            Method::POST,
+            "/experiments/validate",
+            unknown_arch.into(),
+            &[],
+        )
+        .await;
+    assert_error(status, &answer, 422, "invalid_config");
+    assert!(answer.to_string().contains("unknown_option"), "{answer}");
+}
+
+#[tokio::test]
+async fn idempotency_key_returns_the_first_answer() {
+    let server = Server::start().await;
+    let body = json!({"group": "exp08-ema"}).to_string();
+    let headers = [("idempotency-key", "submit-ema-1")];
+    let (status, first) = server
+        .send(Method::POST, "/jobs", body.clone(), &headers)
+        .await;
+    assert_eq!(status, 201, "{first}");
+    let (status, second) = server.send(Method::POST, "/jobs", body, &headers).await;
+    assert!(status == 201 || status == 200, "{second}");
+    assert_eq!(first, second, "a retried request gets the first answer");
+    assert_eq!(server.jobs().await.len(), 5);
+    let (status, other) = server
+        .send(
+            Method::POST,
+            "/jobs",
+            json!({"group": "exp09-optimizer"}).to_string(),
+            &headers,
+        )
+        .await;
+    assert_error(status, &other, 422, "idempotency_key_reused");
+    assert_eq!(server.jobs().await.len(), 5);
+}
+
+#[tokio::test]
+async fn cancel_requeue_and_priority() {
+    let server = Server::start().await;
+    server
+        .post("/jobs", json!({"group": "exp07-precision"}))
+        .await;
+    let id = server.job_of("exp07c").await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, patched) = server
+        .send(
+            Method::PATCH,
+            &format!("/jobs/{id}"),
+            json!({"priority": 7}).to_string(),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!(patched["priority"], 7);
+    let (_, cancelled) = server.post(&format!("/jobs/{id}/cancel"), json!({})).await;
+    assert_eq!(cancelled["state"], "cancelled");
+    let (status, requeued) = server.post(&format!("/jobs/{id}/requeue"), json!({})).await;
+    assert_eq!(status, 200, "{requeued}");
+    assert_eq!(requeued["state"], "queued");
+    let (status, answer) = server.post(&format!("/jobs/{id}/requeue"), json!({})).await;
+    assert_error(status, &answer, 409, "job_active");
+    let (_, events) = server.get(&format!("/jobs/{id}/events")).await;
+    let kinds: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["submitted", "priority", "cancelled", "requeued"]);
+}
+
+#[tokio::test]
+async fn tokens_guard_state_changes() {
+    let options = ServerOptions {
+        env: vec![
+            ("PODQ_ADMIN_TOKEN".into(), "admin-secret".into()),
+            ("PODQ_WORKER_TOKEN".into(), "worker-secret".into()),
+        ],
+        ..ServerOptions::default()
+    };
+    let server = Server::start_with(options).await;
+    let body = json!({"group": "exp07-precision"}).to_string();
+    let (status, answer) = server.send(Method::POST, "/jobs", body.clone(), &[]).await;
+    assert_error(status, &answer, 401, "unauthorized");
+    let (status, answer) = server
+        .send(
+            Method::POST,
+            "/jobs",
+            body.clone(),
+            &[("authorization", "Bearer wrong")],
+        )
+        .await;
+    assert_error(status, &answer, 403, "forbidden");
+    let (status, answer) = server
+        .send(
+            Method::POST,
+            "/jobs",
+            body.clone(),
+            &[("authorization", "Bearer worker-secret")],
+        )
+        .await;
+    assert_error(status, &answer, 403, "forbidden");
+    let (status, answer) = server
+        .send(Method::POST, "/pods/p1/lease", json!({"accelerator": "v4-64", "hosts": 1, "state": "READY", "health": "HEALTHY", "wait_s": 0}).to_string(), &[("authorization", "Bearer admin-secret")])
+        .await;
+    assert_error(status, &answer, 403, "forbidden");
+    assert!(
+        server.jobs().await.is_empty(),
+        "reads stay open, and nothing was submitted"
+    );
+    let (status, _) = server
+        .send(
+            Method::POST,
+            "/jobs",
+            body,
+            &[("authorization", "Bearer admin-secret")],
+        )
+        .await;
+    assert_eq!(status, 201);
+    let log = std::fs::read_to_string(server.dir.path().join("server.log")).unwrap();
+    assert!(!log.contains("admin-secret"), "tokens never reach the log");
+}
+
+#[test]
+fn refuses_a_public_address_without_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(PODQ)
+        .args(["server", "--listen", "0.0.0.0:0", "--db"])
+        .arg(dir.path().join("podq.db"))
+        .arg("--experiments")
+        .arg(experiments_dir())
+        .env_remove("PODQ_ADMIN_TOKEN")
+        .env_remove("PODQ_WORKER_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("without tokens"), "{stderr}");
+}
+
+#[test]
+fn refuses_to_start_on_a_catalog_with_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(PODQ)
+        .args(["server", "--listen", "127.0.0.1:0", "--db"])
+        .arg(dir.path().join("podq.db"))
+        .arg("--experiments")
+        .arg(experiments_dir().join("../../shared/reference/kellen-configs"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("the experiment catalog") && stderr.contains("`arch`"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn acknowledged_submissions_survive_sigkill() {
+    let mut server = Server::start().await;
+    let mut acknowledged = Vec::new();
+    for group in [
+        "exp01-model-scaling",
+        "exp05-supervision-steps",
+        "exp08-ema",
+    ] {
+        let (status, answer) = server.post("/jobs", json!({"group": group})).await;
+        assert_eq!(status, 201, "{answer}");
+        for job in answer["created"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(answer["linked"].as_array().unwrap())
+        {
+            acknowledged.push(job["job_id"].as_str().unwrap().to_owned());
+        }
+    }
+    server.restart();
+    let jobs = server.jobs().await;
+    for id in &acknowledged {
+        assert!(
+            jobs.iter().any(|j| j["id"] == id.as_str()),
+            "acknowledged job {id} lost in the crash"
+        );
+    }
+    assert_eq!(jobs.len(), acknowledged.len());
+}
+
+#[test]
+fn validate_cli_reports_both_layouts() {
+    let ours = Command::new(PODQ)
+        .args(["validate", "--experiments"])
+        .arg(experiments_dir())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&ours.stdout);
+    assert!(ours.status.success(), "{text}");
+    assert!(
+        text.contains("67 experiments in 14 groups, 54 distinct training configs"),
+        "{text}"
+    );
+    assert!(text.contains("0 errors"), "{text}");
+
+    let original = experiments_dir().join("../../shared/reference/kellen-configs");
+    let theirs = Command::new(PODQ)
+        .args(["validate", "--experiments"])
+        .arg(&original)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&theirs.stdout);
+    assert!(
+        !theirs.status.success(),
+        "the original layout has errors: {text}"
+    );
+    assert!(
+        text.contains("the trainer requires the key `arch`"),
+        "{text}"
+    );
+    assert!(text.contains("exp01c exp02a_03 exp02b_03 exp03b exp04b_1000 exp05_d exp06_c exp07b exp08d exp09a exp09b exp10b"), "{text}");
+    assert!(text.contains("exp06_e exp06_f"), "{text}");
+    assert!(text.contains("exp09c exp09e"), "{text}");
+    for flaw in [
+        "unread_keys",
+        "same_trained_run",
+        "checkpoint_path_outside_group",
+        "dataset_alias",
+    ] {
+        assert!(text.contains(flaw), "the report names {flaw}: {text}");
+    }
+    assert!(text.contains("exp10-position-encodings"), "{text}");
+}

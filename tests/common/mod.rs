@@ -1,0 +1,356 @@
+//! Test harness: the real `podq` binary as server and worker processes, on port 0, with a
+//! temporary SQLite file, driven over HTTP.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const PODQ: &str = env!("CARGO_BIN_EXE_podq");
+
+pub fn experiments_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")
+}
+
+/// Polls `check` until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A child process killed (SIGKILL) when dropped.
+pub struct Process {
+    pub child: Child,
+    pub name: String,
+}
+
+impl Process {
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Settings a test may change before starting the server.
+#[derive(Clone)]
+pub struct ServerOptions {
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            args: vec![
+                "--lease-ttl-s".into(),
+                "5".into(),
+                "--heartbeat-s".into(),
+                "1".into(),
+                "--backoff-s".into(),
+                "1".into(),
+                "--backoff-cap-s".into(),
+                "4".into(),
+            ],
+            env: Vec::new(),
+        }
+    }
+}
+
+/// A podq server process with its own database in a temporary directory.
+pub struct Server {
+    pub dir: tempfile::TempDir,
+    pub url: String,
+    pub process: Option<Process>,
+    pub client: reqwest::Client,
+    options: ServerOptions,
+    port: u16,
+}
+
+impl Server {
+    pub async fn start() -> Server {
+        Self::start_with(ServerOptions::default()).await
+    }
+
+    pub async fn start_with(options: ServerOptions) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (process, url) = spawn_server(dir.path(), 0, &options);
+        let port = url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port");
+        Server {
+            dir,
+            url,
+            process: Some(process),
+            client: reqwest::Client::new(),
+            options,
+            port,
+        }
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("podq.db")
+    }
+
+    /// SIGKILL: no shutdown, no flush, as a crash.
+    pub fn crash(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill();
+        }
+    }
+
+    /// Starts the server again on the same port and database.
+    pub fn restart(&mut self) {
+        self.crash();
+        let (process, url) = spawn_server(self.dir.path(), self.port, &self.options);
+        assert_eq!(url, self.url);
+        self.process = Some(process);
+        // Pooled connections died with the old process.
+        self.client = reqwest::Client::new();
+    }
+
+    pub fn api(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.url)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .client
+            .get(self.api(path))
+            .header("accept", "application/json")
+            .send()
+            .await
+            .expect("GET");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::POST, path, body.to_string(), &[])
+            .await
+    }
+
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: String,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let mut request = self.client.request(method, self.api(path)).body(body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn jobs(&self) -> Vec<Value> {
+        let (status, body) = self.get("/jobs?limit=1000").await;
+        assert_eq!(status, 200, "{body}");
+        body["jobs"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub async fn job(&self, id: &str) -> Value {
+        let (status, body) = self.get(&format!("/jobs/{id}")).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    pub async fn job_of(&self, experiment: &str) -> Value {
+        self.jobs()
+            .await
+            .into_iter()
+            .find(|j| j["experiment"] == experiment)
+            .unwrap_or_else(|| panic!("no job for {experiment}"))
+    }
+
+    /// Waits until the job's state is `state`, returning its detail.
+    pub async fn wait_state(&self, id: &str, state: &str, timeout: Duration) -> Value {
+        eventually(timeout, &format!("job {id} to be {state}"), || async {
+            let job = self.job(id).await;
+            (job["state"] == state).then_some(job)
+        })
+        .await
+    }
+
+    /// A worker process on a simulated pod under this server's temp dir.
+    pub fn worker(&self, pod: &str, hosts: u32, extra: &[&str]) -> Worker {
+        let root = self.dir.path().join(format!("pod-{pod}"));
+        let mut args: Vec<String> = vec![
+            "worker".into(),
+            "--server".into(),
+            self.url.clone(),
+            "--pod".into(),
+            pod.into(),
+            "--hosts".into(),
+            hosts.to_string(),
+            "--pod-root".into(),
+            root.display().to_string(),
+            "--status-poll-s".into(),
+            "0.2".into(),
+            "--metrics-flush-s".into(),
+            "0.3".into(),
+            "--checkpoint-scan-s".into(),
+            "0.3".into(),
+            "--stop-grace-s".into(),
+            "3".into(),
+            "--recovery-delay-s".into(),
+            "0.5".into(),
+            "--lease-wait-s".into(),
+            "2".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let log =
+            std::fs::File::create(self.dir.path().join(format!("worker-{pod}.log"))).expect("log");
+        let child = Command::new(PODQ)
+            .args(&args)
+            .env("PODQ_LOG", "info,podq_worker=debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start the worker");
+        Worker {
+            process: Process {
+                child,
+                name: format!("worker {pod}"),
+            },
+            root,
+            log: self.dir.path().join(format!("worker-{pod}.log")),
+        }
+    }
+}
+
+pub struct Worker {
+    pub process: Process,
+    pub root: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Worker {
+    /// Drops a control file for the local pod driver (`preempt`, `kill-host-3`, ...).
+    pub fn control(&self, name: &str) {
+        std::fs::write(self.root.join("control").join(name), b"").expect("control file");
+    }
+
+    pub fn host_dir(&self, host: u32) -> PathBuf {
+        self.root.join("hosts").join(format!("host-{host}"))
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn spawn_server(dir: &Path, port: u16, options: &ServerOptions) -> (Process, String) {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("server.log"))
+        .expect("server log");
+    let mut child = Command::new(PODQ)
+        .arg("server")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--db")
+        .arg(dir.join("podq.db"))
+        .arg("--experiments")
+        .arg(experiments_dir())
+        .arg("--bucket")
+        .arg(format!("file://{}", dir.join("bucket").display()))
+        .args(&options.args)
+        .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("start the server");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("podq server listening on ") {
+                let _ = tx.send(url.to_owned());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| {
+            panic!(
+                "the server did not start; its log: {}",
+                std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+            )
+        });
+    (
+        Process {
+            child,
+            name: "server".into(),
+        },
+        url,
+    )
+}
+
+/// Whether a process with this pid is still alive (and not a zombie).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// Pids of every process whose command line mentions `needle`.
+pub fn pids_matching(needle: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(needle) && alive(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
