@@ -245,6 +245,7 @@ pub struct JobDetail {
     pub checkpoints: Vec<Checkpoint>,
     /// The newest value of every metric series.
     pub latest_metrics: BTreeMap<String, MetricValue>,
+    pub goodput: Goodput,
 }
 
 /// `PATCH /api/v1/jobs/{id}`.
@@ -278,4 +279,34 @@ pub struct MetricSeries {
 pub struct JobMetrics {
     pub job_id: Uuid,
     pub series: Vec<MetricSeries>,
+}
+
+/// Where pod time went, in pod-seconds. `kept_s` produced progress that a committed
+/// checkpoint (or the end of the run) kept; `lost_s` was trained after the last committed
+/// checkpoint of an interrupted attempt and must be trained again; `overhead_s` is
+/// preparing the hosts and start-up until the first step.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Goodput {
+    pub kept_s: f64,
+    pub lost_s: f64,
+    pub overhead_s: f64,
+    /// Steps kept, each counted once however often it was trained.
+    pub kept_steps: i64,
+    /// kept / (kept + lost + overhead); null before any pod time was spent.
+    pub ratio: Option<f64>,
+}
+
+impl Goodput {
+    pub fn add(&mut self, other: &Goodput) {
+        self.kept_s += other.kept_s;
+        self.lost_s += other.lost_s;
+        self.overhead_s += other.overhead_s;
+        self.kept_steps += other.kept_steps;
+        self.finish();
+    }
+
+    pub fn finish(&mut self) {
+        let total = self.kept_s + self.lost_s + self.overhead_s;
+        self.ratio = (total > 0.0).then(|| self.kept_s / total);
+    }
 }

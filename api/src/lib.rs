@@ -8,6 +8,7 @@ pub mod error;
 pub mod jobs;
 pub mod pods;
 pub mod status;
+pub mod trainer;
 pub mod worker;
 
 pub use catalog::*;

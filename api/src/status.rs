@@ -18,6 +18,8 @@ pub struct Status {
     pub queue_hours: f64,
     /// When the queue would drain on one pod at the estimated rates.
     pub queue_eta: Option<DateTime<Utc>>,
+    /// Pod time of every run so far.
+    pub goodput: crate::Goodput,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -41,7 +41,7 @@ pub struct Composed {
 const MAX_INCLUDE_DEPTH: usize = 16;
 
 enum Entry {
-    SelfEntry,
+    Own,
     Config {
         name: String,
         absolute: bool,
@@ -142,7 +142,7 @@ impl<'a> Composer<'a> {
         })?;
         let mut body = source.value.clone();
         let defaults = body.remove("defaults");
-        let entries = parse_defaults(&source, defaults)?;
+        let entries = parse_defaults(source, defaults)?;
         stack.push(rel_path.to_path_buf());
 
         // Overrides are registered before anything is composed, so they reach every nested
@@ -167,11 +167,11 @@ impl<'a> Composer<'a> {
         }
 
         let mut result = Map::new();
-        let has_self = entries.iter().any(|e| matches!(e.entry, Entry::SelfEntry));
+        let has_self = entries.iter().any(|e| matches!(e.entry, Entry::Own));
         let mut own_merged = false;
         for parsed in &entries {
             match &parsed.entry {
-                Entry::SelfEntry => {
+                Entry::Own => {
                     merge_own(&mut result, &body, &file_name, package, provenance);
                     own_merged = true;
                 }
@@ -319,7 +319,7 @@ fn parse_defaults(
     for (index, item) in list.into_iter().enumerate() {
         match item {
             Value::String(s) if s == "_self_" => entries.push(ParsedEntry {
-                entry: Entry::SelfEntry,
+                entry: Entry::Own,
                 line: line_of(&source.text, "_self_"),
                 index,
             }),

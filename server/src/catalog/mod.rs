@@ -519,7 +519,7 @@ fn resolve(files: &mut SourceFiles, c: Candidate, options: &CatalogOptions) -> E
         }
     } else {
         for key in schema::IDENTITY_KEYS.iter().filter(|k| **k != "run_name") {
-            if config.contains_key(*key) && provenance.get(*key).is_some() {
+            if config.contains_key(*key) && provenance.contains_key(*key) {
                 file_findings.push((
                     "identity_key_ignored",
                     key,

@@ -20,7 +20,7 @@ use super::extract::{BodyDigest, IdempotencyKey, JsonBody, PathUuid, QueryParams
 use crate::scheduler::{control, submit};
 use crate::store::idempotency::{self, StoredAnswer};
 use crate::store::jobs::{self as store_jobs, JobFilter};
-use crate::store::{metrics, JobRow};
+use crate::store::{goodput, metrics, JobRow};
 use crate::AppState;
 
 pub fn read_routes() -> Router<AppState> {
@@ -186,11 +186,16 @@ async fn detail(
         .map(Checkpoint::from)
         .collect();
     let latest_metrics = store_jobs::latest_metrics(db, &run_id).await?;
+    let goodput = goodput::by_run(db, Some(&run_id))
+        .await?
+        .remove(&run_id)
+        .unwrap_or_default();
     Ok(Json(JobDetail {
         job: row.into_api()?,
         attempts,
         checkpoints,
         latest_metrics,
+        goodput,
     }))
 }
 

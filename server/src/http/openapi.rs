@@ -11,9 +11,39 @@ pub fn routes() -> Router<AppState> {
     Router::new().route("/openapi.json", get(|| async { Json(document()) }))
 }
 
-/// (method, path, summary, request body type, response type, auth)
-const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
-    (
+/// One documented operation.
+struct Operation {
+    method: &'static str,
+    path: &'static str,
+    summary: &'static str,
+    /// The request body's wire type (`text/yaml` for a YAML document).
+    body: Option<&'static str>,
+    /// The answer's wire type; empty for no content.
+    response: &'static str,
+    /// `admin`, `worker` or `none`.
+    auth: &'static str,
+}
+
+const fn op(
+    method: &'static str,
+    path: &'static str,
+    summary: &'static str,
+    body: Option<&'static str>,
+    response: &'static str,
+    auth: &'static str,
+) -> Operation {
+    Operation {
+        method,
+        path,
+        summary,
+        body,
+        response,
+        auth,
+    }
+}
+
+const OPERATIONS: &[Operation] = &[
+    op(
         "get",
         "/experiments",
         "The catalog, with findings per experiment",
@@ -21,7 +51,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "ExperimentSummary[]",
         "none",
     ),
-    (
+    op(
         "get",
         "/experiments/{name}",
         "One experiment with its resolved config",
@@ -29,7 +59,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "ExperimentDetail",
         "none",
     ),
-    (
+    op(
         "post",
         "/experiments/validate",
         "Dry-run a YAML experiment document (body: YAML text); stores nothing",
@@ -37,7 +67,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "ValidateResponse",
         "none",
     ),
-    (
+    op(
         "get",
         "/groups",
         "Groups with job counts per state",
@@ -45,7 +75,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "GroupSummary[]",
         "none",
     ),
-    (
+    op(
         "post",
         "/jobs",
         "Submit a group, a list of experiments or all (Idempotency-Key honoured)",
@@ -53,7 +83,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "SubmitResponse",
         "admin",
     ),
-    (
+    op(
         "get",
         "/jobs",
         "Jobs, filtered by state, group, experiment; paged by limit/offset",
@@ -61,7 +91,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "JobList",
         "none",
     ),
-    (
+    op(
         "get",
         "/jobs/{id}",
         "A job with attempts, checkpoints and latest metric values",
@@ -69,7 +99,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "JobDetail",
         "none",
     ),
-    (
+    op(
         "patch",
         "/jobs/{id}",
         "Change a job's priority",
@@ -77,7 +107,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "Job",
         "admin",
     ),
-    (
+    op(
         "post",
         "/jobs/{id}/cancel",
         "Cancel a job; a running one is stopped on its pod",
@@ -85,7 +115,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "Job",
         "admin",
     ),
-    (
+    op(
         "post",
         "/jobs/{id}/requeue",
         "Requeue a failed, cancelled or held job",
@@ -93,7 +123,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "Job",
         "admin",
     ),
-    (
+    op(
         "get",
         "/jobs/{id}/events",
         "The job's timeline",
@@ -101,7 +131,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "Event[]",
         "none",
     ),
-    (
+    op(
         "get",
         "/jobs/{id}/checkpoints",
         "Checkpoints seen in the store",
@@ -109,7 +139,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "Checkpoint[]",
         "none",
     ),
-    (
+    op(
         "get",
         "/jobs/{id}/metrics",
         "Metric series, downsampled (names=a,b&max_points=N)",
@@ -117,7 +147,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "JobMetrics",
         "none",
     ),
-    (
+    op(
         "get",
         "/status",
         "Summary: JSON with Accept: application/json, else a text table",
@@ -125,7 +155,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "Status",
         "none",
     ),
-    (
+    op(
         "get",
         "/pods",
         "Pods and what they hold",
@@ -133,8 +163,8 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "Pod[]",
         "none",
     ),
-    ("get", "/pods/{name}", "One pod", None, "Pod", "none"),
-    (
+    op("get", "/pods/{name}", "One pod", None, "Pod", "none"),
+    op(
         "post",
         "/pods/{name}/lease",
         "Worker: long-poll for a lease (204 when nothing is leasable)",
@@ -142,7 +172,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "Lease",
         "worker",
     ),
-    (
+    op(
         "post",
         "/pods/{name}/report",
         "Worker: pod state, health, preflight, recovery",
@@ -150,7 +180,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "",
         "worker",
     ),
-    (
+    op(
         "post",
         "/leases/{id}/heartbeat",
         "Worker: extend the lease; answers cancel",
@@ -158,7 +188,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "HeartbeatResponse",
         "worker",
     ),
-    (
+    op(
         "post",
         "/leases/{id}/metrics",
         "Worker: a batch of metric points",
@@ -166,7 +196,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "MetricsAck",
         "worker",
     ),
-    (
+    op(
         "post",
         "/leases/{id}/checkpoints",
         "Worker: checkpoints found in the store",
@@ -174,7 +204,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "",
         "worker",
     ),
-    (
+    op(
         "post",
         "/leases/{id}/events",
         "Worker: observations for the job's timeline",
@@ -182,7 +212,7 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "",
         "worker",
     ),
-    (
+    op(
         "post",
         "/leases/{id}/finish",
         "Worker: end the attempt with its outcome",
@@ -190,12 +220,20 @@ const OPERATIONS: &[(&str, &str, &str, Option<&str>, &str, &str)] = &[
         "FinishResponse",
         "worker",
     ),
-    ("get", "/openapi.json", "This document", None, "", "none"),
+    op("get", "/openapi.json", "This document", None, "", "none"),
 ];
 
 pub fn document() -> Value {
     let mut paths = serde_json::Map::new();
-    for (method, path, summary, body, response, auth) in OPERATIONS {
+    for Operation {
+        method,
+        path,
+        summary,
+        body,
+        response,
+        auth,
+    } in OPERATIONS
+    {
         let entry = paths
             .entry(format!("{}{path}", podq_api::API_PREFIX))
             .or_insert_with(|| json!({}));

@@ -135,7 +135,12 @@ pub async fn build_status(state: &AppState) -> Result<Status, ApiError> {
         .sum();
     let queue_eta = (queue_hours > 0.0)
         .then(|| Utc::now() + chrono::Duration::seconds((queue_hours * 3600.0) as i64));
+    let mut goodput = podq_api::Goodput::default();
+    for run in crate::store::goodput::by_run(db, None).await?.values() {
+        goodput.add(run);
+    }
     Ok(Status {
+        goodput,
         now: Utc::now(),
         jobs,
         running,
@@ -198,8 +203,8 @@ fn render_table(s: &Status) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:<22} {:<9} {:>5} {:<28} {}",
-        "POD", "TYPE", "HOSTS", "STATE", "LAST SEEN"
+        "{:<22} {:<9} {:>5} {:<28} LAST SEEN",
+        "POD", "TYPE", "HOSTS", "STATE"
     );
     if s.pods.is_empty() {
         let _ = writeln!(out, "  (no worker has registered)");
@@ -232,6 +237,17 @@ fn render_table(s: &Status) -> String {
         "queue: {runs} queued, {:.0} pod-hours left{eta}",
         s.queue_hours
     );
+    let g = &s.goodput;
+    if let Some(ratio) = g.ratio {
+        let _ = writeln!(
+            out,
+            "goodput: {:.0}% of pod time kept ({:.2} h kept, {:.2} h lost to interruptions, {:.2} h overhead)",
+            100.0 * ratio,
+            g.kept_s / 3600.0,
+            g.lost_s / 3600.0,
+            g.overhead_s / 3600.0
+        );
+    }
     out
 }
 

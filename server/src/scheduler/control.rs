@@ -60,12 +60,14 @@ pub async fn requeue(conn: &mut SqliteConnection, id: &str) -> Result<JobRow, Ap
     let state = job.state()?;
     match state {
         JobState::Failed | JobState::Cancelled | JobState::Held => {}
-        JobState::Succeeded => return Err(ApiError::conflict(
-            "job_succeeded",
-            format!(
+        JobState::Succeeded => {
+            return Err(ApiError::conflict(
+                "job_succeeded",
+                format!(
                 "job {id} succeeded; to train it again submit its experiment with \"force\": true"
             ),
-        )),
+            ))
+        }
         _ => {
             return Err(ApiError::conflict(
                 "job_active",

@@ -649,6 +649,19 @@ pub async fn finish(
     end_lease(state, lease_id, req).await
 }
 
+/// The job a live lease belongs to, as the finish needs it.
+#[derive(sqlx::FromRow)]
+struct LeaseHolder {
+    id: String,
+    attempts: i64,
+    failures: i64,
+    max_failures: i64,
+    stalled_attempts: i64,
+    cancel_requested: bool,
+    resume_step: Option<i64>,
+    lease_pod: Option<String>,
+}
+
 async fn end_lease(
     state: &AppState,
     lease_id: Uuid,
@@ -661,15 +674,23 @@ async fn end_lease(
         .write(move |conn| {
             async move {
                 let lease = lease_id.to_string();
-                let row: Option<(String, i64, i64, i64, i64, bool, Option<i64>, Option<String>)> = sqlx::query_as(
+                let row: Option<LeaseHolder> = sqlx::query_as(
                     "SELECT id, attempts, failures, max_failures, stalled_attempts, cancel_requested, \
                      resume_step, lease_pod FROM jobs WHERE lease_id = ?",
                 )
                 .bind(&lease)
                 .fetch_optional(&mut *conn)
                 .await?;
-                let Some((job_id, attempt, failures, max_failures, stalled, cancel_requested, resume_step, pod)) =
-                    row
+                let Some(LeaseHolder {
+                    id: job_id,
+                    attempts: attempt,
+                    failures,
+                    max_failures,
+                    stalled_attempts: stalled,
+                    cancel_requested,
+                    resume_step,
+                    lease_pod: pod,
+                }) = row
                 else {
                     return already_finished(conn, lease_id, req.outcome).await;
                 };
@@ -716,11 +737,13 @@ async fn end_lease(
                     log_tail = log_tail.split_off(cut);
                 }
                 sqlx::query(
-                    "UPDATE attempts SET ended_at = ?, outcome = ?, end_step = COALESCE(end_step, ?), \
-                     exit_codes_json = ?, log_tail = ?, message = ? WHERE lease_id = ?",
+                    "UPDATE attempts SET ended_at = ?, outcome = ?, start_step = COALESCE(?, start_step), \
+                     end_step = COALESCE(end_step, ?), exit_codes_json = ?, log_tail = ?, message = ? \
+                     WHERE lease_id = ?",
                 )
                 .bind(now)
                 .bind(req.outcome.as_str())
+                .bind(req.start_step)
                 .bind(req.end_step)
                 .bind(serde_json::to_string(&req.exit_codes).unwrap_or_default())
                 .bind(&log_tail)

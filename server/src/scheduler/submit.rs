@@ -161,6 +161,8 @@ pub async fn submit(
                     checkpoint_dir: &e.checkpoint_dir,
                     max_failures,
                     same_as: same_as.as_deref(),
+                    total_steps: podq_api::trainer::total_steps_of_config(&e.config)
+                        .and_then(|s| i64::try_from(s).ok()),
                 },
             )
             .await?;

@@ -100,6 +100,7 @@ pub struct NewJob<'a> {
     pub checkpoint_dir: &'a str,
     pub max_failures: i64,
     pub same_as: Option<&'a str>,
+    pub total_steps: Option<i64>,
 }
 
 pub async fn insert_job(conn: &mut SqliteConnection, job: NewJob<'_>) -> Result<(), StoreError> {
@@ -107,8 +108,8 @@ pub async fn insert_job(conn: &mut SqliteConnection, job: NewJob<'_>) -> Result<
     sqlx::query(
         "INSERT INTO jobs (id, seq, experiment, group_name, state, priority, accelerator, \
          config_json, config_sha256, est_hours, checkpoint_dir, max_failures, same_as, \
-         submitted_at, updated_at) \
-         VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         total_steps, submitted_at, updated_at) \
+         VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(job.id)
     .bind(job.experiment)
@@ -121,6 +122,7 @@ pub async fn insert_job(conn: &mut SqliteConnection, job: NewJob<'_>) -> Result<
     .bind(job.checkpoint_dir)
     .bind(job.max_failures)
     .bind(job.same_as)
+    .bind(job.total_steps)
     .bind(now)
     .bind(now)
     .execute(&mut *conn)

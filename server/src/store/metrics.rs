@@ -5,6 +5,15 @@ use sqlx::SqlitePool;
 
 use super::StoreError;
 
+#[derive(sqlx::FromRow)]
+struct SeriesExtent {
+    id: i64,
+    name: String,
+    total: i64,
+    first: Option<i64>,
+    last: Option<i64>,
+}
+
 /// Each series of the job (or only `names`), cut to at most `max_points` by averaging equal
 /// step ranges. A series with fewer points comes back whole.
 pub async fn downsampled(
@@ -13,15 +22,22 @@ pub async fn downsampled(
     names: Option<&[String]>,
     max_points: i64,
 ) -> Result<Vec<MetricSeries>, StoreError> {
-    let series: Vec<(i64, String, i64, Option<i64>, Option<i64>)> = sqlx::query_as(
-        "SELECT s.id, s.name, COUNT(p.step), MIN(p.step), MAX(p.step) FROM metric_series s \
+    let series: Vec<SeriesExtent> = sqlx::query_as(
+        "SELECT s.id AS id, s.name AS name, COUNT(p.step) AS total, MIN(p.step) AS first, MAX(p.step) AS last FROM metric_series s \
          LEFT JOIN metric_points p ON p.series_id = s.id WHERE s.job_id = ? GROUP BY s.id ORDER BY s.name",
     )
     .bind(job_id)
     .fetch_all(db)
     .await?;
     let mut out = Vec::new();
-    for (id, name, total, first, last) in series {
+    for SeriesExtent {
+        id,
+        name,
+        total,
+        first,
+        last,
+    } in series
+    {
         if names.is_some_and(|wanted| !wanted.contains(&name)) {
             continue;
         }

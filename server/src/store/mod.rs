@@ -7,6 +7,7 @@
 //! one fsync: that is what lets the lease cycle reach thousands per second on SQLite.
 
 pub mod catalog;
+pub mod goodput;
 pub mod idempotency;
 pub mod jobs;
 pub mod metrics;
@@ -47,11 +48,13 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+type RunOp = Box<dyn for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, bool> + Send>;
+
 /// One queued write: `run` does the work and says whether it succeeded; `finish` is called
 /// exactly once, after the transaction's fate is known (or without `run`, if the transaction
 /// could not start), and answers the caller.
 struct WriteOp {
-    run: Box<dyn for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, bool> + Send>,
+    run: RunOp,
     finish: Box<dyn FnOnce(Result<(), String>) + Send>,
 }
 

@@ -3,29 +3,10 @@
 
 use crate::sim_trainer::config::TrainConfig;
 
-/// Every Sudoku dataset in the suite has one example per puzzle group.
-const MEAN_PUZZLE_EXAMPLES: u64 = 1;
 /// The trainer logs metrics, and the hosts synchronise, every this many steps.
 const LOG_INTERVAL: u64 = 10;
 
-const DATASET_PREFIX: &str = "sudoku-extreme-";
-
-/// The number of puzzle groups of a dataset, read from its name the way the study names
-/// them: `sudoku-extreme-1k-aug-1000` has 1000, `sudoku-extreme-250-aug-1000` has 250. The
-/// real trainer reads it from the dataset's metadata, which the sim does not have.
-pub fn total_groups(data_path: &str) -> Option<u64> {
-    let name = data_path.trim_end_matches('/').rsplit('/').next()?;
-    let rest = name.strip_prefix(DATASET_PREFIX)?;
-    let count = rest.split(['-', '_']).next()?;
-    let (digits, scale) = match count.strip_suffix(['k', 'K']) {
-        Some(digits) => (digits, 1000),
-        None => (count, 1),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<u64>().ok()?.checked_mul(scale)
-}
+pub use podq_api::trainer::total_groups;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
@@ -43,10 +24,8 @@ impl Schedule {
         eval_interval: u64,
         checkpoint_every_eval: bool,
     ) -> Result<Self, String> {
-        let examples =
-            u128::from(epochs) * u128::from(total_groups) * u128::from(MEAN_PUZZLE_EXAMPLES);
-        let total_steps = u64::try_from(examples / u128::from(global_batch_size))
-            .map_err(|_| "total steps overflow".to_string())?;
+        let total_steps = podq_api::trainer::total_steps(epochs, total_groups, global_batch_size)
+            .ok_or_else(|| "total steps overflow".to_string())?;
         if total_steps == 0 {
             return Err(format!(
                 "the run has no steps: {epochs} epochs of {total_groups} puzzles \
