@@ -184,7 +184,8 @@ pub struct Job {
     pub resume_from: Option<String>,
     pub last_step: Option<i64>,
     pub total_steps: Option<i64>,
-    pub attempts: i64,
+    /// Attempts started so far (the list is in `JobDetail.attempts`).
+    pub attempt_count: i64,
     pub failures: i64,
     pub max_failures: i64,
     pub preemptions: i64,

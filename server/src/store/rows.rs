@@ -61,7 +61,7 @@ impl JobRow {
             resume_from: self.resume_from,
             last_step: self.last_step,
             total_steps: self.total_steps,
-            attempts: self.attempts,
+            attempt_count: self.attempts,
             failures: self.failures,
             max_failures: self.max_failures,
             preemptions: self.preemptions,
