@@ -311,3 +311,29 @@ impl Goodput {
         self.ratio = (total > 0.0).then(|| self.kept_s / total);
     }
 }
+
+/// `POST /api/v1/schedules`: submit `submit` whenever `cron` fires.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleRequest {
+    /// Standard 5-field cron (`min hour day month weekday`, UTC), or 6/7 fields with seconds.
+    pub cron: String,
+    pub submit: SubmitRequest,
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Schedule {
+    pub id: Uuid,
+    pub cron: String,
+    pub submit: SubmitRequest,
+    pub enabled: bool,
+    pub next_run_at: Option<DateTime<Utc>>,
+    pub last_run_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}

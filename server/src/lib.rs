@@ -78,13 +78,17 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
 }
 
 /// Serves the API on `listener` until `shutdown` is cancelled, with the background tasks
-/// (the lease reaper) alongside.
+/// (the lease reaper, the cron submissions) alongside.
 pub async fn serve(
     state: AppState,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let reaper = tokio::spawn(scheduler::leases::run_reaper(
+        state.clone(),
+        shutdown.clone(),
+    ));
+    let cron = tokio::spawn(scheduler::schedules::run_due(
         state.clone(),
         shutdown.clone(),
     ));
@@ -95,5 +99,6 @@ pub async fn serve(
         .context("HTTP server failed")?;
     shutdown.cancel();
     let _ = reaper.await;
+    let _ = cron.await;
     Ok(())
 }

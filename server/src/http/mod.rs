@@ -7,6 +7,7 @@ mod experiments;
 mod extract;
 mod jobs;
 mod openapi;
+mod schedules;
 mod status;
 mod worker;
 
@@ -24,9 +25,13 @@ use crate::AppState;
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 pub fn router(state: AppState) -> Router {
-    let admin = Router::new().merge(jobs::admin_routes()).route_layer(
-        axum::middleware::from_fn_with_state(state.clone(), auth::require_admin),
-    );
+    let admin = Router::new()
+        .merge(jobs::admin_routes())
+        .merge(schedules::admin_routes())
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_admin,
+        ));
     let worker = worker::routes().route_layer(axum::middleware::from_fn_with_state(
         state.clone(),
         auth::require_worker,
@@ -34,6 +39,7 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .merge(experiments::routes())
         .merge(jobs::read_routes())
+        .merge(schedules::read_routes())
         .merge(status::routes())
         .merge(openapi::routes())
         .merge(admin)

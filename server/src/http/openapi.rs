@@ -220,6 +220,30 @@ const OPERATIONS: &[Operation] = &[
         "FinishResponse",
         "worker",
     ),
+    op(
+        "get",
+        "/schedules",
+        "Cron submissions",
+        None,
+        "Schedule[]",
+        "none",
+    ),
+    op(
+        "post",
+        "/schedules",
+        "Submit on a cron schedule (5-field cron, UTC)",
+        Some("ScheduleRequest"),
+        "Schedule",
+        "admin",
+    ),
+    op(
+        "delete",
+        "/schedules/{id}",
+        "Remove a schedule",
+        None,
+        "",
+        "admin",
+    ),
     op("get", "/openapi.json", "This document", None, "", "none"),
 ];
 

@@ -3,4 +3,5 @@
 pub mod control;
 pub mod leases;
 pub mod policy;
+pub mod schedules;
 pub mod submit;

@@ -1,0 +1,44 @@
+//! Cron submissions.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use podq_api::{Schedule, ScheduleRequest};
+
+use super::error::ApiError;
+use super::extract::{JsonBody, PathUuid};
+use crate::scheduler::schedules;
+use crate::AppState;
+
+pub fn read_routes() -> Router<AppState> {
+    Router::new().route("/schedules", get(list))
+}
+
+pub fn admin_routes() -> Router<AppState> {
+    Router::new()
+        .route("/schedules", post(create))
+        .route("/schedules/{id}", delete(remove))
+}
+
+async fn list(State(state): State<AppState>) -> Result<Json<Vec<Schedule>>, ApiError> {
+    Ok(Json(schedules::list(&state).await?))
+}
+
+async fn create(
+    State(state): State<AppState>,
+    JsonBody(req, _): JsonBody<ScheduleRequest>,
+) -> Result<(StatusCode, Json<Schedule>), ApiError> {
+    Ok((
+        StatusCode::CREATED,
+        Json(schedules::create(&state, req).await?),
+    ))
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    PathUuid(id): PathUuid,
+) -> Result<StatusCode, ApiError> {
+    schedules::delete(&state, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
