@@ -90,6 +90,10 @@ pub struct ServerArgs {
     pub backoff_s: u64,
     #[arg(long, env = "PODQ_BACKOFF_CAP_S", default_value_t = 1800)]
     pub backoff_cap_s: u64,
+    /// End of the compute grant (RFC 3339, e.g. 2026-12-20T00:00:00Z): GET /api/v1/plan
+    /// says which runs finish before it.
+    #[arg(long, env = "PODQ_DEADLINE")]
+    pub deadline: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl ServerArgs {
@@ -105,6 +109,7 @@ impl ServerArgs {
         config.heartbeat = Duration::from_secs(self.heartbeat_s.max(1));
         config.backoff_base = Duration::from_secs(self.backoff_s);
         config.backoff_cap = Duration::from_secs(self.backoff_cap_s.max(self.backoff_s));
+        config.deadline = self.deadline;
         config
     }
 }

@@ -25,6 +25,8 @@ pub struct ServerConfig {
     /// Retry backoff after a failure: first delay, doubling up to the cap.
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
+    /// The end of the compute grant: `GET /plan` says which runs finish before it.
+    pub deadline: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl ServerConfig {
@@ -41,6 +43,7 @@ impl ServerConfig {
             heartbeat: Duration::from_secs(10),
             backoff_base: Duration::from_secs(60),
             backoff_cap: Duration::from_secs(30 * 60),
+            deadline: None,
         }
     }
 }

@@ -7,6 +7,7 @@ mod experiments;
 mod extract;
 mod jobs;
 mod openapi;
+mod plan;
 mod schedules;
 mod status;
 mod worker;
@@ -41,6 +42,7 @@ pub fn router(state: AppState) -> Router {
         .merge(jobs::read_routes())
         .merge(schedules::read_routes())
         .merge(status::routes())
+        .merge(plan::routes())
         .merge(openapi::routes())
         .merge(admin)
         .merge(worker);

@@ -244,6 +244,14 @@ const OPERATIONS: &[Operation] = &[
         "",
         "admin",
     ),
+    op(
+        "get",
+        "/plan",
+        "The queue in run order with projected start and end, against the deadline",
+        None,
+        "Plan",
+        "none",
+    ),
     op("get", "/openapi.json", "This document", None, "", "none"),
 ];
 
