@@ -6,17 +6,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{alive, eventually, pids_matching, Server, Worker};
+use common::{alive, eventually, Server};
 use serde_json::{json, Value};
 
 const RUN: Duration = Duration::from_secs(120);
-
-fn trainer_pids(worker: &Worker) -> Vec<i32> {
-    pids_matching(&worker.root.display().to_string())
-        .into_iter()
-        .filter(|pid| *pid != worker.process.pid())
-        .collect()
-}
 
 async fn submit_one(server: &Server, experiment: &str, extra: Value) -> String {
     let mut body = json!({"experiments": [experiment]});
@@ -52,18 +45,6 @@ fn checkpoint_dir(job: &Value) -> PathBuf {
     PathBuf::from(uri.strip_prefix("file://").unwrap())
 }
 
-async fn metric_steps(server: &Server, job: &str) -> Vec<i64> {
-    let (_, metrics) = server
-        .get(&format!(
-            "/jobs/{job}/metrics?names=train/lm_loss&max_points=100000"
-        ))
-        .await;
-    metrics["series"][0]["points"]
-        .as_array()
-        .map(|points| points.iter().map(|p| p["step"].as_i64().unwrap()).collect())
-        .unwrap_or_default()
-}
-
 fn assert_complete_series(steps: &[i64]) {
     let gaps: Vec<&[i64]> = steps.windows(2).filter(|w| w[1] - w[0] != 10).collect();
     assert!(gaps.is_empty(), "gaps in the metric series: {gaps:?}");
@@ -93,7 +74,7 @@ async fn a_preempted_run_resumes_from_its_last_committed_checkpoint() {
     assert_eq!(job["preemptions"], 1);
     assert_eq!(job["failures"], 0, "a preemption spends no failure budget");
     assert_eq!(job["last_step"], 8138);
-    assert_complete_series(&metric_steps(&server, &id).await);
+    assert_complete_series(&server.metric_steps(&id, "train/lm_loss").await);
     let (_, events) = server.get(&format!("/jobs/{id}/events")).await;
     let text = events.to_string();
     assert!(
@@ -119,7 +100,7 @@ async fn a_checkpoint_cut_by_preemption_is_never_resumed() {
             .find(|name| name.contains(".orbax-checkpoint-tmp"));
         if partial.is_some() {
             worker.control("preempt");
-            for pid in trainer_pids(&worker) {
+            for pid in worker.trainer_pids() {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid),
                     nix::sys::signal::Signal::SIGKILL,
@@ -155,7 +136,7 @@ async fn a_dead_host_stops_every_host_and_the_job_is_retried() {
     let worker = server.worker("pod-k", 4, &["--trainer-env", "PODQ_SIM_RUN_SECS=20"]);
     server.wait_state(&id, "running", RUN).await;
     committed_at_least(&server, &id, 1).await;
-    let pids = trainer_pids(&worker);
+    let pids = worker.trainer_pids();
     assert!(pids.len() >= 4, "{pids:?}");
     worker.control("kill-host-1");
     let job = eventually(RUN, "attempt 1 to end", || async {
@@ -202,7 +183,7 @@ async fn a_hung_host_is_detected_and_every_host_stopped() {
     );
     server.wait_state(&id, "running", RUN).await;
     committed_at_least(&server, &id, 1).await;
-    let pids = trainer_pids(&worker);
+    let pids = worker.trainer_pids();
     worker.control("hang-host-1");
     let job = eventually(RUN, "the hang to be declared", || async {
         let job = server.job(&id).await;
@@ -366,7 +347,7 @@ async fn five_preemptions_keep_every_metric_and_count_no_step_twice() {
     let job = server.wait_state(&id, "succeeded", RUN).await;
     assert_eq!(job["preemptions"], 5);
     assert_eq!(attempts(&job).len(), 6);
-    assert_complete_series(&metric_steps(&server, &id).await);
+    assert_complete_series(&server.metric_steps(&id, "train/lm_loss").await);
     let goodput = &job["goodput"];
     assert_eq!(
         goodput["kept_steps"], 8138,

@@ -5,32 +5,12 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{alive, eventually, pids_matching, Server};
+use common::{alive, eventually, Server};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
 
 const RUN: Duration = Duration::from_secs(90);
-
-async fn metric_steps(server: &Server, job: &str, name: &str) -> Vec<i64> {
-    let (status, metrics) = server
-        .get(&format!(
-            "/jobs/{job}/metrics?names={name}&max_points=100000"
-        ))
-        .await;
-    assert_eq!(status, 200, "{metrics}");
-    metrics["series"][0]["points"]
-        .as_array()
-        .map(|points| points.iter().map(|p| p["step"].as_i64().unwrap()).collect())
-        .unwrap_or_default()
-}
-
-fn trainer_pids(worker: &common::Worker) -> Vec<i32> {
-    pids_matching(&worker.root.display().to_string())
-        .into_iter()
-        .filter(|pid| *pid != worker.process.pid())
-        .collect()
-}
 
 #[tokio::test]
 async fn a_group_runs_to_success_with_metrics_and_checkpoints() {
@@ -65,7 +45,7 @@ async fn a_group_runs_to_success_with_metrics_and_checkpoints() {
         );
         assert_eq!(*committed.last().unwrap(), 8138);
         assert!(job["resume_from"].as_str().unwrap().ends_with("step_8138"));
-        let loss = metric_steps(&server, &id, "train/lm_loss").await;
+        let loss = server.metric_steps(&id, "train/lm_loss").await;
         assert_eq!(loss.len(), 813, "a point every 10 steps");
         assert!(
             job["latest_metrics"]["train/exact_accuracy"]["value"]
@@ -103,7 +83,7 @@ async fn cancel_stops_every_host_process() {
     let worker = server.worker("pod-c", 4, &["--trainer-env", "PODQ_SIM_RUN_SECS=120"]);
     server.wait_state(&id, "running", RUN).await;
     let pids = eventually(RUN, "four trainer processes", || async {
-        let pids = trainer_pids(&worker);
+        let pids = worker.trainer_pids();
         (pids.len() >= 4).then_some(pids)
     })
     .await;
@@ -119,7 +99,7 @@ async fn cancel_stops_every_host_process() {
         assert!(!alive(pid), "trainer pid {pid} survived the cancel");
     }
     assert!(
-        trainer_pids(&worker).is_empty(),
+        worker.trainer_pids().is_empty(),
         "no trainer process of the pod is left"
     );
 }
@@ -137,7 +117,7 @@ async fn a_reaped_worker_gets_409_and_stops_its_processes() {
     let worker = server.worker("pod-r", 2, &["--trainer-env", "PODQ_SIM_RUN_SECS=120"]);
     server.wait_state(&id, "running", RUN).await;
     let first_pids = eventually(RUN, "trainer processes", || async {
-        let pids = trainer_pids(&worker);
+        let pids = worker.trainer_pids();
         (pids.len() >= 2).then_some(pids)
     })
     .await;
@@ -187,7 +167,7 @@ async fn the_run_survives_a_server_crash_without_losing_points() {
     let _worker = server.worker("pod-k", 2, &["--trainer-env", "PODQ_SIM_RUN_SECS=12"]);
     server.wait_state(&id, "running", RUN).await;
     eventually(RUN, "some metrics stored", || async {
-        (metric_steps(&server, &id, "train/lm_loss").await.len() > 50).then_some(())
+        (server.metric_steps(&id, "train/lm_loss").await.len() > 50).then_some(())
     })
     .await;
     server.crash();
@@ -199,7 +179,7 @@ async fn the_run_survives_a_server_crash_without_losing_points() {
         1,
         "no second attempt: {job}"
     );
-    let steps = metric_steps(&server, &id, "train/lm_loss").await;
+    let steps = server.metric_steps(&id, "train/lm_loss").await;
     let gaps: Vec<(i64, i64)> = steps
         .windows(2)
         .filter(|w| w[1] - w[0] != 10)

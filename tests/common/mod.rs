@@ -193,6 +193,20 @@ impl Server {
         body
     }
 
+    /// The steps of one metric series of a job, every point.
+    pub async fn metric_steps(&self, job: &str, name: &str) -> Vec<i64> {
+        let (status, metrics) = self
+            .get(&format!(
+                "/jobs/{job}/metrics?names={name}&max_points=100000"
+            ))
+            .await;
+        assert_eq!(status, 200, "{metrics}");
+        metrics["series"][0]["points"]
+            .as_array()
+            .map(|points| points.iter().map(|p| p["step"].as_i64().unwrap()).collect())
+            .unwrap_or_default()
+    }
+
     pub async fn job_of(&self, experiment: &str) -> Value {
         self.jobs()
             .await
@@ -271,6 +285,15 @@ impl Worker {
 
     pub fn host_dir(&self, host: u32) -> PathBuf {
         self.root.join("hosts").join(format!("host-{host}"))
+    }
+
+    /// Trainer processes running on this simulated pod (anything whose command line names
+    /// the pod's directory, other than the worker itself).
+    pub fn trainer_pids(&self) -> Vec<i32> {
+        pids_matching(&self.root.display().to_string())
+            .into_iter()
+            .filter(|pid| *pid != self.process.pid())
+            .collect()
     }
 
     pub fn log_text(&self) -> String {
