@@ -61,6 +61,8 @@ async fn report(
     JsonBody(req, _): JsonBody<PodReport>,
 ) -> Result<StatusCode, ApiError> {
     check_pod_name(&name)?;
+    let pod = name.clone();
+    let description = req.pod.clone();
     state
         .store
         .write(move |conn| {
@@ -74,6 +76,7 @@ async fn report(
             .boxed()
         })
         .await?;
+    state.leases.pod_recorded(&pod, &description);
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use podq_api::{
     AttemptOutcome, CheckpointsBatch, FinishRequest, FinishResponse, HeartbeatRequest,
-    HeartbeatResponse, JobState, Lease, LeasePhase, LeaseRequest, MetricsBatch,
+    HeartbeatResponse, JobState, Lease, LeasePhase, LeaseRequest, MetricsBatch, PodDescription,
 };
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{QueryBuilder, Sqlite};
@@ -35,6 +35,8 @@ pub struct LiveLease {
     pub expires_at: Instant,
     pub cancel: bool,
     pub running: bool,
+    /// Whether the database knows the attempt is running yet (see `persist_running`).
+    pub running_recorded: bool,
     pub step: Option<i64>,
 }
 
@@ -44,6 +46,9 @@ pub struct LiveLeases {
     leases: Mutex<HashMap<Uuid, LiveLease>>,
     /// Woken when a job may have become leasable.
     pub queue_changed: Notify,
+    /// What each pod last told us and when it was written, so an unchanged pod asking for
+    /// work again does not cost a write every time.
+    pods_recorded: Mutex<HashMap<String, (PodDescription, Instant)>>,
 }
 
 impl LiveLeases {
@@ -67,6 +72,7 @@ impl LiveLeases {
                         expires_at: now + ttl,
                         cancel,
                         running: state == "running",
+                        running_recorded: state == "running",
                         step: None,
                     },
                 ))
@@ -76,6 +82,7 @@ impl LiveLeases {
             ttl,
             leases: Mutex::new(leases),
             queue_changed: Notify::new(),
+            pods_recorded: Mutex::new(HashMap::new()),
         })
     }
 
@@ -113,6 +120,23 @@ impl LiveLeases {
             .collect()
     }
 
+    /// Whether the pod's record needs writing: it changed, or was written long enough ago
+    /// that its "last seen" would go stale.
+    fn pod_needs_record(&self, pod: &str, desc: &PodDescription) -> bool {
+        let recorded = self.pods_recorded.lock().unwrap_or_else(|e| e.into_inner());
+        recorded
+            .get(pod)
+            .is_none_or(|(last, at)| last != desc || at.elapsed() >= POD_RECORD_INTERVAL)
+    }
+
+    /// Notes that the pod's record now holds `desc`.
+    pub fn pod_recorded(&self, pod: &str, desc: &PodDescription) {
+        self.pods_recorded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pod.to_owned(), (desc.clone(), Instant::now()));
+    }
+
     fn expired(&self, now: Instant) -> Vec<Uuid> {
         self.lock()
             .iter()
@@ -127,6 +151,8 @@ impl LiveLeases {
 }
 
 const MAX_WAIT: Duration = Duration::from_secs(60);
+/// How stale a pod's "last seen" may get while it keeps asking for work unchanged.
+const POD_RECORD_INTERVAL: Duration = Duration::from_secs(5);
 const DEFAULT_WAIT: Duration = Duration::from_secs(20);
 const MAX_LOG_TAIL: usize = 16 * 1024;
 
@@ -163,8 +189,10 @@ pub async fn lease(
         .await
         .ok();
     }
-    record_pod(state, pod, &req).await?;
     let ready = req.pod.preflight.as_ref().is_none_or(|p| p.passed);
+    if !ready {
+        record_pod(state, pod, &req).await?;
+    }
     loop {
         let notified = state.leases.queue_changed.notified();
         if ready {
@@ -186,12 +214,14 @@ pub async fn lease(
 }
 
 async fn record_pod(state: &AppState, pod: &str, req: &LeaseRequest) -> Result<(), ApiError> {
-    let pod = pod.to_owned();
+    let name = pod.to_owned();
     let desc = req.pod.clone();
     state
         .store
-        .write(move |conn| async move { upsert_pod(conn, &pod, &desc).await }.boxed())
-        .await
+        .write(move |conn| async move { upsert_pod(conn, &name, &desc).await }.boxed())
+        .await?;
+    state.leases.pod_recorded(pod, &req.pod);
+    Ok(())
 }
 
 pub async fn upsert_pod(
@@ -244,10 +274,18 @@ async fn try_lease(
     let pod_name = pod.to_owned();
     let accelerator = req.pod.accelerator.clone();
     let config = state.config.clone();
+    let description = state
+        .leases
+        .pod_needs_record(pod, &req.pod)
+        .then(|| req.pod.clone());
+    let recorded = description.clone();
     let granted = state
         .store
         .write(move |conn| {
             async move {
+                if let Some(description) = &description {
+                    upsert_pod(conn, &pod_name, description).await?;
+                }
                 let now = now_ms();
                 let row: Option<LeasedRow> = sqlx::query_as(
                     "UPDATE jobs SET state = 'leased', lease_id = ?, lease_pod = ?, \
@@ -283,14 +321,18 @@ async fn try_lease(
                 .bind(resume_step)
                 .execute(&mut *conn)
                 .await?;
-                let fallback: Vec<String> = sqlx::query_scalar(
+                let fallback: Vec<String> = if resume_step.is_none() {
+                    Vec::new()
+                } else {
+                    sqlx::query_scalar(
                     "SELECT uri FROM checkpoints WHERE job_id = ? AND committed = 1 AND step < ? \
                      ORDER BY step DESC LIMIT 3",
                 )
-                .bind(&job_id)
-                .bind(resume_step.unwrap_or(0))
-                .fetch_all(&mut *conn)
-                .await?;
+                    .bind(&job_id)
+                    .bind(resume_step.unwrap_or(0))
+                    .fetch_all(&mut *conn)
+                    .await?
+                };
                 let from = resume_from
                     .as_deref()
                     .map(|r| format!(", resuming from {r}"))
@@ -322,6 +364,9 @@ async fn try_lease(
             .boxed()
         })
         .await?;
+    if let Some(description) = recorded {
+        state.leases.pod_recorded(pod, &description);
+    }
     if let Some(lease) = &granted {
         state.leases.insert(
             lease.lease_id,
@@ -332,6 +377,7 @@ async fn try_lease(
                 expires_at: Instant::now() + state.leases.ttl,
                 cancel: false,
                 running: false,
+                running_recorded: false,
                 step: lease.resume_step,
             },
         );
@@ -351,13 +397,6 @@ pub async fn heartbeat(
     lease_id: Uuid,
     req: HeartbeatRequest,
 ) -> Result<HeartbeatResponse, ApiError> {
-    let live = state
-        .leases
-        .get(lease_id)
-        .ok_or_else(|| ApiError::lease_lost(lease_id))?;
-    if req.phase == LeasePhase::Running && !live.running {
-        mark_running(state, lease_id, &live).await?;
-    }
     let expires_at = Instant::now() + state.leases.ttl;
     let cancel = {
         let mut leases = state.leases.lock();
@@ -378,37 +417,51 @@ pub async fn heartbeat(
     })
 }
 
-async fn mark_running(state: &AppState, lease_id: Uuid, live: &LiveLease) -> Result<(), ApiError> {
-    let job_id = live.job_id.clone();
-    let pod = live.pod.clone();
-    let attempt = live.attempt;
+/// Records in the database the attempts that started running since the last call, all in
+/// one write. A heartbeat only notes the start in memory: heartbeats are the most frequent
+/// call, and `running` showing up half a second later costs nothing.
+async fn persist_running(state: &AppState) -> Result<(), ApiError> {
+    let started: Vec<(Uuid, LiveLease)> = state
+        .leases
+        .all()
+        .into_iter()
+        .filter(|(_, l)| l.running && !l.running_recorded)
+        .collect();
+    if started.is_empty() {
+        return Ok(());
+    }
+    let rows = started.clone();
     state
         .store
         .write(move |conn| {
             async move {
-                let lease = lease_id.to_string();
                 let now = now_ms();
-                let changed = sqlx::query(
-                    "UPDATE jobs SET state = 'running', updated_at = ? WHERE id = ? AND lease_id = ? AND state = 'leased'",
-                )
-                .bind(now)
-                .bind(&job_id)
-                .bind(&lease)
-                .execute(&mut *conn)
-                .await?
-                .rows_affected();
-                sqlx::query("UPDATE attempts SET running_at = COALESCE(running_at, ?) WHERE lease_id = ?")
+                for (lease_id, live) in &rows {
+                    let lease = lease_id.to_string();
+                    let changed = sqlx::query(
+                        "UPDATE jobs SET state = 'running', updated_at = ? \
+                         WHERE id = ? AND lease_id = ? AND state = 'leased'",
+                    )
                     .bind(now)
+                    .bind(&live.job_id)
                     .bind(&lease)
                     .execute(&mut *conn)
-                    .await?;
-                if changed > 0 {
+                    .await?
+                    .rows_affected();
+                    if changed == 0 {
+                        continue;
+                    }
+                    sqlx::query("UPDATE attempts SET running_at = COALESCE(running_at, ?) WHERE lease_id = ?")
+                        .bind(now)
+                        .bind(&lease)
+                        .execute(&mut *conn)
+                        .await?;
                     insert_event(
                         conn,
-                        Some(&job_id),
-                        Some(&pod),
+                        Some(&live.job_id),
+                        Some(&live.pod),
                         "running",
-                        &format!("attempt {attempt}: trainer started on every host"),
+                        &format!("attempt {}: trainer started on every host", live.attempt),
                     )
                     .await?;
                 }
@@ -416,7 +469,14 @@ async fn mark_running(state: &AppState, lease_id: Uuid, live: &LiveLease) -> Res
             }
             .boxed()
         })
-        .await
+        .await?;
+    let mut leases = state.leases.lock();
+    for (lease_id, _) in started {
+        if let Some(live) = leases.get_mut(&lease_id) {
+            live.running_recorded = true;
+        }
+    }
+    Ok(())
 }
 
 /// Checks, inside a write, that `lease_id` is still the job's live lease; returns the job id
@@ -660,6 +720,10 @@ struct LeaseHolder {
     cancel_requested: bool,
     resume_step: Option<i64>,
     lease_pod: Option<String>,
+    start_step: Option<i64>,
+    first_step: Option<i64>,
+    end_step: Option<i64>,
+    new_checkpoint: bool,
 }
 
 async fn end_lease(
@@ -675,8 +739,12 @@ async fn end_lease(
             async move {
                 let lease = lease_id.to_string();
                 let row: Option<LeaseHolder> = sqlx::query_as(
-                    "SELECT id, attempts, failures, max_failures, stalled_attempts, cancel_requested, \
-                     resume_step, lease_pod FROM jobs WHERE lease_id = ?",
+                    "SELECT j.id, j.attempts, j.failures, j.max_failures, j.stalled_attempts, \
+                     j.cancel_requested, j.resume_step, j.lease_pod, \
+                     a.start_step, a.first_step, a.end_step, \
+                     EXISTS (SELECT 1 FROM checkpoints c WHERE c.job_id = j.id \
+                       AND c.attempt = j.attempts AND c.committed = 1) AS new_checkpoint \
+                     FROM jobs j JOIN attempts a ON a.lease_id = j.lease_id WHERE j.lease_id = ?",
                 )
                 .bind(&lease)
                 .fetch_optional(&mut *conn)
@@ -690,23 +758,15 @@ async fn end_lease(
                     cancel_requested,
                     resume_step,
                     lease_pod: pod,
+                    start_step,
+                    first_step,
+                    end_step,
+                    new_checkpoint,
                 }) = row
                 else {
                     return already_finished(conn, lease_id, req.outcome).await;
                 };
-                let (start_step, first_step, end_step): (Option<i64>, Option<i64>, Option<i64>) =
-                    sqlx::query_as("SELECT start_step, first_step, end_step FROM attempts WHERE lease_id = ?")
-                        .bind(&lease)
-                        .fetch_one(&mut *conn)
-                        .await?;
                 let end_step = end_step.or(req.end_step);
-                let new_checkpoint: bool = sqlx::query_scalar(
-                    "SELECT EXISTS (SELECT 1 FROM checkpoints WHERE job_id = ? AND attempt = ? AND committed = 1)",
-                )
-                .bind(&job_id)
-                .bind(attempt)
-                .fetch_one(&mut *conn)
-                .await?;
                 let progressed = new_checkpoint
                     || match (end_step, first_step.or(start_step)) {
                         (Some(end), Some(start)) => end > start,
@@ -737,7 +797,8 @@ async fn end_lease(
                     log_tail = log_tail.split_off(cut);
                 }
                 sqlx::query(
-                    "UPDATE attempts SET ended_at = ?, outcome = ?, start_step = COALESCE(?, start_step), \
+                    "UPDATE attempts SET ended_at = ?, running_at = COALESCE(running_at, first_step_at), \
+                     outcome = ?, start_step = COALESCE(?, start_step), \
                      end_step = COALESCE(end_step, ?), exit_codes_json = ?, log_tail = ?, message = ? \
                      WHERE lease_id = ?",
                 )
@@ -821,11 +882,14 @@ async fn already_finished(
 
 /// Ends the leases whose worker stopped heartbeating, as `lost`; runs until `shutdown`.
 pub async fn run_reaper(state: AppState, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
+        }
+        if let Err(e) = persist_running(&state).await {
+            tracing::error!(error = %e.message, "could not record running attempts");
         }
         for lease in state.leases.expired(Instant::now()) {
             let request = FinishRequest {
