@@ -543,11 +543,24 @@ fn resolve(files: &mut SourceFiles, c: Candidate, options: &CatalogOptions) -> E
     }
 
     for issue in schema::validate(&mut config, options.devices) {
-        let (file, line) = locate(files, &provenance, &issue.key, &source_file);
+        let (mut file, mut line) = locate(files, &provenance, &issue.key, &source_file);
+        let mut message = issue.message;
+        if issue.code == "missing_arch" {
+            // Point at where the architecture went instead: a defaults entry of another name.
+            if let Some(misplaced) = misplaced_arch_group(&config) {
+                message = format!(
+                    "{message}; the architecture is under `{misplaced}` instead (defaults entry `{misplaced}: ...`)"
+                );
+                file = source_file.clone();
+                line = files
+                    .text_of(&source_file)
+                    .and_then(|text| source::line_of(text, &format!("{misplaced}:")));
+            }
+        }
         experiment.findings.push(Finding {
             severity: issue.severity,
             code: issue.code.into(),
-            message: issue.message,
+            message,
             file: Some(file),
             line,
             key: Some(issue.key),
@@ -600,6 +613,19 @@ fn resolve(files: &mut SourceFiles, c: Candidate, options: &CatalogOptions) -> E
     experiment.trainer_sha256 = sha256_canonical(&Value::Object(training));
     experiment.config = Value::Object(config);
     experiment
+}
+
+/// A top-level mapping that holds architecture keys under another name than `arch`.
+fn misplaced_arch_group(config: &Map<String, Value>) -> Option<String> {
+    config
+        .iter()
+        .find(|(key, value)| {
+            *key != "arch"
+                && value
+                    .as_object()
+                    .is_some_and(|m| m.contains_key("hidden_size") || m.contains_key("H_cycles"))
+        })
+        .map(|(key, _)| key.clone())
 }
 
 /// Where a key of the resolved config was written: the file that set it last and its line.
