@@ -40,7 +40,9 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.canonicalize()?;
     // Checkpoints go to a local directory standing in for the GCS bucket.
     args.server.bucket = format!("file://{}", data_dir.join("bucket").display());
-    if args.server.db == PathBuf::from("./podq.db") {
+    // The server default puts the database in the working directory; `up` keeps it with
+    // the rest of its data unless --db says otherwise.
+    if args.server.db == std::path::Path::new("./podq.db") {
         args.server.db = data_dir.join("podq.db");
     }
     let mut config = args.server.config();
