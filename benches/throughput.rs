@@ -66,6 +66,11 @@ const SLURM_JOBS: f64 = 500.0;
 /// cycles/s <= raw commits/s / 2.
 const WRITES_PER_CYCLE: f64 = 2.0;
 const TARGET_METRIC_RATIO: f64 = 0.5;
+/// DESIGN.md 6: `GET /jobs/{id}/metrics` of a 1,000,000-point series cut to 2,000, p99.
+const QUERY_POINTS: i64 = 1_000_000;
+const QUERY_MAX_POINTS: i64 = 2000;
+const TARGET_QUERY_P99_MS: f64 = 50.0;
+const QUERY_REQUESTS: usize = 200;
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
@@ -89,6 +94,7 @@ async fn run() -> Res<()> {
             "cycles" => lease_cycles(n).await?.print(),
             "metrics" => metric_ingestion(n).await?.print(),
             "sqlx" => sqlx_round_trips().await?,
+            "query" => metrics_query().await?.print(),
             other => return Err(format!("PODQ_BENCH_ONLY: unknown section {other}").into()),
         }
         return Ok(());
@@ -119,6 +125,8 @@ async fn run() -> Res<()> {
     metrics.print();
     let metrics_one = metric_ingestion(1).await?;
     metrics_one.print();
+    let query = metrics_query().await?;
+    query.print();
 
     // ...and the baselines again, to see the machine's drift.
     let commits_b = raw_commits_per_s().await?;
@@ -186,6 +194,26 @@ async fn run() -> Res<()> {
         metrics_one.points_per_s,
         raw_points,
         None,
+    );
+    // Lower is better here, so the ratio is target over measured.
+    let query_ratio = TARGET_QUERY_P99_MS / query.p99_ms;
+    println!(
+        "{:<44} {:>12.1} {:>12.1} {:>8.3} {:>9} {:>6}",
+        "metrics query p99 ms, 1M -> 2,000 (50/p99)",
+        query.p99_ms,
+        TARGET_QUERY_P99_MS,
+        query_ratio,
+        ">= 1.00",
+        if query_ratio >= 1.0 { "PASS" } else { "FAIL" }
+    );
+    println!(
+        "{:<44} {:>12.1} {:>12.1} {:>8.3} {:>9} {:>6}",
+        "metrics query p99 ms vs raw read of 1M points",
+        query.p99_ms,
+        query.full_read_ms,
+        query.p99_ms / query.full_read_ms,
+        "-",
+        "info"
     );
     println!();
     println!(
@@ -414,6 +442,7 @@ fn chrono_ms() -> i64 {
 
 struct Server {
     base: String,
+    db: PathBuf,
     shutdown: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
     _dir: TempDir,
@@ -457,6 +486,7 @@ impl Server {
         let task = tokio::spawn(serve(state, listener, shutdown.clone()));
         Ok(Server {
             base: format!("http://{addr}/api/v1"),
+            db,
             shutdown,
             task,
             _dir: dir,
@@ -813,5 +843,92 @@ async fn metric_ingestion(senders: usize) -> Res<MetricRun> {
         batch_p99_ms: percentile(&mut lat, 0.99),
         errors,
         first_error,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading a long metric series
+
+struct QueryRun {
+    p50_ms: f64,
+    p99_ms: f64,
+    points_returned: usize,
+    /// Baseline: one raw sqlx read of the whole series, in the same run.
+    full_read_ms: f64,
+}
+
+impl QueryRun {
+    fn print(&self) {
+        println!(
+            "metrics query, {QUERY_POINTS} points -> {QUERY_MAX_POINTS}: p50 {:.1} ms, p99 {:.1} ms \
+             ({} points returned, {QUERY_REQUESTS} requests); raw read of every point {:.1} ms",
+            self.p50_ms, self.p99_ms, self.points_returned, self.full_read_ms
+        );
+    }
+}
+
+async fn metrics_query() -> Res<QueryRun> {
+    let server = Server::start(1).await?;
+    let mut conn = connect(&server.db).await?;
+    let job_id: String = sqlx::query_scalar("SELECT id FROM jobs LIMIT 1")
+        .fetch_one(&mut conn)
+        .await?;
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await?;
+    let series: i64 = sqlx::query_scalar(
+        "INSERT INTO metric_series (job_id, name) VALUES (?, 'train/lm_loss') RETURNING id",
+    )
+    .bind(&job_id)
+    .fetch_one(&mut conn)
+    .await?;
+    let steps: Vec<i64> = (1..=QUERY_POINTS).map(|i| i * 10).collect();
+    for chunk in steps.chunks(8000) {
+        let mut insert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO metric_points (series_id, step, value, attempt) ",
+        );
+        insert.push_values(chunk, |mut row, step| {
+            row.push_bind(series)
+                .push_bind(*step)
+                .push_bind(value(*step, 0))
+                .push_bind(1i64);
+        });
+        insert.build().execute(&mut conn).await?;
+    }
+    sqlx::query("COMMIT").execute(&mut conn).await?;
+
+    let started = Instant::now();
+    let all: Vec<(i64, f64)> =
+        sqlx::query_as("SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY step")
+            .bind(series)
+            .fetch_all(&mut conn)
+            .await?;
+    let full_read_ms = started.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(all.len() as i64, QUERY_POINTS);
+    conn.close().await?;
+
+    let http = client();
+    let url = format!(
+        "{}/jobs/{job_id}/metrics?names=train/lm_loss&max_points={QUERY_MAX_POINTS}",
+        server.base
+    );
+    let mut latencies = Vec::with_capacity(QUERY_REQUESTS);
+    let mut points_returned = 0;
+    for _ in 0..QUERY_REQUESTS {
+        let started = Instant::now();
+        let body: serde_json::Value = http
+            .get(&url)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+        points_returned = body["series"][0]["points"].as_array().map_or(0, Vec::len);
+    }
+    server.stop().await;
+    Ok(QueryRun {
+        p50_ms: percentile(&mut latencies, 0.50),
+        p99_ms: percentile(&mut latencies, 0.99),
+        points_returned,
+        full_read_ms,
     })
 }

@@ -271,8 +271,8 @@ pub struct Event {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct MetricSeries {
     pub name: String,
-    /// Points stored for the series (before downsampling).
-    pub total_points: i64,
+    /// Points stored for the series when it came back whole; null when it was sampled.
+    pub total_points: Option<i64>,
     pub points: Vec<MetricValue>,
 }
 

@@ -6,66 +6,45 @@ use sqlx::SqlitePool;
 use super::StoreError;
 
 #[derive(sqlx::FromRow)]
-struct SeriesExtent {
+struct Series {
     id: i64,
     name: String,
-    total: i64,
-    first: Option<i64>,
-    last: Option<i64>,
 }
 
-/// Each series of the job (or only `names`), cut to at most `max_points` by averaging equal
-/// step ranges. A series with fewer points comes back whole.
+/// Each series of the job (or only `names`), at most `max_points` each. A series that fits
+/// comes back whole; a longer one is sampled at `max_points` evenly spaced steps (the first
+/// stored step at or after each), found by index seeks, so a million-point series costs a
+/// few thousand seeks rather than a scan.
 pub async fn downsampled(
     db: &SqlitePool,
     job_id: &str,
     names: Option<&[String]>,
     max_points: i64,
 ) -> Result<Vec<MetricSeries>, StoreError> {
-    let series: Vec<SeriesExtent> = sqlx::query_as(
-        "SELECT s.id AS id, s.name AS name, COUNT(p.step) AS total, MIN(p.step) AS first, MAX(p.step) AS last FROM metric_series s \
-         LEFT JOIN metric_points p ON p.series_id = s.id WHERE s.job_id = ? GROUP BY s.id ORDER BY s.name",
-    )
-    .bind(job_id)
-    .fetch_all(db)
-    .await?;
+    let series: Vec<Series> =
+        sqlx::query_as("SELECT id, name FROM metric_series WHERE job_id = ? ORDER BY name")
+            .bind(job_id)
+            .fetch_all(db)
+            .await?;
     let mut out = Vec::new();
-    for SeriesExtent {
-        id,
-        name,
-        total,
-        first,
-        last,
-    } in series
-    {
+    for Series { id, name } in series {
         if names.is_some_and(|wanted| !wanted.contains(&name)) {
             continue;
         }
-        let points: Vec<(i64, f64)> = match (first, last) {
-            (Some(first), Some(last)) if total > max_points => {
-                let width = ((last - first) / max_points + 1).max(1);
-                sqlx::query_as(
-                    "SELECT MIN(step), AVG(value) FROM metric_points WHERE series_id = ? \
-                     GROUP BY (step - ?) / ? ORDER BY 1",
-                )
-                .bind(id)
-                .bind(first)
-                .bind(width)
-                .fetch_all(db)
-                .await?
-            }
-            _ => {
-                sqlx::query_as(
-                    "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY step",
-                )
-                .bind(id)
-                .fetch_all(db)
-                .await?
-            }
-        };
+        let mut points: Vec<(i64, f64)> = sqlx::query_as(
+            "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY step LIMIT ?",
+        )
+        .bind(id)
+        .bind(max_points + 1)
+        .fetch_all(db)
+        .await?;
+        let whole = points.len() as i64 <= max_points;
+        if !whole {
+            points = sampled(db, id, max_points).await?;
+        }
         out.push(MetricSeries {
             name,
-            total_points: total,
+            total_points: whole.then_some(points.len() as i64),
             points: points
                 .into_iter()
                 .map(|(step, value)| MetricValue { step, value })
@@ -73,4 +52,104 @@ pub async fn downsampled(
         });
     }
     Ok(out)
+}
+
+async fn sampled(
+    db: &SqlitePool,
+    series_id: i64,
+    max_points: i64,
+) -> Result<Vec<(i64, f64)>, StoreError> {
+    let (first, last): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT step FROM metric_points WHERE series_id = ?1 ORDER BY step LIMIT 1), \
+                (SELECT step FROM metric_points WHERE series_id = ?1 ORDER BY step DESC LIMIT 1)",
+    )
+    .bind(series_id)
+    .fetch_one(db)
+    .await?;
+    let width = ((last - first) / (max_points - 1)).max(1);
+    let mut points: Vec<(i64, f64)> = sqlx::query_as(
+        "WITH RECURSIVE targets(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM targets WHERE i < ?3 - 2) \
+         SELECT DISTINCT p.step, p.value FROM targets CROSS JOIN metric_points p \
+         ON p.series_id = ?1 AND p.step = \
+           (SELECT step FROM metric_points WHERE series_id = ?1 AND step >= ?2 + targets.i * ?4 \
+            ORDER BY step LIMIT 1) \
+         ORDER BY p.step",
+    )
+    .bind(series_id)
+    .bind(first)
+    .bind(max_points)
+    .bind(width)
+    .fetch_all(db)
+    .await?;
+    // The newest point always shows: a chart should end where the run is.
+    let newest: (i64, f64) =
+        sqlx::query_as("SELECT step, value FROM metric_points WHERE series_id = ? AND step = ?")
+            .bind(series_id)
+            .bind(last)
+            .fetch_one(db)
+            .await?;
+    if points.last() != Some(&newest) {
+        points.push(newest);
+    }
+    Ok(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+    use crate::store::Store;
+
+    #[tokio::test]
+    async fn long_series_are_sampled_short_ones_returned_whole() {
+        let path = std::env::temp_dir().join(format!("podq-metrics-{}.db", uuid::Uuid::new_v4()));
+        let store = Store::open(&path).await.unwrap();
+        store
+            .write(|conn| {
+                async move {
+                    sqlx::query(
+                        "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, config_json, \
+                         config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, updated_at) \
+                         VALUES ('j', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)",
+                    )
+                    .execute(&mut *conn)
+                    .await?;
+                    sqlx::query("INSERT INTO metric_series (id, job_id, name) VALUES (1, 'j', 'long'), (2, 'j', 'short')")
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query(
+                        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10007) \
+                         INSERT INTO metric_points SELECT 1, i * 10, i, 1 FROM n",
+                    )
+                    .execute(&mut *conn)
+                    .await?;
+                    sqlx::query("INSERT INTO metric_points VALUES (2, 10, 1.0, 1), (2, 20, 2.0, 1)")
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok::<_, StoreError>(())
+                }
+                .boxed()
+            })
+            .await
+            .unwrap();
+        let series = downsampled(store.reader(), "j", None, 100).await.unwrap();
+        let long = series.iter().find(|s| s.name == "long").unwrap();
+        assert!(
+            long.points.len() <= 101 && long.points.len() >= 99,
+            "{}",
+            long.points.len()
+        );
+        assert_eq!(long.total_points, None);
+        assert_eq!(long.points.first().unwrap().step, 10);
+        assert_eq!(
+            long.points.last().unwrap().step,
+            100_070,
+            "the newest point is kept"
+        );
+        assert!(long.points.windows(2).all(|w| w[0].step < w[1].step));
+        let short = series.iter().find(|s| s.name == "short").unwrap();
+        assert_eq!((short.total_points, short.points.len()), (Some(2), 2));
+        let _ = std::fs::remove_file(path);
+    }
 }
