@@ -277,6 +277,24 @@ pub struct Worker {
     pub log: PathBuf,
 }
 
+/// A killed worker leaves its trainers running (they are in process groups of their own, as
+/// on a real pod); a test must not leave them behind.
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.process.kill();
+        for pid in self.trainer_pids() {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 impl Worker {
     /// Drops a control file for the local pod driver (`preempt`, `kill-host-3`, ...).
     pub fn control(&self, name: &str) {
