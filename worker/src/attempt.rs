@@ -279,7 +279,7 @@ async fn attempt(
             }
         }
     };
-    hosts.stop(settings.stop_grace).await;
+    hosts.stop(driver, settings.stop_grace).await;
     // Lines already printed still count.
     while let Ok(event) = events_rx.try_recv() {
         if let TrainerEvent::Metrics { step, values } = event {

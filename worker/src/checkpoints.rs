@@ -4,11 +4,40 @@
 //! A step directory is named `<step>` or `<prefix>_<step>`. On a local filesystem Orbax
 //! writes into `<name>.orbax-checkpoint-tmp` (older: `...-tmp-<n>`) and renames when
 //! committed; on GCS it writes in place and adds `commit_success.txt`.
+//!
+//! `gs://` is read with Application Default Credentials, in object_store's order: a
+//! service account key or authorized-user file named by `GOOGLE_APPLICATION_CREDENTIALS`
+//! (or `GOOGLE_SERVICE_ACCOUNT`), then gcloud's
+//! `~/.config/gcloud/application_default_credentials.json`, then the VM's metadata server.
+//! Every `GOOGLE_*` variable object_store knows applies (`GOOGLE_BASE_URL` points it at
+//! another endpoint, such as an emulator), and `StoreOptions` can add or override keys.
 
 use anyhow::Context;
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
+
+/// How to reach the store, beyond what the URI and the environment say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// object_store's GCS keys and values (`google_base_url`, `google_skip_signature`,
+    /// `google_service_account`, `google_application_credentials`, ...). They win over the
+    /// environment.
+    pub gcs: Vec<(String, String)>,
+}
+
+impl StoreOptions {
+    /// Options that point GCS at `base_url` without signing requests: an emulator.
+    pub fn gcs_emulator(base_url: &str) -> StoreOptions {
+        StoreOptions {
+            gcs: vec![
+                ("google_base_url".into(), base_url.into()),
+                ("google_skip_signature".into(), "true".into()),
+            ],
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FoundCheckpoint {
@@ -32,6 +61,11 @@ impl CheckpointStore {
     /// Opens the store behind a `file:///...` or `gs://...` URI (a bare absolute path is
     /// taken as a local directory).
     pub fn open(uri: &str) -> anyhow::Result<CheckpointStore> {
+        Self::open_with(uri, &StoreOptions::default())
+    }
+
+    /// `open`, with `options` for the object store.
+    pub fn open_with(uri: &str, options: &StoreOptions) -> anyhow::Result<CheckpointStore> {
         let url = if uri.starts_with('/') {
             Url::from_directory_path(uri).map_err(|_| anyhow::anyhow!("bad path {uri}"))?
         } else {
@@ -43,8 +77,27 @@ impl CheckpointStore {
             std::fs::create_dir_all(url.path())
                 .with_context(|| format!("cannot create {}", url.path()))?;
         }
-        let (store, root) = object_store::parse_url(&url)
-            .with_context(|| format!("no object store for `{uri}`"))?;
+        let (store, root): (Box<dyn ObjectStore>, StorePath) = if url.scheme() == "gs" {
+            let bucket = url
+                .host_str()
+                .filter(|b| !b.is_empty())
+                .with_context(|| format!("`{uri}` names no bucket"))?;
+            let mut builder = GoogleCloudStorageBuilder::from_env().with_bucket_name(bucket);
+            for (key, value) in &options.gcs {
+                let key: GoogleConfigKey = key
+                    .parse()
+                    .with_context(|| format!("`{key}` is not a GCS option"))?;
+                builder = builder.with_config(key, value);
+            }
+            let store = builder
+                .build()
+                .with_context(|| format!("cannot reach GCS for `{uri}`"))?;
+            let root = StorePath::from_url_path(url.path())
+                .with_context(|| format!("bad path in `{uri}`"))?;
+            (Box::new(store), root)
+        } else {
+            object_store::parse_url(&url).with_context(|| format!("no object store for `{uri}`"))?
+        };
         Ok(CheckpointStore {
             store,
             root,
@@ -82,6 +135,11 @@ impl CheckpointStore {
         }
         found.sort_by_key(|c| (c.step, c.committed));
         Ok(found)
+    }
+
+    /// The newest committed step: what the next attempt resumes from.
+    pub async fn newest_committed(&self) -> anyhow::Result<Option<FoundCheckpoint>> {
+        Ok(self.list().await?.into_iter().rev().find(|c| c.committed))
     }
 
     /// Whether `uri` is a committed, complete checkpoint: one a trainer can resume from.

@@ -1,4 +1,9 @@
 //! `podq worker`: settings and start-up of the worker daemon.
+//!
+//! Settings come from, in order of precedence: command-line flags, environment variables
+//! (`PODQ_*`), the YAML config file (`--config`), built-in defaults.
+
+mod file;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -7,70 +12,119 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
+use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
+
+pub use file::WorkerFile;
 
 use crate::attempt::AttemptSettings;
 use crate::client::ServerClient;
 use crate::daemon::{self, DaemonSettings};
+use crate::pod::gcloud::{Capacity, GcloudPod, GcloudSettings};
 use crate::pod::local::LocalPod;
 use crate::pod::PodDriver;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Driver {
     /// A simulated pod of local process groups (tests, demos, `podq up`).
     Local,
+    /// A Cloud TPU VM driven through the gcloud CLI.
+    Gcloud,
 }
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Default)]
 pub struct WorkerArgs {
-    /// The podq server.
-    #[arg(long, env = "PODQ_SERVER", default_value = "http://127.0.0.1:8080")]
-    pub server: String,
+    /// A YAML config file; flags and PODQ_* variables override what it says.
+    #[arg(long, env = "PODQ_WORKER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The podq server [default: http://127.0.0.1:8080].
+    #[arg(long, env = "PODQ_SERVER")]
+    pub server: Option<String>,
     /// The worker token.
     #[arg(long, env = "PODQ_WORKER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// The pod's name (the TPU node).
-    #[arg(long, env = "PODQ_POD", default_value = "stable-1")]
-    pub pod: String,
-    #[arg(long, env = "PODQ_DRIVER", value_enum, default_value_t = Driver::Local)]
-    pub driver: Driver,
-    #[arg(long, env = "PODQ_ACCELERATOR", default_value = "v4-64")]
-    pub accelerator: String,
-    /// Hosts of the pod (8 for a v4-64).
-    #[arg(long, env = "PODQ_HOSTS", default_value_t = 8)]
-    pub hosts: u32,
-    /// local driver: where the simulated hosts' directories live.
-    #[arg(long, env = "PODQ_POD_ROOT", default_value = "./podq-data/pod")]
-    pub pod_root: PathBuf,
-    /// local driver: how long a preempted simulated pod takes to come back, in seconds.
-    #[arg(long, env = "PODQ_RECOVERY_DELAY_S", default_value_t = 2.0)]
-    pub recovery_delay_s: f64,
+    /// A file holding the worker token.
+    #[arg(long, env = "PODQ_WORKER_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// The pod's name (the TPU node) [default: stable-1].
+    #[arg(long, env = "PODQ_POD")]
+    pub pod: Option<String>,
+    /// The pod driver [default: local].
+    #[arg(long, env = "PODQ_DRIVER", value_enum)]
+    pub driver: Option<Driver>,
+    /// The pod's accelerator type, as the suite's jobs ask for it [default: v4-64].
+    #[arg(long, env = "PODQ_ACCELERATOR")]
+    pub accelerator: Option<String>,
+    /// Hosts of the pod [default: 8, as a v4-64]; the gcloud driver reads the node's.
+    #[arg(long, env = "PODQ_HOSTS")]
+    pub hosts: Option<u32>,
+    /// local driver: where the simulated hosts' directories live [default: ./podq-data/pod].
+    #[arg(long, env = "PODQ_POD_ROOT")]
+    pub pod_root: Option<PathBuf>,
+    /// local driver: how long a preempted simulated pod takes to come back, in seconds
+    /// [default: 2].
+    #[arg(long, env = "PODQ_RECOVERY_DELAY_S")]
+    pub recovery_delay_s: Option<f64>,
+    /// Overrides of the gcloud driver's settings.
+    #[command(flatten)]
+    pub gcloud: Box<GcloudArgs>,
     /// The trainer command run on every host. Placeholders: {config_dir}, {experiment},
     /// {checkpoint_dir}, {resume_from} (`null` when none), {host_index}, {host_count}.
-    /// Default: the sim trainer of this binary.
+    /// Default for the local driver: the sim trainer of this binary.
     #[arg(long, env = "PODQ_TRAINER_COMMAND")]
     pub trainer_command: Option<String>,
     /// Extra environment for the trainer, KEY=VALUE (repeatable).
     #[arg(long = "trainer-env", value_parser = parse_key_value)]
     pub trainer_env: Vec<(String, String)>,
-    /// Seconds between SIGTERM and SIGKILL when stopping the hosts.
-    #[arg(long, env = "PODQ_STOP_GRACE_S", default_value_t = 10.0)]
-    pub stop_grace_s: f64,
-    /// Seconds between polls of the pod's state.
-    #[arg(long, env = "PODQ_STATUS_POLL_S", default_value_t = 15.0)]
-    pub status_poll_s: f64,
-    /// Seconds without step progress after which a running attempt is hung.
-    #[arg(long, env = "PODQ_HANG_TIMEOUT_S", default_value_t = 600.0)]
-    pub hang_timeout_s: f64,
-    /// Seconds between metric batches.
-    #[arg(long, env = "PODQ_METRICS_FLUSH_S", default_value_t = 2.0)]
-    pub metrics_flush_s: f64,
-    /// Seconds between scans of the checkpoint store.
-    #[arg(long, env = "PODQ_CHECKPOINT_SCAN_S", default_value_t = 10.0)]
-    pub checkpoint_scan_s: f64,
-    /// Seconds a lease request waits on the server for work.
-    #[arg(long, env = "PODQ_LEASE_WAIT_S", default_value_t = 20)]
-    pub lease_wait_s: u64,
+    /// Seconds between SIGTERM and SIGKILL when stopping the hosts [default: 10].
+    #[arg(long, env = "PODQ_STOP_GRACE_S")]
+    pub stop_grace_s: Option<f64>,
+    /// Seconds between polls of the pod's state [default: 15].
+    #[arg(long, env = "PODQ_STATUS_POLL_S")]
+    pub status_poll_s: Option<f64>,
+    /// Seconds without step progress after which a running attempt is hung [default: 600].
+    #[arg(long, env = "PODQ_HANG_TIMEOUT_S")]
+    pub hang_timeout_s: Option<f64>,
+    /// Seconds between metric batches [default: 2].
+    #[arg(long, env = "PODQ_METRICS_FLUSH_S")]
+    pub metrics_flush_s: Option<f64>,
+    /// Seconds between scans of the checkpoint store [default: 10].
+    #[arg(long, env = "PODQ_CHECKPOINT_SCAN_S")]
+    pub checkpoint_scan_s: Option<f64>,
+    /// Seconds a lease request waits on the server for work [default: 20].
+    #[arg(long, env = "PODQ_LEASE_WAIT_S")]
+    pub lease_wait_s: Option<u64>,
+    /// Seconds before checking again after a failed preflight or recovery [default: 5].
+    #[arg(long, env = "PODQ_PREFLIGHT_RETRY_S")]
+    pub preflight_retry_s: Option<f64>,
+}
+
+/// Command-line overrides of the `gcloud:` section of the config file.
+#[derive(Args, Debug, Clone, Default)]
+pub struct GcloudArgs {
+    /// gcloud driver: the node's zone.
+    #[arg(long, env = "PODQ_ZONE")]
+    pub zone: Option<String>,
+    /// gcloud driver: the project (default: gcloud's configured one).
+    #[arg(long, env = "PODQ_PROJECT")]
+    pub project: Option<String>,
+    /// gcloud driver: preemptible, spot, queued or on-demand [default: preemptible].
+    #[arg(long, env = "PODQ_CAPACITY")]
+    pub capacity: Option<Capacity>,
+    /// gcloud driver: the queued resource owning the node [default: <pod>-qr].
+    #[arg(long, env = "PODQ_QUEUED_RESOURCE")]
+    pub queued_resource: Option<String>,
+    /// gcloud driver: the JAX coordinator's port on host 0 [default: 1234].
+    #[arg(long, env = "PODQ_COORDINATOR_PORT")]
+    pub coordinator_port: Option<u16>,
+    /// gcloud driver: the trainer's code checkout on every host
+    /// [default: ~/TinyRecursiveModels].
+    #[arg(long, env = "PODQ_CODE_DIR")]
+    pub code_dir: Option<String>,
+    /// gcloud driver: re-provisions every host after a recovery.
+    #[arg(long, env = "PODQ_SETUP_COMMAND")]
+    pub setup_command: Option<String>,
 }
 
 fn parse_key_value(s: &str) -> Result<(String, String), String> {
@@ -95,7 +149,130 @@ pub fn default_trainer_command() -> anyhow::Result<String> {
     ))
 }
 
+/// Every setting of the worker, resolved from flags, environment, file and defaults.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub server: String,
+    pub token: Option<String>,
+    pub pod: String,
+    pub driver: Driver,
+    pub accelerator: String,
+    pub hosts: u32,
+    pub pod_root: PathBuf,
+    pub recovery_delay_s: f64,
+    pub gcloud: GcloudSettings,
+    pub trainer_command: Option<String>,
+    pub trainer_env: BTreeMap<String, String>,
+    pub stop_grace_s: f64,
+    pub status_poll_s: f64,
+    pub hang_timeout_s: f64,
+    pub metrics_flush_s: f64,
+    pub checkpoint_scan_s: f64,
+    pub lease_wait_s: u64,
+    pub preflight_retry_s: f64,
+}
+
+fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    let token = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the token file {}", path.display()))?;
+    let token = token.trim().to_owned();
+    if token.is_empty() {
+        bail!("the token file {} is empty", path.display());
+    }
+    Ok(token)
+}
+
 impl WorkerArgs {
+    /// Merges flags and environment (already in `self`) over the config file and defaults.
+    pub fn resolve(&self) -> anyhow::Result<WorkerConfig> {
+        let file = match &self.config {
+            Some(path) => WorkerFile::load(path)?,
+            None => WorkerFile::default(),
+        };
+        let token = match (&self.token, &self.token_file) {
+            (Some(token), _) => Some(token.clone()),
+            (None, Some(path)) => Some(read_token(path)?),
+            (None, None) => match (&file.token, &file.token_file) {
+                (Some(token), _) => Some(token.clone()),
+                (None, Some(path)) => Some(read_token(path)?),
+                (None, None) => None,
+            },
+        }
+        .filter(|t| !t.is_empty());
+        let mut gcloud = file.gcloud.clone().unwrap_or_default();
+        let flags = &self.gcloud;
+        if let Some(zone) = &flags.zone {
+            gcloud.zone = zone.clone();
+        }
+        if let Some(project) = &flags.project {
+            gcloud.project = Some(project.clone());
+        }
+        if let Some(capacity) = flags.capacity {
+            gcloud.capacity = capacity;
+        }
+        if let Some(qr) = &flags.queued_resource {
+            gcloud.queued_resource = Some(qr.clone());
+        }
+        if let Some(port) = flags.coordinator_port {
+            gcloud.coordinator_port = port;
+        }
+        if let Some(dir) = &flags.code_dir {
+            gcloud.code_dir = dir.clone();
+        }
+        if let Some(command) = &flags.setup_command {
+            gcloud.setup_command = Some(command.clone());
+        }
+        let mut trainer_env = file.trainer_env.clone();
+        trainer_env.extend(self.trainer_env.iter().cloned());
+        Ok(WorkerConfig {
+            server: self
+                .server
+                .clone()
+                .or(file.server)
+                .unwrap_or_else(|| "http://127.0.0.1:8080".into()),
+            token,
+            pod: self
+                .pod
+                .clone()
+                .or(file.pod)
+                .unwrap_or_else(|| "stable-1".into()),
+            driver: self.driver.or(file.driver).unwrap_or(Driver::Local),
+            accelerator: self
+                .accelerator
+                .clone()
+                .or(file.accelerator)
+                .unwrap_or_else(|| "v4-64".into()),
+            hosts: self.hosts.or(file.hosts).unwrap_or(8),
+            pod_root: self
+                .pod_root
+                .clone()
+                .or(file.local.pod_root)
+                .unwrap_or_else(|| PathBuf::from("./podq-data/pod")),
+            recovery_delay_s: self
+                .recovery_delay_s
+                .or(file.local.recovery_delay_s)
+                .unwrap_or(2.0),
+            gcloud,
+            trainer_command: self.trainer_command.clone().or(file.trainer_command),
+            trainer_env,
+            stop_grace_s: self.stop_grace_s.or(file.stop_grace_s).unwrap_or(10.0),
+            status_poll_s: self.status_poll_s.or(file.status_poll_s).unwrap_or(15.0),
+            hang_timeout_s: self.hang_timeout_s.or(file.hang_timeout_s).unwrap_or(600.0),
+            metrics_flush_s: self.metrics_flush_s.or(file.metrics_flush_s).unwrap_or(2.0),
+            checkpoint_scan_s: self
+                .checkpoint_scan_s
+                .or(file.checkpoint_scan_s)
+                .unwrap_or(10.0),
+            lease_wait_s: self.lease_wait_s.or(file.lease_wait_s).unwrap_or(20),
+            preflight_retry_s: self
+                .preflight_retry_s
+                .or(file.preflight_retry_s)
+                .unwrap_or(5.0),
+        })
+    }
+}
+
+impl WorkerConfig {
     pub fn driver(&self) -> anyhow::Result<Arc<dyn PodDriver>> {
         if self.hosts == 0 {
             bail!("--hosts must be at least 1");
@@ -108,18 +285,28 @@ impl WorkerArgs {
                 &self.pod_root,
                 seconds(self.recovery_delay_s, "--recovery-delay-s")?,
             )?)),
+            Driver::Gcloud => Ok(Arc::new(GcloudPod::new(
+                &self.pod,
+                &self.accelerator,
+                self.hosts,
+                self.gcloud.clone(),
+            )?)),
         }
     }
 
     pub fn settings(&self) -> anyhow::Result<DaemonSettings> {
-        let trainer_command = match &self.trainer_command {
-            Some(command) => command.clone(),
-            None => default_trainer_command()?,
+        let trainer_command = match (&self.trainer_command, self.driver) {
+            (Some(command), _) => command.clone(),
+            (None, Driver::Local) => default_trainer_command()?,
+            (None, Driver::Gcloud) => bail!(
+                "the gcloud driver needs a trainer command (trainer_command in the config \
+                 file, --trainer-command or PODQ_TRAINER_COMMAND)"
+            ),
         };
         Ok(DaemonSettings {
             attempt: AttemptSettings {
                 trainer_command,
-                trainer_env: self.trainer_env.iter().cloned().collect::<BTreeMap<_, _>>(),
+                trainer_env: self.trainer_env.clone(),
                 stop_grace: seconds(self.stop_grace_s, "--stop-grace-s")?,
                 status_poll: seconds(self.status_poll_s, "--status-poll-s")?
                     .max(Duration::from_millis(50)),
@@ -131,14 +318,99 @@ impl WorkerArgs {
                     .max(Duration::from_millis(50)),
             },
             lease_wait: Duration::from_secs(self.lease_wait_s.clamp(1, 60)),
-            preflight_retry: Duration::from_secs(5),
+            preflight_retry: seconds(self.preflight_retry_s, "--preflight-retry-s")?
+                .max(Duration::from_millis(50)),
         })
     }
 }
 
 pub async fn run(args: WorkerArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let driver = args.driver()?;
-    let settings = args.settings()?;
-    let client = ServerClient::new(&args.server, args.token.clone(), shutdown.clone());
+    let config = args.resolve()?;
+    let driver = config.driver()?;
+    let settings = config.settings()?;
+    if config.token.is_none() && !is_loopback(&config.server) {
+        tracing::warn!(
+            server = %config.server,
+            "no worker token configured for a server that is not on this machine"
+        );
+    }
+    let client = ServerClient::new(&config.server, config.token.clone(), shutdown.clone());
     daemon::run(client, driver, settings, shutdown).await
+}
+
+fn is_loopback(server: &str) -> bool {
+    url::Url::parse(server)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .is_some_and(|h| h == "localhost" || h == "127.0.0.1" || h == "[::1]")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &std::path::Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let dir = std::env::temp_dir().join(format!("podq-cli-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        write(&dir, "token", "s3cret\n");
+        let config = write(
+            &dir,
+            "worker.yaml",
+            "server: http://10.0.0.2:8080\ntoken_file: token\npod: stable-1\ndriver: gcloud\n\
+             trainer_command: run {experiment}\ntrainer_env: {A: file, B: file}\n\
+             status_poll_s: 30\ngcloud:\n  zone: us-central2-b\n  project: p\n  capacity: spot\n",
+        );
+        let args = WorkerArgs {
+            config: Some(config),
+            status_poll_s: Some(1.0),
+            gcloud: Box::new(GcloudArgs {
+                project: Some("other".into()),
+                ..GcloudArgs::default()
+            }),
+            trainer_env: vec![("B".into(), "flag".into())],
+            ..WorkerArgs::default()
+        };
+        let resolved = args.resolve().unwrap();
+        assert_eq!(resolved.server, "http://10.0.0.2:8080");
+        assert_eq!(resolved.token.as_deref(), Some("s3cret"));
+        assert_eq!(resolved.driver, Driver::Gcloud);
+        assert_eq!(resolved.status_poll_s, 1.0);
+        assert_eq!(resolved.hang_timeout_s, 600.0);
+        assert_eq!(resolved.gcloud.zone, "us-central2-b");
+        assert_eq!(resolved.gcloud.project.as_deref(), Some("other"));
+        assert_eq!(resolved.gcloud.capacity, Capacity::Spot);
+        assert_eq!(resolved.trainer_env["A"], "file");
+        assert_eq!(resolved.trainer_env["B"], "flag");
+        assert!(resolved.settings().is_ok());
+        assert!(resolved.driver().is_ok());
+
+        let inline = WorkerArgs {
+            token: Some("flag-token".into()),
+            ..args
+        };
+        assert_eq!(
+            inline.resolve().unwrap().token.as_deref(),
+            Some("flag-token")
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn the_gcloud_driver_needs_a_trainer_command_and_a_zone() {
+        let config = WorkerArgs {
+            driver: Some(Driver::Gcloud),
+            ..WorkerArgs::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(config.settings().is_err());
+        assert!(config.driver().is_err());
+    }
 }

@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::mpsc;
 
 use crate::events::{parse_line, TrainerEvent};
-use crate::pod::{HostLaunch, PodDriver};
+use crate::pod::{HostLaunch, PodDriver, StopSignal};
 
 /// How a host's process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +78,10 @@ impl LogTail {
 
 /// The running hosts of one attempt.
 pub struct Hosts {
+    /// The lease the trainers run under (their `PODQ_LEASE_ID`): remote stops find them by it.
+    lease: String,
+    /// Host index of each launch.
+    indexes: Vec<u32>,
     pgids: Vec<Option<i32>>,
     exits: Vec<Option<HostExit>>,
     exit_rx: mpsc::UnboundedReceiver<HostExit>,
@@ -95,6 +99,11 @@ impl Hosts {
     ) -> anyhow::Result<Hosts> {
         let (exit_tx, exit_rx) = mpsc::unbounded_channel();
         let mut hosts = Hosts {
+            lease: launches
+                .first()
+                .and_then(|l| l.env.get("PODQ_LEASE_ID").cloned())
+                .unwrap_or_default(),
+            indexes: launches.iter().map(|l| l.host).collect(),
             pgids: Vec::new(),
             exits: vec![None; launches.len()],
             exit_rx,
@@ -104,7 +113,7 @@ impl Hosts {
             let mut child = match driver.spawn(launch).await {
                 Ok(child) => child,
                 Err(e) => {
-                    hosts.stop(grace).await;
+                    hosts.stop(driver, grace).await;
                     return Err(e);
                 }
             };
@@ -163,17 +172,30 @@ impl Hosts {
 
     /// SIGTERM to every host still running (JAX's preemption notice), then SIGKILL to what
     /// is left after `grace`. Every process group is killed at the end, so no child of a
-    /// trainer survives its host's main process.
-    pub async fn stop(&mut self, grace: Duration) {
-        self.signal_running(Signal::SIGTERM);
-        // A hung (stopped) process only sees SIGTERM once continued.
-        self.signal_running(Signal::SIGCONT);
+    /// trainer survives its host's main process. A driver whose local children are only
+    /// clients of remote trainers (`PodDriver::signal_hosts`) gets both signals delivered on
+    /// the hosts themselves, to every host of the attempt (a client that already ended may
+    /// have left its trainer running).
+    pub async fn stop(&mut self, driver: &dyn PodDriver, grace: Duration) {
+        let remote = driver
+            .signal_hosts(&self.lease, &self.indexes, StopSignal::Term)
+            .await;
+        if !remote {
+            self.signal_running(Signal::SIGTERM);
+            // A hung (stopped) process only sees SIGTERM once continued.
+            self.signal_running(Signal::SIGCONT);
+        }
         let deadline = tokio::time::Instant::now() + grace;
         while self.exits.iter().any(Option::is_none) {
             match tokio::time::timeout_at(deadline, self.next_exit()).await {
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
             }
+        }
+        if remote {
+            driver
+                .signal_hosts(&self.lease, &self.indexes, StopSignal::Kill)
+                .await;
         }
         for pgid in self.pgids.iter().flatten() {
             let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);

@@ -1,6 +1,8 @@
-//! Pod drivers: how the worker reaches the hosts of its pod. One trait; the `local` driver
-//! simulates a pod with local process groups.
+//! Pod drivers: how the worker reaches the hosts of its pod. One trait; the `gcloud` driver
+//! drives a Cloud TPU VM through the gcloud CLI, the `local` driver simulates a pod with
+//! local process groups.
 
+pub mod gcloud;
 pub mod local;
 
 use std::collections::BTreeMap;
@@ -24,13 +26,38 @@ impl PodStatus {
         self.state == "READY" && self.health == "HEALTHY"
     }
 
-    /// The pod lost its capacity: every host is gone together.
+    /// The pod lost its capacity: every host is gone together. Besides the states that say
+    /// so outright, a node being deleted, repaired, restarted or re-imaged, or one that no
+    /// longer exists, has no trainer left on it either.
     pub fn is_preempted(&self) -> bool {
         matches!(
             self.state.as_str(),
-            "PREEMPTED" | "TERMINATED" | "STOPPED" | "STOPPING"
+            "PREEMPTED"
+                | "TERMINATED"
+                | "STOPPED"
+                | "STOPPING"
+                | "DELETING"
+                | "REPAIRING"
+                | "RESTARTING"
+                | "REIMAGING"
+                | "HIDING"
+                | "HIDDEN"
+                | "UNHIDING"
+                | "CREATING"
+                | "STARTING"
+                | "UNKNOWN"
+                | "NOT_FOUND"
         ) || self.health == "UNHEALTHY_MAINTENANCE"
     }
+}
+
+/// A signal a stop delivers to the trainers on the hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopSignal {
+    /// JAX's preemption notice: save and exit.
+    Term,
+    /// What is left after the grace period.
+    Kill,
 }
 
 /// One host's launch: the command and the environment of the trainer contract.
@@ -76,4 +103,16 @@ pub trait PodDriver: Send + Sync {
 
     /// Brings a pod that lost its capacity back to READY, saying what it waits for.
     async fn recover(&self, progress: &(dyn Fn(String) + Send + Sync)) -> anyhow::Result<()>;
+
+    /// Delivers `signal` to the trainers of this lease on `hosts` *on the hosts themselves*,
+    /// for drivers whose local child (see `spawn`) is only a client of a remote process,
+    /// such as an ssh session. Answers `true` when the driver did so: the supervisor then
+    /// leaves the local children alone until the grace period is over, since killing a
+    /// client early would cut the remote trainer's output and exit status, not stop it.
+    /// The default (`false`) is for drivers whose local process group *is* the trainer:
+    /// the supervisor signals it.
+    async fn signal_hosts(&self, lease: &str, hosts: &[u32], signal: StopSignal) -> bool {
+        let _ = (lease, hosts, signal);
+        false
+    }
 }

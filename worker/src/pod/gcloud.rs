@@ -1,0 +1,934 @@
+//! The `gcloud` driver: a Cloud TPU VM pod slice (`stable-1`, a v4-64 of 8 hosts) driven
+//! through the gcloud CLI, as DESIGN.md 3.5 describes.
+//!
+//! - state, health and hosts: `gcloud compute tpus tpu-vm describe NAME --format=json`;
+//! - one `gcloud compute tpus tpu-vm ssh NAME --worker=i --command=...` process per host
+//!   and attempt, in its own local process group; the trainer runs on the host in a session
+//!   of its own, tagged by a pgid file (see `remote`), so a stop reaches it there;
+//! - the config is copied with `tpu-vm scp` and its sha256 checked on the host;
+//! - preflight, cleanup and setup are ssh calls run on every host at once;
+//! - recovery restarts or recreates the node, or its queued resource (see `recovery`).
+
+mod node;
+mod recovery;
+mod remote;
+mod runner;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use async_trait::async_trait;
+use podq_api::{Preflight, PreflightFailure};
+use serde::Deserialize;
+use tokio::process::Child;
+
+pub use node::{classify_health, classify_state, HealthClass, Node, StateClass};
+use runner::{CallError, Output, Retry, Runner};
+
+use super::{HostLaunch, PodDriver, PodStatus, StopSignal};
+
+/// How the pod's capacity is bought, which decides how it comes back after a preemption.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Capacity {
+    /// A preemptible node: `tpu-vm start`; delete and create again if it will not start.
+    #[default]
+    Preemptible,
+    /// A spot node: cannot be restarted; delete and create again with the same spec.
+    Spot,
+    /// A node owned by a queued resource: delete and create the queued resource again when
+    /// it is `SUSPENDED` or `FAILED`, then wait for it to be `ACTIVE`.
+    Queued,
+    /// On-demand or reserved capacity: start it if stopped, recreate it if broken.
+    OnDemand,
+}
+
+impl FromStr for Capacity {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.replace('-', "_").as_str() {
+            "preemptible" => Ok(Capacity::Preemptible),
+            "spot" => Ok(Capacity::Spot),
+            "queued" => Ok(Capacity::Queued),
+            "on_demand" | "reserved" => Ok(Capacity::OnDemand),
+            _ => Err(format!(
+                "`{s}` is not a capacity kind (preemptible, spot, queued, on-demand)"
+            )),
+        }
+    }
+}
+
+/// The spec a node or queued resource is created with. Unset fields come from the last
+/// `describe` the worker saw, so a recreated node is the node that was lost.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CreateSettings {
+    /// e.g. `v4-64`.
+    pub accelerator_type: Option<String>,
+    /// e.g. `tpu-ubuntu2204-base`.
+    pub runtime_version: Option<String>,
+    /// Queued resources only: ask for spot capacity (default: what the node had).
+    pub spot: Option<bool>,
+    /// Appended to every create call (`--service-account=...`, `--metadata=...`).
+    pub extra_args: Vec<String>,
+}
+
+/// The `gcloud:` section of the worker's config file.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct GcloudSettings {
+    /// The gcloud program.
+    pub binary: String,
+    pub zone: String,
+    /// The project (default: gcloud's configured `core/project`).
+    pub project: Option<String>,
+    pub capacity: Capacity,
+    /// The queued resource that owns the node (`capacity: queued`); default `<pod>-qr`.
+    pub queued_resource: Option<String>,
+    /// The port of the JAX coordinator on host 0.
+    pub coordinator_port: u16,
+    /// Where the resolved config is written on every host (absolute, or `~/...`).
+    pub config_dir: String,
+    /// The trainer's code checkout on every host; preflight checks its commit there.
+    pub code_dir: String,
+    /// Run on every host after a recovery (and at start with `setup_on_start`) to
+    /// re-provision it: check out the code at a pinned commit, install requirements, fetch
+    /// the dataset. Must be safe to run again.
+    pub setup_command: Option<String>,
+    pub setup_on_start: bool,
+    /// Run in the code directory on every host; exits 0 when the trainer's imports work and
+    /// prints the JAX version as its last line.
+    pub python_check: String,
+    /// Paths every host must have (relative ones from the code directory; gs:// ones are
+    /// listed once with `gcloud storage ls`).
+    pub dataset_paths: Vec<String>,
+    /// Also check the `data_paths` and `data_paths_test` of each job's config at staging.
+    pub check_config_datasets: bool,
+    /// Free space the code directory's disk must have on every host.
+    pub min_free_disk_gb: f64,
+    /// Flags for every `tpu-vm ssh` call (before `--command`).
+    pub ssh_flags: Vec<String>,
+    /// Flags for every `tpu-vm scp` call.
+    pub scp_flags: Vec<String>,
+    pub create: CreateSettings,
+    /// Timeouts of one call, in seconds: ssh/scp (preflight, staging, cleanup, stops),
+    /// control-plane reads, operations (create, delete, start) and the setup command.
+    pub ssh_timeout_s: f64,
+    pub api_timeout_s: f64,
+    pub operation_timeout_s: f64,
+    pub setup_timeout_s: f64,
+    /// Further attempts of a call that failed transiently (ssh exit 255, timeouts, API
+    /// errors), with a pause doubling from `retry_backoff_s`.
+    pub retries: u32,
+    pub retry_backoff_s: f64,
+    /// Seconds between looks at the node (or queued resource) while recovering.
+    pub poll_s: f64,
+    /// A recovery that has not brought the node back within this many seconds gives up
+    /// (the worker reports it and starts over).
+    pub recovery_timeout_s: f64,
+}
+
+impl Default for GcloudSettings {
+    fn default() -> Self {
+        GcloudSettings {
+            binary: "gcloud".into(),
+            zone: String::new(),
+            project: None,
+            capacity: Capacity::Preemptible,
+            queued_resource: None,
+            coordinator_port: 1234,
+            config_dir: "/tmp/podq/configs".into(),
+            code_dir: "~/TinyRecursiveModels".into(),
+            setup_command: None,
+            setup_on_start: false,
+            python_check:
+                "python3 -c 'import jax, flax, optax, orbax.checkpoint; print(jax.__version__)'"
+                    .into(),
+            dataset_paths: Vec::new(),
+            check_config_datasets: true,
+            min_free_disk_gb: 20.0,
+            ssh_flags: vec![
+                "--strict-host-key-checking=no".into(),
+                "--ssh-flag=-oServerAliveInterval=30".into(),
+                "--ssh-flag=-oServerAliveCountMax=6".into(),
+                "--ssh-flag=-oConnectTimeout=30".into(),
+            ],
+            scp_flags: vec!["--strict-host-key-checking=no".into()],
+            create: CreateSettings::default(),
+            ssh_timeout_s: 120.0,
+            api_timeout_s: 120.0,
+            operation_timeout_s: 1800.0,
+            setup_timeout_s: 3600.0,
+            retries: 3,
+            retry_backoff_s: 2.0,
+            poll_s: 30.0,
+            recovery_timeout_s: 3600.0,
+        }
+    }
+}
+
+fn secs(value: f64, what: &str) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .with_context(|| format!("gcloud.{what} must be a non-negative number of seconds"))
+}
+
+/// The durations of `GcloudSettings`, checked once.
+#[derive(Debug, Clone)]
+struct Timing {
+    ssh: Duration,
+    api: Duration,
+    operation: Duration,
+    setup: Duration,
+    poll: Duration,
+    recovery: Duration,
+}
+
+pub struct GcloudPod {
+    name: String,
+    accelerator: String,
+    settings: GcloudSettings,
+    timing: Timing,
+    runner: Runner,
+    /// Stops go out with one retry only: a pod that is gone must not hold a stop for long.
+    stop_runner: Runner,
+    hosts: AtomicU32,
+    /// The last node a describe returned: endpoints, and the spec to recreate it with.
+    last_node: Mutex<Option<Node>>,
+    /// The hosts need the setup command before the next preflight can pass.
+    needs_setup: AtomicBool,
+    /// Unknown states and health values already logged.
+    warned: Mutex<HashSet<String>>,
+}
+
+impl GcloudPod {
+    pub fn new(
+        name: &str,
+        accelerator: &str,
+        hosts: u32,
+        settings: GcloudSettings,
+    ) -> anyhow::Result<GcloudPod> {
+        if settings.zone.trim().is_empty() {
+            bail!("the gcloud driver needs a zone (gcloud.zone, --zone or PODQ_ZONE)");
+        }
+        if hosts == 0 {
+            bail!("a pod has at least one host");
+        }
+        let timing = Timing {
+            ssh: secs(settings.ssh_timeout_s, "ssh_timeout_s")?,
+            api: secs(settings.api_timeout_s, "api_timeout_s")?,
+            operation: secs(settings.operation_timeout_s, "operation_timeout_s")?,
+            setup: secs(settings.setup_timeout_s, "setup_timeout_s")?,
+            poll: secs(settings.poll_s, "poll_s")?.max(Duration::from_millis(10)),
+            recovery: secs(settings.recovery_timeout_s, "recovery_timeout_s")?,
+        };
+        let runner = Runner {
+            program: settings.binary.clone(),
+            retries: settings.retries,
+            backoff: secs(settings.retry_backoff_s, "retry_backoff_s")?,
+        };
+        let stop_runner = Runner {
+            retries: settings.retries.min(1),
+            ..runner.clone()
+        };
+        let needs_setup = settings.setup_on_start && settings.setup_command.is_some();
+        Ok(GcloudPod {
+            name: name.to_owned(),
+            accelerator: accelerator.to_owned(),
+            settings,
+            timing,
+            runner,
+            stop_runner,
+            hosts: AtomicU32::new(hosts),
+            last_node: Mutex::new(None),
+            needs_setup: AtomicBool::new(needs_setup),
+            warned: Mutex::new(HashSet::new()),
+        })
+    }
+
+    pub fn settings(&self) -> &GcloudSettings {
+        &self.settings
+    }
+
+    fn queued_resource(&self) -> String {
+        self.settings
+            .queued_resource
+            .clone()
+            .unwrap_or_else(|| format!("{}-qr", self.name))
+    }
+
+    /// `compute tpus <group> <verb> <target> --zone=Z [--project=P]`.
+    fn args(&self, group: &str, verb: &str, target: &str) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "compute".into(),
+            "tpus".into(),
+            group.into(),
+            verb.into(),
+            target.into(),
+            format!("--zone={}", self.settings.zone),
+        ];
+        if let Some(project) = &self.settings.project {
+            args.push(format!("--project={project}"));
+        }
+        args
+    }
+
+    fn ssh_args(&self, host: u32, command: &str) -> Vec<String> {
+        let mut args = self.args("tpu-vm", "ssh", &self.name);
+        args.push(format!("--worker={host}"));
+        args.extend(self.settings.ssh_flags.iter().cloned());
+        args.push(format!("--command={command}"));
+        args
+    }
+
+    /// The node as the API sees it now; `None` when it does not exist.
+    async fn describe(&self) -> Result<Option<Node>, CallError> {
+        let mut args = self.args("tpu-vm", "describe", &self.name);
+        args.push("--format=json".into());
+        match self.runner.call(&args, self.timing.api, Retry::Api).await {
+            Ok(output) => {
+                let node = Node::parse(&output.stdout).map_err(|e| CallError::Failed {
+                    code: Some(0),
+                    stderr: format!("describe answered something that is not a node: {e}"),
+                })?;
+                self.observe(&node);
+                Ok(Some(node))
+            }
+            Err(CallError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Remembers what a describe said and logs values this worker does not know.
+    fn observe(&self, node: &Node) {
+        if classify_state(node.state()) == StateClass::Unknown {
+            self.warn_once(format!("state {}", node.state()));
+        }
+        if classify_health(node.health()) == HealthClass::Unknown {
+            self.warn_once(format!("health {}", node.health()));
+        }
+        let endpoints = node.network_endpoints.len() as u32;
+        if endpoints > 0 {
+            let before = self.hosts.swap(endpoints, Ordering::SeqCst);
+            if before != endpoints {
+                tracing::info!(
+                    pod = %self.name,
+                    hosts = endpoints,
+                    "the node has {endpoints} hosts (network endpoints); was {before}"
+                );
+            }
+        }
+        let mut last = self.last_node.lock().unwrap_or_else(|e| e.into_inner());
+        // A node that is gone or being recreated may answer without its spec: keep the
+        // fields that matter for recreating it.
+        let mut node = node.clone();
+        if let Some(previous) = last.as_ref() {
+            node.accelerator_type = node
+                .accelerator_type
+                .or_else(|| previous.accelerator_type.clone());
+            node.runtime_version = node
+                .runtime_version
+                .or_else(|| previous.runtime_version.clone());
+            node.network_config = node
+                .network_config
+                .or_else(|| previous.network_config.clone());
+            node.scheduling_config = node
+                .scheduling_config
+                .or_else(|| previous.scheduling_config.clone());
+            if node.labels.is_empty() {
+                node.labels = previous.labels.clone();
+            }
+            if node.network_endpoints.is_empty() {
+                node.network_endpoints = previous.network_endpoints.clone();
+            }
+        }
+        *last = Some(node);
+    }
+
+    fn warn_once(&self, what: String) {
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        if warned.insert(what.clone()) {
+            tracing::warn!(
+                pod = %self.name,
+                "the node reports {what}, which podq does not know: it counts as not ready"
+            );
+        }
+    }
+
+    async fn ssh(
+        &self,
+        host: u32,
+        command: &str,
+        timeout: Duration,
+        retry: Retry,
+    ) -> Result<Output, CallError> {
+        self.runner
+            .call(&self.ssh_args(host, command), timeout, retry)
+            .await
+    }
+
+    /// Runs `command(host)` on every host at once.
+    async fn ssh_all(
+        &self,
+        runner: &Runner,
+        command: impl Fn(u32) -> String,
+        timeout: Duration,
+        retry: Retry,
+        hosts: &[u32],
+    ) -> Vec<(u32, Result<Output, CallError>)> {
+        let calls = hosts.iter().map(|&host| {
+            let args = self.ssh_args(host, &command(host));
+            async move { (host, runner.call(&args, timeout, retry).await) }
+        });
+        futures::future::join_all(calls).await
+    }
+
+    fn all_hosts(&self) -> Vec<u32> {
+        (0..self.hosts()).collect()
+    }
+
+    /// Runs the setup command on every host; `Ok` once it exited 0 everywhere.
+    async fn setup(&self, progress: &(dyn Fn(String) + Send + Sync)) -> anyhow::Result<()> {
+        let Some(command) = self.settings.setup_command.clone() else {
+            self.needs_setup.store(false, Ordering::SeqCst);
+            return Ok(());
+        };
+        let hosts = self.hosts();
+        progress(format!("running the setup command on {hosts} hosts"));
+        let results = self
+            .ssh_all(
+                &self.runner,
+                |host| remote::setup(host, hosts, &command),
+                self.timing.setup,
+                Retry::Ssh,
+                &self.all_hosts(),
+            )
+            .await;
+        let mut failed = Vec::new();
+        for (host, result) in results {
+            match result {
+                Ok(output) => tracing::debug!(
+                    pod = %self.name,
+                    host,
+                    stdout = %output.stdout.trim(),
+                    stderr = %output.stderr.trim(),
+                    "setup done"
+                ),
+                Err(e) => failed.push(format!("host {host}: {e}")),
+            }
+        }
+        if !failed.is_empty() {
+            bail!("setup failed: {}", failed.join("; "));
+        }
+        self.needs_setup.store(false, Ordering::SeqCst);
+        progress(format!("setup done on {hosts} hosts"));
+        Ok(())
+    }
+
+    /// Whether every gs:// path exists (`gcloud storage ls`); the missing ones otherwise.
+    async fn missing_gcs_paths(&self, paths: &[String]) -> Vec<(String, String)> {
+        let mut missing = Vec::new();
+        for path in paths.iter().filter(|p| p.starts_with("gs://")) {
+            let args = vec!["storage".into(), "ls".into(), path.clone()];
+            if let Err(e) = self.runner.call(&args, self.timing.api, Retry::Api).await {
+                missing.push((path.clone(), e.to_string()));
+            }
+        }
+        missing
+    }
+
+    fn lease_of(launch: &HostLaunch) -> anyhow::Result<String> {
+        let lease = launch
+            .env
+            .get("PODQ_LEASE_ID")
+            .context("the launch has no PODQ_LEASE_ID")?;
+        if !remote::valid_lease(lease) {
+            bail!("lease id `{lease}` cannot tag a process on the host");
+        }
+        Ok(lease.clone())
+    }
+}
+
+/// `data_paths` and `data_paths_test` of a resolved config.
+fn config_datasets(yaml: &[u8]) -> Vec<String> {
+    let Ok(config) = serde_yaml::from_slice::<serde_yaml::Value>(yaml) else {
+        return Vec::new();
+    };
+    let mut paths = Vec::new();
+    for key in ["data_paths", "data_paths_test"] {
+        match config.get(key) {
+            Some(serde_yaml::Value::String(path)) => paths.push(path.clone()),
+            Some(serde_yaml::Value::Sequence(list)) => paths.extend(
+                list.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .filter(|p| !p.is_empty()),
+            ),
+            _ => {}
+        }
+    }
+    paths
+}
+
+/// The value most hosts report, ties going to the lowest host.
+fn majority(values: &BTreeMap<u32, String>) -> Option<&str> {
+    let mut counts: Vec<(&str, usize, u32)> = Vec::new();
+    for (host, value) in values {
+        match counts.iter_mut().find(|(v, _, _)| *v == value.as_str()) {
+            Some(entry) => entry.1 += 1,
+            None => counts.push((value.as_str(), 1, *host)),
+        }
+    }
+    counts
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)))
+        .map(|(v, _, _)| v)
+}
+
+fn failure(host: Option<u32>, check: &str, message: impl Into<String>) -> PreflightFailure {
+    PreflightFailure {
+        host,
+        check: check.to_owned(),
+        message: message.into(),
+    }
+}
+
+#[async_trait]
+impl PodDriver for GcloudPod {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn accelerator(&self) -> &str {
+        &self.accelerator
+    }
+
+    fn hosts(&self) -> u32 {
+        self.hosts.load(Ordering::SeqCst)
+    }
+
+    async fn status(&self) -> anyhow::Result<PodStatus> {
+        Ok(match self.describe().await {
+            Ok(Some(node)) => PodStatus {
+                state: node.state().to_owned(),
+                health: node.health().to_owned(),
+            },
+            Ok(None) => PodStatus {
+                state: "NOT_FOUND".into(),
+                health: "HEALTH_UNSPECIFIED".into(),
+            },
+            Err(e) => {
+                // Not knowing is not a preemption: a running attempt carries on, and an idle
+                // worker waits (its recovery describes again).
+                tracing::warn!(pod = %self.name, error = %e, "cannot describe the node");
+                PodStatus {
+                    state: "DESCRIBE_FAILED".into(),
+                    health: "HEALTH_UNSPECIFIED".into(),
+                }
+            }
+        })
+    }
+
+    async fn preflight(&self) -> Preflight {
+        let mut failures = Vec::new();
+        let done = |failures: Vec<PreflightFailure>| Preflight {
+            passed: failures.is_empty(),
+            at: Some(chrono::Utc::now()),
+            failures,
+        };
+        match self.describe().await {
+            Ok(Some(node)) => {
+                let ready = classify_state(node.state()) == StateClass::Ready
+                    && classify_health(node.health()) == HealthClass::Healthy;
+                if !ready {
+                    let mut message = format!(
+                        "node {} is {}/{} ({})",
+                        self.name,
+                        node.state(),
+                        node.health(),
+                        node::describe_state(node.state())
+                    );
+                    if let Some(symptoms) = node.symptoms_text() {
+                        message.push_str(&format!("; symptoms: {symptoms}"));
+                    }
+                    failures.push(failure(None, "tpu_state", message));
+                    return done(failures);
+                }
+            }
+            Ok(None) => {
+                failures.push(failure(
+                    None,
+                    "tpu_state",
+                    format!("node {} does not exist", self.name),
+                ));
+                return done(failures);
+            }
+            Err(e) => {
+                failures.push(failure(None, "tpu_state", format!("cannot describe: {e}")));
+                return done(failures);
+            }
+        }
+        if self.needs_setup.load(Ordering::SeqCst) {
+            let log = |what: String| tracing::info!(pod = %self.name, "{what}");
+            if let Err(e) = self.setup(&log).await {
+                failures.push(failure(None, "setup", format!("{e:#}")));
+                return done(failures);
+            }
+        }
+        // Trainers left by an earlier worker are orphans: nothing runs between attempts.
+        for line in self.clean_hosts().await.unwrap_or_default() {
+            tracing::info!(pod = %self.name, "preflight: {line}");
+        }
+        let code_dir = self.settings.code_dir.clone();
+        let python_check = self.settings.python_check.clone();
+        let local_datasets: Vec<String> = self
+            .settings
+            .dataset_paths
+            .iter()
+            .filter(|p| !p.starts_with("gs://"))
+            .cloned()
+            .collect();
+        let script = remote::preflight(&remote::PreflightScript {
+            code_dir: &code_dir,
+            python_check: &python_check,
+            dataset_paths: &local_datasets,
+        });
+        let results = self
+            .ssh_all(
+                &self.runner,
+                |_| script.clone(),
+                self.timing.ssh,
+                Retry::Ssh,
+                &self.all_hosts(),
+            )
+            .await;
+        let mut commits = BTreeMap::new();
+        let mut versions = BTreeMap::new();
+        for (host, result) in results {
+            let output = match result {
+                Ok(output) => output,
+                Err(e) => {
+                    failures.push(failure(Some(host), "ssh", format!("cannot reach: {e}")));
+                    continue;
+                }
+            };
+            for (check, message) in remote::failures(&output.stdout) {
+                failures.push(failure(Some(host), &check, message));
+            }
+            if let Some(commit) = remote::info(&output.stdout, "commit") {
+                commits.insert(host, commit.to_owned());
+            }
+            if let Some(version) = remote::info(&output.stdout, "jax") {
+                versions.insert(host, version.to_owned());
+            }
+            match remote::info(&output.stdout, "disk_free_kb").and_then(|v| v.parse::<f64>().ok()) {
+                Some(kb) => {
+                    let gb = kb / (1024.0 * 1024.0);
+                    if gb < self.settings.min_free_disk_gb {
+                        failures.push(failure(
+                            Some(host),
+                            "disk_free",
+                            format!(
+                                "{gb:.1} GB free under {code_dir}, below the {} GB threshold",
+                                self.settings.min_free_disk_gb
+                            ),
+                        ));
+                    }
+                }
+                None => failures.push(failure(
+                    Some(host),
+                    "disk_free",
+                    "cannot read the free disk space",
+                )),
+            }
+        }
+        for (values, check, what) in [
+            (&commits, "code_commit", "commit"),
+            (&versions, "jax_version", "JAX version"),
+        ] {
+            if let Some(expected) = majority(values) {
+                for (host, value) in values {
+                    if value != expected {
+                        failures.push(failure(
+                            Some(*host),
+                            check,
+                            format!("{what} {value} differs from {expected} on the other hosts"),
+                        ));
+                    }
+                }
+            }
+        }
+        for (path, error) in self.missing_gcs_paths(&self.settings.dataset_paths).await {
+            failures.push(failure(
+                None,
+                "dataset",
+                format!("{path} cannot be listed: {error}"),
+            ));
+        }
+        done(failures)
+    }
+
+    fn config_dir(&self, _host: u32) -> PathBuf {
+        PathBuf::from(&self.settings.config_dir)
+    }
+
+    async fn stage_file(
+        &self,
+        host: u32,
+        file_name: &str,
+        contents: &[u8],
+    ) -> anyhow::Result<String> {
+        if file_name.is_empty() || file_name.contains('/') || file_name.starts_with('.') {
+            bail!("`{file_name}` is not a plain file name");
+        }
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let local = std::env::temp_dir().join(format!("podq-stage-{token}-{file_name}"));
+        tokio::fs::write(&local, contents)
+            .await
+            .with_context(|| format!("cannot write {}", local.display()))?;
+        let remote_tmp = format!("/tmp/podq-stage-{token}.yaml");
+        let mut args = self.args("tpu-vm", "scp", &local.display().to_string());
+        // scp's positional arguments are SRC DEST: put the destination right after.
+        args.insert(5, format!("{}:{remote_tmp}", self.name));
+        args.push(format!("--worker={host}"));
+        args.extend(self.settings.scp_flags.iter().cloned());
+        let copied = self.runner.call(&args, self.timing.ssh, Retry::Ssh).await;
+        let _ = tokio::fs::remove_file(&local).await;
+        copied.with_context(|| format!("cannot copy {file_name} to host {host}"))?;
+
+        let datasets = if self.settings.check_config_datasets {
+            config_datasets(contents)
+        } else {
+            Vec::new()
+        };
+        let local_datasets: Vec<String> = datasets
+            .iter()
+            .filter(|p| !p.starts_with("gs://"))
+            .cloned()
+            .collect();
+        let script = remote::stage(
+            &remote_tmp,
+            &self.settings.config_dir,
+            file_name,
+            &self.settings.code_dir,
+            &local_datasets,
+        );
+        let output = self
+            .ssh(host, &script, self.timing.ssh, Retry::Ssh)
+            .await
+            .with_context(|| format!("cannot place {file_name} on host {host}"))?;
+        let missing: Vec<String> = remote::failures(&output.stdout)
+            .into_iter()
+            .map(|(_, message)| message)
+            .collect();
+        if !missing.is_empty() {
+            bail!("the config's dataset is missing: {}", missing.join("; "));
+        }
+        if host == 0 {
+            let missing = self.missing_gcs_paths(&datasets).await;
+            if !missing.is_empty() {
+                let text: Vec<String> = missing
+                    .into_iter()
+                    .map(|(path, e)| format!("{path} ({e})"))
+                    .collect();
+                bail!("the config's dataset cannot be listed: {}", text.join("; "));
+            }
+        }
+        output
+            .stdout
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .find(|word| word.len() == 64 && word.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(str::to_owned)
+            .with_context(|| format!("host {host} printed no sha256 for {file_name}"))
+    }
+
+    async fn clean_hosts(&self) -> anyhow::Result<Vec<String>> {
+        let script = remote::clean();
+        let results = self
+            .ssh_all(
+                &self.runner,
+                |_| script.clone(),
+                self.timing.ssh,
+                Retry::Ssh,
+                &self.all_hosts(),
+            )
+            .await;
+        let mut lines = Vec::new();
+        for (host, result) in results {
+            match result {
+                Ok(output) => lines.extend(
+                    remote::done(&output.stdout)
+                        .into_iter()
+                        .map(|line| format!("host {host}: {line}")),
+                ),
+                Err(e) => lines.push(format!("host {host}: cleanup failed: {e}")),
+            }
+        }
+        Ok(lines)
+    }
+
+    async fn coordinator_address(&self) -> anyhow::Result<String> {
+        if let Err(e) = self.describe().await {
+            tracing::warn!(pod = %self.name, error = %e, "cannot describe; using the last endpoints seen");
+        }
+        let last = self.last_node.lock().unwrap_or_else(|e| e.into_inner());
+        let ip = last
+            .as_ref()
+            .and_then(Node::coordinator_ip)
+            .with_context(|| format!("node {} has no network endpoint for host 0", self.name))?;
+        Ok(format!("{ip}:{}", self.settings.coordinator_port))
+    }
+
+    async fn spawn(&self, launch: &HostLaunch) -> anyhow::Result<Child> {
+        let lease = Self::lease_of(launch)?;
+        let script = remote::launch(&lease, &launch.env, &launch.command);
+        let args = self.ssh_args(launch.host, &script);
+        tracing::debug!(host = launch.host, command = %runner::summary(&args), "launching");
+        let mut cmd = self.runner.command(&args);
+        cmd.kill_on_drop(false);
+        cmd.spawn().with_context(|| {
+            format!(
+                "cannot run `{}` for host {}",
+                self.settings.binary, launch.host
+            )
+        })
+    }
+
+    async fn recover(&self, progress: &(dyn Fn(String) + Send + Sync)) -> anyhow::Result<()> {
+        self.recover_node(progress).await
+    }
+
+    async fn signal_hosts(&self, lease: &str, hosts: &[u32], signal: StopSignal) -> bool {
+        if !remote::valid_lease(lease) {
+            tracing::warn!(
+                lease,
+                "not a lease id podq tags trainers with; nothing to signal"
+            );
+            return true;
+        }
+        let kill = signal == StopSignal::Kill;
+        // A node that lost its capacity took its processes with it, and its hosts do not
+        // answer ssh: do not spend the grace period on connection timeouts.
+        match self.describe().await {
+            Ok(Some(node))
+                if matches!(
+                    classify_state(node.state()),
+                    StateClass::Lost | StateClass::Changing
+                ) =>
+            {
+                tracing::info!(
+                    pod = %self.name,
+                    state = node.state(),
+                    "the node is {}: its trainers went with it; nothing to signal",
+                    node::describe_state(node.state())
+                );
+                return true;
+            }
+            Ok(None) => {
+                tracing::info!(pod = %self.name, "the node is gone: nothing to signal");
+                return true;
+            }
+            _ => {}
+        }
+        let script = remote::signal(lease, kill);
+        let results = self
+            .ssh_all(
+                &self.stop_runner,
+                |_| script.clone(),
+                self.timing.ssh.min(Duration::from_secs(60)),
+                Retry::Ssh,
+                hosts,
+            )
+            .await;
+        for (host, result) in results {
+            match result {
+                Ok(output) => {
+                    for line in remote::done(&output.stdout) {
+                        tracing::info!(pod = %self.name, host, "{line}");
+                    }
+                }
+                Err(e) => tracing::warn!(
+                    pod = %self.name,
+                    host,
+                    error = %e,
+                    "cannot signal the trainer on the host ({})",
+                    if kill { "SIGKILL" } else { "SIGTERM" }
+                ),
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_kinds_are_read() {
+        assert_eq!("spot".parse::<Capacity>(), Ok(Capacity::Spot));
+        assert_eq!("on-demand".parse::<Capacity>(), Ok(Capacity::OnDemand));
+        assert!("cheap".parse::<Capacity>().is_err());
+        let settings: GcloudSettings =
+            serde_yaml::from_str("zone: us-central2-b\ncapacity: queued\n").unwrap();
+        assert_eq!(settings.capacity, Capacity::Queued);
+        assert_eq!(settings.coordinator_port, 1234);
+        assert!(serde_yaml::from_str::<GcloudSettings>("zonne: x\n").is_err());
+    }
+
+    #[test]
+    fn the_config_names_its_datasets() {
+        let yaml = b"data_paths:\n  - data/sudoku\n  - gs://b/d\ndata_paths_test: []\nlr: 1\n";
+        assert_eq!(config_datasets(yaml), vec!["data/sudoku", "gs://b/d"]);
+        assert_eq!(config_datasets(b"data_paths: one\n"), vec!["one"]);
+        assert!(config_datasets(b"lr: 1\n").is_empty());
+    }
+
+    #[test]
+    fn the_odd_host_out_is_found() {
+        let values = BTreeMap::from([
+            (0, "a".to_owned()),
+            (1, "a".to_owned()),
+            (2, "b".to_owned()),
+        ]);
+        assert_eq!(majority(&values), Some("a"));
+        let tie = BTreeMap::from([(0, "x".to_owned()), (1, "y".to_owned())]);
+        assert_eq!(majority(&tie), Some("x"));
+    }
+
+    #[test]
+    fn a_zone_is_required() {
+        assert!(GcloudPod::new("n", "v4-8", 1, GcloudSettings::default()).is_err());
+        let pod = GcloudPod::new(
+            "stable-1",
+            "v4-64",
+            8,
+            GcloudSettings {
+                zone: "us-central2-b".into(),
+                project: Some("p".into()),
+                ssh_flags: Vec::new(),
+                ..GcloudSettings::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            pod.ssh_args(3, "true"),
+            [
+                "compute",
+                "tpus",
+                "tpu-vm",
+                "ssh",
+                "stable-1",
+                "--zone=us-central2-b",
+                "--project=p",
+                "--worker=3",
+                "--command=true"
+            ]
+        );
+    }
+}

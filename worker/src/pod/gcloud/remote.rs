@@ -1,0 +1,354 @@
+//! The shell the worker runs on the hosts through `gcloud ... ssh --command=...`.
+//!
+//! The trainer of lease `L` runs in a session of its own (`setsid`), so its process group
+//! id is the session leader's pid, written to `/tmp/podq-trainer-L.pgid` on the host. That
+//! file is podq's tag: stops and cleanups read it, and before signalling a group they check
+//! that one of its processes still carries `PODQ_LEASE_ID=L` in its environment (a pgid
+//! can be reused once its group is gone). Nothing is ever found by matching process names.
+//!
+//! The scripts are POSIX sh run by the login shell of the TPU VM user; the trainer command
+//! itself runs under bash, like the commands of the hand-written launcher it replaces.
+
+use std::collections::BTreeMap;
+
+/// Where a host keeps the tag of the trainer of a lease.
+pub const PGID_DIR: &str = "/tmp";
+pub const PGID_PREFIX: &str = "podq-trainer-";
+pub const PGID_SUFFIX: &str = ".pgid";
+/// libtpu's lock: left behind by a trainer killed hard, it fails every later launch.
+pub const TPU_LOCKFILE: &str = "/tmp/libtpu_lockfile";
+
+/// Lines the scripts print for the driver to read.
+pub const FAIL: &str = "podq-fail";
+pub const INFO: &str = "podq-info";
+pub const DONE: &str = "podq-done";
+
+/// `s` as one shell word.
+pub fn quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b))
+    {
+        return s.to_owned();
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A path on the host as a shell word: `~` and `~/...` are the login user's home, a
+/// relative path is taken from `base` (itself a shell word), anything else as is.
+pub fn path_word(path: &str, base: Option<&str>) -> String {
+    if path == "~" {
+        "\"$HOME\"".to_owned()
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        format!("\"$HOME\"/{}", quote(rest))
+    } else if path.starts_with('/') {
+        quote(path)
+    } else {
+        match base {
+            Some(base) => format!("{base}/{}", quote(path)),
+            None => quote(path),
+        }
+    }
+}
+
+pub fn pgid_file(lease: &str) -> String {
+    format!("{PGID_DIR}/{PGID_PREFIX}{lease}{PGID_SUFFIX}")
+}
+
+/// Whether `lease` can be put in a file name and a pattern as is.
+pub fn valid_lease(lease: &str) -> bool {
+    !lease.is_empty()
+        && lease.len() <= 64
+        && lease
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn valid_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// `podq_tagged PGID LEASE`: whether a live process of group PGID carries the lease's tag;
+/// `podq_live PGID`: whether any process of the group is left (zombies do not count: they
+/// are gone, only not yet reaped); `podq_pgid FILE`: the pgid a tag file holds.
+const TAGGED_FN: &str = r#"podq_tagged() {
+  for p in $(pgrep -g "$1" 2>/dev/null); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "PODQ_LEASE_ID=$2"; then return 0; fi
+  done
+  return 1
+}
+podq_live() {
+  for p in $(pgrep -g "$1" 2>/dev/null); do
+    grep -qs '^State:[[:space:]]*Z' "/proc/$p/status" || return 0
+  done
+  return 1
+}
+podq_pgid() {
+  pg=$(cat "$1" 2>/dev/null)
+  case "$pg" in ''|*[!0-9]*) return 1;; esac
+  echo "$pg"
+}
+"#;
+
+/// Starts the trainer of one host: exports its environment, runs `command` under bash in a
+/// new session whose id it writes to the lease's pgid file, waits for it and answers its
+/// exit status. The pgid file is removed once no process of the group is left.
+pub fn launch(lease: &str, env: &BTreeMap<String, String>, command: &str) -> String {
+    let mut script = String::new();
+    for (name, value) in env {
+        if valid_env_name(name) {
+            script.push_str(&format!("export {name}={}\n", quote(value)));
+        } else {
+            tracing::warn!(name, "not a valid environment variable name; left out");
+        }
+    }
+    let pf = pgid_file(lease);
+    script.push_str(&format!(
+        "{TAGGED_FN}pf={pf}\n\
+         setsid sh -c 'echo $$ > \"$1\"; exec bash -c \"$2\"' podq-trainer \"$pf\" {command} < /dev/null &\n\
+         wait $!\n\
+         rc=$?\n\
+         if ! pg=$(podq_pgid \"$pf\") || ! podq_live \"$pg\"; then rm -f \"$pf\"; fi\n\
+         exit $rc",
+        command = quote(command),
+    ));
+    script
+}
+
+/// Sends SIGTERM (and SIGCONT, so a stopped process sees it) or SIGKILL to the trainer of
+/// `lease` on this host, if it is still there and still carries the tag.
+pub fn signal(lease: &str, kill: bool) -> String {
+    let pf = pgid_file(lease);
+    let send = if kill {
+        "kill -KILL -\"$pg\" 2>/dev/null\n  \
+         n=0; while podq_live \"$pg\" && [ $n -lt 50 ]; do sleep 0.1; n=$((n+1)); done\n  \
+         echo \"podq-done sent SIGKILL to trainer process group $pg\""
+    } else {
+        "kill -TERM -\"$pg\" 2>/dev/null; kill -CONT -\"$pg\" 2>/dev/null\n  \
+         echo \"podq-done sent SIGTERM to trainer process group $pg\""
+    };
+    format!(
+        "{TAGGED_FN}pf={pf}\n\
+         if pg=$(podq_pgid \"$pf\") && podq_tagged \"$pg\" {lease}; then\n  \
+         {send}\n\
+         else\n  \
+         echo 'podq-done no trainer of this lease is running'\n\
+         fi"
+    )
+}
+
+/// Kills every trainer group of any earlier lease that is still tagged, waits for them to
+/// go, drops their pgid files, and removes libtpu's lock file.
+pub fn clean() -> String {
+    format!(
+        "{TAGGED_FN}for pf in {PGID_DIR}/{PGID_PREFIX}*{PGID_SUFFIX}; do\n  \
+         [ -f \"$pf\" ] || continue\n  \
+         lease=${{pf#{PGID_DIR}/{PGID_PREFIX}}}; lease=${{lease%{PGID_SUFFIX}}}\n  \
+         if pg=$(podq_pgid \"$pf\") && podq_tagged \"$pg\" \"$lease\"; then\n    \
+         kill -CONT -\"$pg\" 2>/dev/null; kill -KILL -\"$pg\" 2>/dev/null\n    \
+         n=0; while podq_live \"$pg\" && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done\n    \
+         echo \"podq-done killed leftover trainer process group $pg (lease $lease)\"\n  \
+         fi\n  \
+         rm -f \"$pf\"\n\
+         done\n\
+         if [ -e {TPU_LOCKFILE} ]; then rm -f {TPU_LOCKFILE} && echo 'podq-done removed stale {TPU_LOCKFILE}'; fi\n\
+         true"
+    )
+}
+
+/// What preflight needs to know on one host.
+pub struct PreflightScript<'a> {
+    pub code_dir: &'a str,
+    pub python_check: &'a str,
+    /// Dataset paths on the host's disk (gs:// ones are checked from the worker).
+    pub dataset_paths: &'a [String],
+}
+
+/// Checks one host, printing `podq-fail <check> <message>` per failed check and
+/// `podq-info <key> <value>` for what the driver compares across hosts.
+pub fn preflight(p: &PreflightScript) -> String {
+    let code = path_word(p.code_dir, None);
+    let mut script = format!(
+        "{TAGGED_FN}code={code}\n\
+         if [ -d \"$code\" ]; then\n  \
+         if commit=$(git -C \"$code\" rev-parse HEAD 2>&1); then echo \"podq-info commit $commit\";\n  \
+         else echo \"podq-fail code_commit $code is not a git checkout: $(echo \"$commit\" | tail -n 1)\"; fi\n  \
+         if out=$(cd \"$code\" && ( {check} ) 2>&1); then echo \"podq-info jax $(echo \"$out\" | tail -n 1)\";\n  \
+         else echo \"podq-fail python_imports $(echo \"$out\" | tail -n 1)\"; fi\n  \
+         where=\"$code\"\n\
+         else\n  \
+         echo \"podq-fail code_dir $code does not exist\"\n  \
+         where=\"$HOME\"\n\
+         fi\n",
+        check = p.python_check,
+    );
+    for path in p.dataset_paths {
+        let word = path_word(path, Some("\"$code\""));
+        script.push_str(&format!(
+            "[ -e {word} ] || printf 'podq-fail dataset %s does not exist\\n' {}\n",
+            quote(path)
+        ));
+    }
+    script.push_str(&format!(
+        "echo \"podq-info disk_free_kb $(df -Pk \"$where\" | awk 'NR==2 {{print $4}}')\"\n\
+         for pf in {PGID_DIR}/{PGID_PREFIX}*{PGID_SUFFIX}; do\n  \
+         [ -f \"$pf\" ] || continue\n  \
+         lease=${{pf#{PGID_DIR}/{PGID_PREFIX}}}; lease=${{lease%{PGID_SUFFIX}}}\n  \
+         if pg=$(podq_pgid \"$pf\") && podq_tagged \"$pg\" \"$lease\"; then echo \"podq-fail stale_trainer trainer process group $pg of lease $lease is still running\"; fi\n\
+         done\n\
+         for fd in /proc/[0-9]*/fd/*; do\n  \
+         t=$(readlink \"$fd\" 2>/dev/null) || continue\n  \
+         case \"$t\" in /dev/accel*|/dev/vfio/[0-9]*)\n    \
+         p=${{fd#/proc/}}; p=${{p%%/*}}\n    \
+         echo \"podq-fail stale_trainer process $p ($(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null | cut -c1-80)) holds $t\";;\n  \
+         esac\n\
+         done 2>/dev/null | sort -u\n\
+         [ -e {TPU_LOCKFILE} ] && echo 'podq-fail tpu_lockfile {TPU_LOCKFILE} exists'\n\
+         true"
+    ));
+    script
+}
+
+/// Moves a config copied to `tmp` into `dir/name`, prints its sha256, and checks the
+/// dataset paths the config names (relative ones from `code_dir`).
+pub fn stage(tmp: &str, dir: &str, name: &str, code_dir: &str, datasets: &[String]) -> String {
+    let dir = path_word(dir, None);
+    let code = path_word(code_dir, None);
+    let mut script = format!(
+        "set -e\n\
+         dir={dir}\n\
+         code={code}\n\
+         mkdir -p \"$dir\"\n\
+         mv -f {tmp} \"$dir\"/{name}\n\
+         sha256sum \"$dir\"/{name}\n",
+        tmp = quote(tmp),
+        name = quote(name),
+    );
+    for path in datasets {
+        let word = path_word(path, Some("\"$code\""));
+        script.push_str(&format!(
+            "[ -e {word} ] || printf 'podq-fail dataset %s does not exist\\n' {}\n",
+            quote(path)
+        ));
+    }
+    script.push_str("true");
+    script
+}
+
+/// The setup command of one host, told which host it runs on.
+pub fn setup(host: u32, hosts: u32, command: &str) -> String {
+    format!("export PODQ_HOST_INDEX={host} PODQ_HOST_COUNT={hosts}\ncd && {command}")
+}
+
+/// `podq-fail <check> <message>` lines of a script's output.
+pub fn failures(stdout: &str) -> Vec<(String, String)> {
+    stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix(FAIL)?.trim_start().split_once(' '))
+        .map(|(check, message)| (check.to_owned(), message.trim().to_owned()))
+        .collect()
+}
+
+/// The value of a `podq-info <key> <value>` line.
+pub fn info<'a>(stdout: &'a str, key: &str) -> Option<&'a str> {
+    stdout.lines().find_map(|line| {
+        let rest = line.strip_prefix(INFO)?.trim_start();
+        let (k, v) = rest.split_once(' ').unwrap_or((rest, ""));
+        (k == key).then(|| v.trim())
+    })
+}
+
+/// The messages of `podq-done ...` lines.
+pub fn done(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix(DONE))
+        .map(|m| m.trim().to_owned())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn sh(script: &str, home: &std::path::Path) -> (i32, String) {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .env("HOME", home)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+
+    #[test]
+    fn words_survive_the_shell() {
+        let dir = std::env::temp_dir();
+        for word in ["plain", "with space", "it's", "$HOME `x` \"q\"", ""] {
+            let (_, out) = sh(&format!("printf %s {}", quote(word)), &dir);
+            assert_eq!(out, word);
+        }
+        assert_eq!(path_word("~/trm", None), "\"$HOME\"/trm");
+        assert_eq!(path_word("data/x", Some("\"$code\"")), "\"$code\"/data/x");
+        assert_eq!(path_word("/abs/x y", None), "'/abs/x y'");
+    }
+
+    #[test]
+    fn leases_are_checked_before_use_in_paths() {
+        assert!(valid_lease("0b4ad3de-3f4e-4b8e-9a39-0d1f1d0c5a11"));
+        assert!(!valid_lease("../x"));
+        assert!(!valid_lease("a b"));
+        assert!(!valid_lease(""));
+    }
+
+    #[test]
+    fn lines_are_read() {
+        let out = "podq-info commit abc\npodq-fail dataset data/x does not exist\nnoise\npodq-info jax 0.4.35\npodq-done removed it\n";
+        assert_eq!(info(out, "commit"), Some("abc"));
+        assert_eq!(info(out, "jax"), Some("0.4.35"));
+        assert_eq!(info(out, "disk_free_kb"), None);
+        assert_eq!(
+            failures(out),
+            vec![("dataset".into(), "data/x does not exist".into())]
+        );
+        assert_eq!(done(out), vec!["removed it".to_owned()]);
+    }
+
+    #[test]
+    fn the_scripts_are_valid_shell() {
+        let env = BTreeMap::from([("PODQ_LEASE_ID".to_owned(), "l-1".to_owned())]);
+        for script in [
+            launch("l-1", &env, "echo 'hi' && exit 3"),
+            signal("l-1", false),
+            signal("l-1", true),
+            clean(),
+            preflight(&PreflightScript {
+                code_dir: "~/trm",
+                python_check: "python3 -c 'print(1)'",
+                dataset_paths: &["data/x".into(), "/abs".into()],
+            }),
+            stage(
+                "/tmp/podq-stage-1.yaml",
+                "/tmp/podq/configs",
+                "e.yaml",
+                "~/t",
+                &[],
+            ),
+            setup(1, 2, "echo set up"),
+        ] {
+            let status = Command::new("sh")
+                .arg("-n")
+                .arg("-c")
+                .arg(&script)
+                .status()
+                .unwrap();
+            assert!(status.success(), "not valid sh:\n{script}");
+        }
+    }
+}
