@@ -87,13 +87,26 @@ async fn ready_pod(
                 Some(("recovering", waiting)),
             )
             .await;
-            let progress = |what: String| tracing::info!(pod = driver.name(), "{what}");
-            tokio::select! {
-                _ = shutdown.cancelled() => return Ok(None),
-                result = driver.recover(&progress) => {
-                    if let Err(e) = result {
-                        tracing::error!(error = %format!("{e:#}"), "recovery failed; trying again");
-                        sleep_or_shutdown(settings.preflight_retry, shutdown).await;
+            // Each step of the recovery reaches the server, so the pod shows what it waits for.
+            let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+            let progress = move |what: String| {
+                tracing::info!("{what}");
+                let _ = progress_tx.send(what);
+            };
+            let recovery = driver.recover(&progress);
+            tokio::pin!(recovery);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(None),
+                    Some(what) = progress_rx.recv() => {
+                        report(client, driver, &status.state, &status.health, None, Some(what), None).await;
+                    }
+                    result = &mut recovery => {
+                        if let Err(e) = result {
+                            tracing::error!(error = %format!("{e:#}"), "recovery failed; trying again");
+                            sleep_or_shutdown(settings.preflight_retry, shutdown).await;
+                        }
+                        break;
                     }
                 }
             }
