@@ -11,35 +11,6 @@ use serde_json::{json, Value};
 
 const RUN: Duration = Duration::from_secs(120);
 
-async fn submit_one(server: &Server, experiment: &str, extra: Value) -> String {
-    let mut body = json!({"experiments": [experiment]});
-    body.as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().cloned().unwrap_or_default());
-    let (status, answer) = server.post("/jobs", body).await;
-    assert_eq!(status, 201, "{answer}");
-    answer["created"][0]["job_id"].as_str().unwrap().to_owned()
-}
-
-/// Waits for a committed checkpoint at or past `step`, returning its step.
-async fn committed_at_least(server: &Server, id: &str, step: i64) -> i64 {
-    eventually(
-        RUN,
-        &format!("a committed checkpoint at step >= {step}"),
-        || async {
-            let job = server.job(id).await;
-            job["checkpoints"]
-                .as_array()?
-                .iter()
-                .filter(|c| c["committed"] == true)
-                .map(|c| c["step"].as_i64().unwrap())
-                .filter(|s| *s >= step)
-                .max()
-        },
-    )
-    .await
-}
-
 fn checkpoint_dir(job: &Value) -> PathBuf {
     let uri = job["checkpoint_dir"].as_str().unwrap();
     PathBuf::from(uri.strip_prefix("file://").unwrap())
@@ -58,9 +29,9 @@ fn attempts(job: &Value) -> Vec<Value> {
 #[tokio::test]
 async fn a_preempted_run_resumes_from_its_last_committed_checkpoint() {
     let server = Server::start().await;
-    let id = submit_one(&server, "exp01a", json!({})).await;
+    let id = server.submit_one("exp01a", json!({})).await;
     let worker = server.worker("pod-p", 2, &["--trainer-env", "PODQ_SIM_RUN_SECS=15"]);
-    let kept = committed_at_least(&server, &id, 2000).await;
+    let kept = server.committed_at_least(&id, 2000, RUN).await;
     worker.control("preempt");
     let job = server.wait_state(&id, "succeeded", RUN).await;
     let attempts = attempts(&job);
@@ -86,11 +57,11 @@ async fn a_preempted_run_resumes_from_its_last_committed_checkpoint() {
 #[tokio::test]
 async fn a_checkpoint_cut_by_preemption_is_never_resumed() {
     let server = Server::start().await;
-    let id = submit_one(&server, "exp01b", json!({})).await;
+    let id = server.submit_one("exp01b", json!({})).await;
     let worker = server.worker("pod-w", 2, &["--trainer-env", "PODQ_SIM_RUN_SECS=40"]);
     let job = server.wait_state(&id, "running", RUN).await;
     let dir = checkpoint_dir(&job);
-    committed_at_least(&server, &id, 1).await;
+    server.committed_at_least(&id, 1, RUN).await;
     // Preempt while the next checkpoint is still a temporary directory.
     let partial = eventually(RUN, "a checkpoint being written", || async {
         let partial = std::fs::read_dir(&dir)
@@ -132,10 +103,10 @@ async fn a_checkpoint_cut_by_preemption_is_never_resumed() {
 #[tokio::test]
 async fn a_dead_host_stops_every_host_and_the_job_is_retried() {
     let server = Server::start().await;
-    let id = submit_one(&server, "exp01d", json!({})).await;
+    let id = server.submit_one("exp01d", json!({})).await;
     let worker = server.worker("pod-k", 4, &["--trainer-env", "PODQ_SIM_RUN_SECS=20"]);
     server.wait_state(&id, "running", RUN).await;
-    committed_at_least(&server, &id, 1).await;
+    server.committed_at_least(&id, 1, RUN).await;
     let pids = worker.trainer_pids();
     assert!(pids.len() >= 4, "{pids:?}");
     worker.control("kill-host-1");
@@ -170,7 +141,7 @@ async fn a_dead_host_stops_every_host_and_the_job_is_retried() {
 #[tokio::test]
 async fn a_hung_host_is_detected_and_every_host_stopped() {
     let server = Server::start().await;
-    let id = submit_one(&server, "exp01e", json!({})).await;
+    let id = server.submit_one("exp01e", json!({})).await;
     let worker = server.worker(
         "pod-h",
         2,
@@ -182,7 +153,7 @@ async fn a_hung_host_is_detected_and_every_host_stopped() {
         ],
     );
     server.wait_state(&id, "running", RUN).await;
-    committed_at_least(&server, &id, 1).await;
+    server.committed_at_least(&id, 1, RUN).await;
     let pids = worker.trainer_pids();
     worker.control("hang-host-1");
     let job = eventually(RUN, "the hang to be declared", || async {
@@ -203,7 +174,7 @@ async fn a_hung_host_is_detected_and_every_host_stopped() {
 #[tokio::test]
 async fn a_stale_lock_file_is_cleaned_before_launch() {
     let server = Server::start().await;
-    let id = submit_one(&server, "exp02a_01", json!({})).await;
+    let id = server.submit_one("exp02a_01", json!({})).await;
     let lock = server
         .dir
         .path()
@@ -225,7 +196,9 @@ async fn a_stale_lock_file_is_cleaned_before_launch() {
 #[tokio::test]
 async fn a_trainer_that_always_crashes_fails_after_its_budget_with_backoff() {
     let server = Server::start().await;
-    let id = submit_one(&server, "exp02a_02", json!({"max_failures": 3})).await;
+    let id = server
+        .submit_one("exp02a_02", json!({"max_failures": 3}))
+        .await;
     let _worker = server.worker("pod-x", 2, &["--trainer-env", "PODQ_SIM_FAULT=crash"]);
     let job = server.wait_state(&id, "failed", RUN).await;
     let attempts = attempts(&job);
@@ -252,7 +225,9 @@ async fn a_trainer_that_always_crashes_fails_after_its_budget_with_backoff() {
 #[tokio::test]
 async fn a_trainer_that_never_progresses_is_held_after_three_attempts() {
     let server = Server::start().await;
-    let id = submit_one(&server, "exp02a_04", json!({"max_failures": 10})).await;
+    let id = server
+        .submit_one("exp02a_04", json!({"max_failures": 10}))
+        .await;
     let _worker = server.worker(
         "pod-n",
         2,
@@ -279,10 +254,10 @@ async fn a_trainer_that_never_progresses_is_held_after_three_attempts() {
 #[tokio::test]
 async fn a_killed_worker_loses_its_lease_and_another_resumes_the_run() {
     let server = Server::start().await;
-    let id = submit_one(&server, "exp02a_05", json!({})).await;
+    let id = server.submit_one("exp02a_05", json!({})).await;
     let mut first = server.worker("pod-z", 2, &["--trainer-env", "PODQ_SIM_RUN_SECS=20"]);
     server.wait_state(&id, "running", RUN).await;
-    let kept = committed_at_least(&server, &id, 1).await;
+    let kept = server.committed_at_least(&id, 1, RUN).await;
     let old_lease = server.job(&id).await["attempts"][0]["lease_id"]
         .as_str()
         .unwrap()
@@ -322,7 +297,7 @@ async fn a_killed_worker_loses_its_lease_and_another_resumes_the_run() {
 #[tokio::test]
 async fn five_preemptions_keep_every_metric_and_count_no_step_twice() {
     let server = Server::start().await;
-    let id = submit_one(&server, "exp02a_06", json!({})).await;
+    let id = server.submit_one("exp02a_06", json!({})).await;
     let worker = server.worker("pod-5", 2, &["--trainer-env", "PODQ_SIM_RUN_SECS=15"]);
     let mut next = 1;
     for round in 1..=5 {
@@ -331,7 +306,7 @@ async fn five_preemptions_keep_every_metric_and_count_no_step_twice() {
             (job["state"] == "running" && attempts(&job).len() == round).then_some(())
         })
         .await;
-        let kept = committed_at_least(&server, &id, next).await;
+        let kept = server.committed_at_least(&id, next, RUN).await;
         worker.control("preempt");
         eventually(
             RUN,

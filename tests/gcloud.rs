@@ -320,32 +320,6 @@ fn hosts_of(calls: &[(usize, u32)]) -> Vec<u32> {
     hosts
 }
 
-async fn submit(server: &Server, experiment: &str) -> String {
-    let (status, answer) = server
-        .post("/jobs", json!({"experiments": [experiment]}))
-        .await;
-    assert_eq!(status, 201, "{answer}");
-    answer["created"][0]["job_id"].as_str().unwrap().to_owned()
-}
-
-async fn committed_at_least(server: &Server, id: &str, step: i64) -> i64 {
-    eventually(
-        RUN,
-        &format!("a committed checkpoint >= {step}"),
-        || async {
-            let job = server.job(id).await;
-            job["checkpoints"]
-                .as_array()?
-                .iter()
-                .filter(|c| c["committed"] == true)
-                .filter_map(|c| c["step"].as_i64())
-                .filter(|s| *s >= step)
-                .max()
-        },
-    )
-    .await
-}
-
 /// The last lines of a log, for failure messages; the debug line of every gcloud call is
 /// left out unless PODQ_TEST_FULL_LOG is set.
 fn log_tail(path: &Path) -> String {
@@ -465,12 +439,12 @@ async fn a_preempted_node_is_restarted_set_up_checked_and_the_run_resumes() {
     cloud.control("ssh-fail-2", "1");
 
     let server = Server::start().await;
-    let id = submit(&server, "exp01a").await;
+    let id = server.submit_one("exp01a", json!({})).await;
     let config = cloud.worker_config(&server.url, json!({}), json!({}));
     let (_worker, log) = cloud.worker(&config);
 
     wait_job(&server, &id, "running", &log).await;
-    let kept = committed_at_least(&server, &id, 1).await;
+    let kept = server.committed_at_least(&id, 1, RUN).await;
     assert!(!alive(stale.pid()), "the tagged leftover was killed");
     assert!(alive(decoy.pid()), "an untagged process is never killed");
     // The running trainer holds its own lock there now; the stale one was removed first.
@@ -653,7 +627,7 @@ async fn a_preempted_node_is_restarted_set_up_checked_and_the_run_resumes() {
 async fn a_cancelled_run_is_stopped_on_the_hosts_not_only_in_the_ssh_clients() {
     let cloud = FakeCloud::new(json!({"node": node("READY", json!({"preemptible": true}))}));
     let server = Server::start().await;
-    let id = submit(&server, "exp01b").await;
+    let id = server.submit_one("exp01b", json!({})).await;
     let config = cloud.worker_config(
         &server.url,
         json!({}),
@@ -809,7 +783,7 @@ async fn preflight_names_the_host_and_the_check_that_failed() {
         provision(host, "pinned", "0.4.35", true);
     }
     std::fs::create_dir_all(cloud.host(3).join("home/trm/data/sudoku")).unwrap();
-    let id = submit(&server, "exp01c").await;
+    let id = server.submit_one("exp01c", json!({})).await;
     wait_job(&server, &id, "running", &log).await;
 }
 

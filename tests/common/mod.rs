@@ -193,6 +193,37 @@ impl Server {
         body
     }
 
+    /// Submits one experiment (with extra body fields such as `max_failures`), returning the
+    /// new job's id.
+    pub async fn submit_one(&self, experiment: &str, extra: Value) -> String {
+        let mut body = serde_json::json!({"experiments": [experiment]});
+        if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+            body.extend(extra.clone());
+        }
+        let (status, answer) = self.post("/jobs", body).await;
+        assert_eq!(status, 201, "{answer}");
+        answer["created"][0]["job_id"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits for a committed checkpoint at or past `step`, returning its step.
+    pub async fn committed_at_least(&self, id: &str, step: i64, timeout: Duration) -> i64 {
+        eventually(
+            timeout,
+            &format!("a committed checkpoint at step >= {step}"),
+            || async {
+                let job = self.job(id).await;
+                job["checkpoints"]
+                    .as_array()?
+                    .iter()
+                    .filter(|c| c["committed"] == true)
+                    .filter_map(|c| c["step"].as_i64())
+                    .filter(|s| *s >= step)
+                    .max()
+            },
+        )
+        .await
+    }
+
     /// The steps of one metric series of a job, every point.
     pub async fn metric_steps(&self, job: &str, name: &str) -> Vec<i64> {
         let (status, metrics) = self
