@@ -142,14 +142,6 @@ impl Hosts {
         Ok(hosts)
     }
 
-    pub fn len(&self) -> usize {
-        self.exits.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.exits.is_empty()
-    }
-
     /// The next host to end; `None` once every host has ended.
     pub async fn next_exit(&mut self) -> Option<HostExit> {
         if self.exits.iter().all(Option::is_some) {

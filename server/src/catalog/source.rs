@@ -146,10 +146,6 @@ impl SourceFiles {
             .insert(rel.to_path_buf(), text.to_owned());
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     pub fn exists(&self, rel: &Path) -> bool {
         self.virtual_files.contains_key(rel) || self.root.join(rel).is_file()
     }

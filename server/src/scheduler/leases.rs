@@ -144,10 +144,6 @@ impl LiveLeases {
             .map(|(id, _)| *id)
             .collect()
     }
-
-    pub fn expires_in(&self) -> Duration {
-        self.ttl
-    }
 }
 
 const MAX_WAIT: Duration = Duration::from_secs(60);
