@@ -388,6 +388,18 @@ impl GcloudPod {
         futures::future::join_all(calls).await
     }
 
+    /// Runs the same script on every host at once, with the ordinary ssh timeout and retry.
+    async fn ssh_every_host(&self, script: &str) -> Vec<(u32, Result<Output, CallError>)> {
+        self.ssh_all(
+            &self.runner,
+            |_| script.to_owned(),
+            self.timing.ssh,
+            Retry::Ssh,
+            &self.all_hosts(),
+        )
+        .await
+    }
+
     fn all_hosts(&self) -> Vec<u32> {
         (0..self.hosts()).collect()
     }
@@ -597,15 +609,7 @@ impl PodDriver for GcloudPod {
             python_check: &python_check,
             dataset_paths: &local_datasets,
         });
-        let results = self
-            .ssh_all(
-                &self.runner,
-                |_| script.clone(),
-                self.timing.ssh,
-                Retry::Ssh,
-                &self.all_hosts(),
-            )
-            .await;
+        let results = self.ssh_every_host(&script).await;
         let mut commits = BTreeMap::new();
         let mut versions = BTreeMap::new();
         for (host, result) in results {
@@ -749,15 +753,7 @@ impl PodDriver for GcloudPod {
 
     async fn clean_hosts(&self) -> anyhow::Result<Vec<String>> {
         let script = remote::clean();
-        let results = self
-            .ssh_all(
-                &self.runner,
-                |_| script.clone(),
-                self.timing.ssh,
-                Retry::Ssh,
-                &self.all_hosts(),
-            )
-            .await;
+        let results = self.ssh_every_host(&script).await;
         let mut lines = Vec::new();
         for (host, result) in results {
             match result {
