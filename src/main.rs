@@ -35,6 +35,9 @@ enum Command {
     Server(ServerArgs),
     /// Run the worker daemon beside a pod.
     Worker(podq_worker::cli::WorkerArgs),
+    /// Own one host's trainer for one lease (started by the worker on every host).
+    #[command(hide = true)]
+    Agent(podq_worker::agent::AgentArgs),
     /// Submit experiments (a group, a list, or all).
     Submit(client::SubmitArgs),
     /// Print the status table.
@@ -167,6 +170,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Worker(args) => {
             let shutdown = shutdown_on_signal();
             podq_worker::cli::run(args, shutdown).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agent(args) => {
+            podq_worker::agent::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Submit(args) => client::submit(args).await,

@@ -32,14 +32,22 @@ pub struct UpArgs {
     /// What to submit at start: a group name, `all`, or `none`.
     #[arg(long, default_value = "exp07-precision")]
     submit: String,
+    /// The trainer run on every simulated host, in place of the sim trainer (same
+    /// placeholders as `podq worker --trainer-command`), e.g. the JAX example:
+    /// `.venv/bin/python examples/jax-trainer/pretrain.py --config-path {config_dir}
+    /// --config-name {experiment} checkpoint_path={checkpoint_dir}
+    /// load_checkpoint={resume_from}`.
+    #[arg(long, env = "PODQ_TRAINER_COMMAND")]
+    trainer_command: Option<String>,
 }
 
 pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
-    // Checkpoints go to a local directory standing in for the GCS bucket.
-    args.server.bucket = format!("file://{}", data_dir.join("bucket").display());
+    // Checkpoints go to a local directory standing in for the GCS bucket, named by a plain
+    // path: Orbax (etils.epath) takes `gs://...` or a path, and fails on `file://`.
+    args.server.bucket = data_dir.join("bucket").display().to_string();
     // The server default puts the database in the working directory; `up` keeps it with
     // the rest of its data unless --db says otherwise.
     if args.server.db == std::path::Path::new("./podq.db") {
@@ -75,7 +83,10 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     )?);
     let settings = DaemonSettings {
         attempt: AttemptSettings {
-            trainer_command: podq_worker::cli::default_trainer_command()?,
+            trainer_command: match args.trainer_command.clone() {
+                Some(command) => command,
+                None => podq_worker::cli::default_trainer_command()?,
+            },
             trainer_env: BTreeMap::from([(
                 "PODQ_SIM_RUN_SECS".to_owned(),
                 args.sim_run_secs.to_string(),
@@ -86,7 +97,12 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
             metrics_flush: Duration::from_secs(1),
             metrics_max_points: 1000,
             checkpoint_scan: Duration::from_secs(1),
+            // `up` owns its pod: when it stops, so do the trainers.
+            detach_on_shutdown: false,
         },
+        agent_listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        agent_url: None,
+        state_dir: pod_root.join("worker-state"),
         lease_wait: Duration::from_secs(20),
         preflight_retry: Duration::from_secs(2),
     };

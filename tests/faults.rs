@@ -81,13 +81,7 @@ async fn a_checkpoint_cut_by_preemption_is_never_resumed() {
         partial
     })
     .await;
-    let cut_step: i64 = partial
-        .trim_start_matches("step_")
-        .split('.')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let cut_step: i64 = partial.split('.').next().unwrap().parse().unwrap();
     let job = server.wait_state(&id, "succeeded", RUN).await;
     let attempts = attempts(&job);
     assert_eq!(attempts[0]["outcome"], "preempted", "{job}");
@@ -97,7 +91,7 @@ async fn a_checkpoint_cut_by_preemption_is_never_resumed() {
         "resumed at {resumed}, but {cut_step} was never committed"
     );
     assert!(resumed > 0, "the previous committed checkpoint was used");
-    assert!(Path::new(&dir).join(format!("step_{resumed}")).is_dir());
+    assert!(Path::new(&dir).join(resumed.to_string()).is_dir());
 }
 
 #[tokio::test]

@@ -44,7 +44,7 @@ async fn a_group_runs_to_success_with_metrics_and_checkpoints() {
             "one checkpoint per eval: {committed:?}"
         );
         assert_eq!(*committed.last().unwrap(), 8138);
-        assert!(job["resume_from"].as_str().unwrap().ends_with("step_8138"));
+        assert!(job["resume_from"].as_str().unwrap().ends_with("/8138"));
         let loss = server.metric_steps(&id, "train/lm_loss").await;
         assert_eq!(loss.len(), 813, "a point every 10 steps");
         assert!(

@@ -11,11 +11,14 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::hub::AgentHub;
+use crate::agent::new_secret;
 use crate::checkpoints::CheckpointStore;
 use crate::client::{CallError, ServerClient};
 use crate::events::TrainerEvent;
-use crate::pod::{HostLaunch, PodDriver};
+use crate::pod::{AgentStart, HostLaunch, PodDriver};
 use crate::report::{self, Report, ReporterSettings};
+use crate::running::RunningAttempt;
 use crate::supervise::Hosts;
 
 #[derive(Debug, Clone)]
@@ -32,6 +35,20 @@ pub struct AttemptSettings {
     pub metrics_flush: Duration,
     pub metrics_max_points: usize,
     pub checkpoint_scan: Duration,
+    /// On shutdown, leave the trainers to their agents (a restarted worker reattaches)
+    /// instead of stopping them.
+    pub detach_on_shutdown: bool,
+}
+
+/// What every attempt of this worker shares.
+pub struct Context<'a> {
+    pub client: &'a ServerClient,
+    pub driver: &'a dyn PodDriver,
+    pub hub: &'a AgentHub,
+    pub settings: &'a AttemptSettings,
+    pub shutdown: &'a CancellationToken,
+    /// Where the running attempt is written down, so a restarted worker finds it.
+    pub running: &'a RunningAttempt,
 }
 
 /// Live facts of the attempt shared with its heartbeat task.
@@ -57,13 +74,26 @@ enum Stop {
     SilentRestart(String),
 }
 
-pub async fn run(
-    client: &ServerClient,
-    driver: &dyn PodDriver,
-    lease: Lease,
-    settings: &AttemptSettings,
-    shutdown: &CancellationToken,
-) {
+/// Runs a newly leased attempt to its end.
+pub async fn run(ctx: &Context<'_>, lease: Lease) {
+    let secret = new_secret();
+    drive(ctx, lease, Begin::Launch(secret)).await
+}
+
+/// Takes over an attempt whose agents are still running after a worker restart.
+pub async fn reattach(ctx: &Context<'_>, saved: crate::running::Saved) {
+    tracing::info!(lease = %saved.lease.lease_id, job = %saved.lease.job_id, "reattaching to the running attempt");
+    let lease = saved.lease.clone();
+    drive(ctx, lease, Begin::Reattach(saved)).await
+}
+
+enum Begin {
+    Launch(String),
+    Reattach(crate::running::Saved),
+}
+
+async fn drive(ctx: &Context<'_>, lease: Lease, begin: Begin) {
+    let client = ctx.client;
     let lease_id = lease.lease_id;
     let shared = Arc::new(Shared::default());
     let cancel = CancellationToken::new();
@@ -75,40 +105,37 @@ pub async fn run(
         cancel.clone(),
         lease_lost.clone(),
     ));
-    let finish = attempt(
-        client,
-        driver,
-        &lease,
-        settings,
-        shutdown,
-        &shared,
-        &cancel,
-        &lease_lost,
-    )
-    .await;
+    let finish = attempt(ctx, &lease, begin, &shared, &cancel, &lease_lost).await;
     heartbeat.abort();
     match finish {
-        Some(request) => match client.finish(lease_id, &request).await {
-            Ok(answer) => tracing::info!(
-                lease = %lease_id, outcome = %request.outcome, job_state = %answer.job_state, "attempt finished"
-            ),
-            Err(e) => tracing::warn!(lease = %lease_id, error = %e, "finish not accepted"),
-        },
-        None => tracing::warn!(lease = %lease_id, "attempt abandoned without a finish"),
+        Some(request) => {
+            match client.finish(lease_id, &request).await {
+                Ok(answer) => tracing::info!(
+                    lease = %lease_id, outcome = %request.outcome, job_state = %answer.job_state, "attempt finished"
+                ),
+                Err(e) => tracing::warn!(lease = %lease_id, error = %e, "finish not accepted"),
+            }
+            ctx.running.clear();
+        }
+        None if ctx.shutdown.is_cancelled() && ctx.settings.detach_on_shutdown => {
+            tracing::info!(lease = %lease_id, "worker stopping; the attempt goes on under its agents");
+        }
+        None => {
+            tracing::warn!(lease = %lease_id, "attempt abandoned without a finish");
+            ctx.running.clear();
+        }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn attempt(
-    client: &ServerClient,
-    driver: &dyn PodDriver,
+    ctx: &Context<'_>,
     lease: &Lease,
-    settings: &AttemptSettings,
-    shutdown: &CancellationToken,
+    begin: Begin,
     shared: &Arc<Shared>,
     cancel: &CancellationToken,
     lease_lost: &CancellationToken,
 ) -> Option<FinishRequest> {
+    let (client, driver, settings, shutdown) = (ctx.client, ctx.driver, ctx.settings, ctx.shutdown);
     let lease_id = lease.lease_id;
     let fail = |message: String| FinishRequest {
         outcome: AttemptOutcome::Failed,
@@ -131,71 +158,24 @@ async fn attempt(
             None
         }
     };
-    let (resume_from, resume_step) = choose_resume(client, lease, store.as_ref()).await;
-
-    for line in driver
-        .clean_hosts()
-        .await
-        .unwrap_or_else(|e| vec![format!("cleanup failed: {e:#}")])
-    {
-        let _ = client.event(lease_id, "host_cleanup", line).await;
-    }
-
-    let mut config = lease.config.clone();
-    if let Some(map) = config.as_object_mut() {
-        map.insert(
-            "checkpoint_path".into(),
-            lease.checkpoint_dir.clone().into(),
-        );
-        map.insert("load_checkpoint".into(), resume_from.clone().into());
-    }
-    let yaml = match serde_yaml::to_string(&config) {
-        Ok(yaml) => yaml,
-        Err(e) => return Some(fail(format!("cannot write the config as YAML: {e}"))),
-    };
-    let file_sha = hex::encode(Sha256::digest(yaml.as_bytes()));
-    let file_name = format!("{}.yaml", lease.experiment);
-    for host in 0..driver.hosts() {
-        match driver.stage_file(host, &file_name, yaml.as_bytes()).await {
-            Ok(sha) if sha == file_sha => {}
-            Ok(sha) => {
-                return Some(fail(format!(
-                    "config staged on host {host} has sha256 {sha}, expected {file_sha}: hosts would train different configs"
-                )))
-            }
-            Err(e) => return Some(fail(format!("cannot stage the config on host {host}: {e:#}"))),
-        }
-    }
-    let coordinator = match driver.coordinator_address().await {
-        Ok(address) => address,
-        Err(e) => return Some(fail(format!("no coordinator address: {e:#}"))),
-    };
-    let launches: Vec<HostLaunch> = (0..driver.hosts())
-        .map(|host| HostLaunch {
-            host,
-            command: fill_template(
-                &settings.trainer_command,
-                driver,
-                host,
-                lease,
-                resume_from.as_deref(),
-            ),
-            env: trainer_env(
-                settings,
-                driver,
-                host,
-                lease,
-                resume_from.as_deref(),
-                &file_sha,
-                &coordinator,
-            ),
-        })
-        .collect();
-
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
-    let mut hosts = match Hosts::launch(driver, &launches, events_tx, settings.stop_grace).await {
-        Ok(hosts) => hosts,
-        Err(e) => return Some(fail(format!("launch failed: {e:#}"))),
+    let (mut hosts, resume_step) = match begin {
+        Begin::Reattach(saved) => (
+            Hosts::attach(
+                ctx.hub,
+                &lease_id.to_string(),
+                &saved.secret,
+                saved.hosts,
+                events_tx,
+            ),
+            saved.resume_step,
+        ),
+        Begin::Launch(secret) => {
+            match launch(ctx, lease, store.as_ref(), &secret, events_tx).await {
+                Ok(launched) => launched,
+                Err(message) => return Some(fail(message)),
+            }
+        }
     };
     shared.running.store(true, Ordering::SeqCst);
     shared.phase_changed.notify_one();
@@ -279,7 +259,18 @@ async fn attempt(
             }
         }
     };
-    hosts.stop(driver, settings.stop_grace).await;
+    if matches!(stop, Stop::Shutdown) && settings.detach_on_shutdown {
+        hosts.detach();
+        reporter.abort();
+        return None;
+    }
+    let stopped = hosts
+        .stop(
+            driver,
+            settings.stop_grace,
+            matches!(stop, Stop::Preempted(_)),
+        )
+        .await;
     // Lines already printed still count.
     while let Ok(event) = events_rx.try_recv() {
         if let TrainerEvent::Metrics { step, values } = event {
@@ -314,10 +305,13 @@ async fn attempt(
             format!("{what} on a healthy pod; stopped the others"),
         ),
         Stop::Preempted(what) => (AttemptOutcome::Preempted, what),
-        Stop::Hung(what) => (AttemptOutcome::Hung, format!("{what}; stopped every host")),
+        Stop::Hung(what) => (
+            AttemptOutcome::Hung,
+            format!("{what}; stopped every host: {}", stopped.describe()),
+        ),
         Stop::Cancelled => (
             AttemptOutcome::Cancelled,
-            "cancelled; stopped every host".to_owned(),
+            format!("cancelled; stopped every host: {}", stopped.describe()),
         ),
         Stop::SilentRestart(what) => {
             let _ = client.event(lease_id, "silent_restart", what.clone()).await;
@@ -332,6 +326,103 @@ async fn attempt(
         log_tail: Some(hosts.log.text()),
         message: Some(message),
     })
+}
+
+/// Prepares the hosts and starts the lease's agents: verify where to resume, clean up
+/// after earlier attempts, stage the config on every host at once, start the agents. The
+/// attempt is written down once its agents run, so a restarted worker reattaches.
+async fn launch(
+    ctx: &Context<'_>,
+    lease: &Lease,
+    store: Option<&CheckpointStore>,
+    secret: &str,
+    events: mpsc::UnboundedSender<TrainerEvent>,
+) -> Result<(Hosts, Option<i64>), String> {
+    let (client, driver, settings) = (ctx.client, ctx.driver, ctx.settings);
+    let lease_id = lease.lease_id;
+    let (resume_from, resume_step) = choose_resume(client, lease, store).await;
+
+    let cleaned = driver
+        .clean_hosts()
+        .await
+        .unwrap_or_else(|e| vec![format!("cleanup failed: {e:#}")]);
+    if !cleaned.is_empty() {
+        // One event per attempt, not one per host and file: the timeline stays readable.
+        let _ = client
+            .event(lease_id, "host_cleanup", cleaned.join("; "))
+            .await;
+    }
+
+    let mut config = lease.config.clone();
+    if let Some(map) = config.as_object_mut() {
+        map.insert(
+            "checkpoint_path".into(),
+            lease.checkpoint_dir.clone().into(),
+        );
+        map.insert("load_checkpoint".into(), resume_from.clone().into());
+    }
+    let yaml = serde_yaml::to_string(&config)
+        .map_err(|e| format!("cannot write the config as YAML: {e}"))?;
+    let file_sha = hex::encode(Sha256::digest(yaml.as_bytes()));
+    let file_name = format!("{}.yaml", lease.experiment);
+    let staged = futures::future::join_all(
+        (0..driver.hosts()).map(|host| driver.stage_file(host, &file_name, yaml.as_bytes())),
+    )
+    .await;
+    for (host, result) in staged.into_iter().enumerate() {
+        match result {
+            Ok(sha) if sha == file_sha => {}
+            Ok(sha) => {
+                return Err(format!(
+                    "config staged on host {host} has sha256 {sha}, expected {file_sha}: hosts would train different configs"
+                ))
+            }
+            Err(e) => return Err(format!("cannot stage the config on host {host}: {e:#}")),
+        }
+    }
+    let coordinator = driver
+        .coordinator_address()
+        .await
+        .map_err(|e| format!("no coordinator address: {e:#}"))?;
+    let launches: Vec<HostLaunch> = (0..driver.hosts())
+        .map(|host| HostLaunch {
+            host,
+            command: fill_template(
+                &settings.trainer_command,
+                driver,
+                host,
+                lease,
+                resume_from.as_deref(),
+            ),
+            env: trainer_env(
+                settings,
+                driver,
+                host,
+                lease,
+                resume_from.as_deref(),
+                &file_sha,
+                &coordinator,
+            ),
+        })
+        .collect();
+    let start = AgentStart {
+        lease: lease_id.to_string(),
+        secret: secret.to_owned(),
+        worker_url: ctx.hub.url().to_owned(),
+        launches,
+    };
+    // Written before the agents start: a worker killed in between reattaches to agents
+    // that may exist, and learns from silence if they do not.
+    ctx.running.save(&crate::running::Saved {
+        lease: lease.clone(),
+        secret: secret.to_owned(),
+        hosts: driver.hosts(),
+        resume_step,
+    });
+    let hosts = Hosts::launch(driver, ctx.hub, &start, events)
+        .await
+        .map_err(|e| format!("launch failed: {e:#}"))?;
+    Ok((hosts, resume_step))
 }
 
 /// The checkpoint to resume from: the lease's, if the store confirms it is committed and

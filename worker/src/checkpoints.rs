@@ -1,9 +1,16 @@
 //! Finding checkpoints in the store, by the store's own commit rule rather than the
 //! trainer's word (DESIGN.md 3.4).
 //!
-//! A step directory is named `<step>` or `<prefix>_<step>`. On a local filesystem Orbax
-//! writes into `<name>.orbax-checkpoint-tmp` (older: `...-tmp-<n>`) and renames when
-//! committed; on GCS it writes in place and adds `commit_success.txt`.
+//! The one rule set, for every store (checked against directories real Orbax 0.12 writes,
+//! `tests/orbax.rs`):
+//! - a step directory is named `<step>` (Orbax's default) or `<prefix>_<step>`;
+//! - a name holding `.orbax-checkpoint-tmp` (older Orbax: `...-tmp-<n>`) is never
+//!   committed, on any store. In atomic-rename mode Orbax writes `commit_success.txt`
+//!   *inside* the temporary directory before the rename, so on GCS the marker alone does
+//!   not mean committed;
+//! - on a local filesystem the rename is the commit: a final name is committed;
+//! - on an object store (GCS) Orbax writes into the final name and adds
+//!   `commit_success.txt` last: a final name is committed once the marker is in it.
 //!
 //! `gs://` is read with Application Default Credentials, in object_store's order: a
 //! service account key or authorized-user file named by `GOOGLE_APPLICATION_CREDENTIALS`
@@ -119,8 +126,10 @@ impl CheckpointStore {
             let Some((step, tmp)) = parse_step_dir(name) else {
                 continue;
             };
-            let committed = if self.commits_by_rename {
-                !tmp
+            let committed = if tmp {
+                false
+            } else if self.commits_by_rename {
+                true
             } else {
                 self.store
                     .head(&dir.clone().join(COMMIT_MARKER))
@@ -171,8 +180,10 @@ pub fn parse_step_dir(name: &str) -> Option<(i64, bool)> {
         None => (name, false),
     };
     let digits = base.rsplit('_').next()?;
-    let step = digits.parse::<i64>().ok().filter(|s| *s >= 0)?;
-    Some((step, tmp))
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((digits.parse::<i64>().ok()?, tmp))
 }
 
 #[cfg(test)]
@@ -192,6 +203,11 @@ mod tests {
             Some((814, true))
         );
         assert_eq!(parse_step_dir("metrics"), None);
+        assert_eq!(parse_step_dir("step_+5"), None);
+        assert_eq!(
+            parse_step_dir("5000.orbax-checkpoint-tmp"),
+            Some((5000, true))
+        );
     }
 
     #[tokio::test]

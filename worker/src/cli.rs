@@ -98,6 +98,18 @@ pub struct WorkerArgs {
     /// Seconds before checking again after a failed preflight or recovery [default: 5].
     #[arg(long, env = "PODQ_PREFLIGHT_RETRY_S")]
     pub preflight_retry_s: Option<f64>,
+    /// Where the hosts' agents reach this worker: the address to listen on
+    /// [default: 127.0.0.1:0, any free port, kept across restarts].
+    #[arg(long, env = "PODQ_AGENT_LISTEN")]
+    pub agent_listen: Option<std::net::SocketAddr>,
+    /// The URL the agents are given, when it is not the listen address (the worker VM's
+    /// internal IP, e.g. http://10.128.0.2:7433).
+    #[arg(long, env = "PODQ_AGENT_URL")]
+    pub agent_url: Option<String>,
+    /// Where the worker writes down its running attempt, to reattach after a restart
+    /// [default: <pod-root>/worker-state for the local driver, ~/.local/state/podq otherwise].
+    #[arg(long, env = "PODQ_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Command-line overrides of the `gcloud:` section of the config file.
@@ -132,6 +144,16 @@ fn parse_key_value(s: &str) -> Result<(String, String), String> {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .filter(|(k, _)| !k.is_empty())
         .ok_or_else(|| format!("`{s}` is not KEY=VALUE"))
+}
+
+fn default_state_dir(driver: Driver, pod_root: &std::path::Path) -> PathBuf {
+    match driver {
+        Driver::Local => pod_root.join("worker-state"),
+        Driver::Gcloud => std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."))
+            .join(".local/state/podq"),
+    }
 }
 
 fn seconds(value: f64, what: &str) -> anyhow::Result<Duration> {
@@ -170,6 +192,9 @@ pub struct WorkerConfig {
     pub checkpoint_scan_s: f64,
     pub lease_wait_s: u64,
     pub preflight_retry_s: f64,
+    pub agent_listen: std::net::SocketAddr,
+    pub agent_url: Option<String>,
+    pub state_dir: PathBuf,
 }
 
 fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
@@ -224,6 +249,12 @@ impl WorkerArgs {
         }
         let mut trainer_env = file.trainer_env.clone();
         trainer_env.extend(self.trainer_env.iter().cloned());
+        let driver = self.driver.or(file.driver).unwrap_or(Driver::Local);
+        let pod_root = self
+            .pod_root
+            .clone()
+            .or(file.local.pod_root.clone())
+            .unwrap_or_else(|| PathBuf::from("./podq-data/pod"));
         Ok(WorkerConfig {
             server: self
                 .server
@@ -236,18 +267,14 @@ impl WorkerArgs {
                 .clone()
                 .or(file.pod)
                 .unwrap_or_else(|| "stable-1".into()),
-            driver: self.driver.or(file.driver).unwrap_or(Driver::Local),
+            driver,
             accelerator: self
                 .accelerator
                 .clone()
                 .or(file.accelerator)
                 .unwrap_or_else(|| "v4-64".into()),
             hosts: self.hosts.or(file.hosts).unwrap_or(8),
-            pod_root: self
-                .pod_root
-                .clone()
-                .or(file.local.pod_root)
-                .unwrap_or_else(|| PathBuf::from("./podq-data/pod")),
+            pod_root: pod_root.clone(),
             recovery_delay_s: self
                 .recovery_delay_s
                 .or(file.local.recovery_delay_s)
@@ -268,6 +295,15 @@ impl WorkerArgs {
                 .preflight_retry_s
                 .or(file.preflight_retry_s)
                 .unwrap_or(5.0),
+            agent_listen: self
+                .agent_listen
+                .or(file.agent_listen)
+                .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+            agent_url: self.agent_url.clone().or(file.agent_url),
+            state_dir: match self.state_dir.clone().or(file.state_dir) {
+                Some(dir) => dir,
+                None => default_state_dir(driver, &pod_root),
+            },
         })
     }
 }
@@ -289,7 +325,10 @@ impl WorkerConfig {
                 &self.pod,
                 &self.accelerator,
                 self.hosts,
-                self.gcloud.clone(),
+                GcloudSettings {
+                    state_dir: Some(self.state_dir.clone()),
+                    ..self.gcloud.clone()
+                },
             )?)),
         }
     }
@@ -316,7 +355,11 @@ impl WorkerConfig {
                 metrics_max_points: 1000,
                 checkpoint_scan: seconds(self.checkpoint_scan_s, "--checkpoint-scan-s")?
                     .max(Duration::from_millis(50)),
+                detach_on_shutdown: true,
             },
+            agent_listen: self.agent_listen,
+            agent_url: self.agent_url.clone(),
+            state_dir: self.state_dir.clone(),
             lease_wait: Duration::from_secs(self.lease_wait_s.clamp(1, 60)),
             preflight_retry: seconds(self.preflight_retry_s, "--preflight-retry-s")?
                 .max(Duration::from_millis(50)),

@@ -1,17 +1,30 @@
 //! The worker daemon's loop: keep the pod ready, ask for work, run it, repeat.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use podq_api::{LeaseRequest, PodDescription, PodReport, Preflight, WorkerEvent};
+use podq_api::{
+    HeartbeatRequest, LeasePhase, LeaseRequest, PodDescription, PodReport, Preflight, WorkerEvent,
+};
 use tokio_util::sync::CancellationToken;
 
-use crate::attempt::{self, AttemptSettings};
+use crate::agent::hub::AgentHub;
+use crate::attempt::{self, AttemptSettings, Context};
 use crate::client::{CallError, ServerClient};
 use crate::pod::PodDriver;
+use crate::running::RunningAttempt;
 
 pub struct DaemonSettings {
     pub attempt: AttemptSettings,
+    /// Where the hosts' agents reach this worker: the address to listen on (port 0: any
+    /// free port, kept across restarts) and the URL they are given (default: the bound
+    /// address).
+    pub agent_listen: SocketAddr,
+    pub agent_url: Option<String>,
+    /// Where the worker writes down its running attempt.
+    pub state_dir: PathBuf,
     /// Long-poll length of a lease request.
     pub lease_wait: Duration,
     /// Pause before checking again after a failed preflight.
@@ -29,6 +42,37 @@ pub async fn run(
         hosts = driver.hosts(),
         "worker started"
     );
+    let running = RunningAttempt::new(&settings.state_dir, driver.name())?;
+    let hub = bind_hub(&settings, &running).await?;
+    running.set_agent_listen(hub.local_addr());
+    let ctx = Context {
+        client: &client,
+        driver: driver.as_ref(),
+        hub: &hub,
+        settings: &settings.attempt,
+        shutdown: &shutdown,
+        running: &running,
+    };
+    if let Some(saved) = running.load() {
+        let request = HeartbeatRequest {
+            phase: LeasePhase::Running,
+            step: None,
+            hosts_alive: Vec::new(),
+        };
+        match client.heartbeat(saved.lease.lease_id, &request).await {
+            Ok(_) => attempt::reattach(&ctx, saved).await,
+            Err(CallError::Shutdown) => return Ok(()),
+            Err(e) => {
+                tracing::warn!(lease = %saved.lease.lease_id, error = %e, "the attempt left running is no longer live; its agents are told to stop");
+                hub.abandon(
+                    &saved.lease.lease_id.to_string(),
+                    &saved.secret,
+                    saved.hosts,
+                );
+                running.clear();
+            }
+        }
+    }
     while !shutdown.is_cancelled() {
         let Some(preflight) = ready_pod(&client, driver.as_ref(), &settings, &shutdown).await?
         else {
@@ -41,14 +85,7 @@ pub async fn run(
         match client.lease(driver.name(), &request).await {
             Ok(Some(lease)) => {
                 tracing::info!(job = %lease.job_id, experiment = %lease.experiment, attempt = lease.attempt, "leased");
-                attempt::run(
-                    &client,
-                    driver.as_ref(),
-                    lease,
-                    &settings.attempt,
-                    &shutdown,
-                )
-                .await;
+                attempt::run(&ctx, lease).await;
             }
             Ok(None) => {}
             Err(CallError::Shutdown) => break,
@@ -60,6 +97,26 @@ pub async fn run(
     }
     tracing::info!(pod = driver.name(), "worker stopped");
     Ok(())
+}
+
+/// Listens for agents where the last run of this worker did, when the address is free
+/// and the configured one leaves the port open: agents started then still call there.
+async fn bind_hub(settings: &DaemonSettings, running: &RunningAttempt) -> anyhow::Result<AgentHub> {
+    let wanted = settings.agent_listen;
+    if wanted.port() == 0 {
+        if let Some(last) = running
+            .last_agent_listen()
+            .filter(|l| l.ip() == wanted.ip())
+        {
+            match AgentHub::bind(last, settings.agent_url.clone()).await {
+                Ok(hub) => return Ok(hub),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "cannot listen where the last run did")
+                }
+            }
+        }
+    }
+    AgentHub::bind(wanted, settings.agent_url.clone()).await
 }
 
 /// Waits until the pod is READY and its preflight passes, recovering it after a

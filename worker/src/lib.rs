@@ -1,6 +1,7 @@
 //! The podq worker: the daemon that runs beside a pod, takes leases and supervises the
 //! trainer on every host. It meets the server only over HTTP.
 
+pub mod agent;
 pub mod attempt;
 pub mod checkpoints;
 pub mod cli;
@@ -8,6 +9,8 @@ pub mod client;
 pub mod daemon;
 pub mod events;
 pub mod pod;
+pub mod procs;
 pub mod report;
+pub mod running;
 pub mod sim_trainer;
 pub mod supervise;

@@ -1,18 +1,17 @@
-//! The trainer processes of one attempt: one per host, each in its own process group,
-//! watched on their own, stopped together.
+//! The trainers of one attempt, one per host, each owned by that host's agent: watched
+//! on their own, stopped together.
 
 use std::collections::VecDeque;
-use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
+use crate::agent::hub::{AgentHub, HostEnded, HostLine};
+use crate::agent::wire::StopCommand;
 use crate::events::{parse_line, TrainerEvent};
-use crate::pod::{HostLaunch, PodDriver, StopSignal};
+use crate::pod::{AgentStart, PodDriver, StopSignal};
 
 /// How a host's process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,15 +22,6 @@ pub struct HostExit {
 }
 
 impl HostExit {
-    fn from_status(host: u32, status: ExitStatus) -> HostExit {
-        use std::os::unix::process::ExitStatusExt;
-        HostExit {
-            host,
-            code: status.code(),
-            signal: status.signal(),
-        }
-    }
-
     pub fn success(&self) -> bool {
         self.code == Some(0)
     }
@@ -76,70 +66,81 @@ impl LogTail {
     }
 }
 
-/// The running hosts of one attempt.
+/// The hosts of one attempt, each one's trainer owned by the `podq agent` on that host.
 pub struct Hosts {
-    /// The lease the trainers run under (their `PODQ_LEASE_ID`): remote stops find them by it.
+    /// The lease the trainers run under (their `PODQ_LEASE_ID`).
     lease: String,
-    /// Host index of each launch.
-    indexes: Vec<u32>,
-    pgids: Vec<Option<i32>>,
     exits: Vec<Option<HostExit>>,
-    exit_rx: mpsc::UnboundedReceiver<HostExit>,
+    exit_rx: mpsc::UnboundedReceiver<HostEnded>,
+    hub: AgentHub,
     pub log: LogTail,
 }
 
+/// How a stop went: which hosts needed SIGKILL after the grace period.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StopReport {
+    pub killed: Vec<u32>,
+}
+
+impl StopReport {
+    pub fn describe(&self) -> String {
+        if self.killed.is_empty() {
+            "every host exited within the grace period".to_owned()
+        } else {
+            format!(
+                "SIGKILL after the grace period on host(s) {}",
+                self.killed
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    }
+}
+
 impl Hosts {
-    /// Starts every host. Host 0's report lines go to `events`; every line goes to the log
-    /// tail. If a host cannot be started, the ones already started are stopped.
+    /// Starts the lease's agent on every host. Host 0's report lines go to `events`; every
+    /// line goes to the log tail.
     pub async fn launch(
         driver: &dyn PodDriver,
-        launches: &[HostLaunch],
+        hub: &AgentHub,
+        start: &AgentStart,
         events: mpsc::UnboundedSender<TrainerEvent>,
-        grace: Duration,
     ) -> anyhow::Result<Hosts> {
-        let (exit_tx, exit_rx) = mpsc::unbounded_channel();
-        let mut hosts = Hosts {
-            lease: launches
-                .first()
-                .and_then(|l| l.env.get("PODQ_LEASE_ID").cloned())
-                .unwrap_or_default(),
-            indexes: launches.iter().map(|l| l.host).collect(),
-            pgids: Vec::new(),
-            exits: vec![None; launches.len()],
-            exit_rx,
-            log: LogTail::default(),
-        };
-        for launch in launches {
-            let mut child = match driver.spawn(launch).await {
-                Ok(child) => child,
-                Err(e) => {
-                    hosts.stop(driver, grace).await;
-                    return Err(e);
-                }
-            };
-            hosts.pgids.push(child.id().map(|pid| pid as i32));
-            let host = launch.host;
-            if let Some(stdout) = child.stdout.take() {
-                let events = (host == 0).then(|| events.clone());
-                tokio::spawn(read_lines(stdout, host, hosts.log.clone(), events));
-            }
-            if let Some(stderr) = child.stderr.take() {
-                tokio::spawn(read_lines(stderr, host, hosts.log.clone(), None));
-            }
-            let exit_tx = exit_tx.clone();
-            tokio::spawn(async move {
-                let exit = match child.wait().await {
-                    Ok(status) => HostExit::from_status(host, status),
-                    Err(_) => HostExit {
-                        host,
-                        code: None,
-                        signal: None,
-                    },
-                };
-                let _ = exit_tx.send(exit);
-            });
+        let hosts = Hosts::attach(
+            hub,
+            &start.lease,
+            &start.secret,
+            start.launches.len() as u32,
+            events,
+        );
+        if let Err(e) = driver.start_agents(start).await {
+            hub.finish(&start.lease);
+            return Err(e);
         }
         Ok(hosts)
+    }
+
+    /// Supervises agents that are already running (after a worker restart): they push
+    /// their whole log again, from the start.
+    pub fn attach(
+        hub: &AgentHub,
+        lease: &str,
+        secret: &str,
+        hosts: u32,
+        events: mpsc::UnboundedSender<TrainerEvent>,
+    ) -> Hosts {
+        let streams = hub.register(lease, secret, hosts);
+        let log = LogTail::default();
+        tokio::spawn(read_lines(streams.lines, log.clone(), events));
+        Hosts {
+            lease: lease.to_owned(),
+            exits: vec![None; hosts as usize],
+            exit_rx: streams.exits,
+            hub: hub.clone(),
+            log,
+        }
     }
 
     /// The next host to end; `None` once every host has ended.
@@ -147,7 +148,12 @@ impl Hosts {
         if self.exits.iter().all(Option::is_some) {
             return None;
         }
-        let exit = self.exit_rx.recv().await?;
+        let ended = self.exit_rx.recv().await?;
+        let exit = HostExit {
+            host: ended.host,
+            code: ended.exit.code,
+            signal: ended.exit.signal,
+        };
         if let Some(slot) = self.exits.get_mut(exit.host as usize) {
             *slot = Some(exit);
         }
@@ -162,37 +168,14 @@ impl Hosts {
         self.exits.iter().map(|e| e.and_then(|e| e.code)).collect()
     }
 
-    /// SIGTERM to every host still running (JAX's preemption notice), then SIGKILL to what
-    /// is left after `grace`. Every process group is killed at the end, so no child of a
-    /// trainer survives its host's main process. A driver whose local children are only
-    /// clients of remote trainers (`PodDriver::signal_hosts`) gets both signals delivered on
-    /// the hosts themselves, to every host of the attempt (a client that already ended may
-    /// have left its trainer running).
-    pub async fn stop(&mut self, driver: &dyn PodDriver, grace: Duration) {
-        let remote = driver
-            .signal_hosts(&self.lease, &self.indexes, StopSignal::Term)
-            .await;
-        if !remote {
-            self.signal_running(Signal::SIGTERM);
-            // A hung (stopped) process only sees SIGTERM once continued.
-            self.signal_running(Signal::SIGCONT);
-        }
-        let deadline = tokio::time::Instant::now() + grace;
-        while self.exits.iter().any(Option::is_none) {
-            match tokio::time::timeout_at(deadline, self.next_exit()).await {
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => break,
-            }
-        }
-        if remote {
-            driver
-                .signal_hosts(&self.lease, &self.indexes, StopSignal::Kill)
-                .await;
-        }
-        for pgid in self.pgids.iter().flatten() {
-            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
-        }
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    fn running(&self) -> Vec<u32> {
+        (0..self.exits.len() as u32)
+            .filter(|h| self.exits[*h as usize].is_none())
+            .collect()
+    }
+
+    async fn wait_all(&mut self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
         while self.exits.iter().any(Option::is_none) {
             match tokio::time::timeout_at(deadline, self.next_exit()).await {
                 Ok(Some(_)) => {}
@@ -201,24 +184,69 @@ impl Hosts {
         }
     }
 
-    fn signal_running(&self, signal: Signal) {
-        for (pgid, exit) in self.pgids.iter().zip(&self.exits) {
-            if let (Some(pgid), None) = (pgid, exit) {
-                let _ = killpg(Pid::from_raw(*pgid), signal);
+    /// SIGTERM to every host still running (JAX's preemption notice) through its agent,
+    /// then SIGKILL to what is left after `grace`. A host whose agent does not answer
+    /// either (it went down with its VM, or died) gets the driver's last-resort kill.
+    /// With `pod_gone` the hosts went down with the pod: nothing is waited for.
+    pub async fn stop(
+        &mut self,
+        driver: &dyn PodDriver,
+        grace: Duration,
+        pod_gone: bool,
+    ) -> StopReport {
+        let mut report = StopReport::default();
+        if !pod_gone {
+            self.hub.command(&self.lease, StopCommand::Term);
+            self.wait_all(grace).await;
+        }
+        let left = self.running();
+        if left.is_empty() {
+            self.hub.finish(&self.lease);
+            return report;
+        }
+        report.killed = left.clone();
+        self.hub.command(&self.lease, StopCommand::Kill);
+        if !pod_gone {
+            // An agent pushes every few hundred milliseconds.
+            self.wait_all(AGENT_ANSWER).await;
+        }
+        let silent = self.running();
+        if !silent.is_empty() {
+            driver
+                .signal_hosts(&self.lease, &silent, StopSignal::Kill)
+                .await;
+            if !pod_gone {
+                self.wait_all(AGENT_ANSWER).await;
+            }
+            for host in self.running() {
+                tracing::warn!(lease = %self.lease, host, "no agent answered; the host counts as ended");
+                self.exits[host as usize] = Some(HostExit {
+                    host,
+                    code: None,
+                    signal: None,
+                });
             }
         }
+        self.hub.finish(&self.lease);
+        report
+    }
+
+    /// Leaves the trainers running (the worker is going away and will reattach).
+    pub fn detach(&self) {
+        tracing::info!(lease = %self.lease, "leaving the trainers to their agents");
     }
 }
 
+/// How long agents get to act on a command and say so.
+const AGENT_ANSWER: Duration = Duration::from_secs(5);
+
 async fn read_lines(
-    stream: impl AsyncRead + Unpin,
-    host: u32,
+    mut lines: mpsc::UnboundedReceiver<HostLine>,
     log: LogTail,
-    events: Option<mpsc::UnboundedSender<TrainerEvent>>,
+    events: mpsc::UnboundedSender<TrainerEvent>,
 ) {
-    let mut lines = BufReader::new(stream).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        if let Some(events) = &events {
+    while let Some(HostLine { host, line }) = lines.recv().await {
+        if host == 0 {
             match parse_line(&line) {
                 Some(Ok(event)) => {
                     let _ = events.send(event);

@@ -39,6 +39,9 @@ pub struct WorkerFile {
     pub checkpoint_scan_s: Option<f64>,
     pub lease_wait_s: Option<u64>,
     pub preflight_retry_s: Option<f64>,
+    pub agent_listen: Option<std::net::SocketAddr>,
+    pub agent_url: Option<String>,
+    pub state_dir: Option<PathBuf>,
     /// Settings of the gcloud driver.
     pub gcloud: Option<GcloudSettings>,
     /// Settings of the local (simulated) driver.

@@ -7,12 +7,17 @@
 //!   of its own, tagged by a pgid file (see `remote`), so a stop reaches it there;
 //! - the config is copied with `tpu-vm scp` and its sha256 checked on the host;
 //! - preflight, cleanup and setup are ssh calls run on every host at once;
-//! - recovery restarts or recreates the node, or its queued resource (see `recovery`).
+//! - recovery recreates the node from its captured spec (see `spec`), or its queued
+//!   resource, as Cloud TPU allows it: a multi-host slice is never started (see
+//!   `recovery`);
+//! - `confirm_status` looks again, after a grace period, at a node that still says READY
+//!   while its hosts stopped answering, before a trainer is blamed.
 
 mod node;
 mod recovery;
 mod remote;
 mod runner;
+mod spec;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -25,18 +30,18 @@ use anyhow::{bail, Context};
 use async_trait::async_trait;
 use podq_api::{Preflight, PreflightFailure};
 use serde::Deserialize;
-use tokio::process::Child;
 
 pub use node::{classify_health, classify_state, HealthClass, Node, StateClass};
 use runner::{CallError, Output, Retry, Runner};
 
-use super::{HostLaunch, PodDriver, PodStatus, StopSignal};
+use super::{AgentStart, HostLaunch, PodDriver, PodStatus, StopSignal};
 
 /// How the pod's capacity is bought, which decides how it comes back after a preemption.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Capacity {
-    /// A preemptible node: `tpu-vm start`; delete and create again if it will not start.
+    /// A preemptible node: deleted and created again with its captured spec (a single-host
+    /// node is first given a `tpu-vm start`).
     #[default]
     Preemptible,
     /// A spot node: cannot be restarted; delete and create again with the same spec.
@@ -44,7 +49,8 @@ pub enum Capacity {
     /// A node owned by a queued resource: delete and create the queued resource again when
     /// it is `SUSPENDED` or `FAILED`, then wait for it to be `ACTIVE`.
     Queued,
-    /// On-demand or reserved capacity: start it if stopped, recreate it if broken.
+    /// On-demand or reserved capacity: a single-host node is started if stopped; a broken
+    /// or multi-host one is recreated.
     OnDemand,
 }
 
@@ -64,8 +70,9 @@ impl FromStr for Capacity {
     }
 }
 
-/// The spec a node or queued resource is created with. Unset fields come from the last
-/// `describe` the worker saw, so a recreated node is the node that was lost.
+/// Overrides of the spec a node or queued resource is created with. Unset fields come
+/// from the spec captured from the node (`spec.rs`, kept in `state_dir`), so a recreated
+/// node is the node that was lost.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct CreateSettings {
@@ -73,7 +80,7 @@ pub struct CreateSettings {
     pub accelerator_type: Option<String>,
     /// e.g. `tpu-ubuntu2204-base`.
     pub runtime_version: Option<String>,
-    /// Queued resources only: ask for spot capacity (default: what the node had).
+    /// Ask for spot capacity (default: what the node had).
     pub spot: Option<bool>,
     /// Appended to every create call (`--service-account=...`, `--metadata=...`).
     pub extra_args: Vec<String>,
@@ -132,6 +139,24 @@ pub struct GcloudSettings {
     /// A recovery that has not brought the node back within this many seconds gives up
     /// (the worker reports it and starts over).
     pub recovery_timeout_s: f64,
+    /// Where the worker keeps what must outlive it, here the node's captured spec: the
+    /// worker's `state_dir` (`--state-dir`), not a key of this section (default
+    /// `$XDG_STATE_HOME/podq`, else `~/.local/state/podq`).
+    #[serde(skip)]
+    pub state_dir: Option<PathBuf>,
+    /// `confirm_status`: a node whose hosts stopped answering may still say READY for a
+    /// while before it says PREEMPTED. Look again this many times, this many seconds apart,
+    /// before a trainer is blamed.
+    pub host_loss_grace_s: f64,
+    pub host_loss_checks: u32,
+    /// Where the `podq` binary that runs each host's agent lives on the hosts. The worker
+    /// copies its own there when a host's is missing or another version.
+    pub agent_path: String,
+    /// Where each host's agent keeps the lease's log and exit status.
+    pub agent_dir: String,
+    /// The local `podq` binary copied to the hosts (default: the worker's own). It must
+    /// run on the hosts: a static (musl) build, or one built on the hosts' OS.
+    pub agent_binary: Option<String>,
 }
 
 impl Default for GcloudSettings {
@@ -169,6 +194,12 @@ impl Default for GcloudSettings {
             retry_backoff_s: 2.0,
             poll_s: 30.0,
             recovery_timeout_s: 3600.0,
+            state_dir: None,
+            host_loss_grace_s: 5.0,
+            host_loss_checks: 2,
+            agent_path: "~/.podq/bin/podq".into(),
+            agent_dir: "~/.podq/agent".into(),
+            agent_binary: None,
         }
     }
 }
@@ -187,6 +218,7 @@ struct Timing {
     setup: Duration,
     poll: Duration,
     recovery: Duration,
+    host_loss_grace: Duration,
 }
 
 pub struct GcloudPod {
@@ -198,8 +230,13 @@ pub struct GcloudPod {
     /// Stops go out with one retry only: a pod that is gone must not hold a stop for long.
     stop_runner: Runner,
     hosts: AtomicU32,
-    /// The last node a describe returned: endpoints, and the spec to recreate it with.
+    /// The last node a describe returned (its endpoints kept when a later one has none).
     last_node: Mutex<Option<Node>>,
+    /// The spec to recreate the node with, and the file that keeps it.
+    saved_spec: Mutex<Option<spec::SavedSpec>>,
+    spec_path: PathBuf,
+    /// A create was refused in a way asking again cannot fix: why.
+    held: Mutex<Option<String>>,
     /// The hosts need the setup command before the next preflight can pass.
     needs_setup: AtomicBool,
     /// Unknown states and health values already logged.
@@ -226,7 +263,14 @@ impl GcloudPod {
             setup: secs(settings.setup_timeout_s, "setup_timeout_s")?,
             poll: secs(settings.poll_s, "poll_s")?.max(Duration::from_millis(10)),
             recovery: secs(settings.recovery_timeout_s, "recovery_timeout_s")?,
+            host_loss_grace: secs(settings.host_loss_grace_s, "host_loss_grace_s")?,
         };
+        let state_dir = settings
+            .state_dir
+            .clone()
+            .unwrap_or_else(spec::default_state_dir);
+        let spec_path = spec::spec_path(&state_dir, &settings.zone, name);
+        let saved_spec = recovery::load_saved_spec(&spec_path, name, &settings.zone);
         let runner = Runner {
             program: settings.binary.clone(),
             retries: settings.retries,
@@ -246,6 +290,9 @@ impl GcloudPod {
             stop_runner,
             hosts: AtomicU32::new(hosts),
             last_node: Mutex::new(None),
+            saved_spec: Mutex::new(saved_spec),
+            spec_path,
+            held: Mutex::new(None),
             needs_setup: AtomicBool::new(needs_setup),
             warned: Mutex::new(HashSet::new()),
         })
@@ -253,6 +300,31 @@ impl GcloudPod {
 
     pub fn settings(&self) -> &GcloudSettings {
         &self.settings
+    }
+
+    /// The pod's state when a host ended or stopped answering while the node may still
+    /// say READY: when hosts vanish, describe can go on answering READY for a while before
+    /// it says PREEMPTED (skypilot-org/skypilot#1468, #1500). A READY answer is checked
+    /// again `host_loss_checks` times, `host_loss_grace_s` apart; the first answer that
+    /// shows the capacity gone is returned, else the last. Call this, not `status`, before
+    /// blaming the trainer for a host that ended.
+    pub async fn confirm_status(&self) -> anyhow::Result<PodStatus> {
+        let mut status = self.status().await?;
+        for _ in 0..self.settings.host_loss_checks {
+            if status.is_preempted() {
+                break;
+            }
+            tracing::info!(
+                pod = %self.name,
+                state = %status.state,
+                health = %status.health,
+                "a host was lost on a node that says it is fine; looking again in {}s",
+                self.timing.host_loss_grace.as_secs_f64()
+            );
+            tokio::time::sleep(self.timing.host_loss_grace).await;
+            status = self.status().await?;
+        }
+        Ok(status)
     }
 
     fn queued_resource(&self) -> String {
@@ -297,6 +369,9 @@ impl GcloudPod {
                     stderr: format!("describe answered something that is not a node: {e}"),
                 })?;
                 self.observe(&node);
+                if let Ok(spec) = spec::NodeSpec::parse(&output.stdout) {
+                    self.capture_spec(node.state(), spec);
+                }
                 Ok(Some(node))
             }
             Err(CallError::NotFound(_)) => Ok(None),
@@ -324,25 +399,9 @@ impl GcloudPod {
             }
         }
         let mut last = self.last_node.lock().unwrap_or_else(|e| e.into_inner());
-        // A node that is gone or being recreated may answer without its spec: keep the
-        // fields that matter for recreating it.
+        // A node being created (or gone) answers without endpoints: keep the last ones.
         let mut node = node.clone();
         if let Some(previous) = last.as_ref() {
-            node.accelerator_type = node
-                .accelerator_type
-                .or_else(|| previous.accelerator_type.clone());
-            node.runtime_version = node
-                .runtime_version
-                .or_else(|| previous.runtime_version.clone());
-            node.network_config = node
-                .network_config
-                .or_else(|| previous.network_config.clone());
-            node.scheduling_config = node
-                .scheduling_config
-                .or_else(|| previous.scheduling_config.clone());
-            if node.labels.is_empty() {
-                node.labels = previous.labels.clone();
-            }
             if node.network_endpoints.is_empty() {
                 node.network_endpoints = previous.network_endpoints.clone();
             }
@@ -454,15 +513,105 @@ impl GcloudPod {
         missing
     }
 
-    fn lease_of(launch: &HostLaunch) -> anyhow::Result<String> {
-        let lease = launch
-            .env
-            .get("PODQ_LEASE_ID")
-            .context("the launch has no PODQ_LEASE_ID")?;
-        if !remote::valid_lease(lease) {
-            bail!("lease id `{lease}` cannot tag a process on the host");
+    /// One ssh call per host, all at once, each starting that host's agent. Answers the
+    /// hosts whose agent binary is missing or of another version (nothing was started
+    /// there).
+    async fn start_agents_once(&self, start: &AgentStart) -> anyhow::Result<Vec<u32>> {
+        let by_host: BTreeMap<u32, &HostLaunch> =
+            start.launches.iter().map(|l| (l.host, l)).collect();
+        let hosts: Vec<u32> = by_host.keys().copied().collect();
+        let results = self
+            .ssh_all(
+                &self.runner,
+                |host| {
+                    let launch = by_host[&host];
+                    remote::start_agent(&remote::AgentScript {
+                        agent_path: &self.settings.agent_path,
+                        agent_dir: &self.settings.agent_dir,
+                        version: env!("CARGO_PKG_VERSION"),
+                        worker_url: &start.worker_url,
+                        lease: &start.lease,
+                        secret: &start.secret,
+                        host,
+                        env: &launch.env,
+                        command: &launch.command,
+                    })
+                },
+                self.timing.ssh,
+                Retry::Ssh,
+                &hosts,
+            )
+            .await;
+        let mut outdated = Vec::new();
+        let mut failed = Vec::new();
+        for (host, result) in results {
+            match result {
+                Ok(output) => {
+                    let failures = remote::failures(&output.stdout);
+                    if failures.iter().any(|(check, _)| check == "agent_version") {
+                        outdated.push(host);
+                    } else if let Some((check, message)) = failures.first() {
+                        failed.push(format!("host {host}: {message} ({check})"));
+                    }
+                }
+                Err(e) => failed.push(format!("host {host}: {e}")),
+            }
         }
-        Ok(lease.clone())
+        if !failed.is_empty() {
+            bail!("cannot start the agents: {}", failed.join("; "));
+        }
+        Ok(outdated)
+    }
+
+    /// Copies this worker's `podq` to `agent_path` on `hosts`.
+    async fn install_agent(&self, hosts: &[u32]) -> anyhow::Result<()> {
+        let binary = match &self.settings.agent_binary {
+            Some(path) => PathBuf::from(path),
+            None => std::env::current_exe().context("cannot find this program's path")?,
+        };
+        tracing::info!(pod = %self.name, ?hosts, binary = %binary.display(), "installing the agent");
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let remote_tmp = format!("/tmp/podq-agent-{token}");
+        let copies = hosts.iter().map(|&host| {
+            let mut args = self.args("tpu-vm", "scp", &binary.display().to_string());
+            args.insert(5, format!("{}:{remote_tmp}", self.name));
+            args.push(format!("--worker={host}"));
+            args.extend(self.settings.scp_flags.iter().cloned());
+            async move {
+                (
+                    host,
+                    self.runner.call(&args, self.timing.ssh, Retry::Ssh).await,
+                )
+            }
+        });
+        let mut failed = Vec::new();
+        for (host, result) in futures::future::join_all(copies).await {
+            if let Err(e) = result {
+                failed.push(format!("host {host}: {e}"));
+            }
+        }
+        if !failed.is_empty() {
+            bail!("cannot copy the agent: {}", failed.join("; "));
+        }
+        let script = remote::install_agent(&remote_tmp, &self.settings.agent_path);
+        let results = self
+            .ssh_all(
+                &self.runner,
+                |_| script.clone(),
+                self.timing.ssh,
+                Retry::Ssh,
+                hosts,
+            )
+            .await;
+        for (host, result) in results {
+            if let Err(e) = result {
+                failed.push(format!("host {host}: {e}"));
+            }
+        }
+        if !failed.is_empty() {
+            bail!("cannot install the agent: {}", failed.join("; "));
+        }
+        Ok(())
     }
 }
 
@@ -780,19 +929,25 @@ impl PodDriver for GcloudPod {
         Ok(format!("{ip}:{}", self.settings.coordinator_port))
     }
 
-    async fn spawn(&self, launch: &HostLaunch) -> anyhow::Result<Child> {
-        let lease = Self::lease_of(launch)?;
-        let script = remote::launch(&lease, &launch.env, &launch.command);
-        let args = self.ssh_args(launch.host, &script);
-        tracing::debug!(host = launch.host, command = %runner::summary(&args), "launching");
-        let mut cmd = self.runner.command(&args);
-        cmd.kill_on_drop(false);
-        cmd.spawn().with_context(|| {
-            format!(
-                "cannot run `{}` for host {}",
-                self.settings.binary, launch.host
-            )
-        })
+    async fn start_agents(&self, start: &AgentStart) -> anyhow::Result<()> {
+        if !remote::valid_lease(&start.lease) {
+            bail!(
+                "lease id `{}` cannot tag a process on the host",
+                start.lease
+            );
+        }
+        let mut outdated = self.start_agents_once(start).await?;
+        if !outdated.is_empty() {
+            self.install_agent(&outdated).await?;
+            outdated = self.start_agents_once(start).await?;
+            if !outdated.is_empty() {
+                bail!(
+                    "the agent on host(s) {outdated:?} is still not podq {} after installing it",
+                    env!("CARGO_PKG_VERSION")
+                );
+            }
+        }
+        Ok(())
     }
 
     async fn recover(&self, progress: &(dyn Fn(String) + Send + Sync)) -> anyhow::Result<()> {

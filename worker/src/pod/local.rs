@@ -7,6 +7,9 @@
 //! - `hang-host-N`: host N's process group gets SIGSTOP (alive, making no progress);
 //! - `fail-next-launch`: the next launch's trainer exits 1 at once on every host.
 //!
+//! Each host's trainer is owned by a `podq agent` process started for the lease, as on
+//! the real pod; a preemption kills the agents too.
+//!
 //! The driver consumes each file when it acts on it.
 
 use std::path::{Path, PathBuf};
@@ -20,9 +23,9 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use podq_api::{Preflight, PreflightFailure};
 use sha2::{Digest, Sha256};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
-use super::{HostLaunch, PodDriver, PodStatus};
+use super::{AgentStart, PodDriver, PodStatus, StopSignal};
 
 pub struct LocalPod {
     name: String,
@@ -31,6 +34,8 @@ pub struct LocalPod {
     root: PathBuf,
     recovery_delay: Duration,
     state: Mutex<LocalState>,
+    /// The `podq` binary whose `agent` runs on the hosts.
+    agent_program: PathBuf,
 }
 
 #[derive(Default)]
@@ -42,6 +47,8 @@ struct LocalState {
 /// The file that tags a host's trainer process group, so a later attempt can find and stop
 /// a leftover one without matching processes by name.
 const PGID_FILE: &str = "tmp/podq-trainer.pgid";
+/// The host's agent's pid: a simulated preemption takes the agent down with its host.
+const AGENT_PID_FILE: &str = "tmp/podq-agent.pid";
 const LOCK_FILE: &str = "tmp/libtpu_lockfile";
 
 impl LocalPod {
@@ -65,6 +72,8 @@ impl LocalPod {
             root: root.to_path_buf(),
             recovery_delay,
             state: Mutex::new(LocalState::default()),
+            agent_program: std::env::current_exe()
+                .context("cannot find this program's path for the hosts' agents")?,
         })
     }
 
@@ -97,12 +106,24 @@ impl LocalPod {
             .is_some_and(|pgid| killpg(Pid::from_raw(pgid), signal).is_ok())
     }
 
+    /// Kills the host's agent, as a VM going down would.
+    fn kill_agent(&self, host: u32) -> bool {
+        let path = self.host_dir(host).join(AGENT_PID_FILE);
+        let killed = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok())
+            .is_some_and(|pid| nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok());
+        let _ = std::fs::remove_file(path);
+        killed
+    }
+
     /// Acts on the control files present now.
     fn apply_controls(&self) {
         if self.take_control("preempt") {
             tracing::warn!(pod = %self.name, "simulated preemption: every host goes down");
             self.lock().preempted = true;
             for host in 0..self.hosts {
+                self.kill_agent(host);
                 self.signal_host(host, Signal::SIGKILL);
             }
         }
@@ -120,6 +141,19 @@ impl LocalPod {
             }
         }
     }
+}
+
+/// Writes a file only its owner can read.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(text.as_bytes())
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -198,6 +232,9 @@ impl PodDriver for LocalPod {
     async fn clean_hosts(&self) -> anyhow::Result<Vec<String>> {
         let mut cleaned = Vec::new();
         for host in 0..self.hosts {
+            if self.kill_agent(host) {
+                cleaned.push(format!("host {host}: killed a leftover agent"));
+            }
             if let Some(pgid) = self.host_pgid(host) {
                 let group = Pid::from_raw(pgid);
                 if killpg(group, None).is_ok() {
@@ -224,39 +261,71 @@ impl PodDriver for LocalPod {
         Ok(probe.local_addr()?.to_string())
     }
 
-    async fn spawn(&self, launch: &HostLaunch) -> anyhow::Result<Child> {
-        let dir = self.host_dir(launch.host);
-        let fail = {
-            let mut state = self.lock();
-            // Every host of this launch fails; the flag clears once the last host started.
-            let fail = state.fail_next_launch;
-            if fail && launch.host + 1 == self.hosts {
-                state.fail_next_launch = false;
-            }
-            fail
-        };
-        let command = if fail {
-            "echo 'simulated launch failure: the TPU runtime did not start' >&2; exit 1".to_owned()
-        } else {
-            launch.command.clone()
-        };
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(&command)
-            .current_dir(&dir)
-            .envs(&launch.env)
-            .env("PODQ_SIM_LOCKFILE", dir.join(LOCK_FILE))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start the trainer on host {}", launch.host))?;
-        if let Some(pid) = child.id() {
-            std::fs::write(dir.join(PGID_FILE), pid.to_string())?;
+    async fn start_agents(&self, start: &AgentStart) -> anyhow::Result<()> {
+        let fail = std::mem::take(&mut self.lock().fail_next_launch);
+        for launch in &start.launches {
+            let dir = self.host_dir(launch.host);
+            let command = if fail {
+                "echo 'simulated launch failure: the TPU runtime did not start' >&2; exit 1"
+                    .to_owned()
+            } else {
+                launch.command.clone()
+            };
+            let secret_file = dir.join(format!("tmp/podq-agent-{}.secret", start.lease));
+            write_private(&secret_file, &start.secret)?;
+            let agent_log =
+                std::fs::File::create(dir.join(format!("tmp/podq-agent-{}.log", start.lease)))?;
+            let mut cmd = Command::new(&self.agent_program);
+            cmd.arg("agent")
+                .arg("--worker-url")
+                .arg(&start.worker_url)
+                .arg("--lease")
+                .arg(&start.lease)
+                .arg("--host")
+                .arg(launch.host.to_string())
+                .arg("--dir")
+                .arg(dir.join("podq-agent"))
+                .arg("--secret-file")
+                .arg(&secret_file)
+                .arg("--pgid-file")
+                .arg(dir.join(PGID_FILE))
+                .arg("--pid-file")
+                .arg(dir.join(AGENT_PID_FILE))
+                .arg("--poll-ms")
+                .arg("100")
+                .arg("--command")
+                .arg(&command)
+                .current_dir(&dir)
+                .envs(&launch.env)
+                .env("PODQ_SIM_LOCKFILE", dir.join(LOCK_FILE))
+                .stdin(Stdio::null())
+                .stdout(agent_log.try_clone()?)
+                .stderr(agent_log)
+                // Its own group: nothing sent to the worker's group reaches it, as on a
+                // real host. tokio reaps it when it ends.
+                .process_group(0)
+                .kill_on_drop(false);
+            cmd.spawn().with_context(|| {
+                format!(
+                    "cannot start the agent ({}) on host {}",
+                    self.agent_program.display(),
+                    launch.host
+                )
+            })?;
         }
-        Ok(child)
+        Ok(())
+    }
+
+    async fn signal_hosts(&self, _lease: &str, hosts: &[u32], signal: StopSignal) -> bool {
+        let signal = match signal {
+            StopSignal::Term => Signal::SIGTERM,
+            StopSignal::Kill => Signal::SIGKILL,
+        };
+        for host in hosts {
+            self.signal_host(*host, Signal::SIGCONT);
+            self.signal_host(*host, signal);
+        }
+        true
     }
 
     async fn recover(&self, progress: &(dyn Fn(String) + Send + Sync)) -> anyhow::Result<()> {

@@ -10,7 +10,6 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use podq_api::Preflight;
-use tokio::process::Child;
 
 /// What the driver sees of the pod right now.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +67,17 @@ pub struct HostLaunch {
     pub env: BTreeMap<String, String>,
 }
 
+/// What every host's agent needs to start the lease's trainer and report to the worker.
+#[derive(Debug, Clone)]
+pub struct AgentStart {
+    pub lease: String,
+    /// The lease's secret: agents present it on every call to the worker.
+    pub secret: String,
+    /// Where the agents reach the worker.
+    pub worker_url: String,
+    pub launches: Vec<HostLaunch>,
+}
+
 #[async_trait]
 pub trait PodDriver: Send + Sync {
     fn name(&self) -> &str;
@@ -98,21 +108,16 @@ pub trait PodDriver: Send + Sync {
     /// The address the JAX coordinator (host 0) listens on.
     async fn coordinator_address(&self) -> anyhow::Result<String>;
 
-    /// Starts the trainer on one host, in its own process group, with stdout and stderr piped.
-    async fn spawn(&self, launch: &HostLaunch) -> anyhow::Result<Child>;
+    /// Starts `podq agent` for the lease on every host, detached from the call that starts
+    /// it; the agent starts the trainer. Starting a lease's agents again is harmless: an
+    /// agent that finds its lease already owned on the host leaves at once.
+    async fn start_agents(&self, start: &AgentStart) -> anyhow::Result<()>;
 
     /// Brings a pod that lost its capacity back to READY, saying what it waits for.
     async fn recover(&self, progress: &(dyn Fn(String) + Send + Sync)) -> anyhow::Result<()>;
 
-    /// Delivers `signal` to the trainers of this lease on `hosts` *on the hosts themselves*,
-    /// for drivers whose local child (see `spawn`) is only a client of a remote process,
-    /// such as an ssh session. Answers `true` when the driver did so: the supervisor then
-    /// leaves the local children alone until the grace period is over, since killing a
-    /// client early would cut the remote trainer's output and exit status, not stop it.
-    /// The default (`false`) is for drivers whose local process group *is* the trainer:
-    /// the supervisor signals it.
-    async fn signal_hosts(&self, lease: &str, hosts: &[u32], signal: StopSignal) -> bool {
-        let _ = (lease, hosts, signal);
-        false
-    }
+    /// The last resort when a host's agent does not answer: delivers `signal` to the
+    /// lease's trainer on `hosts` by the driver's own means (ssh on a TPU VM). Answers
+    /// whether it could try.
+    async fn signal_hosts(&self, lease: &str, hosts: &[u32], signal: StopSignal) -> bool;
 }

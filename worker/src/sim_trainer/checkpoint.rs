@@ -1,8 +1,10 @@
 //! Orbax-shaped checkpoints on a filesystem shared by all hosts (it stands in for GCS).
 //!
-//! Layout of one step, as Orbax writes it on a local filesystem:
-//! `step_N.orbax-checkpoint-tmp/` while being written, holding `_CHECKPOINT_METADATA` and one
-//! `state/ocdbt.process_<i>/` shard per host; renamed to `step_N/` by process 0 to commit.
+//! Layout of one step, as Orbax 0.12's `CheckpointManager` writes it on a local filesystem
+//! with its default step names: `N.orbax-checkpoint-tmp/` while being written, holding
+//! `_CHECKPOINT_METADATA` and one `default/ocdbt.process_<i>/` shard per host; process 0
+//! writes `commit_success.txt` into the temporary directory and then renames it to `N/`,
+//! which is the commit.
 
 use std::fs;
 use std::io;
@@ -13,8 +15,10 @@ use serde::Serialize;
 use crate::sim_trainer::fatal::Fatal;
 
 const TMP_SUFFIX: &str = ".orbax-checkpoint-tmp";
-const STEP_PREFIX: &str = "step_";
 const METADATA_FILE: &str = "_CHECKPOINT_METADATA";
+const COMMIT_MARKER: &str = "commit_success.txt";
+/// The item directory of a `CheckpointManager` saving one unnamed item.
+const ITEM_DIR: &str = "default";
 const SHARD_MAGIC: &[u8; 8] = b"PODQSIM1";
 const SHARD_BYTES: usize = 4096;
 
@@ -117,7 +121,7 @@ impl CheckpointDir {
         if tmp.exists() {
             fs::remove_dir_all(&tmp)?;
         }
-        fs::create_dir_all(tmp.join("state"))
+        fs::create_dir_all(tmp.join(ITEM_DIR))
     }
 
     pub fn write_shard(&self, step: u64, process_index: usize) -> io::Result<()> {
@@ -139,33 +143,32 @@ impl CheckpointDir {
         fs::write(self.tmp_path(step).join(METADATA_FILE), json)
     }
 
-    /// The rename is the commit: until it happens the step is invisible to a resume.
+    /// The rename is the commit: until it happens the step is invisible to a resume. As in
+    /// Orbax, the marker is written inside the temporary directory first.
     pub fn commit(&self, step: u64) -> io::Result<()> {
+        fs::write(self.tmp_path(step).join(COMMIT_MARKER), b"")?;
         fs::rename(self.tmp_path(step), self.committed_path(step))
     }
 }
 
+/// Orbax's default step name: the bare number.
 fn step_name(step: u64) -> String {
-    format!("{STEP_PREFIX}{step}")
+    step.to_string()
 }
 
 fn shard_dir(step_dir: &Path, process_index: usize) -> PathBuf {
     step_dir
-        .join("state")
+        .join(ITEM_DIR)
         .join(format!("ocdbt.process_{process_index}"))
 }
 
 /// The step of a directory name Orbax would treat as committed: `<step>` or `<prefix>_<step>`,
-/// never a temporary name.
+/// never a temporary name (the worker's one rule, `checkpoints::parse_step_dir`).
 fn committed_step_of(name: &str) -> Option<u64> {
-    if name.contains(TMP_SUFFIX) {
-        return None;
+    match crate::checkpoints::parse_step_dir(name)? {
+        (step, false) => u64::try_from(step).ok(),
+        (_, true) => None,
     }
-    let digits = name.rsplit('_').next()?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
 }
 
 fn shard_bytes(step: u64, process_index: usize) -> Vec<u8> {
@@ -273,7 +276,7 @@ mod tests {
             assert_eq!(Location::parse(bad).unwrap_err().code, 2, "{bad}");
         }
         let dir = CheckpointDir::new(uri);
-        assert_eq!(dir.step_uri(5000), "file:///tmp/ck%20pt/step_5000");
+        assert_eq!(dir.step_uri(5000), "file:///tmp/ck%20pt/5000");
     }
 
     #[test]

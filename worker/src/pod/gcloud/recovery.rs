@@ -1,10 +1,23 @@
-//! Bringing a node that lost its capacity back, per capacity kind, then re-provisioning it.
+//! Bringing a node that lost its capacity back, as Cloud TPU allows it, then re-provisioning
+//! it.
 //!
-//! - preemptible / on-demand: `tpu-vm start`; if the node will not start, or is broken
-//!   (`UNKNOWN`) or gone, delete it and create it again with the same spec;
-//! - spot: delete and create again (a spot node cannot be restarted);
-//! - queued: a `SUSPENDED` or `FAILED` queued resource is deleted (with its node) and
-//!   created again, then waited for through `WAITING_FOR_RESOURCES`, `PROVISIONING`, ...
+//! - A multi-host node (a slice of more than one host VM; a v4-64 has 8) is never started:
+//!   the TPU API stops and starts single-host TPU VMs only, and a preempted pod slice has
+//!   to be deleted and created again, which is what SkyPilot does for its TPU pods
+//!   (skypilot-org/skypilot#1468, #1470, #1483). It is created again from its captured spec
+//!   (`spec.rs`): accelerator type, runtime version, scheduling (preemptible, spot,
+//!   reserved), network, subnetwork, external IPs, service account and scopes, metadata,
+//!   tags, labels and data disks.
+//! - A single-host preemptible or on-demand node that is `PREEMPTED`, `STOPPED` or
+//!   `TERMINATED` gets one `tpu-vm start`; if that fails it is deleted and created again.
+//!   A spot node is never restarted.
+//! - queued: a `SUSPENDED` queued resource is deleted (with its node) and created again. A
+//!   `FAILED` one is read first (`state.failedData.error`): no capacity (a stockout, a full
+//!   reservation, an expired `valid until`) is retried after a pause that doubles; a quota
+//!   the project lacks or a request that is invalid or not allowed is *held*: nothing is
+//!   deleted or created again, and the pod's recovery text says why, until a person deletes
+//!   the queued resource (podq then creates it anew) or the worker restarts.
+//! - A create call refused for quota or an invalid request holds the same way.
 //!
 //! Between actions the node (or queued resource) is described every `poll_s` until it is
 //! `READY` and `HEALTHY`; each distinct thing waited for is reported through `progress`.
@@ -12,11 +25,13 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use tokio::time::Instant;
 
-use super::node::{self, classify_queued, QueuedClass, QueuedResource};
+use super::node::{self, classify_error, classify_queued, error_code, ErrorClass};
+use super::node::{QueuedClass, QueuedResource};
 use super::runner::{CallError, Retry};
+use super::spec::{self, NodeSpec, SavedSpec, Scheduling};
 use super::{classify_health, classify_state, Capacity, GcloudPod, HealthClass, StateClass};
 
 /// What one look at the pod concluded.
@@ -24,6 +39,8 @@ enum Step {
     Ready,
     /// Waiting for something the service does by itself.
     Wait(String),
+    /// Nothing will be done until a person acts (or the cause goes away): say why.
+    Held(String),
     /// The worker did something (start, delete, create) and said what.
     Acted,
     /// An action failed: wait longer before the next one.
@@ -32,6 +49,12 @@ enum Step {
 
 /// Pauses before repeating a failed action, doubling up to ten minutes.
 const MAX_ACTION_BACKOFF: Duration = Duration::from_secs(600);
+
+fn backoff(base: Duration, failures: u32) -> Duration {
+    base.checked_mul(1u32 << failures.min(16))
+        .unwrap_or(MAX_ACTION_BACKOFF)
+        .min(MAX_ACTION_BACKOFF)
+}
 
 /// What a recovery remembers between looks.
 #[derive(Default)]
@@ -42,11 +65,20 @@ struct Episode {
     active_but_lost: u32,
     /// The node was seen in another state than READY: its hosts need the setup command.
     disturbed: bool,
+    /// Queued resources that FAILED for want of capacity in this recovery.
+    capacity_failures: u32,
+    /// The FAILED queued resource is created again at this time, not before.
+    recreate_at: Option<Instant>,
+    /// Said why a multi-host node is recreated rather than started.
+    told_why_recreate: bool,
 }
 
-/// A network or subnetwork resource path as the create flags take it: its last segment.
-fn last_segment(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
+/// Why a create did not happen.
+enum Refused {
+    /// Asking again cannot help (quota, invalid request): held, with the reason.
+    Held(String),
+    /// It may work later.
+    Failed(String),
 }
 
 impl GcloudPod {
@@ -69,6 +101,14 @@ impl GcloudPod {
                     if what != said {
                         progress(what.clone());
                         said = what;
+                    }
+                    self.timing.poll
+                }
+                Step::Held(why) => {
+                    if why != said {
+                        tracing::warn!(pod = %self.name, "held: {why}");
+                        progress(why.clone());
+                        said = why;
                     }
                     self.timing.poll
                 }
@@ -101,6 +141,7 @@ impl GcloudPod {
             }
             tokio::time::sleep(pause).await;
         }
+        self.release_hold();
         if episode.disturbed {
             self.needs_setup
                 .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -139,8 +180,18 @@ impl GcloudPod {
             }
             StateClass::Lost => {
                 episode.disturbed = true;
+                if let Some(why) = self.held() {
+                    return Step::Held(why);
+                }
+                let hosts = self.hosts.load(std::sync::atomic::Ordering::SeqCst);
+                let spot = match self.create_spec() {
+                    Ok(spec) => spec.scheduling().spot,
+                    Err(_) => self.settings.capacity == Capacity::Spot,
+                };
                 let restartable = matches!(state.as_str(), "PREEMPTED" | "STOPPED" | "TERMINATED");
-                let try_start = restartable
+                let try_start = hosts == 1
+                    && restartable
+                    && !spot
                     && !episode.start_failed
                     && matches!(
                         self.settings.capacity,
@@ -163,10 +214,18 @@ impl GcloudPod {
                             ));
                         }
                     }
+                } else if hosts > 1 && restartable && !episode.told_why_recreate {
+                    episode.told_why_recreate = true;
+                    progress(format!(
+                        "node {} is {state}: a slice of {hosts} hosts cannot be started again, \
+                         it is deleted and created again from its captured spec",
+                        self.name
+                    ));
                 }
                 match self.recreate_node(node.is_some(), &state, progress).await {
                     Ok(()) => Step::Acted,
-                    Err(e) => Step::ActionFailed(format!("{e:#}")),
+                    Err(Refused::Held(why)) => Step::Held(why),
+                    Err(Refused::Failed(what)) => Step::ActionFailed(what),
                 }
             }
         }
@@ -186,14 +245,96 @@ impl GcloudPod {
         }
     }
 
-    /// Deletes the node (if it exists) and creates it again with the spec it had.
+    /// The spec to create the node (or its queued resource) with: the one captured from the
+    /// node (or, before any was seen, the config's accelerator and capacity), with the
+    /// config's `create` settings on top.
+    pub(super) fn create_spec(&self) -> anyhow::Result<NodeSpec> {
+        let mut spec = self
+            .saved_spec
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|saved| saved.spec.clone())
+            .unwrap_or_else(|| NodeSpec {
+                accelerator_type: Some(self.accelerator.clone()),
+                scheduling_config: Some(Scheduling {
+                    preemptible: self.settings.capacity == Capacity::Preemptible,
+                    spot: self.settings.capacity == Capacity::Spot,
+                    reserved: false,
+                }),
+                ..NodeSpec::default()
+            });
+        let create = &self.settings.create;
+        if let Some(accelerator) = &create.accelerator_type {
+            spec.accelerator_type = Some(accelerator.clone());
+        }
+        if let Some(version) = &create.runtime_version {
+            spec.runtime_version = Some(version.clone());
+        }
+        if let Some(spot) = create.spot {
+            let scheduling = spec
+                .scheduling_config
+                .get_or_insert_with(Scheduling::default);
+            scheduling.spot = spot;
+            if spot {
+                scheduling.preemptible = false;
+            }
+        }
+        if !spec.is_complete() {
+            bail!(
+                "cannot create {}: its runtime version is unknown (no describe showed it); \
+                 set gcloud.create.runtime_version",
+                self.name
+            );
+        }
+        Ok(spec)
+    }
+
+    /// `gcloud compute tpus tpu-vm create NAME ...` that brings the node back.
+    fn node_create_args(&self) -> anyhow::Result<(NodeSpec, Vec<String>)> {
+        let spec = self.create_spec()?;
+        let mut args = self.args("tpu-vm", "create", &self.name);
+        args.extend(spec.create_flags()?);
+        args.extend(self.settings.create.extra_args.iter().cloned());
+        Ok((spec, args))
+    }
+
+    /// `gcloud compute tpus queued-resources create QR ...` whose node is this node.
+    fn queued_create_args(&self) -> anyhow::Result<(NodeSpec, Vec<String>)> {
+        let spec = self.create_spec()?;
+        let mut args = self.args("queued-resources", "create", &self.queued_resource());
+        args.extend(spec.queued_create_flags(&self.name)?);
+        args.extend(self.settings.create.extra_args.iter().cloned());
+        Ok((spec, args))
+    }
+
+    fn warn_once_text(&self, text: String) {
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        if warned.insert(text.clone()) {
+            tracing::warn!(pod = %self.name, "{text}");
+        }
+    }
+
+    fn warn_not_carried(&self, spec: &NodeSpec, queued: bool) {
+        for what in spec.not_carried(queued) {
+            self.warn_once_text(format!(
+                "node {}: the create call cannot carry {what}",
+                self.name
+            ));
+        }
+    }
+
+    /// Deletes the node (if it exists) and creates it again with its spec.
     async fn recreate_node(
         &self,
         exists: bool,
         state: &str,
         progress: &(dyn Fn(String) + Send + Sync),
-    ) -> anyhow::Result<()> {
-        let create = self.create_args()?;
+    ) -> Result<(), Refused> {
+        let (spec, create) = self
+            .node_create_args()
+            .map_err(|e| Refused::Failed(format!("{e:#}")))?;
+        self.warn_not_carried(&spec, false);
         if exists {
             progress(format!(
                 "deleting node {} (it is {state}) to create it again",
@@ -207,100 +348,63 @@ impl GcloudPod {
                 .await
             {
                 Ok(_) | Err(CallError::NotFound(_)) => {}
-                Err(e) => bail!("cannot delete node {}: {e}", self.name),
+                Err(e) => {
+                    return Err(Refused::Failed(format!(
+                        "cannot delete node {}: {e}",
+                        self.name
+                    )))
+                }
             }
         }
-        progress(format!("creating node {}", self.name));
-        self.runner
+        progress(format!(
+            "creating node {} ({} {})",
+            self.name,
+            spec.accelerator_type.as_deref().unwrap_or_default(),
+            spec.runtime_version.as_deref().unwrap_or_default()
+        ));
+        match self
+            .runner
             .call(&create, self.timing.operation, Retry::Never)
             .await
-            .with_context(|| format!("cannot create node {}", self.name))?;
-        Ok(())
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.refused(&format!("node {}", self.name), &e)),
+        }
     }
 
-    /// The accelerator type and runtime version to create with: the config's, else the
-    /// last node seen.
-    fn spec(&self) -> anyhow::Result<(String, String, Option<super::Node>)> {
-        let last = self
-            .last_node
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let create = &self.settings.create;
-        let accelerator = create
-            .accelerator_type
-            .clone()
-            .or_else(|| last.as_ref().and_then(|n| n.accelerator_type.clone()))
-            .unwrap_or_else(|| self.accelerator.clone());
-        let version = create
-            .runtime_version
-            .clone()
-            .or_else(|| last.as_ref().and_then(|n| n.runtime_version.clone()))
-            .with_context(|| {
-                format!(
-                    "cannot create {}: its runtime version is unknown (no describe showed it); \
-                     set gcloud.create.runtime_version",
-                    self.name
-                )
-            })?;
-        Ok((accelerator, version, last))
+    /// What a failed create means: a hold (recorded, with the reason) or a retry.
+    fn refused(&self, what: &str, error: &CallError) -> Refused {
+        let class = match error {
+            CallError::NotFound(text) => classify_error(Some(5), text),
+            CallError::Failed { stderr, .. } => classify_error(error_code(stderr), stderr),
+            CallError::Timeout(_) | CallError::Spawn { .. } => ErrorClass::Capacity,
+        };
+        if class.holds() {
+            let why = format!(
+                "held: cannot create {what} ({}): {error}. podq will not try again until the \
+                 cause is fixed and the worker restarted (or the node created by hand)",
+                class.describe()
+            );
+            self.hold(why.clone());
+            Refused::Held(why)
+        } else {
+            Refused::Failed(format!(
+                "cannot create {what} ({}): {error}",
+                class.describe()
+            ))
+        }
     }
 
-    /// Network, subnetwork and labels of the last node seen, as create flags.
-    fn shape_flags(last: Option<&super::Node>) -> Vec<String> {
-        let mut flags = Vec::new();
-        let Some(node) = last else { return flags };
-        if let Some(network) = node.network_config.as_ref() {
-            if let Some(n) = &network.network {
-                flags.push(format!("--network={}", last_segment(n)));
-            }
-            if let Some(s) = &network.subnetwork {
-                flags.push(format!("--subnetwork={}", last_segment(s)));
-            }
-        }
-        if !node.labels.is_empty() {
-            let labels: Vec<String> = node
-                .labels
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            flags.push(format!("--labels={}", labels.join(",")));
-        }
-        flags
+    pub(super) fn held(&self) -> Option<String> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn create_args(&self) -> anyhow::Result<Vec<String>> {
-        let (accelerator, version, last) = self.spec()?;
-        let mut args = self.args("tpu-vm", "create", &self.name);
-        args.push(format!("--accelerator-type={accelerator}"));
-        args.push(format!("--version={version}"));
-        match self.settings.capacity {
-            Capacity::Preemptible => args.push("--preemptible".into()),
-            Capacity::Spot => args.push("--spot".into()),
-            Capacity::OnDemand | Capacity::Queued => {}
-        }
-        args.extend(Self::shape_flags(last.as_ref()));
-        args.extend(self.settings.create.extra_args.iter().cloned());
-        Ok(args)
+    fn hold(&self, why: String) {
+        *self.held.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
     }
 
-    fn queued_create_args(&self) -> anyhow::Result<Vec<String>> {
-        let (accelerator, version, last) = self.spec()?;
-        let mut args = self.args("queued-resources", "create", &self.queued_resource());
-        args.push(format!("--node-id={}", self.name));
-        args.push(format!("--accelerator-type={accelerator}"));
-        args.push(format!("--runtime-version={version}"));
-        let spot = self.settings.create.spot.unwrap_or_else(|| {
-            last.as_ref()
-                .and_then(|n| n.scheduling_config.as_ref())
-                .is_some_and(|s| s.spot)
-        });
-        if spot {
-            args.push("--spot".into());
-        }
-        args.extend(Self::shape_flags(last.as_ref()));
-        args.extend(self.settings.create.extra_args.iter().cloned());
-        Ok(args)
+    fn release_hold(&self) {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     async fn describe_queued(&self) -> Result<Option<QueuedResource>, CallError> {
@@ -326,10 +430,11 @@ impl GcloudPod {
         progress: &(dyn Fn(String) + Send + Sync),
     ) -> Step {
         let qr = self.queued_resource();
-        let create = match self.queued_create_args() {
-            Ok(args) => args,
+        let (spec, create) = match self.queued_create_args() {
+            Ok(made) => made,
             Err(e) => return Step::ActionFailed(format!("{e:#}")),
         };
+        self.warn_not_carried(&spec, true);
         if exists {
             progress(format!(
                 "queued resource {qr} is {why}: deleting it and its node to create it again"
@@ -358,7 +463,68 @@ impl GcloudPod {
             .await
         {
             Ok(_) => Step::Acted,
-            Err(e) => Step::ActionFailed(format!("cannot create queued resource {qr}: {e}")),
+            Err(e) => match self.refused(&format!("queued resource {qr}"), &e) {
+                Refused::Held(why) => Step::Held(why),
+                Refused::Failed(what) => Step::ActionFailed(what),
+            },
+        }
+    }
+
+    /// A `FAILED` queued resource: created again after a pause when it found no capacity,
+    /// held when asking again cannot help.
+    async fn failed_queued(
+        &self,
+        qr: &QueuedResource,
+        episode: &mut Episode,
+        progress: &(dyn Fn(String) + Send + Sync),
+    ) -> Step {
+        let name = self.queued_resource();
+        let (class, why) = match qr.failure() {
+            Some(error) => {
+                let message = error.message.clone().unwrap_or_default();
+                let class = classify_error(error.code, &message);
+                let code = error
+                    .code
+                    .map(|c| format!(" (code {c})"))
+                    .unwrap_or_default();
+                (class, format!("{message}{code}"))
+            }
+            None => (ErrorClass::Capacity, "it gave no reason".to_owned()),
+        };
+        if class.holds() {
+            let zone = &self.settings.zone;
+            return Step::Held(format!(
+                "held: queued resource {name} FAILED, {}: {why}. podq will not create it again \
+                 on its own: fix the cause, then delete it (gcloud compute tpus \
+                 queued-resources delete {name} --zone={zone} --force) and podq creates it anew",
+                class.describe()
+            ));
+        }
+        let now = Instant::now();
+        match episode.recreate_at {
+            None => {
+                let pause = backoff(self.timing.poll, episode.capacity_failures);
+                episode.capacity_failures += 1;
+                episode.recreate_at = Some(now + pause);
+                Step::Wait(format!(
+                    "queued resource {name} FAILED, {}: {why}; creating it again in {}s",
+                    class.describe(),
+                    pause.as_secs()
+                ))
+            }
+            Some(at) if now < at => Step::Wait(format!(
+                "queued resource {name} FAILED, {}: {why}; creating it again after a pause",
+                class.describe()
+            )),
+            Some(_) => {
+                episode.recreate_at = None;
+                self.recreate_queued(
+                    true,
+                    &format!("FAILED ({}: {why})", class.describe()),
+                    progress,
+                )
+                .await
+            }
         }
     }
 
@@ -375,10 +541,19 @@ impl GcloudPod {
         };
         let Some(qr) = qr else {
             episode.disturbed = true;
+            if let Some(why) = self.held() {
+                return Step::Held(why);
+            }
             return self.recreate_queued(false, "gone", progress).await;
         };
+        // A queued resource exists again: whatever refused to create one is over.
+        self.release_hold();
         let state = qr.state().to_owned();
         match classify_queued(&state) {
+            QueuedClass::Dead if state == "FAILED" => {
+                episode.disturbed = true;
+                self.failed_queued(&qr, episode, progress).await
+            }
             QueuedClass::Dead => {
                 episode.disturbed = true;
                 self.recreate_queued(true, &state, progress).await
@@ -404,7 +579,7 @@ impl GcloudPod {
                         self.health_step(node.as_ref().map_or("HEALTH_UNSPECIFIED", |n| n.health()))
                     }
                     StateClass::Lost => {
-                        // The queued resource follows its node into SUSPENDED; if it does
+                        // The queued resource follows its node into SUSPENDING; if it does
                         // not within a few looks, it will not bring the node back.
                         episode.disturbed = true;
                         episode.active_but_lost += 1;
@@ -434,5 +609,206 @@ impl GcloudPod {
                 }
             }
         }
+    }
+
+    /// Keeps the spec of a node a describe showed: always when the node is `READY` (what it
+    /// is when it works), otherwise only while none is known (a worker that first sees the
+    /// node preempted still recreates it as it was). A new spec goes to the state file.
+    pub(super) fn capture_spec(&self, state: &str, spec: NodeSpec) {
+        if !spec.is_complete() {
+            return;
+        }
+        let mut saved = self.saved_spec.lock().unwrap_or_else(|e| e.into_inner());
+        let known = saved.as_ref();
+        if state != "READY" && known.is_some() {
+            return;
+        }
+        if known
+            .is_some_and(|s| s.spec == spec && (s.captured_state == "READY" || state != "READY"))
+        {
+            return;
+        }
+        let new = SavedSpec {
+            node: self.name.clone(),
+            zone: self.settings.zone.clone(),
+            project: self.settings.project.clone(),
+            captured_at: chrono::Utc::now(),
+            captured_state: state.to_owned(),
+            spec,
+        };
+        match spec::save(&self.spec_path, &new) {
+            Ok(()) => tracing::info!(
+                pod = %self.name,
+                path = %self.spec_path.display(),
+                state,
+                "kept the node's spec for recreating it"
+            ),
+            Err(e) => tracing::warn!(
+                pod = %self.name,
+                error = %format!("{e:#}"),
+                "cannot save the node's spec; it is kept in memory only"
+            ),
+        }
+        *saved = Some(new);
+    }
+}
+
+/// The spec a previous worker saved for this node, if any.
+pub(super) fn load_saved_spec(path: &std::path::Path, node: &str, zone: &str) -> Option<SavedSpec> {
+    match spec::load(path) {
+        Ok(Some(saved)) if saved.node == node && saved.zone == zone => {
+            tracing::info!(
+                pod = node,
+                path = %path.display(),
+                captured_at = %saved.captured_at,
+                "using the node spec saved earlier"
+            );
+            Some(saved)
+        }
+        Ok(Some(saved)) => {
+            tracing::warn!(
+                path = %path.display(),
+                "the saved spec is of node {} in {}, not {node} in {zone}; ignored",
+                saved.node,
+                saved.zone
+            );
+            None
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "ignoring the saved node spec");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::GcloudSettings;
+    use super::*;
+
+    const DESCRIBE: &str = r#"{
+      "acceleratorType": "v4-64",
+      "runtimeVersion": "tpu-ubuntu2204-base",
+      "name": "projects/trm-grant/locations/us-central2-b/nodes/stable-1",
+      "state": "READY",
+      "health": "HEALTHY",
+      "schedulingConfig": {"preemptible": true},
+      "networkConfig": {"network": "projects/trm-grant/global/networks/default",
+                        "subnetwork": "projects/trm-grant/regions/us-central2/subnetworks/default",
+                        "enableExternalIps": true},
+      "serviceAccount": {"email": "trainer@trm-grant.iam.gserviceaccount.com",
+                         "scope": ["https://www.googleapis.com/auth/cloud-platform"]},
+      "metadata": {"enable-oslogin": "TRUE"},
+      "labels": {"team": "trm"},
+      "networkEndpoints": [{"ipAddress": "10.0.0.2"}, {"ipAddress": "10.0.0.3"}]
+    }"#;
+
+    fn pod(state_dir: &std::path::Path, settings: GcloudSettings) -> GcloudPod {
+        GcloudPod::new(
+            "stable-1",
+            "v4-64",
+            8,
+            GcloudSettings {
+                zone: "us-central2-b".into(),
+                project: Some("trm-grant".into()),
+                state_dir: Some(state_dir.to_owned()),
+                ..settings
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_captured_spec_outlives_the_worker_and_makes_the_create_calls() {
+        let dir = std::env::temp_dir().join(format!("podq-recovery-{}", uuid::Uuid::new_v4()));
+        let first = pod(&dir, GcloudSettings::default());
+        // Before any describe: the config's accelerator, and no runtime version to use.
+        assert!(first.node_create_args().is_err());
+        first.capture_spec("READY", NodeSpec::parse(DESCRIBE).unwrap());
+        let expected = [
+            "compute",
+            "tpus",
+            "tpu-vm",
+            "create",
+            "stable-1",
+            "--zone=us-central2-b",
+            "--project=trm-grant",
+            "--accelerator-type=v4-64",
+            "--version=tpu-ubuntu2204-base",
+            "--preemptible",
+            "--network=projects/trm-grant/global/networks/default",
+            "--subnetwork=projects/trm-grant/regions/us-central2/subnetworks/default",
+            "--service-account=trainer@trm-grant.iam.gserviceaccount.com",
+            "--scopes=https://www.googleapis.com/auth/cloud-platform",
+            "--metadata=enable-oslogin=TRUE",
+            "--labels=team=trm",
+        ];
+        assert_eq!(first.node_create_args().unwrap().1, expected);
+
+        // A new worker reads the spec back; a describe of the lost node does not replace it.
+        let restarted = pod(
+            &dir,
+            GcloudSettings {
+                create: super::super::CreateSettings {
+                    extra_args: vec!["--description=podq".into()],
+                    ..Default::default()
+                },
+                ..GcloudSettings::default()
+            },
+        );
+        restarted.capture_spec(
+            "PREEMPTED",
+            NodeSpec::parse(r#"{"acceleratorType": "v4-64", "runtimeVersion": "other"}"#).unwrap(),
+        );
+        let mut with_extra = expected.map(str::to_owned).to_vec();
+        with_extra.push("--description=podq".into());
+        assert_eq!(restarted.node_create_args().unwrap().1, with_extra);
+        let queued = restarted.queued_create_args().unwrap().1;
+        assert_eq!(
+            queued[..10],
+            [
+                "compute",
+                "tpus",
+                "queued-resources",
+                "create",
+                "stable-1-qr",
+                "--zone=us-central2-b",
+                "--project=trm-grant",
+                "--node-id=stable-1",
+                "--accelerator-type=v4-64",
+                "--runtime-version=tpu-ubuntu2204-base",
+            ]
+        );
+        assert_eq!(queued[10], "--spot");
+        assert_eq!(queued[11..], with_extra[10..]);
+
+        // The config's overrides win over the captured spec.
+        let overridden = pod(
+            &dir,
+            GcloudSettings {
+                create: super::super::CreateSettings {
+                    runtime_version: Some("v2-alpha-tpuv4".into()),
+                    spot: Some(true),
+                    ..Default::default()
+                },
+                ..GcloudSettings::default()
+            },
+        );
+        let args = overridden.node_create_args().unwrap().1;
+        assert!(
+            args.contains(&"--version=v2-alpha-tpuv4".to_owned()),
+            "{args:?}"
+        );
+        assert!(args.contains(&"--spot".to_owned()) && !args.contains(&"--preemptible".to_owned()));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn pauses_double_up_to_ten_minutes() {
+        let base = Duration::from_secs(30);
+        assert_eq!(backoff(base, 0), base);
+        assert_eq!(backoff(base, 2), Duration::from_secs(120));
+        assert_eq!(backoff(base, 40), MAX_ACTION_BACKOFF);
     }
 }

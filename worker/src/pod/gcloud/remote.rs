@@ -1,8 +1,9 @@
 //! The shell the worker runs on the hosts through `gcloud ... ssh --command=...`.
 //!
-//! The trainer of lease `L` runs in a session of its own (`setsid`), so its process group
-//! id is the session leader's pid, written to `/tmp/podq-trainer-L.pgid` on the host. That
-//! file is podq's tag: stops and cleanups read it, and before signalling a group they check
+//! The trainer of lease `L` is started by the host's `podq agent` for that lease (see
+//! `start_agent`) in a process group of its own, whose id the agent writes to
+//! `/tmp/podq-trainer-L.pgid` on the host; the agent's pid goes to
+//! `/tmp/podq-agent-L.pid`. The pgid file is podq's tag: stops and cleanups read it, and before signalling a group they check
 //! that one of its processes still carries `PODQ_LEASE_ID=L` in its environment (a pgid
 //! can be reused once its group is gone). Nothing is ever found by matching process names.
 //!
@@ -92,29 +93,76 @@ podq_pgid() {
 }
 "#;
 
-/// Starts the trainer of one host: exports its environment, runs `command` under bash in a
-/// new session whose id it writes to the lease's pgid file, waits for it and answers its
-/// exit status. The pgid file is removed once no process of the group is left.
-pub fn launch(lease: &str, env: &BTreeMap<String, String>, command: &str) -> String {
+/// What starting one host's agent needs.
+pub struct AgentScript<'a> {
+    pub agent_path: &'a str,
+    pub agent_dir: &'a str,
+    /// The version the agent must report (`podq --version`).
+    pub version: &'a str,
+    pub worker_url: &'a str,
+    pub lease: &'a str,
+    pub secret: &'a str,
+    pub host: u32,
+    pub env: &'a BTreeMap<String, String>,
+    pub command: &'a str,
+}
+
+/// Starts the lease's agent on one host, detached (`setsid`, `nohup`, no terminal, its
+/// output in a file) so it outlives this ssh call, and returns at once. Prints
+/// `podq-fail agent_version ...` instead when the host's `podq` is missing or another
+/// version. Running it twice starts one agent: the second finds the lease's lock taken.
+/// The trainer's pgid goes to the lease's tag file, which cleanup and preflight read.
+pub fn start_agent(a: &AgentScript) -> String {
     let mut script = String::new();
-    for (name, value) in env {
+    for (name, value) in a.env {
         if valid_env_name(name) {
             script.push_str(&format!("export {name}={}\n", quote(value)));
         } else {
             tracing::warn!(name, "not a valid environment variable name; left out");
         }
     }
-    let pf = pgid_file(lease);
+    let agent = path_word(a.agent_path, None);
+    let dir = path_word(a.agent_dir, None);
+    let lease = a.lease;
     script.push_str(&format!(
-        "{TAGGED_FN}pf={pf}\n\
-         setsid sh -c 'echo $$ > \"$1\"; exec bash -c \"$2\"' podq-trainer \"$pf\" {command} < /dev/null &\n\
-         wait $!\n\
-         rc=$?\n\
-         if ! pg=$(podq_pgid \"$pf\") || ! podq_live \"$pg\"; then rm -f \"$pf\"; fi\n\
-         exit $rc",
-        command = quote(command),
+        "agent={agent}\n\
+         dir={dir}\n\
+         have=$(\"$agent\" --version 2>/dev/null)\n\
+         if [ \"$have\" != {want} ]; then echo \"podq-fail agent_version the host has ${{have:-no podq}} at $agent, not {want_text}\"; exit 0; fi\n\
+         mkdir -p \"$dir\"\n\
+         (umask 077; printf %s {secret} > \"$dir\"/{lease}.secret)\n\
+         setsid nohup \"$agent\" agent --worker-url {url} --lease {lease} --host {host} \\\n  \
+         --dir \"$dir\" --secret-file \"$dir\"/{lease}.secret --pgid-file {pf} --pid-file {agent_pid} \\\n  \
+         --command {command} > \"$dir\"/{lease}.agent.log 2>&1 < /dev/null &\n\
+         echo \"podq-done started the agent of lease {lease} (pid $!)\"",
+        want = quote(&format!("podq {}", a.version)),
+        want_text = format!("podq {}", a.version),
+        secret = quote(a.secret),
+        url = quote(a.worker_url),
+        host = a.host,
+        pf = pgid_file(lease),
+        agent_pid = agent_pid_file(lease),
+        command = quote(a.command),
     ));
     script
+}
+
+/// Moves an uploaded `podq` into place as the hosts' agent binary.
+pub fn install_agent(uploaded: &str, agent_path: &str) -> String {
+    let path = path_word(agent_path, None);
+    format!(
+        "set -e\n\
+         path={path}\n\
+         mkdir -p \"$(dirname \"$path\")\"\n\
+         chmod 755 {uploaded}\n\
+         mv -f {uploaded} \"$path\"\n\
+         \"$path\" --version",
+        uploaded = quote(uploaded),
+    )
+}
+
+pub fn agent_pid_file(lease: &str) -> String {
+    format!("{PGID_DIR}/podq-agent-{lease}.pid")
 }
 
 /// Sends SIGTERM (and SIGCONT, so a stopped process sees it) or SIGKILL to the trainer of
@@ -152,6 +200,12 @@ pub fn clean() -> String {
          echo \"podq-done killed leftover trainer process group $pg (lease $lease)\"\n  \
          fi\n  \
          rm -f \"$pf\"\n\
+         done\n\
+         for af in {PGID_DIR}/podq-agent-*.pid; do\n  \
+         [ -f \"$af\" ] || continue\n  \
+         p=$(cat \"$af\" 2>/dev/null)\n  \
+         case \"$p\" in ''|*[!0-9]*) ;; *) if grep -qs agent \"/proc/$p/cmdline\"; then kill -KILL \"$p\" 2>/dev/null && echo \"podq-done killed leftover agent $p\"; fi;; esac\n  \
+         rm -f \"$af\"\n\
          done\n\
          if [ -e {TPU_LOCKFILE} ]; then rm -f {TPU_LOCKFILE} && echo 'podq-done removed stale {TPU_LOCKFILE}'; fi\n\
          true"
@@ -324,7 +378,18 @@ mod tests {
     fn the_scripts_are_valid_shell() {
         let env = BTreeMap::from([("PODQ_LEASE_ID".to_owned(), "l-1".to_owned())]);
         for script in [
-            launch("l-1", &env, "echo 'hi' && exit 3"),
+            start_agent(&AgentScript {
+                agent_path: "~/.podq/bin/podq",
+                agent_dir: "~/.podq/agent",
+                version: "0.1.0",
+                worker_url: "http://10.0.0.2:7433",
+                lease: "l-1",
+                secret: "s3cret",
+                host: 3,
+                env: &env,
+                command: "cd ~/x && exec python3 'train.py' a=b",
+            }),
+            install_agent("/tmp/podq-agent-x", "~/.podq/bin/podq"),
             signal("l-1", false),
             signal("l-1", true),
             clean(),
