@@ -103,7 +103,7 @@ fn start_server(dir: &Path) -> (Guard, String) {
         .arg("--experiments")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments"))
         .arg("--bucket")
-        .arg(format!("file://{}", dir.join("bucket").display()))
+        .arg(dir.join("bucket"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(File::create(&log).unwrap());

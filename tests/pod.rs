@@ -62,7 +62,10 @@ async fn a_group_runs_to_success_with_metrics_and_checkpoints() {
                     .join(format!("podq/configs/{experiment}.yaml")),
             )
             .unwrap();
-            assert!(staged.contains("checkpoint_path: file://"), "{staged}");
+            assert!(
+                staged.contains("checkpoint_path: /"),
+                "a plain path: {staged}"
+            );
         }
     }
     let (_, pods) = server.get("/pods").await;

@@ -258,7 +258,7 @@ impl Server {
     /// A worker process on a simulated pod under this server's temp dir.
     pub fn worker(&self, pod: &str, hosts: u32, extra: &[&str]) -> Worker {
         let root = self.dir.path().join(format!("pod-{pod}"));
-        let mut args: Vec<String> = vec![
+        let args: Vec<String> = vec![
             "worker".into(),
             "--server".into(),
             self.url.clone(),
@@ -281,6 +281,14 @@ impl Server {
             "--lease-wait-s".into(),
             "2".into(),
         ];
+        // A flag in `extra` replaces the default above (clap refuses a flag given twice).
+        let mut kept = vec![args[0].clone()];
+        for pair in args[1..].chunks(2) {
+            if !extra.contains(&pair[0].as_str()) {
+                kept.extend(pair.iter().cloned());
+            }
+        }
+        let mut args = kept;
         args.extend(extra.iter().map(|s| s.to_string()));
         let log =
             std::fs::File::create(self.dir.path().join(format!("worker-{pod}.log"))).expect("log");
@@ -365,7 +373,7 @@ fn spawn_server(dir: &Path, port: u16, options: &ServerOptions) -> (Process, Str
         .arg("--experiments")
         .arg(experiments_dir())
         .arg("--bucket")
-        .arg(format!("file://{}", dir.join("bucket").display()))
+        .arg(dir.join("bucket"))
         .args(&options.args)
         .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdout(Stdio::piped())

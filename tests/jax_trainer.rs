@@ -1,0 +1,190 @@
+//! The real JAX + Orbax example trainer (`examples/jax-trainer`) under a real worker on
+//! the simulated pod: real `jax.distributed` across host processes, real Orbax
+//! checkpoints, real Hydra. The project venv (`scripts/venv`, which the test command runs)
+//! provides them; `PODQ_TEST_PYTHON` names its interpreter.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{eventually, Server};
+use serde_json::{json, Value};
+
+const RUN: Duration = Duration::from_secs(240);
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn python() -> String {
+    let python = std::env::var("PODQ_TEST_PYTHON")
+        .unwrap_or_else(|_| repo().join(".venv/bin/python").display().to_string());
+    assert!(
+        std::path::Path::new(&python).exists(),
+        "no Python with JAX at {python}: run scripts/venv (scripts/test does)"
+    );
+    python
+}
+
+fn trainer_command() -> String {
+    format!(
+        "exec '{}' '{}' --config-path {{config_dir}} --config-name {{experiment}} \
+         checkpoint_path={{checkpoint_dir}} load_checkpoint={{resume_from}}",
+        python(),
+        repo().join("examples/jax-trainer/pretrain.py").display()
+    )
+}
+
+fn jax_worker(server: &Server, pod: &str, hosts: u32, sleep_s: &str) -> common::Worker {
+    let command = trainer_command();
+    server.worker(
+        pod,
+        hosts,
+        &[
+            "--trainer-command",
+            &command,
+            "--trainer-env",
+            "PODQ_EXAMPLE_TOTAL_STEPS=300",
+            "--trainer-env",
+            "PODQ_EXAMPLE_CHECKPOINT_EVERY=50",
+            "--trainer-env",
+            &format!("PODQ_EXAMPLE_STEP_SLEEP_S={sleep_s}"),
+            "--trainer-env",
+            "JAX_PLATFORMS=cpu",
+            "--stop-grace-s",
+            "30",
+            "--hang-timeout-s",
+            "120",
+        ],
+    )
+}
+
+fn committed_steps(job: &Value) -> Vec<i64> {
+    job["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["committed"] == true)
+        .filter_map(|c| c["step"].as_i64())
+        .collect()
+}
+
+fn attempts(job: &Value) -> Vec<Value> {
+    job["attempts"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_jax_example_resumes_from_its_newest_committed_step_after_a_preemption() {
+    let server = Server::start().await;
+    let id = server.submit_one("exp01a", json!({})).await;
+    let worker = jax_worker(&server, "pod-jax", 2, "0.05");
+    let kept = server.committed_at_least(&id, 100, RUN).await;
+    worker.control("preempt");
+    let job = server.wait_state(&id, "succeeded", RUN).await;
+    let attempts = attempts(&job);
+    assert!(attempts.len() >= 2, "{job}");
+    assert_eq!(attempts[0]["outcome"], "preempted", "{job}");
+    assert_eq!(job["failures"], 0, "{job}");
+    let resumed = attempts[1]["start_step"].as_i64().unwrap();
+    assert!(
+        resumed >= kept,
+        "resumed at {resumed}, {kept} was committed"
+    );
+    assert_eq!(resumed % 50, 0, "a committed save step: {resumed}");
+    assert_eq!(job["last_step"], 300, "{job}");
+    // Every tenth step exactly once, whatever the resumed attempt reported again.
+    let steps: Vec<i64> = server
+        .metric_steps(&id, "train/lm_loss")
+        .await
+        .into_iter()
+        .filter(|s| s % 10 == 0)
+        .collect();
+    let expected: Vec<i64> = (1..=30).map(|i| i * 10).collect();
+    assert_eq!(steps, expected);
+    assert!(committed_steps(&job).contains(&300), "{job}");
+}
+
+#[tokio::test]
+async fn a_cancelled_jax_run_saves_where_it_stopped_and_exits_within_the_grace() {
+    let server = Server::start().await;
+    let id = server.submit_one("exp01a", json!({})).await;
+    let _worker = jax_worker(&server, "pod-jax-c", 2, "0.2");
+    eventually(RUN, "the trainer past its first checkpoint", || async {
+        server.job(&id).await["last_step"]
+            .as_i64()
+            .filter(|s| *s >= 60)
+    })
+    .await;
+    let (status, body) = server.post(&format!("/jobs/{id}/cancel"), json!({})).await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    // The job is cancelled at once; its attempt ends once the hosts have stopped.
+    let job = eventually(RUN, "the attempt to end cancelled", || async {
+        let job = server.job(&id).await;
+        (attempts(&job).first()?["outcome"] == "cancelled").then_some(job)
+    })
+    .await;
+    let first = &attempts(&job)[0];
+    // Not SIGKILLed: every host exited on its own, with the SDK's "stopped" code.
+    let message = first["message"].as_str().unwrap();
+    assert!(
+        message.contains("every host exited within the grace period"),
+        "{message}"
+    );
+    assert_eq!(first["exit_codes"], json!([143, 143]), "{first}");
+    // The stop step was saved: the newest committed checkpoint is at or past the last
+    // step the trainer reported.
+    let last = job["last_step"].as_i64().unwrap();
+    let job = eventually(
+        Duration::from_secs(30),
+        "the stop checkpoint listed",
+        || async {
+            let job = server.job(&id).await;
+            committed_steps(&job)
+                .iter()
+                .any(|s| *s >= last)
+                .then_some(job)
+        },
+    )
+    .await;
+    assert!(committed_steps(&job).iter().any(|s| *s >= last), "{job}");
+}
+
+/// Every experiment's config as the worker stages it loads with real Hydra's compose API
+/// and has `arch`.
+#[tokio::test]
+async fn every_staged_config_composes_with_hydra() {
+    let server = Server::start().await;
+    let (status, experiments) = server.get("/experiments").await;
+    assert_eq!(status, 200);
+    let dir = tempfile::tempdir().unwrap();
+    let mut written = 0;
+    for experiment in experiments.as_array().unwrap() {
+        let name = experiment["name"].as_str().unwrap();
+        let (status, detail) = server.get(&format!("/experiments/{name}")).await;
+        assert_eq!(status, 200, "{detail}");
+        let mut config = detail["config"].clone();
+        config["checkpoint_path"] = json!("/tmp/ckpt");
+        config["load_checkpoint"] = Value::Null;
+        std::fs::write(
+            dir.path().join(format!("{name}.yaml")),
+            serde_yaml::to_string(&config).unwrap(),
+        )
+        .unwrap();
+        written += 1;
+    }
+    assert_eq!(written, 67);
+    let output = std::process::Command::new(python())
+        .arg(repo().join("tests/python/compose_staged.py"))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["composed"], 67, "{summary}");
+}

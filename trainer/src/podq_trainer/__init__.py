@@ -1,0 +1,32 @@
+"""podq's trainer contract for JAX trainers.
+
+    import podq_trainer
+
+    ckpt_root = podq_trainer.checkpoint_dir(cfg.checkpoint_path)   # gs://... or /abs/path
+    resume = podq_trainer.resume_point(cfg.load_checkpoint)        # None or .directory/.step
+    stop = podq_trainer.watch_for_stop()                           # after jax.distributed.initialize
+    ...
+    podq_trainer.report_metrics(step, metrics)                     # only process 0 prints
+    podq_trainer.report_checkpoint(step, step_dir)                 # after the save is committed
+    if stop.reached(step): save, wait, report; sys.exit(podq_trainer.EXIT_STOPPED)
+
+No dependencies beyond the standard library; JAX is imported only by ``watch_for_stop``
+when it has already been imported by the trainer.
+"""
+
+from .paths import TMP_MARKER, ResumePoint, checkpoint_dir, orbax_path, resume_point
+from .report import report_checkpoint, report_metrics
+from .stop import EXIT_STOPPED, StopSignal, watch_for_stop
+
+__all__ = [
+    "EXIT_STOPPED",
+    "ResumePoint",
+    "StopSignal",
+    "TMP_MARKER",
+    "checkpoint_dir",
+    "orbax_path",
+    "report_checkpoint",
+    "report_metrics",
+    "resume_point",
+    "watch_for_stop",
+]

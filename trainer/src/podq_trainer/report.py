@@ -1,0 +1,116 @@
+"""PODQ report lines: how a trainer tells podq's worker about progress.
+
+    PODQ {"event":"metrics","step":1200,"values":{"train/lm_loss":0.53}}
+    PODQ {"event":"checkpoint","step":5000,"uri":"gs://bucket/run/5000"}
+
+Only process 0 prints. Each line is built completely and then written to file descriptor 1
+with a single ``os.write`` call, under a lock, after flushing ``sys.stdout``. Orbax and JAX log
+through absl from background threads into the same stdout; writing the line and its newline
+separately (as ``print`` does) let those logs land in between and fuse two lines into one.
+A single write of at most PIPE_BUF bytes (4096 on Linux) is atomic on a pipe, so other writers
+can only come before or after the line, never inside it. Python logging handlers write each
+record whole, so they cannot break a PODQ line; ``print()`` from another thread writes its text
+and its newline separately and can still leave half a line in front of one.
+"""
+
+import json
+import math
+import os
+import select
+import sys
+import threading
+
+__all__ = ["report_metrics", "report_checkpoint"]
+
+_PREFIX = "PODQ "
+_PIPE_BUF = 4096
+_lock = threading.Lock()
+
+
+def report_metrics(step, values, process_index=None):
+    """Report the metrics of ``step``: a mapping of name to number.
+
+    Values may be Python numbers or scalar arrays (anything ``float()`` accepts). NaN and
+    infinite values, which JSON cannot carry, and values that are not numbers are dropped
+    with a warning on stderr; the line is still printed so podq sees the step advance.
+    """
+    if not _is_reporting_process(process_index):
+        return
+    step = int(step)
+    clean = {}
+    dropped = []
+    for name, value in values.items():
+        number = _as_float(value)
+        if number is None or not math.isfinite(number):
+            dropped.append("%s=%.40r" % (name, value))
+        else:
+            clean[str(name)] = number
+    if dropped:
+        _warn("dropped non-finite or non-numeric metric values at step %d: %s" % (step, ", ".join(dropped)))
+    _emit({"event": "metrics", "step": step, "values": clean})
+
+
+def report_checkpoint(step, uri, process_index=None):
+    """Report that Orbax has finished saving ``step`` at ``uri`` (the step directory).
+
+    podq lists the checkpoint store itself before it trusts a checkpoint, so this line is a
+    hint that makes the checkpoint visible sooner, not a promise.
+    """
+    if not _is_reporting_process(process_index):
+        return
+    _emit({"event": "checkpoint", "step": int(step), "uri": str(uri)})
+
+
+def _is_reporting_process(process_index):
+    if process_index is None:
+        raw = os.environ.get("JAX_PROCESS_INDEX", "").strip()
+        if not raw:
+            return True
+        try:
+            process_index = int(raw)
+        except ValueError:
+            _warn("JAX_PROCESS_INDEX=%r is not an integer; reporting as process 0" % raw)
+            return True
+    return int(process_index) == 0
+
+
+def _as_float(value):
+    if isinstance(value, (str, bytes)):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _emit(event):
+    # allow_nan=False: an invalid line would be silently lost by the worker's parser.
+    line = (_PREFIX + json.dumps(event, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
+    if len(line) > _PIPE_BUF:
+        _warn("PODQ line of %d bytes is longer than PIPE_BUF (%d): other writers may split it" % (len(line), _PIPE_BUF))
+    with _lock:
+        # Whatever this process has print()ed so far goes out first, in order.
+        try:
+            sys.stdout.flush()
+        except (AttributeError, ValueError, OSError):
+            pass  # stdout replaced by something without flush(), or closed
+        _write_all(1, line)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:  # stdout set non-blocking by someone else: wait until writable
+            select.select([], [fd], [])
+            continue
+        view = view[written:]
+
+
+def _warn(message):
+    try:
+        sys.stderr.write("podq_trainer: WARNING: " + message + "\n")
+        sys.stderr.flush()
+    except (AttributeError, ValueError, OSError):
+        pass

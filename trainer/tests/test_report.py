@@ -1,0 +1,159 @@
+"""report_metrics / report_checkpoint: the exact PODQ lines."""
+
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+from contextlib import redirect_stderr
+from unittest import mock
+
+import _util  # noqa: F401  (puts the working tree's package first on sys.path)
+import podq_trainer
+from podq_trainer import report
+
+
+class _Scalar:
+    """Stands in for a 0-d numpy/jax array: convertible with float()."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __float__(self):
+        return float(self.value)
+
+
+class _Int:
+    """Stands in for a step counter held in an array: convertible with int()."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __int__(self):
+        return self.value
+
+
+def capture(fn, *args, **kwargs):
+    """Run fn with file descriptor 1 and sys.stdout going to a temporary file.
+
+    Returns (what reached fd 1, what went to sys.stderr, how many os.write calls went to fd 1).
+    """
+    err = io.StringIO()
+    writes = []
+    real_write = os.write
+
+    def counting_write(fd, data):
+        if fd == 1:
+            writes.append(bytes(data))
+        return real_write(fd, data)
+
+    with tempfile.TemporaryFile() as sink:
+        sys.stdout.flush()
+        saved_fd = os.dup(1)
+        saved_stdout = sys.stdout
+        os.dup2(sink.fileno(), 1)
+        sys.stdout = open(1, "w", closefd=False)  # buffered, like a real stdout on a pipe
+        try:
+            with redirect_stderr(err), mock.patch.object(report.os, "write", counting_write):
+                fn(*args, **kwargs)
+            sys.stdout.flush()
+        finally:
+            sys.stdout = saved_stdout
+            os.dup2(saved_fd, 1)
+            os.close(saved_fd)
+        sink.seek(0)
+        return sink.read().decode(), err.getvalue(), len(writes)
+
+
+def parse(line):
+    assert line.startswith("PODQ "), line
+    return json.loads(line[len("PODQ "):])
+
+
+class ReportTest(unittest.TestCase):
+    def setUp(self):
+        patcher = mock.patch.dict(os.environ)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        os.environ.pop("JAX_PROCESS_INDEX", None)
+
+    def test_metrics_line_is_exact(self):
+        out, err, _ = capture(podq_trainer.report_metrics, 1200, {"train/lm_loss": 0.53, "train/accuracy": 0.61})
+        self.assertEqual(
+            out,
+            'PODQ {"event":"metrics","step":1200,"values":{"train/lm_loss":0.53,"train/accuracy":0.61}}\n',
+        )
+        self.assertEqual(err, "")
+
+    def test_checkpoint_line_is_exact(self):
+        out, _, _ = capture(podq_trainer.report_checkpoint, 5000, "gs://b/run/5000")
+        self.assertEqual(out, 'PODQ {"event":"checkpoint","step":5000,"uri":"gs://b/run/5000"}\n')
+
+    def test_one_write_call_per_line(self):
+        _, _, writes = capture(podq_trainer.report_metrics, 40, {"a": 1})
+        self.assertEqual(writes, 1)
+        _, _, writes = capture(podq_trainer.report_checkpoint, 40, "/c/40")
+        self.assertEqual(writes, 1)
+
+    def test_partial_writes_are_completed(self):
+        real_write = os.write
+
+        def two_bytes_at_a_time(fd, data):
+            return real_write(fd, bytes(data[:2]))
+
+        def run():
+            with mock.patch.object(report.os, "write", two_bytes_at_a_time):
+                podq_trainer.report_metrics(7, {"a": 0.5})
+
+        out, _, _ = capture(run)
+        self.assertEqual(out, 'PODQ {"event":"metrics","step":7,"values":{"a":0.5}}\n')
+
+    def test_earlier_prints_come_first(self):
+        def run():
+            print("before", end="")  # no newline, no flush: still in sys.stdout's buffer
+            print()
+            podq_trainer.report_metrics(10, {"a": 1.0})
+            print("after")
+
+        out, _, _ = capture(run)
+        self.assertEqual(out, 'before\nPODQ {"event":"metrics","step":10,"values":{"a":1.0}}\nafter\n')
+
+    def test_only_process_zero_reports(self):
+        os.environ["JAX_PROCESS_INDEX"] = "3"
+        self.assertEqual(capture(podq_trainer.report_metrics, 10, {"a": 1.0})[:2], ("", ""))
+        self.assertEqual(capture(podq_trainer.report_checkpoint, 10, "/c/10")[:2], ("", ""))
+        os.environ["JAX_PROCESS_INDEX"] = "0"
+        self.assertNotEqual(capture(podq_trainer.report_metrics, 10, {"a": 1.0})[0], "")
+
+    def test_explicit_process_index_wins(self):
+        os.environ["JAX_PROCESS_INDEX"] = "0"
+        self.assertEqual(capture(podq_trainer.report_metrics, 10, {"a": 1.0}, process_index=1)[0], "")
+        os.environ["JAX_PROCESS_INDEX"] = "5"
+        self.assertNotEqual(capture(podq_trainer.report_checkpoint, 10, "/c", process_index=0)[0], "")
+
+    def test_bad_process_index_reports_with_a_warning(self):
+        os.environ["JAX_PROCESS_INDEX"] = "zero"
+        out, err, _ = capture(podq_trainer.report_metrics, 10, {"a": 1.0})
+        self.assertEqual(parse(out)["step"], 10)
+        self.assertIn("JAX_PROCESS_INDEX", err)
+
+    def test_non_finite_values_are_dropped_with_a_warning(self):
+        values = {"train/loss": float("nan"), "train/lm_loss": float("inf"), "train/accuracy": 0.5, "note": "x"}
+        out, err, _ = capture(podq_trainer.report_metrics, 20, values)
+        self.assertEqual(parse(out), {"event": "metrics", "step": 20, "values": {"train/accuracy": 0.5}})
+        self.assertIn("WARNING", err)
+        self.assertIn("train/loss", err)
+        self.assertIn("train/lm_loss", err)
+        self.assertNotIn("NaN", out)
+        self.assertNotIn("Infinity", out)
+
+    def test_array_scalars_and_ints_are_numbers(self):
+        out, _, _ = capture(podq_trainer.report_metrics, _Int(30), {"train/count": 6144, "train/loss": _Scalar(0.25)})
+        self.assertEqual(
+            parse(out), {"event": "metrics", "step": 30, "values": {"train/count": 6144.0, "train/loss": 0.25}}
+        )
+
+
+if __name__ == "__main__":
+    unittest.main()
