@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod gcs;
+
 pub const PODQ: &str = env!("CARGO_BIN_EXE_podq");
 
 pub fn experiments_dir() -> PathBuf {
