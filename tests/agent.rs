@@ -164,3 +164,46 @@ async fn an_agent_started_twice_for_a_lease_runs_one_trainer_and_refuses_bad_cal
     )
     .await;
 }
+
+#[tokio::test]
+async fn lines_printed_while_the_worker_is_away_arrive_once_when_it_is_back() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let server = Server::start().await;
+    let id = server.submit_one("exp01a", json!({})).await;
+    let worker = server.worker("pod-n", 2, &["--trainer-env", "PODQ_SIM_RUN_SECS=20"]);
+    let before = server.committed_at_least(&id, 800, RUN).await;
+    // Frozen, the worker answers no agent: for them the network is gone. The trainers
+    // go on printing into their hosts' log files.
+    let pid = Pid::from_raw(worker.process.pid());
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let pgids = trainer_pgids(&worker, 2);
+    let log = worker
+        .host_dir(0)
+        .join("podq-agent")
+        .join(
+            running_file(&worker, "pod-n")["attempt"]["lease"]["lease_id"]
+                .as_str()
+                .unwrap(),
+        )
+        .join("trainer.log");
+    let printed = std::fs::metadata(&log).unwrap().len();
+    eventually(
+        Duration::from_secs(30),
+        "the trainer printing on",
+        || async { (std::fs::metadata(&log).ok()?.len() > printed + 2000).then_some(()) },
+    )
+    .await;
+    kill(pid, Signal::SIGCONT).unwrap();
+
+    let job = server.wait_state(&id, "succeeded", RUN).await;
+    assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "{job}");
+    assert_eq!(job["failures"], 0);
+    assert!(before < 8138);
+    assert_eq!(
+        trainer_pgids(&worker, 2),
+        pgids,
+        "one trainer per host throughout"
+    );
+    assert_no_gap(&server.metric_steps(&id, "train/lm_loss").await);
+}

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::gcs::FakeGcs;
 use common::{alive, eventually, Process, Server, PODQ};
 use podq_worker::checkpoints::{CheckpointStore, StoreOptions};
 use serde_json::{json, Value};
@@ -52,19 +53,28 @@ echo "setup on host $PODQ_HOST_INDEX of $PODQ_HOST_COUNT" >> ~/setup.log"#;
 /// The fake cloud: state, argument log and the hosts' directories.
 struct FakeCloud {
     dir: tempfile::TempDir,
+    hosts: u32,
 }
 
 fn node(state: &str, scheduling: Value) -> Value {
+    node_of(state, scheduling, HOSTS)
+}
+
+/// A node as `tpu-vm describe --format=json` shows it, with `hosts` network endpoints.
+fn node_of(state: &str, scheduling: Value, hosts: u32) -> Value {
     let mut node = json!({
         "name": format!("projects/{PROJECT}/locations/{ZONE}/nodes/stable-1"),
         "acceleratorType": "v4-64",
         "runtimeVersion": "tpu-ubuntu2204-base",
         "state": state,
-        "networkEndpoints": (0..HOSTS)
+        "networkEndpoints": (0..hosts)
             .map(|_| json!({"ipAddress": "127.0.0.1", "port": 8470}))
             .collect::<Vec<_>>(),
         "schedulingConfig": scheduling,
-        "networkConfig": {"network": format!("projects/{PROJECT}/global/networks/default")},
+        "networkConfig": {
+            "network": format!("projects/{PROJECT}/global/networks/default"),
+            "enableExternalIps": true,
+        },
     });
     if state == "READY" {
         node["health"] = json!("HEALTHY");
@@ -74,14 +84,19 @@ fn node(state: &str, scheduling: Value) -> Value {
 
 impl FakeCloud {
     fn new(state: Value) -> FakeCloud {
+        FakeCloud::with_hosts(state, HOSTS)
+    }
+
+    /// A fake cloud whose nodes have `hosts` hosts.
+    fn with_hosts(state: Value, hosts: u32) -> FakeCloud {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut state = state;
         state["zone"] = json!(ZONE);
-        state["hosts"] = json!(HOSTS);
+        state["hosts"] = json!(hosts);
         state["project"] = json!(PROJECT);
         std::fs::write(dir.path().join("state.json"), state.to_string()).unwrap();
         std::fs::create_dir_all(dir.path().join("control")).unwrap();
-        for host in 0..HOSTS {
+        for host in 0..hosts {
             std::fs::create_dir_all(dir.path().join(format!("hosts/host-{host}/home"))).unwrap();
             std::fs::create_dir_all(dir.path().join(format!("hosts/host-{host}/tmp"))).unwrap();
         }
@@ -91,7 +106,7 @@ impl FakeCloud {
                 .join("gcs/sculptor-tpu-experiments/data/sudoku-extreme-1k-aug-1000"),
         )
         .unwrap();
-        FakeCloud { dir }
+        FakeCloud { dir, hosts }
     }
 
     fn root(&self) -> &Path {
@@ -155,7 +170,8 @@ impl FakeCloud {
             "pod": "stable-1",
             "driver": "gcloud",
             "accelerator": "v4-64",
-            "hosts": HOSTS,
+            "hosts": self.hosts,
+            "state_dir": self.root().join("state"),
             "trainer_command": format!(
                 "'{PODQ}' sim-trainer --config-path {{config_dir}} --config-name {{experiment}} \
                  checkpoint_path={{checkpoint_dir}} load_checkpoint={{resume_from}}"
@@ -197,6 +213,11 @@ impl FakeCloud {
             .arg(config)
             .env("PATH", path)
             .env("FAKE_GCLOUD_ROOT", self.root())
+            // gcloud's ssh retries (10 attempts, 5 s apart) and slow connections, made quick.
+            .env("FAKE_GCLOUD_SSH_RETRY_S", "0.02")
+            .env("FAKE_GCLOUD_SLOW_CONNECT_S", "0.2")
+            .env("FAKE_GCLOUD_HANG_S", "2")
+            .env("FAKE_GCLOUD_LATENCY_S", "0")
             .env("PODQ_LOG", "info,podq_worker=debug")
             .stdout(Stdio::null())
             .stderr(log)
@@ -217,23 +238,40 @@ impl Drop for FakeCloud {
     /// on in their own sessions, as they would on a real host: stop them here. Only groups
     /// still carrying a podq lease tag are touched.
     fn drop(&mut self) {
-        let files = (0..HOSTS).flat_map(|host| {
+        let files = (0..self.hosts).flat_map(|host| {
             std::fs::read_dir(self.host(host).join("tmp"))
                 .into_iter()
                 .flatten()
                 .flatten()
         });
-        let pgids = files.filter_map(|entry| {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !(name.starts_with("podq-trainer-") && name.ends_with(".pgid")) {
-                return None;
+        let tags: Vec<(String, i32)> = files
+            .filter_map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let id = std::fs::read_to_string(entry.path())
+                    .ok()?
+                    .trim()
+                    .parse::<i32>()
+                    .ok()?;
+                Some((name, id))
+            })
+            .collect();
+        // The hosts' agents too (their pid files): they would keep calling a dead worker.
+        for (_, pid) in tags
+            .iter()
+            .filter(|(name, _)| name.starts_with("podq-agent-") && name.ends_with(".pid"))
+        {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains("agent") {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
-            std::fs::read_to_string(entry.path())
-                .ok()?
-                .trim()
-                .parse::<i32>()
-                .ok()
-        });
+        }
+        let pgids = tags
+            .iter()
+            .filter(|(name, _)| name.starts_with("podq-trainer-") && name.ends_with(".pgid"))
+            .map(|(_, pgid)| *pgid);
         for pgid in pgids {
             let environ = std::fs::read(format!("/proc/{pgid}/environ")).unwrap_or_default();
             let tagged = environ
@@ -285,7 +323,7 @@ fn ssh_kind(call: &[String]) -> Option<&'static str> {
         "preflight"
     } else if command.contains("sha256sum") {
         "stage"
-    } else if command.contains("setsid sh -c") {
+    } else if command.contains("\" agent --worker-url ") {
         "launch"
     } else if command.contains("sent SIGTERM") {
         "term"
@@ -415,7 +453,7 @@ fn trainer_groups(cloud: &FakeCloud) -> BTreeMap<u32, i32> {
 }
 
 #[tokio::test]
-async fn a_preempted_node_is_restarted_set_up_checked_and_the_run_resumes() {
+async fn a_preempted_node_is_recreated_set_up_checked_and_the_run_resumes() {
     let cloud = FakeCloud::new(json!({
         "node": node("READY", json!({"preemptible": true})),
         "settle_describes": 2,
@@ -497,11 +535,15 @@ async fn a_preempted_node_is_restarted_set_up_checked_and_the_run_resumes() {
         hosts_of(&ssh_calls(&before, "preflight", 0)),
         vec![0, 1, 2, 3]
     );
-    let scps: Vec<&Vec<String>> = before
+    // The config's copies; the agent binary's are checked in the launch test.
+    let mut scps: Vec<&Vec<String>> = before
         .iter()
         .filter(|c| c.get(3).map(String::as_str) == Some("scp"))
+        .filter(|c| c.get(5).is_some_and(|dest| dest.contains("podq-stage-")))
         .collect();
     assert_eq!(scps.len(), 4, "{scps:?}");
+    // The hosts are staged at once: their calls reach the log in any order.
+    scps.sort_by_key(|c| worker_of(c));
     for (host, call) in scps.iter().enumerate() {
         assert_eq!(call.len(), 10, "{call:?}");
         assert!(call[4].ends_with("-exp01a.yaml"), "{call:?}");
@@ -540,7 +582,8 @@ async fn a_preempted_node_is_restarted_set_up_checked_and_the_run_resumes() {
             format!("export PODQ_LEASE_ID={lease}\n"),
             format!("export PODQ_JOB_ID={id}\n"),
             "export COORDINATOR_ADDRESS=127.0.0.1:".to_owned(),
-            format!("pf=/tmp/podq-trainer-{lease}.pgid\n"),
+            format!("--pgid-file /tmp/podq-trainer-{lease}.pgid"),
+            "setsid nohup \"$agent\" agent".to_owned(),
             "--config-path /tmp/podq/configs --config-name exp01a".to_owned(),
         ] {
             assert!(command.contains(&needle), "{needle:?} not in {command}");
@@ -572,30 +615,41 @@ async fn a_preempted_node_is_restarted_set_up_checked_and_the_run_resumes() {
     assert_eq!(job["failures"], 0);
     assert_eq!(job["last_step"], 8138);
 
-    // After the preemption: start, setup on every host, preflight, a new launch, in order.
+    // After the preemption: delete and create (a slice of 4 hosts is never started), setup
+    // on every host, preflight, a new launch, in order.
     let after = cloud.calls();
-    let start = strings(&[
+    let delete = strings(&[
         "compute",
         "tpus",
         "tpu-vm",
-        "start",
+        "delete",
         "stable-1",
         "--zone=us-central2-b",
         "--project=podq-test",
+        "--quiet",
     ]);
-    let started = (mark..after.len())
-        .find(|i| after[*i] == start)
-        .unwrap_or_else(|| {
-            panic!(
-                "no `tpu-vm start` after the preemption: {:?}",
-                &after[mark..]
-            )
-        });
+    let create = strings(&[
+        "compute",
+        "tpus",
+        "tpu-vm",
+        "create",
+        "stable-1",
+        "--zone=us-central2-b",
+        "--project=podq-test",
+        "--accelerator-type=v4-64",
+        "--version=tpu-ubuntu2204-base",
+        "--preemptible",
+        "--network=projects/podq-test/global/networks/default",
+    ]);
+    let deleted = (mark..after.len())
+        .find(|i| after[*i] == delete)
+        .unwrap_or_else(|| panic!("no delete after the preemption: {:?}", &after[mark..]));
+    let started = (deleted..after.len())
+        .find(|i| after[*i] == create)
+        .unwrap_or_else(|| panic!("no create after the delete: {:?}", &after[mark..]));
     assert!(
-        !after
-            .iter()
-            .any(|c| c.get(3).is_some_and(|v| v == "delete" || v == "create")),
-        "a preemptible node that starts is not recreated"
+        !after.iter().any(|c| c.get(3).is_some_and(|v| v == "start")),
+        "a multi-host node is never started"
     );
     let setups = ssh_calls(&after, "setup", started);
     assert_eq!(hosts_of(&setups), vec![0, 1, 2, 3]);
@@ -608,13 +662,15 @@ async fn a_preempted_node_is_restarted_set_up_checked_and_the_run_resumes() {
         .last()
         .unwrap()
         .contains(&format!("PODQ_LEASE_ID={lease2}")));
+    // A recreated node has fresh disks: the setup ran once more, on empty hosts.
     for host in 0..HOSTS {
         let setup_log = std::fs::read_to_string(cloud.host(host).join("home/setup.log")).unwrap();
-        assert_eq!(setup_log.lines().count(), 2, "host {host}: {setup_log}");
+        assert_eq!(setup_log.lines().count(), 1, "host {host}: {setup_log}");
     }
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
-        text.contains("starting node stable-1 (it is PREEMPTED)"),
+        text.contains("a slice of 4 hosts cannot be started again")
+            && text.contains("deleting node stable-1 (it is PREEMPTED)"),
         "{text}"
     );
     assert!(
@@ -624,7 +680,7 @@ async fn a_preempted_node_is_restarted_set_up_checked_and_the_run_resumes() {
 }
 
 #[tokio::test]
-async fn a_cancelled_run_is_stopped_on_the_hosts_not_only_in_the_ssh_clients() {
+async fn a_cancelled_run_is_stopped_on_the_hosts_by_their_agents() {
     let cloud = FakeCloud::new(json!({"node": node("READY", json!({"preemptible": true}))}));
     let server = Server::start().await;
     let id = server.submit_one("exp01b", json!({})).await;
@@ -665,30 +721,29 @@ async fn a_cancelled_run_is_stopped_on_the_hosts_not_only_in_the_ssh_clients() {
             "host {host}: trainer group {pgid} outlived the stop"
         );
     }
-    // The trainers got SIGTERM on their hosts and said so with their own exit status
-    // (128 + 15), carried back through ssh.
+    // The trainers got SIGTERM from their agents and said so with their own exit status
+    // (128 + 15), which the agents reported.
     let first = &attempts(&job)[0];
     assert_eq!(first["exit_codes"], json!([143, 143, 143, 143]), "{first}");
-
+    assert!(
+        first["message"]
+            .as_str()
+            .unwrap()
+            .contains("every host exited within the grace period"),
+        "{first}"
+    );
+    // No ssh call was needed to stop them: not the TERM, not the last-resort KILL.
     let calls = cloud.calls();
-    let terms = ssh_calls(&calls, "term", mark);
-    assert_eq!(hosts_of(&terms), vec![0, 1, 2, 3], "{:?}", &calls[mark..]);
-    let lease = first["lease_id"].as_str().unwrap();
-    for (i, host) in &terms {
-        let call = &calls[*i];
-        assert_eq!(&call[..call.len() - 1], ssh_prefix(*host).as_slice());
-        let command = call.last().unwrap();
-        assert!(
-            command.contains(&format!("pf=/tmp/podq-trainer-{lease}.pgid"))
-                && command.contains(&format!("podq_tagged \"$pg\" {lease}"))
-                && command.contains("kill -TERM -\"$pg\""),
-            "{command}"
-        );
-    }
-    // After the grace period SIGKILL goes out too, after the SIGTERMs.
-    let kills = ssh_calls(&calls, "kill", mark);
-    assert_eq!(hosts_of(&kills), vec![0, 1, 2, 3]);
-    assert!(kills.iter().all(|(k, _)| terms.iter().all(|(t, _)| k > t)));
+    assert!(
+        ssh_calls(&calls, "term", mark).is_empty(),
+        "{:?}",
+        &calls[mark..]
+    );
+    assert!(
+        ssh_calls(&calls, "kill", mark).is_empty(),
+        "{:?}",
+        &calls[mark..]
+    );
 }
 
 #[tokio::test]
@@ -825,7 +880,7 @@ async fn a_preempted_spot_node_is_deleted_and_created_again_with_its_spec() {
         "--accelerator-type=v4-64",
         "--version=tpu-ubuntu2204-base",
         "--spot",
-        "--network=default",
+        "--network=projects/podq-test/global/networks/default",
         "--labels=team=trm",
     ]);
     assert_eq!(
@@ -908,7 +963,7 @@ async fn a_suspended_queued_resource_is_deleted_and_created_again() {
         "--accelerator-type=v4-64",
         "--runtime-version=tpu-ubuntu2204-base",
         "--spot",
-        "--network=default",
+        "--network=projects/podq-test/global/networks/default",
     ]);
     let deleted = calls.iter().position(|c| *c == delete).expect("delete");
     let created = calls.iter().position(|c| *c == create).expect("create");
@@ -938,41 +993,6 @@ async fn a_suspended_queued_resource_is_deleted_and_created_again() {
     assert_eq!(cloud.state()["qr"]["state"]["state"], "ACTIVE");
 }
 
-/// tests/fake_gcloud/fake_gcs.py serving `root`, killed when dropped.
-struct FakeGcs {
-    process: Process,
-    url: String,
-}
-
-impl FakeGcs {
-    fn start(root: &Path) -> FakeGcs {
-        let mut child = Command::new("python3")
-            .arg(format!("{FAKE_DIR}/fake_gcs.py"))
-            .arg(root)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3 for the fake GCS");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("the fake GCS did not start: {line:?}"))
-            .to_owned();
-        FakeGcs {
-            process: Process {
-                child,
-                name: "fake gcs".into(),
-            },
-            url,
-        }
-    }
-}
-
-/// An Orbax-shaped step directory on the fake GCS; committed when it has the marker.
 fn orbax_step(dir: &Path, name: &str, committed: bool) {
     let step = dir.join(name);
     for host in 0..2 {
@@ -1027,7 +1047,7 @@ async fn gcs_discovery_never_takes_an_uncommitted_step() {
     assert_eq!(store.newest_committed().await.unwrap().unwrap().step, 100);
     let requests = std::fs::read_to_string(root.path().join("requests.log")).unwrap();
     assert!(requests.contains("list-type=2"), "{requests}");
-    drop(gcs.process);
+    drop(gcs);
 }
 
 /// A server whose jobs checkpoint to `bucket`; (process, url).
@@ -1161,5 +1181,658 @@ async fn a_job_on_gcs_resumes_from_the_newest_committed_step_only() {
         ),
         "{tail}"
     );
-    drop(gcs.process);
+    drop(gcs);
+}
+
+/// A v4-64 of `hosts` hosts with every part of a spec podq must carry over when it
+/// recreates the node: preemptible scheduling, a network and subnetwork given as full
+/// resource paths, internal addresses only (no `enableExternalIps`), a service account with
+/// scopes, metadata whose values hold a comma and a newline, tags, labels and a data disk.
+fn full_node(state: &str, hosts: u32) -> Value {
+    let mut node = node_of(state, json!({"preemptible": true}), hosts);
+    node["networkConfig"] = json!({
+        "network": format!("projects/{PROJECT}/global/networks/tpu-net"),
+        "subnetwork": format!("projects/{PROJECT}/regions/us-central2/subnetworks/tpu-sub"),
+    });
+    node["serviceAccount"] = json!({
+        "email": format!("trainer@{PROJECT}.iam.gserviceaccount.com"),
+        "scope": [
+            "https://www.googleapis.com/auth/cloud-platform",
+            "https://www.googleapis.com/auth/devstorage.read_write",
+        ],
+    });
+    node["metadata"] = json!({
+        "enable-oslogin": "FALSE",
+        "startup-script": "#!/bin/bash\necho booted, ok > /var/tmp/boot\n",
+    });
+    node["tags"] = json!(["tpu", "allow-ssh"]);
+    node["labels"] = json!({"study": "trm-scaling", "team": "trm"});
+    node["dataDisks"] = json!([{
+        "sourceDisk": format!("projects/{PROJECT}/zones/{ZONE}/disks/sudoku-data"),
+        "mode": "READ_ONLY",
+    }]);
+    node
+}
+
+/// The create call that brings `full_node` back, exactly.
+fn full_create() -> Vec<String> {
+    strings(&[
+        "compute",
+        "tpus",
+        "tpu-vm",
+        "create",
+        "stable-1",
+        "--zone=us-central2-b",
+        "--project=podq-test",
+        "--accelerator-type=v4-64",
+        "--version=tpu-ubuntu2204-base",
+        "--preemptible",
+        "--network=projects/podq-test/global/networks/tpu-net",
+        "--subnetwork=projects/podq-test/regions/us-central2/subnetworks/tpu-sub",
+        "--internal-ips",
+        "--service-account=trainer@podq-test.iam.gserviceaccount.com",
+        "--scopes=https://www.googleapis.com/auth/cloud-platform,\
+         https://www.googleapis.com/auth/devstorage.read_write",
+        "--metadata=^;^enable-oslogin=FALSE;\
+         startup-script=#!/bin/bash\necho booted, ok > /var/tmp/boot\n",
+        "--tags=tpu,allow-ssh",
+        "--labels=study=trm-scaling,team=trm",
+        "--data-disk=source=projects/podq-test/zones/us-central2-b/disks/sudoku-data,\
+         mode=read-only",
+    ])
+}
+
+fn verb(call: &[String]) -> Option<&str> {
+    call.get(3).map(String::as_str)
+}
+
+/// The parts of a node's describe that make it the same node.
+fn spec_of(node: &Value) -> Value {
+    let keys = [
+        "acceleratorType",
+        "runtimeVersion",
+        "schedulingConfig",
+        "networkConfig",
+        "serviceAccount",
+        "metadata",
+        "tags",
+        "labels",
+        "dataDisks",
+    ];
+    Value::Object(
+        keys.iter()
+            .map(|k| (k.to_string(), node[*k].clone()))
+            .collect(),
+    )
+}
+
+#[tokio::test]
+async fn a_preempted_eight_host_slice_is_deleted_and_created_again_whole_never_started() {
+    const EIGHT: u32 = 8;
+    let cloud = FakeCloud::with_hosts(
+        json!({"node": full_node("READY", EIGHT), "settle_describes": 2}),
+        EIGHT,
+    );
+    let server = Server::start().await;
+    let id = server.submit_one("exp01a", json!({})).await;
+    // Fewer looks at the node than the other tests take: eight hosts are load enough.
+    let config = cloud.worker_config(
+        &server.url,
+        json!({"poll_s": 0.3}),
+        json!({"hosts": EIGHT, "status_poll_s": 1}),
+    );
+    let (_worker, log) = cloud.worker(&config);
+    wait_job(&server, &id, "running", &log).await;
+    let kept = server.committed_at_least(&id, 1, RUN).await;
+
+    // The spec was captured from the READY node and kept where a restarted worker finds it.
+    let saved: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            cloud
+                .root()
+                .join("state/gcloud-us-central2-b-stable-1.node-spec.json"),
+        )
+        .expect("the node's spec in the state directory"),
+    )
+    .unwrap();
+    assert_eq!(saved["capturedState"], "READY", "{saved}");
+    assert_eq!(
+        spec_of(&saved["spec"]),
+        spec_of(&full_node("READY", EIGHT)),
+        "{saved}"
+    );
+
+    let mark = cloud.calls().len();
+    cloud.control("preempt", "");
+    let job = wait_job(&server, &id, "succeeded", &log).await;
+    let all = attempts(&job);
+    assert_eq!(all.len(), 2, "{job}");
+    assert_eq!(all[0]["outcome"], "preempted", "{job}");
+    assert!(all[1]["start_step"].as_i64().unwrap() >= kept, "{job}");
+    assert_eq!(job["preemptions"], 1);
+    assert_eq!(job["failures"], 0);
+
+    let calls = cloud.calls();
+    let after = &calls[mark..];
+    assert!(
+        !calls.iter().any(|c| verb(c) == Some("start")),
+        "a slice of 8 hosts is never started: {after:?}"
+    );
+    let actions: Vec<&Vec<String>> = after
+        .iter()
+        .filter(|c| matches!(verb(c), Some("delete" | "create")))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            &strings(&[
+                "compute",
+                "tpus",
+                "tpu-vm",
+                "delete",
+                "stable-1",
+                "--zone=us-central2-b",
+                "--project=podq-test",
+                "--quiet",
+            ]),
+            &full_create(),
+        ],
+        "one delete, then one create with every flag of the spec"
+    );
+    // The node that came back is the node that was lost.
+    let state = cloud.state();
+    assert_eq!(
+        spec_of(&state["node"]),
+        spec_of(&full_node("READY", EIGHT)),
+        "{state}"
+    );
+    let created = calls.iter().rposition(|c| *c == full_create()).unwrap();
+    let setups = ssh_calls(&calls, "setup", created);
+    assert_eq!(hosts_of(&setups), (0..EIGHT).collect::<Vec<_>>());
+    assert_eq!(hosts_of(&ssh_calls(&calls, "preflight", created)).len(), 8);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("a slice of 8 hosts cannot be started again"),
+        "{}",
+        log_tail(&log)
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_worker_creates_a_node_that_is_gone_from_the_spec_it_saved() {
+    let cloud = FakeCloud::new(json!({"node": full_node("READY", HOSTS), "settle_describes": 1}));
+    let server = Server::start().await;
+    let config = cloud.worker_config(&server.url, json!({}), json!({}));
+    let (mut first, _) = cloud.worker(&config);
+    let spec_file = cloud
+        .root()
+        .join("state/gcloud-us-central2-b-stable-1.node-spec.json");
+    eventually(SHORT, "the node's spec saved", || async {
+        spec_file.exists().then_some(())
+    })
+    .await;
+    first.kill();
+
+    // The node is deleted while no worker runs: no describe can tell what it was.
+    let mut state = cloud.state();
+    state["node"] = Value::Null;
+    std::fs::write(cloud.root().join("state.json"), state.to_string()).unwrap();
+    let mark = cloud.calls().len();
+    let (_second, log) = cloud.worker(&config);
+    eventually(SHORT, "the node created again and READY", || async {
+        let (_, pod) = server.get("/pods/stable-1").await;
+        (pod["state"] == "READY" && cloud.state()["node"]["state"] == "READY").then_some(())
+    })
+    .await;
+    let calls = cloud.calls();
+    let creates: Vec<&Vec<String>> = calls[mark..]
+        .iter()
+        .filter(|c| verb(c) == Some("create"))
+        .collect();
+    assert_eq!(creates, [&full_create()], "{}", log_tail(&log));
+    assert!(!calls[mark..].iter().any(|c| verb(c) == Some("delete")));
+}
+
+#[tokio::test]
+async fn a_queued_resource_that_failed_for_quota_is_held_not_recreated_in_a_loop() {
+    let mut lost = node("PREEMPTED", json!({"spot": true}));
+    lost["queuedResource"] = json!(format!(
+        "projects/{PROJECT}/locations/{ZONE}/queuedResources/stable-1-qr"
+    ));
+    let quota = "Quota limit 'TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI' has been \
+                 exceeded. Limit: 0 in zone us-central2-b.";
+    let cloud = FakeCloud::new(json!({
+        "node": lost,
+        "qr": {
+            "name": format!("projects/{PROJECT}/locations/{ZONE}/queuedResources/stable-1-qr"),
+            "state": {"state": "SUSPENDED", "stateInitiator": "SERVICE"},
+        },
+        // The first new request finds no capacity, the second runs into the quota.
+        "qr_create_fails": [
+            {"code": 8, "message": "There is no more capacity in the zone \"us-central2-b\""},
+            {"code": 8, "message": quota},
+        ],
+        "settle_describes": 2,
+    }));
+    let server = Server::start().await;
+    let id = server.submit_one("exp01a", json!({})).await;
+    let config = cloud.worker_config(
+        &server.url,
+        json!({"capacity": "queued", "queued_resource": "stable-1-qr", "poll_s": 0.3}),
+        json!({}),
+    );
+    let (_worker, log) = cloud.worker(&config);
+    let recovery = eventually(SHORT, "the pod to show why it is held", || async {
+        let (_, pod) = server.get("/pods/stable-1").await;
+        pod["recovery"]
+            .as_str()
+            .filter(|r| r.contains("Quota limit"))
+            .map(str::to_owned)
+    })
+    .await;
+    assert!(
+        recovery.contains("held: queued resource stable-1-qr FAILED, over quota")
+            && recovery.contains("delete it"),
+        "{recovery}"
+    );
+    let qr_calls = |kind: &str| {
+        cloud
+            .calls()
+            .iter()
+            .filter(|c| c.get(2).is_some_and(|g| g == "queued-resources") && verb(c) == Some(kind))
+            .count()
+    };
+    // Held: many looks later (poll_s is 0.3), nothing more was deleted or created.
+    let describes = qr_calls("describe");
+    eventually(SHORT, "the worker to keep looking", || async {
+        (qr_calls("describe") >= describes + 10).then_some(())
+    })
+    .await;
+    assert_eq!(qr_calls("create"), 2, "{:?}", cloud.calls());
+    assert_eq!(qr_calls("delete"), 2, "{:?}", cloud.calls());
+    let job = server.job(&id).await;
+    assert_eq!(job["state"], "queued", "{job}");
+    assert!(attempts(&job).is_empty(), "{job}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("queued resource stable-1-qr FAILED, no capacity"),
+        "{}",
+        log_tail(&log)
+    );
+
+    // A person raises the quota and deletes the failed request: podq creates it anew and
+    // the job runs.
+    let deleted = Command::new(format!("{FAKE_DIR}/gcloud"))
+        .args([
+            "compute",
+            "tpus",
+            "queued-resources",
+            "delete",
+            "stable-1-qr",
+            "--zone=us-central2-b",
+            "--project=podq-test",
+            "--force",
+            "--quiet",
+        ])
+        .env("FAKE_GCLOUD_ROOT", cloud.root())
+        .status()
+        .unwrap();
+    assert!(deleted.success());
+    wait_job(&server, &id, "running", &log).await;
+    assert_eq!(qr_calls("create"), 3);
+}
+
+/// A `gcloud` for a driver made in this process: the fake, with its root.
+fn gcloud_wrapper(cloud: &FakeCloud) -> PathBuf {
+    let path = cloud.root().join("gcloud");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nFAKE_GCLOUD_ROOT='{}' FAKE_GCLOUD_SSH_RETRY_S=0.02 exec '{FAKE_DIR}/gcloud' \"$@\"\n",
+            cloud.root().display()
+        ),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&path, perms).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_node_that_still_says_ready_after_its_hosts_vanished_is_looked_at_again() {
+    use podq_worker::pod::gcloud::{GcloudPod, GcloudSettings};
+    use podq_worker::pod::PodDriver;
+
+    let cloud = FakeCloud::new(json!({"node": node("READY", json!({"preemptible": true}))}));
+    let pod = GcloudPod::new(
+        "stable-1",
+        "v4-64",
+        HOSTS,
+        GcloudSettings {
+            binary: gcloud_wrapper(&cloud).display().to_string(),
+            zone: ZONE.into(),
+            project: Some(PROJECT.into()),
+            state_dir: Some(cloud.root().join("state")),
+            host_loss_grace_s: 2.0,
+            host_loss_checks: 8,
+            retries: 0,
+            ..GcloudSettings::default()
+        },
+    )
+    .unwrap();
+    // A healthy node is READY however often it is asked.
+    let healthy = GcloudPod::new(
+        "stable-1",
+        "v4-64",
+        HOSTS,
+        GcloudSettings {
+            host_loss_grace_s: 0.05,
+            ..pod.settings().clone()
+        },
+    )
+    .unwrap();
+    assert!(healthy.confirm_status().await.unwrap().is_ready());
+
+    // The hosts die; the API says PREEMPTED only 8 s later.
+    cloud.control("vanish", r#"{"preempt_after_s": 8, "mode": "refuse"}"#);
+    let started = std::time::Instant::now();
+    assert_eq!(pod.status().await.unwrap().state, "READY");
+    let ssh = Command::new(gcloud_wrapper(&cloud))
+        .args(["compute", "tpus", "tpu-vm", "ssh", "stable-1"])
+        .args([format!("--zone={ZONE}"), format!("--project={PROJECT}")])
+        .args(["--worker=2", "--command=true"])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(ssh.code(), Some(255), "a vanished host refuses ssh");
+    let confirmed = pod.confirm_status().await.unwrap();
+    assert_eq!(confirmed.state, "PREEMPTED", "{confirmed:?}");
+    assert!(confirmed.is_preempted());
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(7500) && waited < Duration::from_secs(30),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_fake_gcloud_behaves_like_gcloud_where_it_hurts() {
+    let cloud = FakeCloud::new(json!({"node": node("READY", json!({"preemptible": true}))}));
+    let gcloud = gcloud_wrapper(&cloud);
+    let run = |args: &[&str]| {
+        let output = Command::new(&gcloud)
+            .args(["compute", "tpus"])
+            .args(args)
+            .args([format!("--zone={ZONE}"), format!("--project={PROJECT}")])
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let ssh = |host: u32, command: &str| {
+        run(&[
+            "tpu-vm",
+            "ssh",
+            "stable-1",
+            &format!("--worker={host}"),
+            &format!("--command={command}"),
+        ])
+    };
+    // Connection attempts that fail are retried by gcloud itself.
+    cloud.control("ssh-flaky-1", "3");
+    let (code, out, err) = ssh(1, "echo $USER");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), whoami());
+    assert_eq!(
+        err.matches("Retrying: SSH command error").count(),
+        3,
+        "{err}"
+    );
+    // `user@node` picks the remote user.
+    let (_, out, _) = run(&[
+        "tpu-vm",
+        "ssh",
+        "trainer@stable-1",
+        "--worker=0",
+        "--command=echo $USER:$HOME",
+    ]);
+    assert!(
+        out.trim().starts_with("trainer:") && out.contains("users/trainer"),
+        "{out}"
+    );
+    // A dropped connection runs the command again.
+    cloud.control("ssh-drop-0", "0.3");
+    let (code, _, err) = ssh(0, "echo run >> ~/runs; sleep 1");
+    assert_eq!(code, Some(0), "{err}");
+    let runs = std::fs::read_to_string(cloud.host(0).join("home/runs")).unwrap();
+    assert_eq!(runs.lines().count(), 2, "{runs}");
+    // Each host has its own /tmp; a lock file owned by someone else needs sudo.
+    cloud.control("lock-owner-3", "root2");
+    let (code, _, err) = ssh(3, "rm -f /tmp/libtpu_lockfile");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("Operation not permitted"), "{err}");
+    assert!(!cloud.host(2).join("tmp/libtpu_lockfile").exists());
+    let (code, _, _) = ssh(3, "sudo rm -f /tmp/libtpu_lockfile");
+    assert_eq!(code, Some(0));
+    assert!(!cloud.host(3).join("tmp/libtpu_lockfile").exists());
+    // A slice of several hosts cannot be started.
+    let (code, _, err) = run(&["tpu-vm", "start", "stable-1"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("only single-host TPU VMs"), "{err}");
+    // Maintenance shows in health while the node stays READY.
+    cloud.control("maintenance", "2");
+    let describe = || {
+        let (_, out, _) = run(&["tpu-vm", "describe", "stable-1", "--format=json"]);
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    let under = describe();
+    assert_eq!(
+        (under["state"].as_str(), under["health"].as_str()),
+        (Some("READY"), Some("UNHEALTHY_MAINTENANCE"))
+    );
+    // ssh to a preempted node is refused at once, with gcloud's words.
+    cloud.control("preempt", "");
+    let (code, _, err) = ssh(0, "true");
+    assert_eq!(code, Some(1));
+    assert!(err.contains("terminal state \"PREEMPTED\""), "{err}");
+    // A node being created has no endpoints yet.
+    run(&["tpu-vm", "delete", "stable-1", "--quiet"]);
+    let (code, _, err) = run(&[
+        "tpu-vm",
+        "create",
+        "stable-1",
+        "--accelerator-type=v4-64",
+        "--version=tpu-ubuntu2204-base",
+        "--spot",
+        "--metadata=^;^a=1,2;b=3",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let creating = describe();
+    assert_eq!(creating["state"], "CREATING");
+    assert!(creating.get("networkEndpoints").is_none(), "{creating}");
+    assert_eq!(creating["metadata"], json!({"a": "1,2", "b": "3"}));
+    // A flag gcloud does not have is refused.
+    let (code, _, err) = run(&["tpu-vm", "create", "other", "--version=v", "--preemptable"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("unrecognized arguments: --preemptable"),
+        "{err}"
+    );
+}
+
+/// The local login, as gcloud (and the fake) takes it: Python's `getpass.getuser()`.
+fn whoami() -> String {
+    let output = Command::new("python3")
+        .args(["-c", "import getpass; print(getpass.getuser())"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// A driver made in this process on the fake cloud, quick to poll.
+fn local_driver(cloud: &FakeCloud, hosts: u32) -> podq_worker::pod::gcloud::GcloudPod {
+    use podq_worker::pod::gcloud::{GcloudPod, GcloudSettings};
+    GcloudPod::new(
+        "stable-1",
+        "v4-64",
+        hosts,
+        GcloudSettings {
+            binary: gcloud_wrapper(cloud).display().to_string(),
+            zone: ZONE.into(),
+            project: Some(PROJECT.into()),
+            state_dir: Some(cloud.root().join("state")),
+            retries: 0,
+            poll_s: 0.05,
+            recovery_timeout_s: 30.0,
+            ..GcloudSettings::default()
+        },
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_single_host_node_is_started_and_a_slice_is_recreated() {
+    use podq_worker::pod::PodDriver;
+
+    let said = std::sync::Mutex::new(Vec::<String>::new());
+    let progress = |what: String| said.lock().unwrap().push(what);
+
+    // One host: `tpu-vm start` brings a preempted node back as it was.
+    let single = FakeCloud::with_hosts(
+        json!({"node": node_of("PREEMPTED", json!({"preemptible": true}), 1),
+               "settle_describes": 1}),
+        1,
+    );
+    let pod = local_driver(&single, 1);
+    assert!(pod.status().await.unwrap().is_preempted());
+    pod.recover(&progress).await.unwrap();
+    let verbs: Vec<String> = single
+        .calls()
+        .iter()
+        .filter_map(|c| verb(c).map(str::to_owned))
+        .filter(|v| v != "describe")
+        .collect();
+    assert_eq!(verbs, ["start"], "{:?}", single.calls());
+
+    // Four hosts: never started; deleted and created again.
+    let slice = FakeCloud::new(json!({
+        "node": node("PREEMPTED", json!({"preemptible": true})),
+        "settle_describes": 1,
+    }));
+    let pod = local_driver(&slice, HOSTS);
+    assert!(pod.status().await.unwrap().is_preempted());
+    pod.recover(&progress).await.unwrap();
+    let verbs: Vec<String> = slice
+        .calls()
+        .iter()
+        .filter_map(|c| verb(c).map(str::to_owned))
+        .filter(|v| v != "describe")
+        .collect();
+    assert_eq!(verbs, ["delete", "create"], "{:?}", slice.calls());
+    assert!(pod.status().await.unwrap().is_ready());
+    let said = said.lock().unwrap();
+    assert!(
+        said.iter()
+            .any(|s| s.contains("a slice of 4 hosts cannot be started again")),
+        "{said:?}"
+    );
+}
+
+/// What a dropped connection makes gcloud do: run the command again. Every ssh call that
+/// starts an agent is hit, after the command ran, so each host gets its start twice.
+#[tokio::test]
+async fn a_launch_whose_every_ssh_is_run_twice_still_runs_one_trainer_per_host() {
+    let cloud = FakeCloud::new(json!({"node": node("READY", json!({"preemptible": true}))}));
+    let server = Server::start().await;
+    // Install the agent binary first (a first launch installs it and starts again).
+    let id = server.submit_one("exp01a", json!({})).await;
+    for host in 0..HOSTS {
+        cloud.control(&format!("ssh-drop-{host}"), "0.3 agent --worker-url");
+    }
+    let config = cloud.worker_config(&server.url, json!({}), json!({}));
+    let (_worker, log) = cloud.worker(&config);
+    wait_job(&server, &id, "running", &log).await;
+    let groups = eventually(SHORT, "a tagged trainer on every host", || async {
+        let groups = trainer_groups(&cloud);
+        (groups.len() == HOSTS as usize).then_some(groups)
+    })
+    .await;
+    let calls = cloud.calls();
+    let launches = ssh_calls(&calls, "launch", 0);
+    for host in 0..HOSTS {
+        assert!(
+            !cloud
+                .root()
+                .join(format!("control/ssh-drop-{host}"))
+                .exists(),
+            "host {host}: the drop was used"
+        );
+        assert!(launches.iter().any(|(_, h)| *h == host), "{launches:?}");
+    }
+    let job = wait_job(&server, &id, "succeeded", &log).await;
+    assert_eq!(attempts(&job).len(), 1, "{job}");
+    assert_eq!(job["failures"], 0);
+    // One trainer per host: the group each host's agent started is the only one, and
+    // each host's log holds one run.
+    let lease = attempts(&job)[0]["lease_id"].as_str().unwrap().to_owned();
+    for host in 0..HOSTS {
+        let agent_dir = cloud.host(host).join("home/.podq/agent").join(&lease);
+        let log = std::fs::read_to_string(agent_dir.join("trainer.log")).unwrap();
+        let starts = log.matches(&format!("(host {host} of {HOSTS})")).count();
+        assert_eq!(starts, 1, "host {host} ran {starts} trainers:\n{log}");
+        let agent_log = std::fs::read_to_string(
+            cloud
+                .host(host)
+                .join(format!("home/.podq/agent/{lease}.agent.log")),
+        )
+        .unwrap_or_default();
+        assert!(!agent_log.contains("adopting"), "{agent_log}");
+    }
+    assert_eq!(trainer_groups(&cloud).len(), groups.len());
+    let steps = server.metric_steps(&id, "train/lm_loss").await;
+    assert_eq!(steps.len(), 813, "every step once");
+}
+
+#[tokio::test]
+async fn a_lockfile_of_another_user_makes_preflight_name_its_owner_and_the_fix() {
+    let cloud = FakeCloud::new(json!({"node": node("READY", json!({"preemptible": true}))}));
+    cloud.control("lock-owner-2", "kellen");
+    let server = Server::start().await;
+    let config = cloud.worker_config(&server.url, json!({}), json!({}));
+    let (_worker, log) = cloud.worker(&config);
+    let pod = eventually(SHORT, "the pod to report its preflight", || async {
+        let (_, pod) = server.get("/pods/stable-1").await;
+        let failures = pod["preflight"]["failures"].as_array()?.clone();
+        failures
+            .iter()
+            .any(|f| f["check"] == "tpu_lockfile")
+            .then_some(pod)
+    })
+    .await;
+    let failure = pod["preflight"]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "tpu_lockfile")
+        .unwrap()
+        .clone();
+    assert_eq!(failure["host"], 2, "{failure}");
+    let message = failure["message"].as_str().unwrap();
+    assert!(
+        message.contains("belongs to kellen")
+            // (the fake writes each host's /tmp elsewhere)
+            && message.contains("run 'sudo rm -f ")
+            && message.contains("libtpu_lockfile' on this host")
+            && message.contains("gcloud.user"),
+        "{message}\n{}",
+        log_tail(&log)
+    );
+    // Once a person removed it, the pod passes and leases.
+    std::fs::remove_file(cloud.host(2).join("tmp/libtpu_lockfile")).unwrap();
+    let id = server.submit_one("exp01a", json!({})).await;
+    wait_job(&server, &id, "running", &log).await;
 }

@@ -84,12 +84,12 @@ pub async fn run(ctx: &Context<'_>, lease: Lease) {
 pub async fn reattach(ctx: &Context<'_>, saved: crate::running::Saved) {
     tracing::info!(lease = %saved.lease.lease_id, job = %saved.lease.job_id, "reattaching to the running attempt");
     let lease = saved.lease.clone();
-    drive(ctx, lease, Begin::Reattach(saved)).await
+    drive(ctx, lease, Begin::Reattach(Box::new(saved))).await
 }
 
 enum Begin {
     Launch(String),
-    Reattach(crate::running::Saved),
+    Reattach(Box<crate::running::Saved>),
 }
 
 async fn drive(ctx: &Context<'_>, lease: Lease, begin: Begin) {
@@ -284,7 +284,7 @@ async fn attempt(
     // A host that died may be the first sign of a preemption: ask the pod before blaming
     // the trainer.
     let stop = match stop {
-        Stop::HostEnded(what) => match driver.status().await {
+        Stop::HostEnded(what) => match driver.confirm_status().await {
             Ok(status) if status.is_preempted() => Stop::Preempted(format!(
                 "{what}; pod state {}/{}",
                 status.state, status.health

@@ -137,6 +137,10 @@ pub struct GcloudArgs {
     /// gcloud driver: re-provisions every host after a recovery.
     #[arg(long, env = "PODQ_SETUP_COMMAND")]
     pub setup_command: Option<String>,
+    /// gcloud driver: the user to log in as on the hosts (`user@node`) [default: gcloud's,
+    /// the local login name].
+    #[arg(long, env = "PODQ_REMOTE_USER")]
+    pub remote_user: Option<String>,
 }
 
 fn parse_key_value(s: &str) -> Result<(String, String), String> {
@@ -246,6 +250,9 @@ impl WorkerArgs {
         }
         if let Some(command) = &flags.setup_command {
             gcloud.setup_command = Some(command.clone());
+        }
+        if let Some(user) = &flags.remote_user {
+            gcloud.user = Some(user.clone());
         }
         let mut trainer_env = file.trainer_env.clone();
         trainer_env.extend(self.trainer_env.iter().cloned());

@@ -149,6 +149,11 @@ pub struct GcloudSettings {
     /// before a trainer is blamed.
     pub host_loss_grace_s: f64,
     pub host_loss_checks: u32,
+    /// The user podq logs in as on the hosts (`user@node` for gcloud). Default: gcloud's,
+    /// which is the local login name — `podq` under the systemd unit, so `~` would be
+    /// /home/podq on the hosts. Set it to the user whose home holds the code and who
+    /// launches trainers by hand.
+    pub user: Option<String>,
     /// Where the `podq` binary that runs each host's agent lives on the hosts. The worker
     /// copies its own there when a host's is missing or another version.
     pub agent_path: String,
@@ -197,6 +202,7 @@ impl Default for GcloudSettings {
             state_dir: None,
             host_loss_grace_s: 5.0,
             host_loss_checks: 2,
+            user: None,
             agent_path: "~/.podq/bin/podq".into(),
             agent_dir: "~/.podq/agent".into(),
             agent_binary: None,
@@ -334,6 +340,14 @@ impl GcloudPod {
             .unwrap_or_else(|| format!("{}-qr", self.name))
     }
 
+    /// The node as ssh and scp name it: `user@node` when a user is set.
+    fn remote_target(&self) -> String {
+        match &self.settings.user {
+            Some(user) => format!("{user}@{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
     /// `compute tpus <group> <verb> <target> --zone=Z [--project=P]`.
     fn args(&self, group: &str, verb: &str, target: &str) -> Vec<String> {
         let mut args: Vec<String> = vec![
@@ -351,7 +365,7 @@ impl GcloudPod {
     }
 
     fn ssh_args(&self, host: u32, command: &str) -> Vec<String> {
-        let mut args = self.args("tpu-vm", "ssh", &self.name);
+        let mut args = self.args("tpu-vm", "ssh", &self.remote_target());
         args.push(format!("--worker={host}"));
         args.extend(self.settings.ssh_flags.iter().cloned());
         args.push(format!("--command={command}"));
@@ -574,7 +588,7 @@ impl GcloudPod {
         let remote_tmp = format!("/tmp/podq-agent-{token}");
         let copies = hosts.iter().map(|&host| {
             let mut args = self.args("tpu-vm", "scp", &binary.display().to_string());
-            args.insert(5, format!("{}:{remote_tmp}", self.name));
+            args.insert(5, format!("{}:{remote_tmp}", self.remote_target()));
             args.push(format!("--worker={host}"));
             args.extend(self.settings.scp_flags.iter().cloned());
             async move {
@@ -846,7 +860,7 @@ impl PodDriver for GcloudPod {
         let remote_tmp = format!("/tmp/podq-stage-{token}.yaml");
         let mut args = self.args("tpu-vm", "scp", &local.display().to_string());
         // scp's positional arguments are SRC DEST: put the destination right after.
-        args.insert(5, format!("{}:{remote_tmp}", self.name));
+        args.insert(5, format!("{}:{remote_tmp}", self.remote_target()));
         args.push(format!("--worker={host}"));
         args.extend(self.settings.scp_flags.iter().cloned());
         let copied = self.runner.call(&args, self.timing.ssh, Retry::Ssh).await;
@@ -906,11 +920,18 @@ impl PodDriver for GcloudPod {
         let mut lines = Vec::new();
         for (host, result) in results {
             match result {
-                Ok(output) => lines.extend(
-                    remote::done(&output.stdout)
-                        .into_iter()
-                        .map(|line| format!("host {host}: {line}")),
-                ),
+                Ok(output) => {
+                    lines.extend(
+                        remote::done(&output.stdout)
+                            .into_iter()
+                            .map(|line| format!("host {host}: {line}")),
+                    );
+                    lines.extend(
+                        remote::failures(&output.stdout)
+                            .into_iter()
+                            .map(|(check, message)| format!("host {host}: {message} ({check})")),
+                    );
+                }
                 Err(e) => lines.push(format!("host {host}: cleanup failed: {e}")),
             }
         }
@@ -952,6 +973,10 @@ impl PodDriver for GcloudPod {
 
     async fn recover(&self, progress: &(dyn Fn(String) + Send + Sync)) -> anyhow::Result<()> {
         self.recover_node(progress).await
+    }
+
+    async fn confirm_status(&self) -> anyhow::Result<PodStatus> {
+        GcloudPod::confirm_status(self).await
     }
 
     async fn signal_hosts(&self, lease: &str, hosts: &[u32], signal: StopSignal) -> bool {

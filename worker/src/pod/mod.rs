@@ -86,6 +86,13 @@ pub trait PodDriver: Send + Sync {
 
     async fn status(&self) -> anyhow::Result<PodStatus>;
 
+    /// The pod's state when a host's trainer ended on its own: a driver whose API can lag
+    /// behind a lost node (Cloud TPU says READY for a while after its hosts vanished)
+    /// looks again before the trainer is blamed.
+    async fn confirm_status(&self) -> anyhow::Result<PodStatus> {
+        self.status().await
+    }
+
     /// Checks every host can run a job (DESIGN.md 3.6).
     async fn preflight(&self) -> Preflight;
 

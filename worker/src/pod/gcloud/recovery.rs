@@ -507,9 +507,9 @@ impl GcloudPod {
                 episode.capacity_failures += 1;
                 episode.recreate_at = Some(now + pause);
                 Step::Wait(format!(
-                    "queued resource {name} FAILED, {}: {why}; creating it again in {}s",
+                    "queued resource {name} FAILED, {}: {why}; creating it again in {:.1}s",
                     class.describe(),
-                    pause.as_secs()
+                    pause.as_secs_f64()
                 ))
             }
             Some(at) if now < at => Step::Wait(format!(

@@ -16,8 +16,6 @@ use std::collections::BTreeMap;
 pub const PGID_DIR: &str = "/tmp";
 pub const PGID_PREFIX: &str = "podq-trainer-";
 pub const PGID_SUFFIX: &str = ".pgid";
-/// libtpu's lock: left behind by a trainer killed hard, it fails every later launch.
-pub const TPU_LOCKFILE: &str = "/tmp/libtpu_lockfile";
 
 /// Lines the scripts print for the driver to read.
 pub const FAIL: &str = "podq-fail";
@@ -128,7 +126,7 @@ pub fn start_agent(a: &AgentScript) -> String {
         "agent={agent}\n\
          dir={dir}\n\
          have=$(\"$agent\" --version 2>/dev/null)\n\
-         if [ \"$have\" != {want} ]; then echo \"podq-fail agent_version the host has ${{have:-no podq}} at $agent, not {want_text}\"; exit 0; fi\n\
+         if [ \"$have\" != {want} ]; then echo \"podq-fail agent_version the host has ${{have:-no podq}} at $agent, not podq {version}\"; exit 0; fi\n\
          mkdir -p \"$dir\"\n\
          (umask 077; printf %s {secret} > \"$dir\"/{lease}.secret)\n\
          setsid nohup \"$agent\" agent --worker-url {url} --lease {lease} --host {host} \\\n  \
@@ -136,7 +134,7 @@ pub fn start_agent(a: &AgentScript) -> String {
          --command {command} > \"$dir\"/{lease}.agent.log 2>&1 < /dev/null &\n\
          echo \"podq-done started the agent of lease {lease} (pid $!)\"",
         want = quote(&format!("podq {}", a.version)),
-        want_text = format!("podq {}", a.version),
+        version = a.version,
         secret = quote(a.secret),
         url = quote(a.worker_url),
         host = a.host,
@@ -187,6 +185,22 @@ pub fn signal(lease: &str, kill: bool) -> String {
     )
 }
 
+/// Removes a stale libtpu lock file, or says whose it is and how to remove it: in a
+/// sticky `/tmp`, a file of another user cannot be removed by this one, and every launch
+/// would fail on it.
+const REMOVE_LOCKFILE: &str = concat!(
+    "if [ -e /tmp/libtpu_lockfile ]; then\n",
+    "  if rm -f /tmp/libtpu_lockfile 2>/dev/null && [ ! -e /tmp/libtpu_lockfile ]; then\n",
+    "    echo 'podq-done removed stale /tmp/libtpu_lockfile'\n",
+    "  else\n",
+    "    owner=$(stat -c %U /tmp/libtpu_lockfile 2>/dev/null || echo 'another user')\n",
+    "    echo \"podq-fail tpu_lockfile /tmp/libtpu_lockfile belongs to $owner and podq runs as $(id -un), ",
+    "so it cannot remove it: run 'sudo rm -f /tmp/libtpu_lockfile' on this host (after stopping $owner's TPU process), ",
+    "or set gcloud.user to $owner so podq runs as the user that launches trainers\"\n",
+    "  fi\n",
+    "fi\n",
+);
+
 /// Kills every trainer group of any earlier lease that is still tagged, waits for them to
 /// go, drops their pgid files, and removes libtpu's lock file.
 pub fn clean() -> String {
@@ -207,7 +221,7 @@ pub fn clean() -> String {
          case \"$p\" in ''|*[!0-9]*) ;; *) if grep -qs agent \"/proc/$p/cmdline\"; then kill -KILL \"$p\" 2>/dev/null && echo \"podq-done killed leftover agent $p\"; fi;; esac\n  \
          rm -f \"$af\"\n\
          done\n\
-         if [ -e {TPU_LOCKFILE} ]; then rm -f {TPU_LOCKFILE} && echo 'podq-done removed stale {TPU_LOCKFILE}'; fi\n\
+         {REMOVE_LOCKFILE}\
          true"
     )
 }
@@ -259,7 +273,7 @@ pub fn preflight(p: &PreflightScript) -> String {
          echo \"podq-fail stale_trainer process $p ($(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null | cut -c1-80)) holds $t\";;\n  \
          esac\n\
          done 2>/dev/null | sort -u\n\
-         [ -e {TPU_LOCKFILE} ] && echo 'podq-fail tpu_lockfile {TPU_LOCKFILE} exists'\n\
+         {REMOVE_LOCKFILE}\
          true"
     ));
     script

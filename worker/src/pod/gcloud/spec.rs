@@ -39,41 +39,64 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// The fields of a node that decide what it is; everything else a describe shows is state.
+/// Saved as the API writes it: fields at their default value left out.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct NodeSpec {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub accelerator_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub scheduling_config: Option<Scheduling>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub network_config: Option<Network>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub service_account: Option<ServiceAccount>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub data_disks: Vec<DataDisk>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Scheduling {
+    #[serde(skip_serializing_if = "is_false")]
     pub preemptible: bool,
+    #[serde(skip_serializing_if = "is_false")]
     pub spot: bool,
+    #[serde(skip_serializing_if = "is_false")]
     pub reserved: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Network {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub subnetwork: Option<String>,
+    #[serde(skip_serializing_if = "is_false")]
     pub enable_external_ips: bool,
+    #[serde(skip_serializing_if = "is_false")]
     pub can_ip_forward: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ServiceAccount {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub email: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scope: Vec<String>,
 }
 
@@ -82,6 +105,7 @@ pub struct ServiceAccount {
 pub struct DataDisk {
     pub source_disk: String,
     /// `READ_WRITE`, `READ_ONLY` or `DISK_MODE_UNSPECIFIED` (the API's `AttachedDisk.mode`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
 }
 
