@@ -33,9 +33,10 @@ pub struct UpArgs {
     #[arg(long, default_value = "exp07-precision")]
     submit: String,
     /// The trainer run on every simulated host, in place of the sim trainer (same
-    /// placeholders as `podq worker --trainer-command`), e.g. the JAX example:
-    /// `.venv/bin/python examples/jax-trainer/pretrain.py --config-path {config_dir}
-    /// --config-name {experiment} checkpoint_path={checkpoint_dir}
+    /// placeholders as `podq worker --trainer-command`; each host runs it in its own
+    /// directory, so give absolute paths), e.g. the JAX example:
+    /// `exec $PWD/.venv/bin/python $PWD/examples/jax-trainer/pretrain.py --config-path
+    /// {config_dir} --config-name {experiment} checkpoint_path={checkpoint_dir}
     /// load_checkpoint={resume_from}`.
     #[arg(long, env = "PODQ_TRAINER_COMMAND")]
     trainer_command: Option<String>,
@@ -93,7 +94,11 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
             )]),
             stop_grace: Duration::from_secs(5),
             status_poll: Duration::from_millis(500),
-            hang_timeout: Duration::from_secs_f64((args.sim_run_secs / 2.0).max(20.0)),
+            // A real trainer's start-up (imports, compilation) can take a minute.
+            hang_timeout: match args.trainer_command {
+                Some(_) => Duration::from_secs(600),
+                None => Duration::from_secs_f64((args.sim_run_secs / 2.0).max(20.0)),
+            },
             metrics_flush: Duration::from_secs(1),
             metrics_max_points: 1000,
             checkpoint_scan: Duration::from_secs(1),

@@ -305,6 +305,16 @@ fn ssh_prefix(host: u32) -> Vec<String> {
     args
 }
 
+/// `gcloud compute tpus tpu-vm VERB stable-1 --zone --project` and then `flags`, as the
+/// worker calls it.
+fn tpu_vm(verb: &str, flags: &[&str]) -> Vec<String> {
+    let mut args = strings(&["compute", "tpus", "tpu-vm", verb, "stable-1"]);
+    args.push(format!("--zone={ZONE}"));
+    args.push(format!("--project={PROJECT}"));
+    args.extend(flags.iter().map(|f| f.to_string()));
+    args
+}
+
 fn strings(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
@@ -321,9 +331,8 @@ fn ssh_kind(call: &[String]) -> Option<&'static str> {
         "clean"
     } else if command.contains("podq-info commit") {
         "preflight"
-    } else if command.contains("sha256sum") {
-        "stage"
     } else if command.contains("\" agent --worker-url ") {
+        // It also places the config and checks its sha256 first.
         "launch"
     } else if command.contains("sent SIGTERM") {
         "term"
@@ -503,19 +512,7 @@ async fn a_preempted_node_is_recreated_set_up_checked_and_the_run_resumes() {
 
     // The calls of the first launch, exactly as gcloud takes them.
     let before = cloud.calls();
-    assert_eq!(
-        before[0],
-        strings(&[
-            "compute",
-            "tpus",
-            "tpu-vm",
-            "describe",
-            "stable-1",
-            "--zone=us-central2-b",
-            "--project=podq-test",
-            "--format=json"
-        ])
-    );
+    assert_eq!(before[0], tpu_vm("describe", &["--format=json"]));
     let setups = ssh_calls(&before, "setup", 0);
     assert_eq!(hosts_of(&setups), vec![0, 1, 2, 3], "{setups:?}");
     assert_eq!(
@@ -561,7 +558,6 @@ async fn a_preempted_node_is_recreated_set_up_checked_and_the_run_resumes() {
             ])
         );
     }
-    assert_eq!(hosts_of(&ssh_calls(&before, "stage", 0)), vec![0, 1, 2, 3]);
     assert!(before.contains(&strings(&[
         "storage",
         "ls",
@@ -585,9 +581,23 @@ async fn a_preempted_node_is_recreated_set_up_checked_and_the_run_resumes() {
             format!("--pgid-file /tmp/podq-trainer-{lease}.pgid"),
             "setsid nohup \"$agent\" agent".to_owned(),
             "--config-path /tmp/podq/configs --config-name exp01a".to_owned(),
+            // The config is checked in the same call, before the agent starts.
+            "sha256sum \"$dir\"/exp01a.yaml".to_owned(),
         ] {
             assert!(command.contains(&needle), "{needle:?} not in {command}");
         }
+    }
+    // The first start on each host also moved the copied config into place (the second,
+    // after the agent was installed, finds it there).
+    for host in 0..HOSTS {
+        assert!(
+            launches.iter().any(|(i, h)| *h == host
+                && before[*i]
+                    .last()
+                    .unwrap()
+                    .contains("mv -f /tmp/podq-stage-")),
+            "host {host}"
+        );
     }
     // The config is on every host, identical.
     let staged: Vec<String> = (0..HOSTS)
@@ -618,29 +628,16 @@ async fn a_preempted_node_is_recreated_set_up_checked_and_the_run_resumes() {
     // After the preemption: delete and create (a slice of 4 hosts is never started), setup
     // on every host, preflight, a new launch, in order.
     let after = cloud.calls();
-    let delete = strings(&[
-        "compute",
-        "tpus",
-        "tpu-vm",
-        "delete",
-        "stable-1",
-        "--zone=us-central2-b",
-        "--project=podq-test",
-        "--quiet",
-    ]);
-    let create = strings(&[
-        "compute",
-        "tpus",
-        "tpu-vm",
+    let delete = tpu_vm("delete", &["--quiet"]);
+    let create = tpu_vm(
         "create",
-        "stable-1",
-        "--zone=us-central2-b",
-        "--project=podq-test",
-        "--accelerator-type=v4-64",
-        "--version=tpu-ubuntu2204-base",
-        "--preemptible",
-        "--network=projects/podq-test/global/networks/default",
-    ]);
+        &[
+            "--accelerator-type=v4-64",
+            "--version=tpu-ubuntu2204-base",
+            "--preemptible",
+            "--network=projects/podq-test/global/networks/default",
+        ],
+    );
     let deleted = (mark..after.len())
         .find(|i| after[*i] == delete)
         .unwrap_or_else(|| panic!("no delete after the preemption: {:?}", &after[mark..]));
@@ -859,30 +856,17 @@ async fn a_preempted_spot_node_is_deleted_and_created_again_with_its_spec() {
     })
     .await;
     let calls = cloud.calls();
-    let delete = strings(&[
-        "compute",
-        "tpus",
-        "tpu-vm",
-        "delete",
-        "stable-1",
-        "--zone=us-central2-b",
-        "--project=podq-test",
-        "--quiet",
-    ]);
-    let create = strings(&[
-        "compute",
-        "tpus",
-        "tpu-vm",
+    let delete = tpu_vm("delete", &["--quiet"]);
+    let create = tpu_vm(
         "create",
-        "stable-1",
-        "--zone=us-central2-b",
-        "--project=podq-test",
-        "--accelerator-type=v4-64",
-        "--version=tpu-ubuntu2204-base",
-        "--spot",
-        "--network=projects/podq-test/global/networks/default",
-        "--labels=team=trm",
-    ]);
+        &[
+            "--accelerator-type=v4-64",
+            "--version=tpu-ubuntu2204-base",
+            "--spot",
+            "--network=projects/podq-test/global/networks/default",
+            "--labels=team=trm",
+        ],
+    );
     assert_eq!(
         calls.iter().filter(|c| **c == delete).count(),
         1,
@@ -1216,30 +1200,26 @@ fn full_node(state: &str, hosts: u32) -> Value {
 
 /// The create call that brings `full_node` back, exactly.
 fn full_create() -> Vec<String> {
-    strings(&[
-        "compute",
-        "tpus",
-        "tpu-vm",
+    tpu_vm(
         "create",
-        "stable-1",
-        "--zone=us-central2-b",
-        "--project=podq-test",
-        "--accelerator-type=v4-64",
-        "--version=tpu-ubuntu2204-base",
-        "--preemptible",
-        "--network=projects/podq-test/global/networks/tpu-net",
-        "--subnetwork=projects/podq-test/regions/us-central2/subnetworks/tpu-sub",
-        "--internal-ips",
-        "--service-account=trainer@podq-test.iam.gserviceaccount.com",
-        "--scopes=https://www.googleapis.com/auth/cloud-platform,\
+        &[
+            "--accelerator-type=v4-64",
+            "--version=tpu-ubuntu2204-base",
+            "--preemptible",
+            "--network=projects/podq-test/global/networks/tpu-net",
+            "--subnetwork=projects/podq-test/regions/us-central2/subnetworks/tpu-sub",
+            "--internal-ips",
+            "--service-account=trainer@podq-test.iam.gserviceaccount.com",
+            "--scopes=https://www.googleapis.com/auth/cloud-platform,\
          https://www.googleapis.com/auth/devstorage.read_write",
-        "--metadata=^;^enable-oslogin=FALSE;\
+            "--metadata=^;^enable-oslogin=FALSE;\
          startup-script=#!/bin/bash\necho booted, ok > /var/tmp/boot\n",
-        "--tags=tpu,allow-ssh",
-        "--labels=study=trm-scaling,team=trm",
-        "--data-disk=source=projects/podq-test/zones/us-central2-b/disks/sudoku-data,\
+            "--tags=tpu,allow-ssh",
+            "--labels=study=trm-scaling,team=trm",
+            "--data-disk=source=projects/podq-test/zones/us-central2-b/disks/sudoku-data,\
          mode=read-only",
-    ])
+        ],
+    )
 }
 
 fn verb(call: &[String]) -> Option<&str> {
@@ -1324,19 +1304,7 @@ async fn a_preempted_eight_host_slice_is_deleted_and_created_again_whole_never_s
         .collect();
     assert_eq!(
         actions,
-        [
-            &strings(&[
-                "compute",
-                "tpus",
-                "tpu-vm",
-                "delete",
-                "stable-1",
-                "--zone=us-central2-b",
-                "--project=podq-test",
-                "--quiet",
-            ]),
-            &full_create(),
-        ],
+        [&tpu_vm("delete", &["--quiet"]), &full_create(),],
         "one delete, then one create with every flag of the spec"
     );
     // The node that came back is the node that was lost.

@@ -36,7 +36,13 @@ fn trainer_command() -> String {
     )
 }
 
-fn jax_worker(server: &Server, pod: &str, hosts: u32, sleep_s: &str) -> common::Worker {
+fn jax_worker(
+    server: &Server,
+    pod: &str,
+    hosts: u32,
+    sleep_s: &str,
+    checkpoint_every: u32,
+) -> common::Worker {
     let command = trainer_command();
     server.worker(
         pod,
@@ -47,7 +53,7 @@ fn jax_worker(server: &Server, pod: &str, hosts: u32, sleep_s: &str) -> common::
             "--trainer-env",
             "PODQ_EXAMPLE_TOTAL_STEPS=300",
             "--trainer-env",
-            "PODQ_EXAMPLE_CHECKPOINT_EVERY=50",
+            &format!("PODQ_EXAMPLE_CHECKPOINT_EVERY={checkpoint_every}"),
             "--trainer-env",
             &format!("PODQ_EXAMPLE_STEP_SLEEP_S={sleep_s}"),
             "--trainer-env",
@@ -78,9 +84,21 @@ fn attempts(job: &Value) -> Vec<Value> {
 async fn the_jax_example_resumes_from_its_newest_committed_step_after_a_preemption() {
     let server = Server::start().await;
     let id = server.submit_one("exp01a", json!({})).await;
-    let worker = jax_worker(&server, "pod-jax", 2, "0.05");
+    // Frequent saves, so the poll below catches one being written.
+    let worker = jax_worker(&server, "pod-jax", 2, "0.05", 10);
     let kept = server.committed_at_least(&id, 100, RUN).await;
+    // Preempt while Orbax is writing the next step: the poll catches it in the act.
+    let dir = PathBuf::from(server.job(&id).await["checkpoint_dir"].as_str().unwrap());
+    let cut = eventually(Duration::from_secs(60), "a save in progress", || async {
+        std::fs::read_dir(&dir)
+            .ok()?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|name| name.contains(".orbax-checkpoint-tmp"))
+    })
+    .await;
     worker.control("preempt");
+    let cut_step: i64 = cut.split('.').next().unwrap().parse().unwrap();
     let job = server.wait_state(&id, "succeeded", RUN).await;
     let attempts = attempts(&job);
     assert!(attempts.len() >= 2, "{job}");
@@ -91,7 +109,13 @@ async fn the_jax_example_resumes_from_its_newest_committed_step_after_a_preempti
         resumed >= kept,
         "resumed at {resumed}, {kept} was committed"
     );
-    assert_eq!(resumed % 50, 0, "a committed save step: {resumed}");
+    assert_eq!(resumed % 10, 0, "a committed save step: {resumed}");
+    // The step cut mid-write was never resumed from (unless it committed after all).
+    let cut_committed = dir.join(cut_step.to_string()).is_dir();
+    assert!(
+        resumed < cut_step || cut_committed,
+        "resumed at the cut step {cut_step}"
+    );
     assert_eq!(job["last_step"], 300, "{job}");
     // Every tenth step exactly once, whatever the resumed attempt reported again.
     let steps: Vec<i64> = server
@@ -109,7 +133,7 @@ async fn the_jax_example_resumes_from_its_newest_committed_step_after_a_preempti
 async fn a_cancelled_jax_run_saves_where_it_stopped_and_exits_within_the_grace() {
     let server = Server::start().await;
     let id = server.submit_one("exp01a", json!({})).await;
-    let _worker = jax_worker(&server, "pod-jax-c", 2, "0.2");
+    let _worker = jax_worker(&server, "pod-jax-c", 2, "0.2", 50);
     eventually(RUN, "the trainer past its first checkpoint", || async {
         server.job(&id).await["last_step"]
             .as_i64()

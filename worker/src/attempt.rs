@@ -16,7 +16,7 @@ use crate::agent::new_secret;
 use crate::checkpoints::CheckpointStore;
 use crate::client::{CallError, ServerClient};
 use crate::events::TrainerEvent;
-use crate::pod::{AgentStart, HostLaunch, PodDriver};
+use crate::pod::{AgentStart, HostLaunch, PodDriver, StagedConfig};
 use crate::report::{self, Report, ReporterSettings};
 use crate::running::RunningAttempt;
 use crate::supervise::Hosts;
@@ -329,7 +329,8 @@ async fn attempt(
 }
 
 /// Prepares the hosts and starts the lease's agents: verify where to resume, clean up
-/// after earlier attempts, stage the config on every host at once, start the agents. The
+/// after earlier attempts, stage the config on every host and start the agents (one step
+/// of the driver's, so a TPU host costs one copy and one ssh). The
 /// attempt is written down once its agents run, so a restarted worker reattaches.
 async fn launch(
     ctx: &Context<'_>,
@@ -363,23 +364,11 @@ async fn launch(
     }
     let yaml = serde_yaml::to_string(&config)
         .map_err(|e| format!("cannot write the config as YAML: {e}"))?;
-    let file_sha = hex::encode(Sha256::digest(yaml.as_bytes()));
-    let file_name = format!("{}.yaml", lease.experiment);
-    let staged = futures::future::join_all(
-        (0..driver.hosts()).map(|host| driver.stage_file(host, &file_name, yaml.as_bytes())),
-    )
-    .await;
-    for (host, result) in staged.into_iter().enumerate() {
-        match result {
-            Ok(sha) if sha == file_sha => {}
-            Ok(sha) => {
-                return Err(format!(
-                    "config staged on host {host} has sha256 {sha}, expected {file_sha}: hosts would train different configs"
-                ))
-            }
-            Err(e) => return Err(format!("cannot stage the config on host {host}: {e:#}")),
-        }
-    }
+    let config = StagedConfig {
+        file_name: format!("{}.yaml", lease.experiment),
+        sha256: hex::encode(Sha256::digest(yaml.as_bytes())),
+        contents: yaml.into_bytes(),
+    };
     let coordinator = driver
         .coordinator_address()
         .await
@@ -400,12 +389,13 @@ async fn launch(
                 host,
                 lease,
                 resume_from.as_deref(),
-                &file_sha,
+                &config.sha256,
                 &coordinator,
             ),
         })
         .collect();
     let start = AgentStart {
+        config,
         lease: lease_id.to_string(),
         secret: secret.to_owned(),
         worker_url: ctx.hub.url().to_owned(),

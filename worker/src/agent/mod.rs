@@ -359,7 +359,7 @@ fn deliver(trainer: &Mutex<TrainerState>, stop: StopCommand) {
     }
 }
 
-/// Whether `lease` can be used in a file name as is.
+/// Whether `lease` can be used in a file name and a shell pattern as is.
 pub fn valid_lease(lease: &str) -> bool {
     !lease.is_empty()
         && lease.len() <= 64

@@ -433,18 +433,6 @@ impl GcloudPod {
         }
     }
 
-    async fn ssh(
-        &self,
-        host: u32,
-        command: &str,
-        timeout: Duration,
-        retry: Retry,
-    ) -> Result<Output, CallError> {
-        self.runner
-            .call(&self.ssh_args(host, command), timeout, retry)
-            .await
-    }
-
     /// Runs `command(host)` on every host at once.
     async fn ssh_all(
         &self,
@@ -527,10 +515,58 @@ impl GcloudPod {
         missing
     }
 
-    /// One ssh call per host, all at once, each starting that host's agent. Answers the
-    /// hosts whose agent binary is missing or of another version (nothing was started
-    /// there).
-    async fn start_agents_once(&self, start: &AgentStart) -> anyhow::Result<Vec<u32>> {
+    /// `tpu-vm scp LOCAL NODE:REMOTE --worker=HOST`.
+    fn scp_args(&self, local: &std::path::Path, remote: &str, host: u32) -> Vec<String> {
+        let mut args = self.args("tpu-vm", "scp", &local.display().to_string());
+        // scp's positional arguments are SRC DEST: put the destination right after.
+        args.insert(5, format!("{}:{remote}", self.remote_target()));
+        args.push(format!("--worker={host}"));
+        args.extend(self.settings.scp_flags.iter().cloned());
+        args
+    }
+
+    /// Copies `contents` to every host at once; answers where it landed (the same path on
+    /// every host).
+    async fn copy_to_hosts(&self, file_name: &str, contents: &[u8]) -> anyhow::Result<String> {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let local = std::env::temp_dir().join(format!("podq-stage-{token}-{file_name}"));
+        tokio::fs::write(&local, contents)
+            .await
+            .with_context(|| format!("cannot write {}", local.display()))?;
+        let remote_tmp = format!("/tmp/podq-stage-{token}.yaml");
+        let copies = self.all_hosts().into_iter().map(|host| {
+            let args = self.scp_args(&local, &remote_tmp, host);
+            async move {
+                (
+                    host,
+                    self.runner.call(&args, self.timing.ssh, Retry::Ssh).await,
+                )
+            }
+        });
+        let results = futures::future::join_all(copies).await;
+        let _ = tokio::fs::remove_file(&local).await;
+        let failed: Vec<String> = results
+            .into_iter()
+            .filter_map(|(host, r)| r.err().map(|e| format!("host {host}: {e}")))
+            .collect();
+        if !failed.is_empty() {
+            bail!(
+                "cannot copy {file_name} to the hosts: {}",
+                failed.join("; ")
+            );
+        }
+        Ok(remote_tmp)
+    }
+
+    /// One ssh call per host, all at once, each placing and checking the config (see
+    /// `remote::stage`) and starting that host's agent. Answers the hosts whose agent
+    /// binary is missing or of another version (nothing was started there).
+    async fn stage_and_start(
+        &self,
+        start: &AgentStart,
+        copied_to: Option<&str>,
+        datasets: &[String],
+    ) -> anyhow::Result<Vec<u32>> {
         let by_host: BTreeMap<u32, &HostLaunch> =
             start.launches.iter().map(|l| (l.host, l)).collect();
         let hosts: Vec<u32> = by_host.keys().copied().collect();
@@ -539,17 +575,26 @@ impl GcloudPod {
                 &self.runner,
                 |host| {
                     let launch = by_host[&host];
-                    remote::start_agent(&remote::AgentScript {
-                        agent_path: &self.settings.agent_path,
-                        agent_dir: &self.settings.agent_dir,
-                        version: env!("CARGO_PKG_VERSION"),
-                        worker_url: &start.worker_url,
-                        lease: &start.lease,
-                        secret: &start.secret,
-                        host,
-                        env: &launch.env,
-                        command: &launch.command,
-                    })
+                    let stage = remote::stage(&remote::StageScript {
+                        tmp: copied_to,
+                        dir: &self.settings.config_dir,
+                        name: &start.config.file_name,
+                        sha256: &start.config.sha256,
+                        code_dir: &self.settings.code_dir,
+                        datasets,
+                    });
+                    stage
+                        + &remote::start_agent(&remote::AgentScript {
+                            agent_path: &self.settings.agent_path,
+                            agent_dir: &self.settings.agent_dir,
+                            version: env!("CARGO_PKG_VERSION"),
+                            worker_url: &start.worker_url,
+                            lease: &start.lease,
+                            secret: &start.secret,
+                            host,
+                            env: &launch.env,
+                            command: &launch.command,
+                        })
                 },
                 self.timing.ssh,
                 Retry::Ssh,
@@ -587,10 +632,7 @@ impl GcloudPod {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let remote_tmp = format!("/tmp/podq-agent-{token}");
         let copies = hosts.iter().map(|&host| {
-            let mut args = self.args("tpu-vm", "scp", &binary.display().to_string());
-            args.insert(5, format!("{}:{remote_tmp}", self.remote_target()));
-            args.push(format!("--worker={host}"));
-            args.extend(self.settings.scp_flags.iter().cloned());
+            let args = self.scp_args(&binary, &remote_tmp, host);
             async move {
                 (
                     host,
@@ -843,77 +885,6 @@ impl PodDriver for GcloudPod {
         PathBuf::from(&self.settings.config_dir)
     }
 
-    async fn stage_file(
-        &self,
-        host: u32,
-        file_name: &str,
-        contents: &[u8],
-    ) -> anyhow::Result<String> {
-        if file_name.is_empty() || file_name.contains('/') || file_name.starts_with('.') {
-            bail!("`{file_name}` is not a plain file name");
-        }
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        let local = std::env::temp_dir().join(format!("podq-stage-{token}-{file_name}"));
-        tokio::fs::write(&local, contents)
-            .await
-            .with_context(|| format!("cannot write {}", local.display()))?;
-        let remote_tmp = format!("/tmp/podq-stage-{token}.yaml");
-        let mut args = self.args("tpu-vm", "scp", &local.display().to_string());
-        // scp's positional arguments are SRC DEST: put the destination right after.
-        args.insert(5, format!("{}:{remote_tmp}", self.remote_target()));
-        args.push(format!("--worker={host}"));
-        args.extend(self.settings.scp_flags.iter().cloned());
-        let copied = self.runner.call(&args, self.timing.ssh, Retry::Ssh).await;
-        let _ = tokio::fs::remove_file(&local).await;
-        copied.with_context(|| format!("cannot copy {file_name} to host {host}"))?;
-
-        let datasets = if self.settings.check_config_datasets {
-            config_datasets(contents)
-        } else {
-            Vec::new()
-        };
-        let local_datasets: Vec<String> = datasets
-            .iter()
-            .filter(|p| !p.starts_with("gs://"))
-            .cloned()
-            .collect();
-        let script = remote::stage(
-            &remote_tmp,
-            &self.settings.config_dir,
-            file_name,
-            &self.settings.code_dir,
-            &local_datasets,
-        );
-        let output = self
-            .ssh(host, &script, self.timing.ssh, Retry::Ssh)
-            .await
-            .with_context(|| format!("cannot place {file_name} on host {host}"))?;
-        let missing: Vec<String> = remote::failures(&output.stdout)
-            .into_iter()
-            .map(|(_, message)| message)
-            .collect();
-        if !missing.is_empty() {
-            bail!("the config's dataset is missing: {}", missing.join("; "));
-        }
-        if host == 0 {
-            let missing = self.missing_gcs_paths(&datasets).await;
-            if !missing.is_empty() {
-                let text: Vec<String> = missing
-                    .into_iter()
-                    .map(|(path, e)| format!("{path} ({e})"))
-                    .collect();
-                bail!("the config's dataset cannot be listed: {}", text.join("; "));
-            }
-        }
-        output
-            .stdout
-            .lines()
-            .filter_map(|line| line.split_whitespace().next())
-            .find(|word| word.len() == 64 && word.bytes().all(|b| b.is_ascii_hexdigit()))
-            .map(str::to_owned)
-            .with_context(|| format!("host {host} printed no sha256 for {file_name}"))
-    }
-
     async fn clean_hosts(&self) -> anyhow::Result<Vec<String>> {
         let script = remote::clean();
         let results = self.ssh_every_host(&script).await;
@@ -957,10 +928,40 @@ impl PodDriver for GcloudPod {
                 start.lease
             );
         }
-        let mut outdated = self.start_agents_once(start).await?;
+        let config = &start.config;
+        let file_name = &config.file_name;
+        if file_name.is_empty() || file_name.contains('/') || file_name.starts_with('.') {
+            bail!("`{file_name}` is not a plain file name");
+        }
+        let datasets = if self.settings.check_config_datasets {
+            config_datasets(&config.contents)
+        } else {
+            Vec::new()
+        };
+        // The copies and the listing of gs:// datasets, all at once.
+        let (copied, missing) = tokio::join!(
+            self.copy_to_hosts(file_name, &config.contents),
+            self.missing_gcs_paths(&datasets)
+        );
+        let remote_tmp = copied?;
+        if !missing.is_empty() {
+            let text: Vec<String> = missing
+                .into_iter()
+                .map(|(path, e)| format!("{path} ({e})"))
+                .collect();
+            bail!("the config's dataset cannot be listed: {}", text.join("; "));
+        }
+        let local_datasets: Vec<String> = datasets
+            .into_iter()
+            .filter(|p| !p.starts_with("gs://"))
+            .collect();
+        // One ssh per host, all at once: place and check the config, start the agent.
+        let mut outdated = self
+            .stage_and_start(start, Some(&remote_tmp), &local_datasets)
+            .await?;
         if !outdated.is_empty() {
             self.install_agent(&outdated).await?;
-            outdated = self.start_agents_once(start).await?;
+            outdated = self.stage_and_start(start, None, &local_datasets).await?;
             if !outdated.is_empty() {
                 bail!(
                     "the agent on host(s) {outdated:?} is still not podq {} after installing it",

@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use async_trait::async_trait;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -117,6 +117,23 @@ impl LocalPod {
         killed
     }
 
+    /// Writes the config into one host's config dir and answers the sha256 of what the
+    /// host then holds.
+    async fn stage_file(
+        &self,
+        host: u32,
+        file_name: &str,
+        contents: &[u8],
+    ) -> anyhow::Result<String> {
+        let dir = self.config_dir(host);
+        tokio::fs::create_dir_all(&dir).await?;
+        let path = dir.join(file_name);
+        let partial = dir.join(format!(".{file_name}.partial"));
+        tokio::fs::write(&partial, contents).await?;
+        tokio::fs::rename(&partial, &path).await?;
+        Ok(sha256_hex(&tokio::fs::read(&path).await?))
+    }
+
     /// Acts on the control files present now.
     fn apply_controls(&self) {
         if self.take_control("preempt") {
@@ -214,21 +231,6 @@ impl PodDriver for LocalPod {
         self.host_dir(host).join("podq/configs")
     }
 
-    async fn stage_file(
-        &self,
-        host: u32,
-        file_name: &str,
-        contents: &[u8],
-    ) -> anyhow::Result<String> {
-        let dir = self.config_dir(host);
-        tokio::fs::create_dir_all(&dir).await?;
-        let path = dir.join(file_name);
-        let partial = dir.join(format!(".{file_name}.partial"));
-        tokio::fs::write(&partial, contents).await?;
-        tokio::fs::rename(&partial, &path).await?;
-        Ok(sha256_hex(&tokio::fs::read(&path).await?))
-    }
-
     async fn clean_hosts(&self) -> anyhow::Result<Vec<String>> {
         let mut cleaned = Vec::new();
         for host in 0..self.hosts {
@@ -262,6 +264,19 @@ impl PodDriver for LocalPod {
     }
 
     async fn start_agents(&self, start: &AgentStart) -> anyhow::Result<()> {
+        let config = &start.config;
+        for host in 0..self.hosts {
+            let sha = self
+                .stage_file(host, &config.file_name, &config.contents)
+                .await
+                .with_context(|| format!("cannot stage the config on host {host}"))?;
+            if sha != config.sha256 {
+                bail!(
+                    "config staged on host {host} has sha256 {sha}, expected {}: hosts would train different configs",
+                    config.sha256
+                );
+            }
+        }
         let fail = std::mem::take(&mut self.lock().fail_next_launch);
         for launch in &start.launches {
             let dir = self.host_dir(launch.host);

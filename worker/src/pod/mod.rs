@@ -67,9 +67,19 @@ pub struct HostLaunch {
     pub env: BTreeMap<String, String>,
 }
 
-/// What every host's agent needs to start the lease's trainer and report to the worker.
+/// The resolved config every host trains, as written to `config_dir(host)/file_name`.
+#[derive(Debug, Clone)]
+pub struct StagedConfig {
+    pub file_name: String,
+    pub contents: Vec<u8>,
+    pub sha256: String,
+}
+
+/// What every host needs to start the lease's trainer and report to the worker.
 #[derive(Debug, Clone)]
 pub struct AgentStart {
+    /// Written to every host and checked there before anything starts.
+    pub config: StagedConfig,
     pub lease: String,
     /// The lease's secret: agents present it on every call to the worker.
     pub secret: String,
@@ -99,15 +109,6 @@ pub trait PodDriver: Send + Sync {
     /// Where the resolved config is written on each host.
     fn config_dir(&self, host: u32) -> PathBuf;
 
-    /// Writes `contents` to `config_dir(host)/file_name` on one host and answers the sha256
-    /// of what the host then holds.
-    async fn stage_file(
-        &self,
-        host: u32,
-        file_name: &str,
-        contents: &[u8],
-    ) -> anyhow::Result<String>;
-
     /// Stops leftovers of earlier attempts on every host (trainer processes, the libtpu lock
     /// file) so a launch cannot fail on them.
     async fn clean_hosts(&self) -> anyhow::Result<Vec<String>>;
@@ -115,9 +116,11 @@ pub trait PodDriver: Send + Sync {
     /// The address the JAX coordinator (host 0) listens on.
     async fn coordinator_address(&self) -> anyhow::Result<String>;
 
-    /// Starts `podq agent` for the lease on every host, detached from the call that starts
-    /// it; the agent starts the trainer. Starting a lease's agents again is harmless: an
-    /// agent that finds its lease already owned on the host leaves at once.
+    /// Writes the config on every host and checks its sha256 there (a host that holds
+    /// other bytes fails the launch: hosts would train different configs), then starts
+    /// `podq agent` for the lease on every host, detached from the call that starts it;
+    /// the agent starts the trainer. Starting a lease's agents again is harmless: an agent
+    /// that finds its lease already owned on the host leaves at once.
     async fn start_agents(&self, start: &AgentStart) -> anyhow::Result<()>;
 
     /// Brings a pod that lost its capacity back to READY, saying what it waits for.

@@ -54,14 +54,8 @@ pub fn pgid_file(lease: &str) -> String {
     format!("{PGID_DIR}/{PGID_PREFIX}{lease}{PGID_SUFFIX}")
 }
 
-/// Whether `lease` can be put in a file name and a pattern as is.
-pub fn valid_lease(lease: &str) -> bool {
-    !lease.is_empty()
-        && lease.len() <= 64
-        && lease
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
+/// Whether `lease` can be put in a file name and a pattern as is (the agent's rule).
+pub use crate::agent::valid_lease;
 
 fn valid_env_name(name: &str) -> bool {
     let mut bytes = name.bytes();
@@ -279,29 +273,51 @@ pub fn preflight(p: &PreflightScript) -> String {
     script
 }
 
-/// Moves a config copied to `tmp` into `dir/name`, prints its sha256, and checks the
-/// dataset paths the config names (relative ones from `code_dir`).
-pub fn stage(tmp: &str, dir: &str, name: &str, code_dir: &str, datasets: &[String]) -> String {
-    let dir = path_word(dir, None);
-    let code = path_word(code_dir, None);
+/// Where the config copied to a host goes, and what it must hold.
+pub struct StageScript<'a> {
+    /// Where the copy landed (`None`: it is already in place, from an earlier run).
+    pub tmp: Option<&'a str>,
+    pub dir: &'a str,
+    pub name: &'a str,
+    pub sha256: &'a str,
+    pub code_dir: &'a str,
+    /// Dataset paths the config names (relative ones from `code_dir`).
+    pub datasets: &'a [String],
+}
+
+/// Moves the copied config into `dir/name` (when the copy is still there: a run of this
+/// script that gcloud repeats finds it moved already), checks it holds `sha256` and that
+/// the datasets exist, and stops there with `podq-fail` lines if not: nothing is started
+/// on a host whose config differs, since hosts would train different configs.
+pub fn stage(s: &StageScript) -> String {
+    let dir = path_word(s.dir, None);
+    let code = path_word(s.code_dir, None);
+    let name = quote(s.name);
     let mut script = format!(
-        "set -e\n\
-         dir={dir}\n\
+        "dir={dir}\n\
          code={code}\n\
-         mkdir -p \"$dir\"\n\
-         mv -f {tmp} \"$dir\"/{name}\n\
-         sha256sum \"$dir\"/{name}\n",
-        tmp = quote(tmp),
-        name = quote(name),
+         mkdir -p \"$dir\"\n"
     );
-    for path in datasets {
+    if let Some(tmp) = s.tmp {
+        let tmp = quote(tmp);
+        script.push_str(&format!(
+            "if [ -f {tmp} ]; then mv -f {tmp} \"$dir\"/{name}; fi\n"
+        ));
+    }
+    script.push_str(&format!(
+        "have=$(sha256sum \"$dir\"/{name} 2>/dev/null | cut -d' ' -f1)\n\
+         if [ \"$have\" != {sha} ]; then echo \"podq-fail config_sha256 $dir/{name} has sha256 ${{have:-(missing)}}, expected {sha}: hosts would train different configs\"; exit 0; fi\n\
+         missing=\n",
+        sha = s.sha256,
+    ));
+    for path in s.datasets {
         let word = path_word(path, Some("\"$code\""));
         script.push_str(&format!(
-            "[ -e {word} ] || printf 'podq-fail dataset %s does not exist\\n' {}\n",
+            "[ -e {word} ] || {{ printf 'podq-fail dataset %s does not exist\\n' {}; missing=1; }}\n",
             quote(path)
         ));
     }
-    script.push_str("true");
+    script.push_str("[ -z \"$missing\" ] || exit 0\n");
     script
 }
 
@@ -412,13 +428,14 @@ mod tests {
                 python_check: "python3 -c 'print(1)'",
                 dataset_paths: &["data/x".into(), "/abs".into()],
             }),
-            stage(
-                "/tmp/podq-stage-1.yaml",
-                "/tmp/podq/configs",
-                "e.yaml",
-                "~/t",
-                &[],
-            ),
+            stage(&StageScript {
+                tmp: Some("/tmp/podq-stage-1.yaml"),
+                dir: "/tmp/podq/configs",
+                name: "e.yaml",
+                sha256: "ab12",
+                code_dir: "~/t",
+                datasets: &["data/x".into()],
+            }),
             setup(1, 2, "echo set up"),
         ] {
             let status = Command::new("sh")
