@@ -681,3 +681,78 @@ async fn the_plan_says_what_fits_before_the_deadline() {
     let total = plan["total_hours"].as_f64().unwrap();
     assert!(total > 2000.0 && total < 2200.0, "{total}");
 }
+
+/// A raw HTTP/1.1 exchange: what a slow or odd client sends, and the status and body it
+/// gets, within `within`.
+fn raw_exchange(server: &Server, request: &str, within: Duration) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let address = server.url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(within)).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                answer.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&answer);
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let length = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if body.len() >= length {
+                        break;
+                    }
+                }
+            }
+            Err(e) => panic!("no answer within {within:?}: {e}"),
+        }
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_body_that_never_comes_is_answered_408_and_changes_nothing() {
+    let server = Server::start().await;
+    let before = server.jobs().await.len();
+    for path in ["/api/v1/jobs", "/api/v1/experiments/validate"] {
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: podq\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{{"
+        );
+        let (status, body) = raw_exchange(&server, &request, Duration::from_secs(30));
+        assert_eq!(status, 408, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "request_timeout", "{body}");
+    }
+    assert_eq!(server.jobs().await.len(), before);
+}
+
+#[tokio::test]
+async fn every_error_is_json_even_from_the_http_layers() {
+    let server = Server::start().await;
+    // A method a path does not take.
+    let (status, body) = raw_exchange(
+        &server,
+        "DELETE /api/v1/status HTTP/1.1\r\nHost: podq\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(10),
+    );
+    assert_eq!(status, 405);
+    assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
+    // A path segment that is not UTF-8.
+    let (status, body) = raw_exchange(
+        &server,
+        "GET /api/v1/experiments/%FF HTTP/1.1\r\nHost: podq\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(10),
+    );
+    assert_eq!(status, 400);
+    assert!(body["error"]["message"].is_string(), "{body}");
+}

@@ -228,6 +228,52 @@ async fn concurrent_lease_requests_never_share_a_job() {
     );
 }
 
+/// Overlapping lease calls for one pod each end that pod's old leases when they start;
+/// only one of them may then claim a job.
+#[tokio::test]
+async fn a_pod_holds_at_most_one_live_lease_whatever_calls_overlap() {
+    let server = Server::start().await;
+    server.post("/jobs", json!({"all": true})).await;
+    let url = server.api("/pods/same/lease");
+    let calls = (0..4).map(|_| {
+        let client = server.client.clone();
+        let url = url.clone();
+        tokio::spawn(async move {
+            client
+                .post(&url)
+                .json(&json!({"accelerator": "v4-64", "hosts": 8, "state": "READY", "health": "HEALTHY", "wait_s": 0}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    });
+    let statuses: Vec<u16> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 204),
+        "{statuses:?}"
+    );
+    let leased: Vec<Value> = server
+        .jobs()
+        .await
+        .into_iter()
+        // Linked jobs (`same_as`) only mirror the state of the job they share a run with.
+        .filter(|j| j["same_as"].is_null())
+        .filter(|j| j["state"] == "leased" || j["state"] == "running")
+        .collect();
+    assert_eq!(
+        leased.len(),
+        1,
+        "pod `same` holds {} live leases",
+        leased.len()
+    );
+}
+
 #[tokio::test]
 async fn two_workers_never_run_the_same_job() {
     let server = Server::start().await;

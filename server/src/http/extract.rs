@@ -46,6 +46,16 @@ pub async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes,
                     super::MAX_BODY_BYTES
                 ),
             )
+        } else if e.body_text().contains("timeout") {
+            // The client announced a body and did not send it in time.
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "the request body did not arrive within {} s",
+                    super::BODY_TIMEOUT.as_secs()
+                ),
+            )
         } else {
             ApiError::bad_request(
                 "unreadable_body",

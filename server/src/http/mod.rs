@@ -6,6 +6,7 @@ pub mod error;
 mod experiments;
 mod extract;
 mod jobs;
+mod json_errors;
 mod openapi;
 mod plan;
 mod schedules;
@@ -24,6 +25,8 @@ use crate::AppState;
 
 /// Largest JSON body accepted (a metrics batch of a few thousand points fits).
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// How long a request's body may take to arrive once its headers have.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn router(state: AppState) -> Router {
     let admin = Router::new()
@@ -53,6 +56,11 @@ pub fn router(state: AppState) -> Router {
         .merge(dashboard::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // A client that announces a body and does not send it must not hold a task open.
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            BODY_TIMEOUT,
+        ))
+        .layer(axum::middleware::from_fn(json_errors::json_errors))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

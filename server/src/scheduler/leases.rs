@@ -289,6 +289,8 @@ async fn try_lease(
                      WHERE id = (SELECT id FROM jobs WHERE state = 'queued' AND same_as IS NULL \
                        AND accelerator = ? AND (not_before IS NULL OR not_before <= ?) \
                        ORDER BY priority DESC, seq LIMIT 1) \
+                     AND NOT EXISTS (SELECT 1 FROM jobs WHERE lease_pod = ? \
+                       AND state IN ('leased', 'running')) \
                      RETURNING id, attempts, experiment, group_name, config_json, config_sha256, \
                        checkpoint_dir, resume_from, resume_step",
                 )
@@ -297,6 +299,9 @@ async fn try_lease(
                 .bind(now)
                 .bind(&accelerator)
                 .bind(now)
+                // A pod holds at most one live lease: overlapping lease calls for one pod
+                // each end its old leases first, then only one of them may claim.
+                .bind(&pod_name)
                 .fetch_optional(&mut *conn)
                 .await?;
                 let Some((job_id, attempt, experiment, group, config_json, sha, dir, resume_from, resume_step)) =
