@@ -207,3 +207,45 @@ async fn lines_printed_while_the_worker_is_away_arrive_once_when_it_is_back() {
     );
     assert_no_gap(&server.metric_steps(&id, "train/lm_loss").await);
 }
+
+#[tokio::test]
+async fn a_restarted_worker_whose_agents_are_gone_gives_the_attempt_up_as_lost() {
+    use nix::sys::signal::{kill, killpg, Signal};
+    use nix::unistd::Pid;
+    let server = Server::start().await;
+    let id = server.submit_one("exp01a", json!({})).await;
+    let args = ["--trainer-env", "PODQ_SIM_RUN_SECS=20"];
+    let mut worker = server.worker("pod-g", 2, &args);
+    server.committed_at_least(&id, 800, RUN).await;
+    // The worker dies, and the hosts with their agents and trainers, as if rebooted.
+    worker.process.kill();
+    let _ = worker.process.child.wait();
+    for host in 0..2 {
+        let dir = worker.host_dir(host);
+        if let Some(pid) = std::fs::read_to_string(dir.join("tmp/podq-agent.pid"))
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok())
+        {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    for pgid in trainer_pgids(&worker, 2).into_iter().flatten() {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+    let _restarted = server.worker("pod-g", 2, &args);
+    // No agent calls the reattached worker: the attempt ends as lost (no failure charged)
+    // and the job runs again from its last checkpoint.
+    let job = server.wait_state(&id, "succeeded", RUN).await;
+    let attempts = job["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{job}");
+    assert_eq!(attempts[0]["outcome"], "lost", "{job}");
+    assert!(
+        attempts[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no agent called"),
+        "{job}"
+    );
+    assert_eq!(job["failures"], 0);
+    drop(worker);
+}

@@ -72,7 +72,13 @@ enum Stop {
     LeaseLost,
     Shutdown,
     SilentRestart(String),
+    /// After a worker restart, no agent of the attempt ever called: the worker died
+    /// before they started, or the hosts went away with them.
+    AgentsGone(String),
 }
+
+/// How long a reattached worker waits for the first call of the attempt's agents.
+const REATTACH_GRACE: Duration = Duration::from_secs(30);
 
 /// Runs a newly leased attempt to its end.
 pub async fn run(ctx: &Context<'_>, lease: Lease) {
@@ -159,6 +165,7 @@ async fn attempt(
         }
     };
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    let reattached = matches!(begin, Begin::Reattach(_));
     let (mut hosts, resume_step) = match begin {
         Begin::Reattach(saved) => (
             Hosts::attach(
@@ -249,6 +256,15 @@ async fn attempt(
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot read the pod's state"),
                 }
+                if reattached
+                    && last_progress.elapsed() >= REATTACH_GRACE
+                    && !hosts.any_contacted()
+                {
+                    break Stop::AgentsGone(format!(
+                        "no agent called within {}s of the worker's restart",
+                        REATTACH_GRACE.as_secs()
+                    ));
+                }
                 if last_progress.elapsed() >= settings.hang_timeout {
                     break Stop::Hung(format!(
                         "no step progress for {}s (last step {})",
@@ -305,6 +321,8 @@ async fn attempt(
             format!("{what} on a healthy pod; stopped the others"),
         ),
         Stop::Preempted(what) => (AttemptOutcome::Preempted, what),
+        // Like a lost lease: the attempt's fate is unknown, so no failure is charged.
+        Stop::AgentsGone(what) => (AttemptOutcome::Lost, what),
         Stop::Hung(what) => (
             AttemptOutcome::Hung,
             format!("{what}; stopped every host: {}", stopped.describe()),

@@ -160,6 +160,11 @@ impl Hosts {
         Some(exit)
     }
 
+    /// Whether any host's agent has called the worker for this attempt.
+    pub fn any_contacted(&self) -> bool {
+        self.hub.contacted(&self.lease).into_iter().any(|c| c)
+    }
+
     pub fn alive(&self) -> Vec<bool> {
         self.exits.iter().map(Option::is_none).collect()
     }
