@@ -191,10 +191,15 @@ pub async fn lease(
     }
     loop {
         let notified = state.leases.queue_changed.notified();
-        if ready {
+        // A read first: waiting pods that find nothing leasable take no write turn, so an
+        // idle server with waiting workers does not write (but for a pod's last-seen time,
+        // at most every POD_RECORD_INTERVAL).
+        if ready && any_leasable(state, &req.pod.accelerator).await? {
             if let Some(lease) = try_lease(state, pod, &req).await? {
                 return Ok(Some(lease));
             }
+        } else if ready && state.leases.pod_needs_record(pod, &req.pod) {
+            record_pod(state, pod, &req).await?;
         }
         let now = tokio::time::Instant::now();
         if now >= deadline {
@@ -207,6 +212,20 @@ pub async fn lease(
             _ = tokio::time::sleep(nap) => {}
         }
     }
+}
+
+/// Whether a job is leasable now for `accelerator` (the claim's own condition, read-only).
+async fn any_leasable(state: &AppState, accelerator: &str) -> Result<bool, ApiError> {
+    let found: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM jobs WHERE state = 'queued' AND same_as IS NULL AND accelerator = ? \
+         AND (not_before IS NULL OR not_before <= ?) LIMIT 1",
+    )
+    .bind(accelerator)
+    .bind(now_ms())
+    .fetch_optional(state.store.reader())
+    .await
+    .map_err(StoreError::from)?;
+    Ok(found.is_some())
 }
 
 async fn record_pod(state: &AppState, pod: &str, req: &LeaseRequest) -> Result<(), ApiError> {
