@@ -4,6 +4,7 @@
 
 pub mod gcloud;
 pub mod local;
+pub mod state;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,40 +15,10 @@ use podq_api::Preflight;
 /// What the driver sees of the pod right now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodStatus {
-    /// `READY`, `PREEMPTED`, `TERMINATED`, ... (Cloud TPU node states).
+    /// `READY`, `PREEMPTED`, `TERMINATED`, ... (Cloud TPU node states; see `state`).
     pub state: String,
     /// `HEALTHY`, `UNHEALTHY_MAINTENANCE`, ...
     pub health: String,
-}
-
-impl PodStatus {
-    pub fn is_ready(&self) -> bool {
-        self.state == "READY" && self.health == "HEALTHY"
-    }
-
-    /// The pod lost its capacity: every host is gone together. Besides the states that say
-    /// so outright, a node being deleted, repaired, restarted or re-imaged, or one that no
-    /// longer exists, has no trainer left on it either.
-    pub fn is_preempted(&self) -> bool {
-        matches!(
-            self.state.as_str(),
-            "PREEMPTED"
-                | "TERMINATED"
-                | "STOPPED"
-                | "STOPPING"
-                | "DELETING"
-                | "REPAIRING"
-                | "RESTARTING"
-                | "REIMAGING"
-                | "HIDING"
-                | "HIDDEN"
-                | "UNHIDING"
-                | "CREATING"
-                | "STARTING"
-                | "UNKNOWN"
-                | "NOT_FOUND"
-        ) || self.health == "UNHEALTHY_MAINTENANCE"
-    }
 }
 
 /// A signal a stop delivers to the trainers on the hosts.

@@ -88,76 +88,9 @@ impl Node {
     }
 }
 
-/// What a node `state` means for the worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateClass {
-    /// `READY`: usable once healthy.
-    Ready,
-    /// On its way somewhere by itself: wait and look again.
-    Changing,
-    /// The capacity is gone; only the worker's recovery brings it back.
-    Lost,
-    /// A value this worker does not know: not ready, and nothing is done to the node.
-    Unknown,
-}
-
-/// Every node state of the TPU v2 API, and what it means.
-pub fn classify_state(state: &str) -> StateClass {
-    match state {
-        "READY" => StateClass::Ready,
-        // Transitions the service completes by itself.
-        "CREATING" | "STARTING" | "RESTARTING" | "REIMAGING" | "REPAIRING" | "STOPPING"
-        | "DELETING" | "HIDING" | "UNHIDING" | "HIDDEN" => StateClass::Changing,
-        // No value yet: look again rather than delete a node on a glitch.
-        "STATE_UNSPECIFIED" => StateClass::Changing,
-        // Preempted, stopped, at end of life or maintenance, a failed repair (`UNKNOWN`), or
-        // no node at all.
-        "PREEMPTED" | "TERMINATED" | "STOPPED" | "UNKNOWN" | "NOT_FOUND" => StateClass::Lost,
-        _ => StateClass::Unknown,
-    }
-}
-
-/// What a node `health` means for the worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HealthClass {
-    Healthy,
-    /// `TIMEOUT`, `UNHEALTHY_TENSORFLOW`, `HEALTH_UNSPECIFIED`: not fit to start a job on.
-    Unhealthy,
-    /// `UNHEALTHY_MAINTENANCE`: the node is being maintained and its hosts will go away.
-    Maintenance,
-    Unknown,
-}
-
-pub fn classify_health(health: &str) -> HealthClass {
-    match health {
-        "HEALTHY" => HealthClass::Healthy,
-        "TIMEOUT" | "UNHEALTHY_TENSORFLOW" | "HEALTH_UNSPECIFIED" => HealthClass::Unhealthy,
-        "UNHEALTHY_MAINTENANCE" => HealthClass::Maintenance,
-        _ => HealthClass::Unknown,
-    }
-}
-
-/// A human account of a state, for recovery progress and preflight messages.
-pub fn describe_state(state: &str) -> &'static str {
-    match state {
-        "READY" => "ready",
-        "CREATING" => "being created",
-        "STARTING" => "starting",
-        "RESTARTING" => "restarting",
-        "REIMAGING" => "being re-imaged",
-        "REPAIRING" => "being repaired",
-        "STOPPING" => "stopping",
-        "DELETING" => "being deleted",
-        "HIDING" | "HIDDEN" | "UNHIDING" => "hidden by the service",
-        "STATE_UNSPECIFIED" => "in no state yet",
-        "PREEMPTED" => "preempted",
-        "TERMINATED" => "terminated (maintenance or end of life)",
-        "STOPPED" => "stopped",
-        "UNKNOWN" => "broken (a repair failed)",
-        "NOT_FOUND" => "gone (no such node)",
-        _ => "in a state podq does not know",
-    }
-}
+pub use crate::pod::state::{
+    classify_health, classify_state, describe_state, HealthClass, StateClass,
+};
 
 /// The fields of a queued resource the worker reads.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]

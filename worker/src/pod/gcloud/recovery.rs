@@ -170,7 +170,7 @@ impl GcloudPod {
             .to_owned();
         match classify_state(&state) {
             StateClass::Ready => self.health_step(&health),
-            StateClass::Changing | StateClass::Unknown => {
+            StateClass::Changing | StateClass::Unsettled | StateClass::Unknown => {
                 episode.disturbed = true;
                 Step::Wait(format!(
                     "waiting for node {}: {state} ({})",
@@ -598,7 +598,7 @@ impl GcloudPod {
                             ))
                         }
                     }
-                    StateClass::Changing | StateClass::Unknown => {
+                    StateClass::Changing | StateClass::Unsettled | StateClass::Unknown => {
                         episode.disturbed = true;
                         Step::Wait(format!(
                             "waiting for node {}: {node_state} ({})",

@@ -1,0 +1,140 @@
+//! What a pod's state and health mean, for every driver: the Cloud TPU API's values
+//! (the local driver reports the same words), classified once.
+
+use super::PodStatus;
+
+/// What a node `state` means for the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateClass {
+    /// `READY`: usable once healthy.
+    Ready,
+    /// On its way somewhere by itself: wait and look again. Its hosts are not running.
+    Changing,
+    /// `STATE_UNSPECIFIED`, no value yet: look again rather than act on a glitch, and do
+    /// not end a running attempt over it.
+    Unsettled,
+    /// The capacity is gone; only the worker's recovery brings it back.
+    Lost,
+    /// A value this worker does not know: not ready, and nothing is done to the node.
+    Unknown,
+}
+
+/// Every node state of the TPU v2 API, and what it means.
+pub fn classify_state(state: &str) -> StateClass {
+    match state {
+        "READY" => StateClass::Ready,
+        // Transitions the service completes by itself.
+        "CREATING" | "STARTING" | "RESTARTING" | "REIMAGING" | "REPAIRING" | "STOPPING"
+        | "DELETING" | "HIDING" | "UNHIDING" | "HIDDEN" => StateClass::Changing,
+        "STATE_UNSPECIFIED" => StateClass::Unsettled,
+        // Preempted, stopped, at end of life or maintenance, a failed repair (`UNKNOWN`), or
+        // no node at all.
+        "PREEMPTED" | "TERMINATED" | "STOPPED" | "UNKNOWN" | "NOT_FOUND" => StateClass::Lost,
+        _ => StateClass::Unknown,
+    }
+}
+
+/// What a node `health` means for the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthClass {
+    Healthy,
+    /// `TIMEOUT`, `UNHEALTHY_TENSORFLOW`, `HEALTH_UNSPECIFIED`: not fit to start a job on.
+    Unhealthy,
+    /// `UNHEALTHY_MAINTENANCE`: the node is being maintained and its hosts will go away.
+    Maintenance,
+    Unknown,
+}
+
+pub fn classify_health(health: &str) -> HealthClass {
+    match health {
+        "HEALTHY" => HealthClass::Healthy,
+        "TIMEOUT" | "UNHEALTHY_TENSORFLOW" | "HEALTH_UNSPECIFIED" => HealthClass::Unhealthy,
+        "UNHEALTHY_MAINTENANCE" => HealthClass::Maintenance,
+        _ => HealthClass::Unknown,
+    }
+}
+
+/// A human account of a state, for recovery progress and preflight messages.
+pub fn describe_state(state: &str) -> &'static str {
+    match state {
+        "READY" => "ready",
+        "CREATING" => "being created",
+        "STARTING" => "starting",
+        "RESTARTING" => "restarting",
+        "REIMAGING" => "being re-imaged",
+        "REPAIRING" => "being repaired",
+        "STOPPING" => "stopping",
+        "DELETING" => "being deleted",
+        "HIDING" | "HIDDEN" | "UNHIDING" => "hidden by the service",
+        "STATE_UNSPECIFIED" => "in no state yet",
+        "PREEMPTED" => "preempted",
+        "TERMINATED" => "terminated (maintenance or end of life)",
+        "STOPPED" => "stopped",
+        "UNKNOWN" => "broken (a repair failed)",
+        "NOT_FOUND" => "gone (no such node)",
+        _ => "in a state podq does not know",
+    }
+}
+
+impl PodStatus {
+    pub fn is_ready(&self) -> bool {
+        classify_state(&self.state) == StateClass::Ready
+            && classify_health(&self.health) == HealthClass::Healthy
+    }
+
+    /// The pod lost its capacity: every host is gone together. Besides the states that say
+    /// so outright, a node being deleted, repaired, restarted or re-imaged has no trainer
+    /// left on it either, nor one whose maintenance has begun.
+    pub fn is_preempted(&self) -> bool {
+        matches!(
+            classify_state(&self.state),
+            StateClass::Lost | StateClass::Changing
+        ) || classify_health(&self.health) == HealthClass::Maintenance
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(state: &str, health: &str) -> PodStatus {
+        PodStatus {
+            state: state.into(),
+            health: health.into(),
+        }
+    }
+
+    #[test]
+    fn every_api_state_has_one_meaning() {
+        // TPU_FACTS: the v2 API's node states.
+        for state in [
+            "STATE_UNSPECIFIED",
+            "CREATING",
+            "READY",
+            "RESTARTING",
+            "REIMAGING",
+            "DELETING",
+            "REPAIRING",
+            "STOPPED",
+            "STOPPING",
+            "STARTING",
+            "PREEMPTED",
+            "TERMINATED",
+            "HIDING",
+            "HIDDEN",
+            "UNHIDING",
+            "UNKNOWN",
+        ] {
+            assert_ne!(classify_state(state), StateClass::Unknown, "{state}");
+        }
+        assert!(status("READY", "HEALTHY").is_ready());
+        assert!(!status("READY", "TIMEOUT").is_ready());
+        assert!(status("PREEMPTED", "HEALTHY").is_preempted());
+        assert!(status("READY", "UNHEALTHY_MAINTENANCE").is_preempted());
+        assert!(status("DELETING", "").is_preempted());
+        // A glitch is neither: not ready to lease, and no reason to end a run.
+        let unspecified = status("STATE_UNSPECIFIED", "HEALTHY");
+        assert!(!unspecified.is_ready() && !unspecified.is_preempted());
+        assert!(!status("SOMETHING_NEW", "HEALTHY").is_preempted());
+    }
+}
