@@ -112,6 +112,11 @@ impl LocalPod {
         let killed = std::fs::read_to_string(&path)
             .ok()
             .and_then(|t| t.trim().parse::<i32>().ok())
+            // The pid may have been reused since that agent ended: only an agent is hit.
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == b"agent"))
+            })
             .is_some_and(|pid| nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok());
         let _ = std::fs::remove_file(path);
         killed
