@@ -1716,11 +1716,15 @@ async fn a_single_host_node_is_started_and_a_slice_is_recreated() {
 async fn a_launch_whose_every_ssh_is_run_twice_still_runs_one_trainer_per_host() {
     let cloud = FakeCloud::new(json!({"node": node("READY", json!({"preemptible": true}))}));
     let server = Server::start().await;
-    // Install the agent binary first (a first launch installs it and starts again).
-    let id = server.submit_one("exp01a", json!({})).await;
+    // The hosts already have this podq, so the first ssh of the launch starts the agent
+    // (rather than finding it missing); its connection then drops and gcloud runs it again.
     for host in 0..HOSTS {
+        let bin = cloud.host(host).join("home/.podq/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy(PODQ, bin.join("podq")).unwrap();
         cloud.control(&format!("ssh-drop-{host}"), "0.3 agent --worker-url");
     }
+    let id = server.submit_one("exp01a", json!({})).await;
     let config = cloud.worker_config(&server.url, json!({}), json!({}));
     let (_worker, log) = cloud.worker(&config);
     wait_job(&server, &id, "running", &log).await;
@@ -1758,6 +1762,11 @@ async fn a_launch_whose_every_ssh_is_run_twice_still_runs_one_trainer_per_host()
                 .join(format!("home/.podq/agent/{lease}.agent.log")),
         )
         .unwrap_or_default();
+        // The repeated start found the lease's agent and left.
+        assert!(
+            agent_log.contains("already has an agent"),
+            "host {host}: {agent_log}"
+        );
         assert!(!agent_log.contains("adopting"), "{agent_log}");
     }
     assert_eq!(trainer_groups(&cloud).len(), groups.len());

@@ -287,6 +287,7 @@ async fn attempt(
             matches!(stop, Stop::Preempted(_)),
         )
         .await;
+    hosts.drain_lines().await;
     // Lines already printed still count.
     while let Ok(event) = events_rx.try_recv() {
         if let TrainerEvent::Metrics { step, values } = event {

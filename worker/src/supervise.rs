@@ -73,6 +73,8 @@ pub struct Hosts {
     exits: Vec<Option<HostExit>>,
     exit_rx: mpsc::UnboundedReceiver<HostEnded>,
     hub: AgentHub,
+    /// Forwards the agents' lines to the log tail and host 0's reports to the attempt.
+    reader: Option<tokio::task::JoinHandle<()>>,
     pub log: LogTail,
 }
 
@@ -133,12 +135,13 @@ impl Hosts {
     ) -> Hosts {
         let streams = hub.register(lease, secret, hosts);
         let log = LogTail::default();
-        tokio::spawn(read_lines(streams.lines, log.clone(), events));
+        let reader = tokio::spawn(read_lines(streams.lines, log.clone(), events));
         Hosts {
             lease: lease.to_owned(),
             exits: vec![None; hosts as usize],
             exit_rx: streams.exits,
             hub: hub.clone(),
+            reader: Some(reader),
             log,
         }
     }
@@ -234,6 +237,17 @@ impl Hosts {
         }
         self.hub.finish(&self.lease);
         report
+    }
+
+    /// Waits until every line the agents delivered has been passed on: a host's exit
+    /// arrives after its last lines, but they go through the reader task. Call after
+    /// `stop`, which ends the stream.
+    pub async fn drain_lines(&mut self) {
+        if let Some(reader) = self.reader.take() {
+            if tokio::time::timeout(AGENT_ANSWER, reader).await.is_err() {
+                tracing::warn!(lease = %self.lease, "the agents' lines were not all passed on");
+            }
+        }
     }
 
     /// Leaves the trainers running (the worker is going away and will reattach).

@@ -125,7 +125,7 @@ pub fn start_agent(a: &AgentScript) -> String {
          (umask 077; printf %s {secret} > \"$dir\"/{lease}.secret)\n\
          setsid nohup \"$agent\" agent --worker-url {url} --lease {lease} --host {host} \\\n  \
          --dir \"$dir\" --secret-file \"$dir\"/{lease}.secret --pgid-file {pf} --pid-file {agent_pid} \\\n  \
-         --command {command} > \"$dir\"/{lease}.agent.log 2>&1 < /dev/null &\n\
+         --command {command} >> \"$dir\"/{lease}.agent.log 2>&1 < /dev/null &\n\
          echo \"podq-done started the agent of lease {lease} (pid $!)\"",
         want = quote(&format!("podq {}", a.version)),
         version = a.version,
