@@ -308,7 +308,16 @@ fn ssh_prefix(host: u32) -> Vec<String> {
 /// `gcloud compute tpus tpu-vm VERB stable-1 --zone --project` and then `flags`, as the
 /// worker calls it.
 fn tpu_vm(verb: &str, flags: &[&str]) -> Vec<String> {
-    let mut args = strings(&["compute", "tpus", "tpu-vm", verb, "stable-1"]);
+    tpus("tpu-vm", verb, "stable-1", flags)
+}
+
+/// `gcloud compute tpus queued-resources VERB stable-1-qr --zone --project` and `flags`.
+fn queued_resources(verb: &str, flags: &[&str]) -> Vec<String> {
+    tpus("queued-resources", verb, "stable-1-qr", flags)
+}
+
+fn tpus(group: &str, verb: &str, target: &str, flags: &[&str]) -> Vec<String> {
+    let mut args = strings(&["compute", "tpus", group, verb, target]);
     args.push(format!("--zone={ZONE}"));
     args.push(format!("--project={PROJECT}"));
     args.extend(flags.iter().map(|f| f.to_string()));
@@ -924,44 +933,21 @@ async fn a_suspended_queued_resource_is_deleted_and_created_again() {
     )
     .await;
     let calls = cloud.calls();
-    let delete = strings(&[
-        "compute",
-        "tpus",
-        "queued-resources",
-        "delete",
-        "stable-1-qr",
-        "--zone=us-central2-b",
-        "--project=podq-test",
-        "--force",
-        "--quiet",
-    ]);
-    let create = strings(&[
-        "compute",
-        "tpus",
-        "queued-resources",
+    let delete = queued_resources("delete", &["--force", "--quiet"]);
+    let create = queued_resources(
         "create",
-        "stable-1-qr",
-        "--zone=us-central2-b",
-        "--project=podq-test",
-        "--node-id=stable-1",
-        "--accelerator-type=v4-64",
-        "--runtime-version=tpu-ubuntu2204-base",
-        "--spot",
-        "--network=projects/podq-test/global/networks/default",
-    ]);
+        &[
+            "--node-id=stable-1",
+            "--accelerator-type=v4-64",
+            "--runtime-version=tpu-ubuntu2204-base",
+            "--spot",
+            "--network=projects/podq-test/global/networks/default",
+        ],
+    );
     let deleted = calls.iter().position(|c| *c == delete).expect("delete");
     let created = calls.iter().position(|c| *c == create).expect("create");
     assert!(deleted < created);
-    assert!(calls.contains(&strings(&[
-        "compute",
-        "tpus",
-        "queued-resources",
-        "describe",
-        "stable-1-qr",
-        "--zone=us-central2-b",
-        "--project=podq-test",
-        "--format=json",
-    ])));
+    assert!(calls.contains(&queued_resources("describe", &["--format=json"])));
     let setups = ssh_calls(&calls, "setup", created);
     assert_eq!(hosts_of(&setups), vec![0, 1, 2, 3]);
     let text = std::fs::read_to_string(&log).unwrap();
@@ -1431,17 +1417,7 @@ async fn a_queued_resource_that_failed_for_quota_is_held_not_recreated_in_a_loop
     // A person raises the quota and deletes the failed request: podq creates it anew and
     // the job runs.
     let deleted = Command::new(format!("{FAKE_DIR}/gcloud"))
-        .args([
-            "compute",
-            "tpus",
-            "queued-resources",
-            "delete",
-            "stable-1-qr",
-            "--zone=us-central2-b",
-            "--project=podq-test",
-            "--force",
-            "--quiet",
-        ])
+        .args(queued_resources("delete", &["--force", "--quiet"]))
         .env("FAKE_GCLOUD_ROOT", cloud.root())
         .status()
         .unwrap();
