@@ -6,6 +6,7 @@
 pub mod catalog;
 pub mod error;
 pub mod jobs;
+pub mod orbax;
 pub mod pods;
 pub mod status;
 pub mod trainer;

@@ -465,7 +465,7 @@ async fn choose_resume(
             let step = candidate
                 .rsplit('/')
                 .next()
-                .and_then(crate::checkpoints::parse_step_dir)
+                .and_then(podq_api::orbax::parse_step_dir)
                 .map(|(step, _)| step);
             return (Some(candidate), step);
         }

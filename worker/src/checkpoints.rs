@@ -3,7 +3,8 @@
 //!
 //! The one rule set, for every store (checked against directories real Orbax 0.12 writes,
 //! `tests/orbax.rs`):
-//! - a step directory is named `<step>` (Orbax's default) or `<prefix>_<step>`;
+//! - a step directory is named `<step>` (Orbax's default) or `<prefix>_<step>`
+//!   (`podq_api::orbax`, the parser the sim trainer shares);
 //! - a name holding `.orbax-checkpoint-tmp` (older Orbax: `...-tmp-<n>`) is never
 //!   committed, on any store. In atomic-rename mode Orbax writes `commit_success.txt`
 //!   *inside* the temporary directory before the rename, so on GCS the marker alone does
@@ -23,6 +24,7 @@ use anyhow::Context;
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
+use podq_api::orbax::parse_step_dir;
 use url::Url;
 
 /// How to reach the store, beyond what the URI and the environment say.
@@ -62,7 +64,6 @@ pub struct CheckpointStore {
 }
 
 const COMMIT_MARKER: &str = "commit_success.txt";
-const TMP_MARKER: &str = ".orbax-checkpoint-tmp";
 
 impl CheckpointStore {
     /// Opens the store behind a `file:///...` or `gs://...` URI (a bare absolute path is
@@ -172,43 +173,9 @@ impl CheckpointStore {
     }
 }
 
-/// `step_5000` -> (5000, false); `5000` -> (5000, false);
-/// `step_5000.orbax-checkpoint-tmp` or `step_5000.orbax-checkpoint-tmp-1712345` -> (5000, true).
-pub fn parse_step_dir(name: &str) -> Option<(i64, bool)> {
-    let (base, tmp) = match name.find(TMP_MARKER) {
-        Some(at) => (&name[..at], true),
-        None => (name, false),
-    };
-    let digits = base.rsplit('_').next()?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    Some((digits.parse::<i64>().ok()?, tmp))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_of_step_directories() {
-        assert_eq!(parse_step_dir("step_5000"), Some((5000, false)));
-        assert_eq!(parse_step_dir("5000"), Some((5000, false)));
-        assert_eq!(
-            parse_step_dir("step_814.orbax-checkpoint-tmp"),
-            Some((814, true))
-        );
-        assert_eq!(
-            parse_step_dir("step_814.orbax-checkpoint-tmp-1712345"),
-            Some((814, true))
-        );
-        assert_eq!(parse_step_dir("metrics"), None);
-        assert_eq!(parse_step_dir("step_+5"), None);
-        assert_eq!(
-            parse_step_dir("5000.orbax-checkpoint-tmp"),
-            Some((5000, true))
-        );
-    }
 
     #[tokio::test]
     async fn local_commit_is_the_rename() {

@@ -10,11 +10,11 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use podq_api::orbax::{committed_step, step_name, tmp_step_name, TMP_MARKER};
 use serde::Serialize;
 
 use crate::sim_trainer::fatal::Fatal;
 
-const TMP_SUFFIX: &str = ".orbax-checkpoint-tmp";
 const METADATA_FILE: &str = "_CHECKPOINT_METADATA";
 const COMMIT_MARKER: &str = "commit_success.txt";
 /// The item directory of a `CheckpointManager` saving one unnamed item.
@@ -98,9 +98,7 @@ impl CheckpointDir {
     }
 
     fn tmp_path(&self, step: u64) -> PathBuf {
-        self.location
-            .path
-            .join(format!("{}{TMP_SUFFIX}", step_name(step)))
+        self.location.path.join(tmp_step_name(step))
     }
 
     /// The newest committed step already in the directory. Like Orbax's `should_save`, the run
@@ -110,7 +108,7 @@ impl CheckpointDir {
         entries
             .filter_map(Result::ok)
             .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .filter_map(|e| committed_step_of(&e.file_name().to_string_lossy()))
+            .filter_map(|e| committed_step(&e.file_name().to_string_lossy()))
             .max()
     }
 
@@ -151,24 +149,10 @@ impl CheckpointDir {
     }
 }
 
-/// Orbax's default step name: the bare number.
-fn step_name(step: u64) -> String {
-    step.to_string()
-}
-
 fn shard_dir(step_dir: &Path, process_index: usize) -> PathBuf {
     step_dir
         .join(ITEM_DIR)
         .join(format!("ocdbt.process_{process_index}"))
-}
-
-/// The step of a directory name Orbax would treat as committed: `<step>` or `<prefix>_<step>`,
-/// never a temporary name (the worker's one rule, `checkpoints::parse_step_dir`).
-fn committed_step_of(name: &str) -> Option<u64> {
-    match crate::checkpoints::parse_step_dir(name)? {
-        (step, false) => u64::try_from(step).ok(),
-        (_, true) => None,
-    }
 }
 
 fn shard_bytes(step: u64, process_index: usize) -> Vec<u8> {
@@ -194,10 +178,10 @@ pub fn loadable_step(location: &Location, process_index: usize) -> Result<u64, S
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or("it names no step directory")?;
-    if name.contains(TMP_SUFFIX) {
+    if name.contains(TMP_MARKER) {
         return Err("it is an uncommitted (temporary) Orbax directory".into());
     }
-    let step = committed_step_of(&name)
+    let step = committed_step(&name)
         .ok_or_else(|| format!("'{name}' is not a step directory (<step> or <prefix>_<step>)"))?;
     if !dir.is_dir() {
         return Err("the directory does not exist".into());
@@ -277,18 +261,6 @@ mod tests {
         }
         let dir = CheckpointDir::new(uri);
         assert_eq!(dir.step_uri(5000), "file:///tmp/ck%20pt/5000");
-    }
-
-    #[test]
-    fn committed_names_follow_orbax() {
-        assert_eq!(committed_step_of("step_5000"), Some(5000));
-        assert_eq!(committed_step_of("5000"), Some(5000));
-        assert_eq!(committed_step_of("step_5000.orbax-checkpoint-tmp"), None);
-        assert_eq!(
-            committed_step_of("step_5000.orbax-checkpoint-tmp-1712"),
-            None
-        );
-        assert_eq!(committed_step_of("notes"), None);
     }
 
     #[test]
