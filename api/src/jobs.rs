@@ -199,9 +199,14 @@ pub struct Job {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct JobList {
     pub jobs: Vec<Job>,
+    /// Jobs matching the filter in all.
     pub total: i64,
     pub limit: i64,
     pub offset: i64,
+    /// Pass as `after` for the next page; null on the last page. Pages by `after` cost the
+    /// same however deep they go, unlike `offset`.
+    #[serde(default)]
+    pub next_after: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

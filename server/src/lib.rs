@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 pub use config::ServerConfig;
 
 use catalog::Catalog;
+use scheduler::Scheduler;
 use store::Store;
 
 /// Everything a request handler can reach.
@@ -23,7 +24,7 @@ pub struct AppState {
     pub store: Store,
     pub catalog: Arc<Catalog>,
     pub config: Arc<ServerConfig>,
-    pub leases: Arc<scheduler::leases::LiveLeases>,
+    pub scheduler: Arc<Scheduler>,
 }
 
 /// Loads the catalog (refusing one with errors), opens the store and checks the listen
@@ -68,12 +69,14 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
         .await
         .with_context(|| format!("cannot open the database {}", config.db.display()))?;
     store::catalog::record(&store, &catalog).await?;
-    let leases = scheduler::leases::LiveLeases::load(&store, config.lease_ttl).await?;
+    let catalog = Arc::new(catalog);
+    let config = Arc::new(config);
+    let scheduler = Scheduler::load(store.clone(), catalog.clone(), config.clone()).await?;
     Ok(AppState {
         store,
-        catalog: Arc::new(catalog),
-        config: Arc::new(config),
-        leases: Arc::new(leases),
+        catalog,
+        config,
+        scheduler: Arc::new(scheduler),
     })
 }
 
@@ -84,14 +87,8 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let reaper = tokio::spawn(scheduler::leases::run_reaper(
-        state.clone(),
-        shutdown.clone(),
-    ));
-    let cron = tokio::spawn(scheduler::schedules::run_due(
-        state.clone(),
-        shutdown.clone(),
-    ));
+    let reaper = tokio::spawn(state.scheduler.clone().run_reaper(shutdown.clone()));
+    let cron = tokio::spawn(state.scheduler.clone().run_schedules(shutdown.clone()));
     let app = http::router(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())

@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use podq_api::{ErrorBody, ErrorDetail};
 
+use crate::scheduler::SchedulerError;
 use crate::store::{FromCommitFailure, StoreError};
 
 #[derive(Debug)]
@@ -42,24 +43,37 @@ impl ApiError {
     pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, code, message)
     }
-
-    /// A worker call on a lease that is no longer the job's live lease.
-    pub fn lease_lost(lease_id: impl std::fmt::Display) -> Self {
-        Self::conflict(
-            "lease_lost",
-            format!("lease {lease_id} is not the job's live lease: stop this attempt's processes"),
-        )
-    }
 }
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        tracing::error!(error = %e, "store failure");
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unavailable",
-            "the database could not complete the request; nothing was changed, try again",
-        )
+        match e {
+            // Bad data in the store is not a reason to retry: it needs a person.
+            StoreError::Corrupt(_) => {
+                tracing::error!(alarm = true, error = %e, "the store holds data podq cannot read");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "store_corrupt",
+                    "the server found data it cannot read; an operator must look at its log",
+                )
+            }
+            StoreError::WritePanicked | StoreError::Migrate(_) => {
+                tracing::error!(alarm = true, error = %e, "internal store failure");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "the server failed unexpectedly; nothing was changed; an operator must look at its log",
+                )
+            }
+            StoreError::Database(_) | StoreError::WriterStopped => {
+                tracing::error!(error = %e, "store failure");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    "the database could not complete the request; nothing was changed, try again",
+                )
+            }
+        }
     }
 }
 
@@ -72,6 +86,33 @@ impl From<sqlx::Error> for ApiError {
 impl FromCommitFailure for ApiError {
     fn commit_failed(message: String) -> Self {
         ApiError::from(StoreError::commit_failed(message))
+    }
+}
+
+/// The one place a scheduler error becomes an HTTP answer.
+impl From<SchedulerError> for ApiError {
+    fn from(e: SchedulerError) -> Self {
+        let message = e.to_string();
+        match e {
+            SchedulerError::UnknownJob(_) | SchedulerError::UnknownSchedule(_) => {
+                ApiError::not_found(message)
+            }
+            SchedulerError::LeaseLost(_) => ApiError::conflict("lease_lost", message),
+            SchedulerError::WrongState { code, .. } => ApiError::conflict(code, message),
+            SchedulerError::Invalid { code, details, .. } => {
+                let error = ApiError::bad_request(code, message);
+                match details {
+                    Some(details) => error.with_details(details),
+                    None => error,
+                }
+            }
+            SchedulerError::IdempotencyKeyReused => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                message,
+            ),
+            SchedulerError::Store(e) => ApiError::from(e),
+        }
     }
 }
 

@@ -4,21 +4,17 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::future::BoxFuture;
-use futures::FutureExt;
 use podq_api::{
     Attempt, Checkpoint, Event, Job, JobDetail, JobList, JobMetrics, JobState, PatchJobRequest,
     SubmitRequest, SubmitResponse,
 };
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use sqlx::sqlite::SqliteConnection;
+use serde::Deserialize;
 use uuid::Uuid;
 
 use super::error::ApiError;
 use super::extract::{BodyDigest, IdempotencyKey, JsonBody, PathUuid, QueryParams};
-use crate::scheduler::{control, submit};
-use crate::store::idempotency::{self, StoredAnswer};
+use crate::scheduler;
+use crate::store::checkpoints as store_checkpoints;
 use crate::store::jobs::{self as store_jobs, JobFilter};
 use crate::store::{goodput, metrics, JobRow};
 use crate::AppState;
@@ -45,18 +41,8 @@ async fn submit_jobs(
     IdempotencyKey(key): IdempotencyKey,
     JsonBody(req, digest): JsonBody<SubmitRequest>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
-    let experiments: Vec<_> = submit::select(&state.catalog, &req)?
-        .into_iter()
-        .cloned()
-        .collect();
-    let accelerator = state.config.accelerator.clone();
-    let answer = idempotent_write(&state, key, "POST /jobs", digest, move |conn| {
-        async move { submit::submit(conn, &experiments, &req, &accelerator).await }.boxed()
-    })
-    .await?;
-    if !answer.created.is_empty() {
-        state.leases.queue_changed.notify_waiters();
-    }
+    let key = remembered(key, "POST /jobs", digest);
+    let answer = state.scheduler.submit(req, key).await?;
     let status = if answer.dry_run || (answer.created.is_empty() && answer.linked.is_empty()) {
         StatusCode::OK
     } else {
@@ -65,54 +51,17 @@ async fn submit_jobs(
     Ok((status, Json(answer)))
 }
 
-/// Runs a write whose answer is remembered under the request's `Idempotency-Key`: a retry
-/// with the same key and body gets the first answer, in the same transaction as the effect.
-async fn idempotent_write<T, F>(
-    state: &AppState,
+/// The scheduler's form of a request's `Idempotency-Key`, if it sent one.
+fn remembered(
     key: Option<String>,
     route: &'static str,
     digest: BodyDigest,
-    op: F,
-) -> Result<T, ApiError>
-where
-    T: Serialize + DeserializeOwned + Send + 'static,
-    F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, ApiError>>
-        + Send
-        + 'static,
-{
-    state
-        .store
-        .write(move |conn| {
-            async move {
-                let Some(key) = key else {
-                    return op(conn).await;
-                };
-                if let Some(stored) = idempotency::find(conn, &key, route).await? {
-                    if stored.request_sha256 != digest.0 {
-                        return Err(ApiError::new(
-                            StatusCode::UNPROCESSABLE_ENTITY,
-                            "idempotency_key_reused",
-                            "this Idempotency-Key was used with a different request body",
-                        ));
-                    }
-                    return serde_json::from_str(&stored.response_json).map_err(|e| {
-                        ApiError::from(crate::store::StoreError::Corrupt(format!(
-                            "stored answer: {e}"
-                        )))
-                    });
-                }
-                let answer = op(conn).await?;
-                let stored = StoredAnswer {
-                    request_sha256: digest.0,
-                    status: 200,
-                    response_json: serde_json::to_string(&answer).unwrap_or_default(),
-                };
-                idempotency::remember(conn, &key, route, &stored).await?;
-                Ok(answer)
-            }
-            .boxed()
-        })
-        .await
+) -> Option<scheduler::IdempotencyKey> {
+    key.map(|key| scheduler::IdempotencyKey {
+        key,
+        route,
+        request_sha256: digest.0,
+    })
 }
 
 #[derive(Deserialize)]
@@ -122,6 +71,7 @@ struct ListQuery {
     group: Option<String>,
     experiment: Option<String>,
     limit: Option<i64>,
+    after: Option<i64>,
     offset: Option<i64>,
 }
 
@@ -142,15 +92,25 @@ async fn list(
             "limit must be between 1 and 1000",
         ));
     }
+    if q.after.is_some() && q.offset.is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "give `after` (the `next_after` of the previous page) or `offset`, not both",
+        ));
+    }
     let offset = q.offset.unwrap_or(0).max(0);
     let filter = JobFilter {
         state: job_state,
         group: q.group,
         experiment: q.experiment,
         limit,
+        after: q.after,
         offset,
     };
     let (rows, total) = store_jobs::list_jobs(state.store.reader(), &filter).await?;
+    let next_after = (rows.len() as i64 == limit)
+        .then(|| rows.last().map(|r| r.seq))
+        .flatten();
     Ok(Json(JobList {
         jobs: rows
             .into_iter()
@@ -159,6 +119,7 @@ async fn list(
         total,
         limit,
         offset,
+        next_after,
     }))
 }
 
@@ -180,16 +141,13 @@ async fn detail(
         .into_iter()
         .map(|a| a.into_api())
         .collect::<Result<Vec<Attempt>, _>>()?;
-    let checkpoints = store_jobs::checkpoints(db, &run_id)
+    let checkpoints = store_checkpoints::of_job(db, &run_id)
         .await?
         .into_iter()
         .map(Checkpoint::from)
         .collect();
     let latest_metrics = store_jobs::latest_metrics(db, &run_id).await?;
-    let goodput = goodput::by_run(db, Some(&run_id))
-        .await?
-        .remove(&run_id)
-        .unwrap_or_default();
+    let goodput = goodput::of_run(db, &run_id).await?;
     Ok(Json(JobDetail {
         job: row.into_api()?,
         attempts,
@@ -244,7 +202,7 @@ async fn checkpoints(
 ) -> Result<Json<Vec<Checkpoint>>, ApiError> {
     let row = job_row(&state, id).await?;
     Ok(Json(
-        store_jobs::checkpoints(state.store.reader(), &row.run_id)
+        store_checkpoints::of_job(state.store.reader(), &row.run_id)
             .await?
             .into_iter()
             .map(Checkpoint::from)
@@ -294,24 +252,8 @@ async fn cancel(
     PathUuid(id): PathUuid,
     IdempotencyKey(key): IdempotencyKey,
 ) -> Result<Json<Job>, ApiError> {
-    let (job, lease) = idempotent_write(
-        &state,
-        key,
-        "POST /jobs/{id}/cancel",
-        BodyDigest(id.to_string()),
-        move |conn| {
-            async move {
-                let (row, lease) = control::cancel(conn, &id.to_string()).await?;
-                Ok((row.into_api()?, lease))
-            }
-            .boxed()
-        },
-    )
-    .await?;
-    if let Some(lease) = lease.as_deref().and_then(|l| Uuid::parse_str(l).ok()) {
-        state.leases.flag_cancel(lease);
-    }
-    Ok(Json(job))
+    let key = remembered(key, "POST /jobs/{id}/cancel", BodyDigest(id.to_string()));
+    Ok(Json(state.scheduler.cancel(id, key).await?))
 }
 
 async fn requeue(
@@ -319,24 +261,8 @@ async fn requeue(
     PathUuid(id): PathUuid,
     IdempotencyKey(key): IdempotencyKey,
 ) -> Result<Json<Job>, ApiError> {
-    let job = idempotent_write(
-        &state,
-        key,
-        "POST /jobs/{id}/requeue",
-        BodyDigest(id.to_string()),
-        move |conn| {
-            async move {
-                control::requeue(conn, &id.to_string())
-                    .await?
-                    .into_api()
-                    .map_err(ApiError::from)
-            }
-            .boxed()
-        },
-    )
-    .await?;
-    state.leases.queue_changed.notify_waiters();
-    Ok(Json(job))
+    let key = remembered(key, "POST /jobs/{id}/requeue", BodyDigest(id.to_string()));
+    Ok(Json(state.scheduler.requeue(id, key).await?))
 }
 
 async fn patch(
@@ -350,17 +276,5 @@ async fn patch(
             "nothing to change: give `priority`",
         ));
     };
-    let job = state
-        .store
-        .write(move |conn| {
-            async move {
-                control::set_priority(conn, &id.to_string(), priority)
-                    .await?
-                    .into_api()
-                    .map_err(ApiError::from)
-            }
-            .boxed()
-        })
-        .await?;
-    Ok(Json(job))
+    Ok(Json(state.scheduler.set_priority(id, priority).await?))
 }

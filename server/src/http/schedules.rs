@@ -8,7 +8,6 @@ use podq_api::{Schedule, ScheduleRequest};
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathUuid};
-use crate::scheduler::schedules;
 use crate::AppState;
 
 pub fn read_routes() -> Router<AppState> {
@@ -22,7 +21,7 @@ pub fn admin_routes() -> Router<AppState> {
 }
 
 async fn list(State(state): State<AppState>) -> Result<Json<Vec<Schedule>>, ApiError> {
-    Ok(Json(schedules::list(&state).await?))
+    Ok(Json(state.scheduler.schedules().await?))
 }
 
 async fn create(
@@ -31,7 +30,7 @@ async fn create(
 ) -> Result<(StatusCode, Json<Schedule>), ApiError> {
     Ok((
         StatusCode::CREATED,
-        Json(schedules::create(&state, req).await?),
+        Json(state.scheduler.create_schedule(req).await?),
     ))
 }
 
@@ -39,6 +38,6 @@ async fn remove(
     State(state): State<AppState>,
     PathUuid(id): PathUuid,
 ) -> Result<StatusCode, ApiError> {
-    schedules::delete(&state, id).await?;
+    state.scheduler.delete_schedule(id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

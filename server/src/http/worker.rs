@@ -6,7 +6,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use futures::FutureExt;
 use podq_api::{
     CheckpointsBatch, FinishRequest, FinishResponse, HeartbeatRequest, HeartbeatResponse,
     LeaseRequest, MetricsAck, MetricsBatch, PodReport, WorkerEvents,
@@ -14,8 +13,6 @@ use podq_api::{
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathUuid};
-use crate::scheduler::leases;
-use crate::store::jobs::insert_event;
 use crate::AppState;
 
 pub fn routes() -> Router<AppState> {
@@ -49,7 +46,7 @@ async fn lease(
     JsonBody(req, _): JsonBody<LeaseRequest>,
 ) -> Result<Response, ApiError> {
     check_pod_name(&name)?;
-    Ok(match leases::lease(&state, &name, req).await? {
+    Ok(match state.scheduler.lease(&name, req).await? {
         Some(lease) => Json(lease).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     })
@@ -61,22 +58,7 @@ async fn report(
     JsonBody(req, _): JsonBody<PodReport>,
 ) -> Result<StatusCode, ApiError> {
     check_pod_name(&name)?;
-    let pod = name.clone();
-    let description = req.pod.clone();
-    state
-        .store
-        .write(move |conn| {
-            async move {
-                leases::upsert_pod(conn, &name, &req.pod).await?;
-                if let Some(event) = &req.event {
-                    insert_event(conn, None, Some(&name), &event.kind, &event.message).await?;
-                }
-                Ok::<_, ApiError>(())
-            }
-            .boxed()
-        })
-        .await?;
-    state.leases.pod_recorded(&pod, &description);
+    state.scheduler.report_pod(&name, req).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -85,7 +67,7 @@ async fn heartbeat(
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
-    Ok(Json(leases::heartbeat(&state, id, req).await?))
+    Ok(Json(state.scheduler.heartbeat(id, req)?))
 }
 
 async fn metrics(
@@ -93,7 +75,7 @@ async fn metrics(
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<MetricsBatch>,
 ) -> Result<Json<MetricsAck>, ApiError> {
-    let accepted = leases::record_metrics(&state, id, req).await?;
+    let accepted = state.scheduler.record_metrics(id, req).await?;
     Ok(Json(MetricsAck { accepted }))
 }
 
@@ -102,7 +84,7 @@ async fn checkpoints(
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<CheckpointsBatch>,
 ) -> Result<StatusCode, ApiError> {
-    leases::record_checkpoints(&state, id, req).await?;
+    state.scheduler.record_checkpoints(id, req).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -111,7 +93,7 @@ async fn events(
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<WorkerEvents>,
 ) -> Result<StatusCode, ApiError> {
-    leases::record_worker_events(&state, id, req).await?;
+    state.scheduler.record_worker_events(id, req).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -120,5 +102,5 @@ async fn finish(
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<FinishRequest>,
 ) -> Result<Json<FinishResponse>, ApiError> {
-    Ok(Json(leases::finish(&state, id, req).await?))
+    Ok(Json(state.scheduler.finish(id, req).await?))
 }

@@ -1,7 +1,119 @@
-//! The scheduler core: submissions, leases, the retry policy and what people do to jobs.
+//! The scheduler core. Every state change of a job, attempt, lease or pod goes through a
+//! method of [`Scheduler`], each one write transaction that checks its owner first (the
+//! job's state, or the lease's fence). The HTTP layer parses, calls one method and maps the
+//! [`SchedulerError`] it may get back.
 
 pub mod control;
-pub mod leases;
+mod error;
+pub mod forecast;
+mod leasing;
+pub mod live;
 pub mod policy;
+mod reads;
+mod reaper;
 pub mod schedules;
 pub mod submit;
+mod wake;
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sqlx::sqlite::SqliteConnection;
+
+pub use error::{Result, SchedulerError};
+pub use live::{LiveLease, LiveLeases};
+pub use reaper::Reaped;
+
+use crate::catalog::Catalog;
+use crate::config::ServerConfig;
+use crate::store::idempotency::{self, StoredAnswer};
+use crate::store::{self, Store, StoreError};
+
+pub struct Scheduler {
+    store: Store,
+    catalog: Arc<Catalog>,
+    config: Arc<ServerConfig>,
+    live: LiveLeases,
+    waiters: wake::LeaseWaiters,
+}
+
+impl Scheduler {
+    /// The scheduler over `store`, with the leases the database holds live given a fresh TTL
+    /// and the pending backoffs armed.
+    pub async fn load(
+        store: Store,
+        catalog: Arc<Catalog>,
+        config: Arc<ServerConfig>,
+    ) -> Result<Scheduler> {
+        let live = LiveLeases::new(
+            store::leases::live(store.reader()).await?,
+            config.lease_ttl,
+        )?;
+        let waiters = wake::LeaseWaiters::default();
+        for (accelerator, at) in store::leases::backoff_ends(store.reader()).await? {
+            waiters.leasable_at(&accelerator, at);
+        }
+        Ok(Scheduler {
+            store,
+            catalog,
+            config,
+            live,
+            waiters,
+        })
+    }
+
+    /// The leases held right now, for views that show live progress.
+    pub fn live(&self) -> &LiveLeases {
+        &self.live
+    }
+
+    /// Runs a write whose answer is remembered under the request's `Idempotency-Key`: a retry
+    /// with the same key and body gets the first answer, stored in the same transaction as
+    /// the effect.
+    async fn idempotent_write<T, F>(
+        &self,
+        key: Option<IdempotencyKey>,
+        op: F,
+    ) -> Result<T>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T>> + Send + 'static,
+    {
+        self.store
+            .write(move |conn| {
+                Box::pin(async move {
+                    let Some(key) = key else {
+                        return op(conn).await;
+                    };
+                    if let Some(stored) = idempotency::find(conn, &key.key, key.route).await? {
+                        if stored.request_sha256 != key.request_sha256 {
+                            return Err(SchedulerError::IdempotencyKeyReused);
+                        }
+                        return serde_json::from_str(&stored.response_json).map_err(|e| {
+                            StoreError::Corrupt(format!("stored idempotent answer: {e}")).into()
+                        });
+                    }
+                    let answer = op(conn).await?;
+                    let response_json = serde_json::to_string(&answer)
+                        .map_err(|e| StoreError::Corrupt(format!("idempotent answer: {e}")))?;
+                    let stored = StoredAnswer {
+                        request_sha256: key.request_sha256,
+                        status: 200,
+                        response_json,
+                    };
+                    idempotency::remember(conn, &key.key, key.route, &stored).await?;
+                    Ok(answer)
+                })
+            })
+            .await
+    }
+}
+
+/// A client's `Idempotency-Key`, the route it was sent to and the sha256 of the request.
+pub struct IdempotencyKey {
+    pub key: String,
+    pub route: &'static str,
+    pub request_sha256: String,
+}

@@ -35,6 +35,31 @@ pub fn backoff(failures: i64, base: Duration, cap: Duration, jitter: f64) -> Dur
     raw.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
 }
 
+/// What an attempt achieved, for the judgement of whether it made progress.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttemptProgress {
+    /// The attempt committed a checkpoint.
+    pub new_checkpoint: bool,
+    /// The step it started from (the resume point), if known.
+    pub start_step: Option<i64>,
+    /// The first step it reported, if any.
+    pub first_step: Option<i64>,
+    /// The last step it reported, if any.
+    pub end_step: Option<i64>,
+    /// Where the job resumes now.
+    pub resume_step: Option<i64>,
+}
+
+/// An attempt progressed if it committed a checkpoint or trained past where it started.
+pub fn progressed(p: AttemptProgress) -> bool {
+    p.new_checkpoint
+        || match (p.end_step, p.first_step.or(p.start_step)) {
+            (Some(end), Some(start)) => end > start,
+            (Some(end), None) => end > p.resume_step.unwrap_or(0),
+            _ => false,
+        }
+}
+
 pub fn decide(
     outcome: AttemptOutcome,
     budget: JobBudget,
@@ -135,6 +160,28 @@ mod tests {
     fn backoff_is_capped_and_jittered() {
         assert_eq!(backoff(20, MIN, CAP, 1.0), CAP);
         assert_eq!(backoff(1, MIN, CAP, 0.0), MIN / 2);
+    }
+
+    #[test]
+    fn progress_is_a_checkpoint_or_steps_past_the_start() {
+        let at = |first, end| AttemptProgress {
+            first_step: first,
+            end_step: end,
+            ..AttemptProgress::default()
+        };
+        assert!(progressed(at(Some(10), Some(20))));
+        assert!(!progressed(at(Some(20), Some(20))), "one step reported twice");
+        assert!(!progressed(at(None, None)), "nothing reported");
+        assert!(progressed(AttemptProgress {
+            new_checkpoint: true,
+            ..at(None, None)
+        }));
+        let resumed = AttemptProgress {
+            end_step: Some(100),
+            resume_step: Some(100),
+            ..AttemptProgress::default()
+        };
+        assert!(!progressed(resumed), "no further than the resume point");
     }
 
     #[test]

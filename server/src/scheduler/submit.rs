@@ -7,10 +7,12 @@ use podq_api::{CreatedJob, LinkedJob, SkippedExperiment, SubmitRequest, SubmitRe
 use sqlx::sqlite::SqliteConnection;
 use uuid::Uuid;
 
+use futures::FutureExt;
+
+use super::{IdempotencyKey, Result, Scheduler, SchedulerError};
 use crate::catalog::{Catalog, Experiment};
-use crate::http::error::ApiError;
 use crate::store::jobs::{self, NewJob};
-use crate::store::parse_uuid;
+use crate::store::{parse_uuid, StoreError};
 
 pub const DEFAULT_MAX_FAILURES: u32 = 3;
 const MAX_MAX_FAILURES: u32 = 100;
@@ -19,7 +21,7 @@ const MAX_MAX_FAILURES: u32 = 100;
 pub fn select<'c>(
     catalog: &'c Catalog,
     req: &SubmitRequest,
-) -> Result<Vec<&'c Experiment>, ApiError> {
+) -> Result<Vec<&'c Experiment>> {
     let chosen = [
         req.group.is_some(),
         req.experiments.is_some(),
@@ -29,14 +31,14 @@ pub fn select<'c>(
     .filter(|x| *x)
     .count();
     if chosen != 1 {
-        return Err(ApiError::bad_request(
+        return Err(SchedulerError::invalid(
             "invalid_selection",
             "give exactly one of `group` (a group name), `experiments` (a list of names) or `all` (true)",
         ));
     }
     if let Some(max) = req.max_failures {
         if max > MAX_MAX_FAILURES {
-            return Err(ApiError::bad_request(
+            return Err(SchedulerError::invalid(
                 "invalid_max_failures",
                 format!("max_failures must be between 0 and {MAX_MAX_FAILURES}, got {max}"),
             ));
@@ -44,7 +46,7 @@ pub fn select<'c>(
     }
     if let Some(all) = req.all {
         if !all {
-            return Err(ApiError::bad_request(
+            return Err(SchedulerError::invalid(
                 "invalid_selection",
                 "`all` must be true when given; to submit part of the catalog use `group` or `experiments`",
             ));
@@ -53,7 +55,7 @@ pub fn select<'c>(
     }
     if let Some(group) = &req.group {
         let Some(group) = catalog.group(group) else {
-            return Err(ApiError::bad_request(
+            return Err(SchedulerError::invalid(
                 "unknown_group",
                 format!("there is no group `{group}`"),
             )
@@ -69,7 +71,7 @@ pub fn select<'c>(
     }
     let names = req.experiments.as_deref().unwrap_or_default();
     if names.is_empty() {
-        return Err(ApiError::bad_request(
+        return Err(SchedulerError::invalid(
             "empty_selection",
             "`experiments` is empty: name at least one experiment",
         ));
@@ -79,7 +81,7 @@ pub fn select<'c>(
         .filter(|n| catalog.experiment(n).is_none())
         .collect();
     if !unknown.is_empty() {
-        return Err(ApiError::bad_request(
+        return Err(SchedulerError::invalid(
             "unknown_experiment",
             format!(
                 "no such experiment: {}",
@@ -99,6 +101,28 @@ pub fn select<'c>(
         .collect())
 }
 
+impl Scheduler {
+    /// Submits the experiments `req` names: creates, links or skips a job for each, in one
+    /// transaction, and wakes one waiting worker per job created.
+    pub async fn submit(
+        &self,
+        req: SubmitRequest,
+        key: Option<IdempotencyKey>,
+    ) -> Result<SubmitResponse> {
+        let experiments: Vec<Experiment> = select(&self.catalog, &req)?.into_iter().cloned().collect();
+        let accelerator = self.config.accelerator.clone();
+        let answer = self
+            .idempotent_write(key, move |conn| {
+                async move { submit(conn, &experiments, &req, &accelerator).await }.boxed()
+            })
+            .await?;
+        if !answer.dry_run {
+            self.waiters.leasable(&self.config.accelerator, answer.created.len());
+        }
+        Ok(answer)
+    }
+}
+
 /// Creates, links or skips a job for each experiment, in one transaction. With `dry_run`
 /// it decides the same way and writes nothing.
 pub async fn submit(
@@ -106,7 +130,7 @@ pub async fn submit(
     experiments: &[Experiment],
     req: &SubmitRequest,
     accelerator: &str,
-) -> Result<SubmitResponse, ApiError> {
+) -> Result<SubmitResponse> {
     let mut answer = SubmitResponse {
         dry_run: req.dry_run,
         created: Vec::new(),
@@ -139,11 +163,12 @@ pub async fn submit(
         } else {
             jobs::live_or_succeeded_run_of_config(conn, &e.config_sha256)
                 .await?
-                .map(|row| Ok::<_, ApiError>((parse_uuid(&row.id)?, row.experiment, row.state)))
+                .map(|row| Ok::<_, SchedulerError>((parse_uuid(&row.id)?, row.experiment, row.state)))
                 .transpose()?
         };
         let id = Uuid::new_v4();
-        let config_json = serde_json::to_string(&e.config).unwrap_or_default();
+        let config_json = serde_json::to_string(&e.config)
+            .map_err(|err| StoreError::Corrupt(format!("the config of {}: {err}", e.name)))?;
         if !req.dry_run {
             let id_text = id.to_string();
             let same_as = run.as_ref().map(|(run_id, _, _)| run_id.to_string());

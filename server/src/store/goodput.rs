@@ -1,9 +1,13 @@
-//! Goodput: how much of the pod time a job used became progress that was kept.
-
-use std::collections::HashMap;
+//! Goodput: how much of the pod time a run used became progress that was kept.
+//!
+//! An attempt's goodput is fixed once it ends, so it is computed then and stored on the
+//! attempt (`kept_s`, `lost_s`, `overhead_s`, `kept_steps`); a trigger adds it to the one-row
+//! `goodput_totals`. Only attempts still open are computed at read time, so no read sums the
+//! history.
 
 use podq_api::Goodput;
-use sqlx::SqlitePool;
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{SqliteExecutor, SqlitePool};
 
 use super::{now_ms, StoreError};
 
@@ -19,46 +23,127 @@ struct AttemptTimes {
     end_step: Option<i64>,
 }
 
-#[derive(sqlx::FromRow)]
-struct CommittedCheckpoint {
-    job_id: String,
-    attempt: i64,
-    step: i64,
-    seen_at: i64,
+const ATTEMPT_TIMES: &str =
+    "job_id, attempt, started_at, first_step_at, ended_at, outcome, start_step, end_step";
+
+/// Computes and stores the goodput of the attempt `lease_id`, which has just ended. Called in
+/// the transaction that ends it.
+pub async fn settle_attempt(
+    conn: &mut SqliteConnection,
+    lease_id: &str,
+) -> Result<(), StoreError> {
+    let attempt: AttemptTimes = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {ATTEMPT_TIMES} FROM attempts WHERE lease_id = ?"
+    )))
+    .bind(lease_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let g = of_attempt(&mut *conn, &attempt, now_ms()).await?;
+    sqlx::query(
+        "UPDATE attempts SET kept_s = ?, lost_s = ?, overhead_s = ?, kept_steps = ? \
+         WHERE lease_id = ? AND kept_s IS NULL",
+    )
+    .bind(g.kept_s)
+    .bind(g.lost_s)
+    .bind(g.overhead_s)
+    .bind(g.kept_steps)
+    .bind(lease_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
-/// Goodput per run (job id), for one run or for all.
-pub async fn by_run(
-    db: &SqlitePool,
-    job_id: Option<&str>,
-) -> Result<HashMap<String, Goodput>, StoreError> {
-    let attempts: Vec<AttemptTimes> = sqlx::query_as(
-        "SELECT job_id, attempt, started_at, first_step_at, ended_at, outcome, start_step, end_step \
-         FROM attempts WHERE ?1 IS NULL OR job_id = ?1",
+/// Settles attempts that ended before goodput was stored per attempt (databases from before
+/// migration 0003). A no-op once done.
+pub async fn settle_unsettled(conn: &mut SqliteConnection) -> Result<u64, StoreError> {
+    let leases: Vec<String> = sqlx::query_scalar(
+        "SELECT lease_id FROM attempts WHERE ended_at IS NOT NULL AND kept_s IS NULL",
     )
-    .bind(job_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    for lease in &leases {
+        settle_attempt(conn, lease).await?;
+    }
+    Ok(leases.len() as u64)
+}
+
+/// Goodput over every run: the stored totals plus the attempts still open.
+pub async fn total(db: &SqlitePool) -> Result<Goodput, StoreError> {
+    let (kept_s, lost_s, overhead_s, kept_steps): (f64, f64, f64, i64) = sqlx::query_as(
+        "SELECT kept_s, lost_s, overhead_s, kept_steps FROM goodput_totals WHERE id = 1",
+    )
+    .fetch_one(db)
+    .await?;
+    let mut g = Goodput {
+        kept_s,
+        lost_s,
+        overhead_s,
+        kept_steps,
+        ratio: None,
+    };
+    let open: Vec<AttemptTimes> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {ATTEMPT_TIMES} FROM attempts WHERE ended_at IS NULL"
+    )))
     .fetch_all(db)
     .await?;
-    let checkpoints: Vec<CommittedCheckpoint> = sqlx::query_as(
-        "SELECT job_id, attempt, step, seen_at FROM checkpoints WHERE committed = 1 AND (?1 IS NULL OR job_id = ?1)",
+    let now = now_ms();
+    for attempt in &open {
+        g.add(&of_attempt(db, attempt, now).await?);
+    }
+    g.finish();
+    Ok(g)
+}
+
+/// Goodput of one run: its ended attempts as stored, its open one computed now.
+pub async fn of_run(db: &SqlitePool, job_id: &str) -> Result<Goodput, StoreError> {
+    let (kept_s, lost_s, overhead_s, kept_steps): (f64, f64, f64, i64) = sqlx::query_as(
+        "SELECT COALESCE(SUM(kept_s), 0.0), COALESCE(SUM(lost_s), 0.0), COALESCE(SUM(overhead_s), 0.0), \
+         COALESCE(SUM(kept_steps), 0) FROM attempts WHERE job_id = ? AND ended_at IS NOT NULL",
     )
+    .bind(job_id)
+    .fetch_one(db)
+    .await?;
+    let mut g = Goodput {
+        kept_s,
+        lost_s,
+        overhead_s,
+        kept_steps,
+        ratio: None,
+    };
+    let open: Vec<AttemptTimes> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {ATTEMPT_TIMES} FROM attempts WHERE job_id = ? AND ended_at IS NULL"
+    )))
     .bind(job_id)
     .fetch_all(db)
     .await?;
     let now = now_ms();
-    let mut runs: HashMap<String, Goodput> = HashMap::new();
-    for a in attempts {
-        let last_kept = checkpoints
-            .iter()
-            .filter(|c| c.job_id == a.job_id && c.attempt == a.attempt)
-            .max_by_key(|c| c.step);
-        let g = account(&a, last_kept, now);
-        runs.entry(a.job_id.clone()).or_default().add(&g);
+    for attempt in &open {
+        g.add(&of_attempt(db, attempt, now).await?);
     }
-    Ok(runs)
+    g.finish();
+    Ok(g)
 }
 
-fn account(a: &AttemptTimes, last_kept: Option<&CommittedCheckpoint>, now: i64) -> Goodput {
+async fn of_attempt<'e>(
+    db: impl SqliteExecutor<'e>,
+    a: &AttemptTimes,
+    now: i64,
+) -> Result<Goodput, StoreError> {
+    let last_kept: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT step, seen_at FROM checkpoints WHERE job_id = ? AND attempt = ? AND committed = 1 \
+         ORDER BY step DESC LIMIT 1",
+    )
+    .bind(&a.job_id)
+    .bind(a.attempt)
+    .fetch_optional(db)
+    .await?;
+    Ok(account(a, last_kept, now))
+}
+
+/// The attempt's pod time split into overhead (before its first step), time whose progress
+/// was kept (up to its last committed checkpoint, or all of it when it succeeded or still
+/// runs) and time lost.
+fn account(a: &AttemptTimes, last_kept: Option<(i64, i64)>, now: i64) -> Goodput {
     let secs = |ms: i64| ms.max(0) as f64 / 1000.0;
     let end = a.ended_at.unwrap_or(now);
     let training_from = a.first_step_at.unwrap_or(end).min(end);
@@ -72,14 +157,47 @@ fn account(a: &AttemptTimes, last_kept: Option<&CommittedCheckpoint>, now: i64) 
     if keeps_all {
         g.kept_s = secs(end - training_from);
         g.kept_steps = (a.end_step.unwrap_or(start_step) - start_step).max(0);
-    } else if let Some(checkpoint) = last_kept {
-        let kept_until = checkpoint.seen_at.clamp(training_from, end);
+    } else if let Some((step, seen_at)) = last_kept {
+        let kept_until = seen_at.clamp(training_from, end);
         g.kept_s = secs(kept_until - training_from);
         g.lost_s = secs(end - kept_until);
-        g.kept_steps = (checkpoint.step - start_step).max(0);
+        g.kept_steps = (step - start_step).max(0);
     } else {
         g.lost_s = secs(end - training_from);
     }
     g.finish();
     g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(outcome: Option<&str>) -> AttemptTimes {
+        AttemptTimes {
+            job_id: "j".into(),
+            attempt: 1,
+            started_at: 0,
+            first_step_at: Some(10_000),
+            ended_at: Some(110_000),
+            outcome: outcome.map(str::to_owned),
+            start_step: Some(0),
+            end_step: Some(100),
+        }
+    }
+
+    #[test]
+    fn a_preempted_attempt_keeps_up_to_its_last_checkpoint() {
+        let g = account(&attempt(Some("preempted")), Some((60, 70_000)), 0);
+        assert_eq!((g.overhead_s, g.kept_s, g.lost_s), (10.0, 60.0, 40.0));
+        assert_eq!(g.kept_steps, 60);
+    }
+
+    #[test]
+    fn a_succeeded_attempt_keeps_everything_and_one_without_checkpoint_nothing() {
+        let g = account(&attempt(Some("succeeded")), None, 0);
+        assert_eq!((g.kept_s, g.lost_s, g.kept_steps), (100.0, 0.0, 100));
+        let g = account(&attempt(Some("failed")), None, 0);
+        assert_eq!((g.kept_s, g.lost_s, g.kept_steps), (0.0, 100.0, 0));
+    }
 }

@@ -6,8 +6,10 @@ use podq_api as api;
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{AssertSqlSafe, QueryBuilder, Sqlite, SqliteExecutor};
 
-use super::rows::{AttemptRow, CheckpointRow, EventRow, JobRow, JOB_COLUMNS};
-use super::{now_ms, StoreError};
+use super::rows::{AttemptRow, EventRow, JobRow, JOB_COLUMNS};
+use uuid::Uuid;
+
+use super::{now_ms, parse_uuid, StoreError};
 
 pub async fn get_job<'e>(
     db: impl SqliteExecutor<'e>,
@@ -26,16 +28,26 @@ pub struct JobFilter {
     pub group: Option<String>,
     pub experiment: Option<String>,
     pub limit: i64,
+    /// Keyset: only jobs submitted after the job with this `seq`.
+    pub after: Option<i64>,
+    /// The old way to page, kept for clients that use it; it costs more the deeper it goes.
     pub offset: i64,
 }
 
+/// One page of jobs in submission order, and how many match in all. Every filter reads an
+/// index on `jobs` that ends in `seq`, so a page costs the same however long the history;
+/// the total comes from the maintained counts (or, for one experiment, its index).
 pub async fn list_jobs<'e>(
     db: impl SqliteExecutor<'e> + Copy,
     filter: &JobFilter,
 ) -> Result<(Vec<JobRow>, i64), StoreError> {
     let mut query =
         QueryBuilder::<Sqlite>::new(format!("SELECT {JOB_COLUMNS} FROM job_view WHERE 1=1"));
-    let mut count = QueryBuilder::<Sqlite>::new("SELECT COUNT(*) FROM job_view WHERE 1=1");
+    let mut count = if filter.experiment.is_some() {
+        QueryBuilder::<Sqlite>::new("SELECT COUNT(*) FROM jobs WHERE 1=1")
+    } else {
+        QueryBuilder::<Sqlite>::new("SELECT COALESCE(SUM(n), 0) FROM job_counts WHERE 1=1")
+    };
     for q in [&mut query, &mut count] {
         if let Some(state) = filter.state {
             q.push(" AND state = ").push_bind(state.as_str());
@@ -47,11 +59,13 @@ pub async fn list_jobs<'e>(
             q.push(" AND experiment = ").push_bind(experiment.clone());
         }
     }
-    query
-        .push(" ORDER BY seq LIMIT ")
-        .push_bind(filter.limit)
-        .push(" OFFSET ")
-        .push_bind(filter.offset);
+    if let Some(after) = filter.after {
+        query.push(" AND seq > ").push_bind(after);
+    }
+    query.push(" ORDER BY seq LIMIT ").push_bind(filter.limit);
+    if filter.offset > 0 {
+        query.push(" OFFSET ").push_bind(filter.offset);
+    }
     let rows = query.build_query_as::<JobRow>().fetch_all(db).await?;
     let total: i64 = count.build_query_scalar().fetch_one(db).await?;
     Ok((rows, total))
@@ -109,7 +123,9 @@ pub async fn insert_job(conn: &mut SqliteConnection, job: NewJob<'_>) -> Result<
         "INSERT INTO jobs (id, seq, experiment, group_name, state, priority, accelerator, \
          config_json, config_sha256, est_hours, checkpoint_dir, max_failures, same_as, \
          total_steps, submitted_at, updated_at) \
-         VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?2, ?3, \
+           COALESCE((SELECT state FROM jobs WHERE id = ?11), 'queued'), \
+           ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13)",
     )
     .bind(job.id)
     .bind(job.experiment)
@@ -123,7 +139,6 @@ pub async fn insert_job(conn: &mut SqliteConnection, job: NewJob<'_>) -> Result<
     .bind(job.max_failures)
     .bind(job.same_as)
     .bind(job.total_steps)
-    .bind(now)
     .bind(now)
     .execute(&mut *conn)
     .await?;
@@ -193,18 +208,6 @@ pub async fn attempts<'e>(
     .await?)
 }
 
-pub async fn checkpoints<'e>(
-    db: impl SqliteExecutor<'e>,
-    job_id: &str,
-) -> Result<Vec<CheckpointRow>, StoreError> {
-    Ok(sqlx::query_as::<_, CheckpointRow>(
-        "SELECT step, uri, committed, attempt, seen_at FROM checkpoints WHERE job_id = ? ORDER BY step",
-    )
-    .bind(job_id)
-    .fetch_all(db)
-    .await?)
-}
-
 pub async fn latest_metrics<'e>(
     db: impl SqliteExecutor<'e>,
     job_id: &str,
@@ -223,13 +226,82 @@ pub async fn latest_metrics<'e>(
         .collect())
 }
 
-/// Job counts per (group, state), with linked jobs counted in their mirrored state.
+/// Job counts per (group, state), linked jobs in their run's state; maintained by triggers
+/// in the transaction of every state change (migration 0003).
 pub async fn counts_by_group_and_state<'e>(
     db: impl SqliteExecutor<'e>,
 ) -> Result<Vec<(String, String, i64)>, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT group_name, state, COUNT(*) FROM job_view GROUP BY group_name, state",
+    Ok(
+        sqlx::query_as("SELECT group_name, state, n FROM job_counts WHERE n > 0")
+            .fetch_all(db)
+            .await?,
     )
-    .fetch_all(db)
-    .await?)
+}
+
+/// Job counts per state, from the maintained counts.
+pub async fn counts_by_state<'e>(
+    db: impl SqliteExecutor<'e>,
+) -> Result<Vec<(String, i64)>, StoreError> {
+    Ok(
+        sqlx::query_as("SELECT state, SUM(n) FROM job_counts GROUP BY state")
+            .fetch_all(db)
+            .await?,
+    )
+}
+
+/// The job's live lease, if a pod holds it.
+pub async fn live_lease(
+    conn: &mut SqliteConnection,
+    id: &str,
+) -> Result<Option<Uuid>, StoreError> {
+    let lease: Option<String> = sqlx::query_scalar("SELECT lease_id FROM jobs WHERE id = ?")
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .flatten();
+    lease.as_deref().map(parse_uuid).transpose()
+}
+
+/// Marks the job cancelled and answers the lease its pod must be told to stop. A linked job
+/// only cancels its link: the run goes on for the others.
+pub async fn cancel(conn: &mut SqliteConnection, id: &str) -> Result<Option<Uuid>, StoreError> {
+    let lease: Option<Option<String>> = sqlx::query_scalar(
+        "UPDATE jobs SET state = 'cancelled', link_cancelled = (same_as IS NOT NULL), \
+         cancel_requested = (lease_id IS NOT NULL), message = 'cancelled by request', \
+         updated_at = ? WHERE id = ? RETURNING lease_id",
+    )
+    .bind(now_ms())
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    lease.flatten().as_deref().map(parse_uuid).transpose()
+}
+
+/// Puts the job back in the queue with a fresh failure budget; a linked job shares its run
+/// again, in the run's state.
+pub async fn requeue(conn: &mut SqliteConnection, id: &str) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE jobs SET state = COALESCE((SELECT r.state FROM jobs r WHERE r.id = jobs.same_as), 'queued'), \
+         link_cancelled = 0, failures = 0, stalled_attempts = 0, not_before = NULL, \
+         cancel_requested = 0, message = NULL, updated_at = ? WHERE id = ?",
+    )
+    .bind(now_ms())
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn set_priority(
+    conn: &mut SqliteConnection,
+    id: &str,
+    priority: i64,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE jobs SET priority = ?, updated_at = ? WHERE id = ?")
+        .bind(priority)
+        .bind(now_ms())
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }

@@ -1,9 +1,91 @@
-//! Metric series, downsampled for charts.
+//! Metric series: points as workers report them, and downsampled for charts.
 
-use podq_api::{MetricSeries, MetricValue};
-use sqlx::SqlitePool;
+use std::collections::HashMap;
 
-use super::StoreError;
+use podq_api::{MetricSeries, MetricValue, MetricsBatch};
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+
+use super::{now_ms, StoreError};
+
+/// Stores a batch for one attempt of `job_id`; a step reported again replaces its value.
+/// Inserts in as few statements as SQLite's variable limit allows, and moves the job's and
+/// the attempt's step marks.
+pub async fn insert_points(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    attempt: i64,
+    batch: &MetricsBatch,
+) -> Result<(), StoreError> {
+    if batch.points.is_empty() {
+        return Ok(());
+    }
+    let mut names: Vec<&str> = batch
+        .points
+        .iter()
+        .flat_map(|p| p.values.keys().map(String::as_str))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut series = HashMap::with_capacity(names.len());
+    for name in names {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO metric_series (job_id, name) VALUES (?, ?) \
+             ON CONFLICT (job_id, name) DO UPDATE SET name = excluded.name RETURNING id",
+        )
+        .bind(job_id)
+        .bind(name)
+        .fetch_one(&mut *conn)
+        .await?;
+        series.insert(name, id);
+    }
+    let rows: Vec<(i64, i64, f64)> = batch
+        .points
+        .iter()
+        .flat_map(|p| {
+            p.values
+                .iter()
+                .filter(|(_, v)| v.is_finite())
+                .map(|(name, value)| (series[name.as_str()], p.step, *value))
+        })
+        .collect();
+    // 4 variables a row; SQLite allows 32766 per statement.
+    for chunk in rows.chunks(8000) {
+        let mut insert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO metric_points (series_id, step, value, attempt) ",
+        );
+        insert.push_values(chunk, |mut row, (series_id, step, value)| {
+            row.push_bind(*series_id)
+                .push_bind(*step)
+                .push_bind(*value)
+                .push_bind(attempt);
+        });
+        insert.push(
+            " ON CONFLICT (series_id, step) DO UPDATE SET value = excluded.value, attempt = excluded.attempt",
+        );
+        insert.build().execute(&mut *conn).await?;
+    }
+    let max_step = batch.points.iter().map(|p| p.step).max();
+    let min_step = batch.points.iter().map(|p| p.step).min();
+    sqlx::query("UPDATE jobs SET last_step = MAX(COALESCE(last_step, 0), ?) WHERE id = ?")
+        .bind(max_step)
+        .bind(job_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(
+        "UPDATE attempts SET first_step = COALESCE(first_step, ?), \
+         first_step_at = COALESCE(first_step_at, ?), end_step = MAX(COALESCE(end_step, 0), ?) \
+         WHERE job_id = ? AND attempt = ?",
+    )
+    .bind(min_step)
+    .bind(now_ms())
+    .bind(max_step)
+    .bind(job_id)
+    .bind(attempt)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
 
 #[derive(sqlx::FromRow)]
 struct Series {

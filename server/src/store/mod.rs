@@ -7,11 +7,15 @@
 //! one fsync: that is what lets the lease cycle reach thousands per second on SQLite.
 
 pub mod catalog;
+pub mod checkpoints;
 pub mod goodput;
 pub mod idempotency;
 pub mod jobs;
+pub mod leases;
 pub mod metrics;
+pub mod pods;
 mod rows;
+pub mod views;
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
@@ -88,6 +92,10 @@ impl Store {
             .disable_statement_logging();
         let mut writer = base.clone().create_if_missing(true).connect().await?;
         sqlx::migrate!("../migrations").run(&mut writer).await?;
+        let settled = goodput::settle_unsettled(&mut writer).await?;
+        if settled > 0 {
+            tracing::info!(attempts = settled, "stored the goodput of attempts that ended before it was kept per attempt");
+        }
         let readers = SqlitePoolOptions::new()
             .max_connections(8)
             .min_connections(1)

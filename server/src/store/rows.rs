@@ -8,13 +8,15 @@ use uuid::Uuid;
 use super::{ms_to_datetime, StoreError};
 
 /// The columns of `job_view`, in the order every job query selects them.
-pub const JOB_COLUMNS: &str = "id, experiment, group_name, state, priority, submitted_at, \
+pub const JOB_COLUMNS: &str = "id, seq, experiment, group_name, state, priority, submitted_at, \
     updated_at, config_sha256, checkpoint_dir, resume_from, last_step, total_steps, attempts, \
     failures, max_failures, preemptions, same_as, not_before, message, run_id, est_hours";
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct JobRow {
     pub id: String,
+    /// Submission order; the cursor of keyset pages.
+    pub seq: i64,
     pub experiment: String,
     pub group_name: String,
     pub state: String,

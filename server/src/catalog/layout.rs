@@ -1,0 +1,206 @@
+//! podq's own catalog layout: `groups/<group>/<experiment>.yaml`, a `group.yaml` of docs
+//! per group that must list every experiment file, and an optional `suite.yaml` fixing the
+//! group order. Every disagreement between them is a finding, not a failure.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use podq_api::ExperimentDocs;
+use serde::Deserialize;
+
+use super::{error_finding, yaml_stems, Candidate, Catalog, CatalogOptions, Group};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupFile {
+    title: String,
+    project_name: String,
+    goal: String,
+    varies: String,
+    hypothesis: String,
+    expected_result: String,
+    metrics_to_watch: Vec<String>,
+    baseline_row: String,
+    planned_hours: f64,
+    experiments: serde_yaml::Mapping,
+    #[serde(default)]
+    #[allow(dead_code)]
+    notes: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExperimentRow {
+    summary: String,
+    est_hours: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SuiteFile {
+    groups: Vec<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: Option<String>,
+}
+
+impl Catalog {
+    pub(super) fn discover_groups(&mut self, options: &CatalogOptions) -> Vec<Candidate> {
+        let groups_dir = self.root.join("groups");
+        let mut dirs: Vec<String> = std::fs::read_dir(&groups_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect();
+        dirs.sort();
+        let suite_path = self.root.join("suite.yaml");
+        if suite_path.is_file() {
+            match read_yaml::<SuiteFile>(&suite_path) {
+                Ok(suite) => {
+                    for missing in dirs.iter().filter(|d| !suite.groups.contains(d)) {
+                        self.file_findings.push(error_finding(
+                            "unlisted_group",
+                            format!(
+                                "group directory groups/{missing}/ is not listed in suite.yaml"
+                            ),
+                            Some("suite.yaml".into()),
+                        ));
+                    }
+                    for listed in suite.groups.iter().filter(|g| !dirs.contains(g)) {
+                        self.file_findings.push(error_finding(
+                            "unknown_group",
+                            format!(
+                                "suite.yaml lists `{listed}`, but groups/{listed}/ does not exist"
+                            ),
+                            Some("suite.yaml".into()),
+                        ));
+                    }
+                    dirs.retain(|d| suite.groups.contains(d));
+                    dirs.sort_by_key(|d| suite.groups.iter().position(|g| g == d));
+                }
+                Err(message) => self.file_findings.push(error_finding(
+                    "invalid_suite",
+                    message,
+                    Some("suite.yaml".into()),
+                )),
+            }
+        }
+        let mut candidates = Vec::new();
+        for dir in dirs {
+            let group_rel = format!("groups/{dir}/group.yaml");
+            let doc = match read_yaml::<GroupFile>(&self.root.join(&group_rel)) {
+                Ok(doc) => doc,
+                Err(message) => {
+                    self.file_findings.push(error_finding(
+                        "invalid_group_docs",
+                        message,
+                        Some(group_rel),
+                    ));
+                    continue;
+                }
+            };
+            let mut names = Vec::new();
+            for (key, row) in &doc.experiments {
+                let Some(name) = key.as_str() else {
+                    self.file_findings.push(error_finding(
+                        "invalid_group_docs",
+                        format!("experiment key {key:?} is not a name"),
+                        Some(group_rel.clone()),
+                    ));
+                    continue;
+                };
+                let row: ExperimentRow = match serde_yaml::from_value(row.clone()) {
+                    Ok(row) => row,
+                    Err(e) => {
+                        self.file_findings.push(error_finding(
+                            "invalid_group_docs",
+                            format!("experiments.{name}: {e}"),
+                            Some(group_rel.clone()),
+                        ));
+                        continue;
+                    }
+                };
+                let file = PathBuf::from(format!("groups/{dir}/{name}.yaml"));
+                if !self.root.join(&file).is_file() {
+                    self.file_findings.push(error_finding(
+                        "missing_experiment_file",
+                        format!(
+                            "{group_rel} lists `{name}`, but {} does not exist",
+                            file.display()
+                        ),
+                        Some(group_rel.clone()),
+                    ));
+                    continue;
+                }
+                names.push(name.to_owned());
+                candidates.push(Candidate {
+                    name: name.to_owned(),
+                    group: dir.clone(),
+                    file,
+                    docs: ExperimentDocs {
+                        title: doc.title.clone(),
+                        summary: row.summary,
+                        goal: doc.goal.clone(),
+                        varies: doc.varies.clone(),
+                        hypothesis: doc.hypothesis.clone(),
+                        expected_result: doc.expected_result.clone(),
+                        metrics_to_watch: doc.metrics_to_watch.clone(),
+                        is_baseline_row: doc.baseline_row == name,
+                    },
+                    est_hours: row.est_hours.unwrap_or(options.default_est_hours),
+                    project_name: Some(doc.project_name.clone()),
+                    legacy: false,
+                });
+            }
+            for stray in yaml_stems(&self.root.join("groups").join(&dir))
+                .into_iter()
+                .filter(|s| s != "group" && !names.contains(s))
+            {
+                self.file_findings.push(error_finding(
+                    "unlisted_experiment",
+                    format!("groups/{dir}/{stray}.yaml is not listed under `experiments` in {group_rel}"),
+                    Some(group_rel.clone()),
+                ));
+            }
+            if !names.contains(&doc.baseline_row) {
+                self.file_findings.push(error_finding(
+                    "invalid_group_docs",
+                    format!(
+                        "baseline_row `{}` is not an experiment of the group",
+                        doc.baseline_row
+                    ),
+                    Some(group_rel.clone()),
+                ));
+            }
+            self.groups.push(Group {
+                name: dir,
+                title: doc.title,
+                experiments: names,
+                baseline_row: Some(doc.baseline_row),
+                planned_hours: doc.planned_hours,
+            });
+        }
+        let mut seen = BTreeMap::new();
+        for c in &candidates {
+            if let Some(other) = seen.insert(c.name.clone(), c.group.clone()) {
+                self.file_findings.push(error_finding(
+                    "duplicate_experiment_name",
+                    format!(
+                        "experiment `{}` exists in groups {other} and {}",
+                        c.name, c.group
+                    ),
+                    Some(c.file.display().to_string()),
+                ));
+            }
+        }
+        candidates
+    }
+}
+
+fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_yaml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}

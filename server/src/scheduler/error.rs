@@ -1,0 +1,87 @@
+//! Why a scheduler method refused or failed. The HTTP layer maps each kind to a status once
+//! (`http/error.rs`); the scheduler itself knows nothing of HTTP.
+
+use podq_api::JobState;
+use uuid::Uuid;
+
+use crate::store::{FromCommitFailure, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    #[error("no job {0}")]
+    UnknownJob(String),
+    #[error("no schedule {0}")]
+    UnknownSchedule(Uuid),
+    /// A worker call on a lease that is no longer the job's live lease (fencing).
+    #[error("lease {0} is not the job's live lease: stop this attempt's processes")]
+    LeaseLost(Uuid),
+    /// A person asked for something the job's state does not allow.
+    #[error("{message}")]
+    WrongState {
+        job: String,
+        state: JobState,
+        code: &'static str,
+        message: String,
+    },
+    /// The request names things that do not exist or asks for something impossible; the
+    /// `code` is stable for clients, `details` lists what would have been valid.
+    #[error("{message}")]
+    Invalid {
+        code: &'static str,
+        message: String,
+        details: Option<serde_json::Value>,
+    },
+    #[error("this Idempotency-Key was used with a different request body")]
+    IdempotencyKeyReused,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl SchedulerError {
+    pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
+        SchedulerError::Invalid {
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    pub fn with_details(self, value: serde_json::Value) -> Self {
+        match self {
+            SchedulerError::Invalid { code, message, .. } => SchedulerError::Invalid {
+                code,
+                message,
+                details: Some(value),
+            },
+            other => other,
+        }
+    }
+
+    pub fn wrong_state(
+        job: &str,
+        state: JobState,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        SchedulerError::WrongState {
+            job: job.to_owned(),
+            state,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<sqlx::Error> for SchedulerError {
+    fn from(e: sqlx::Error) -> Self {
+        SchedulerError::Store(StoreError::from(e))
+    }
+}
+
+impl FromCommitFailure for SchedulerError {
+    fn commit_failed(message: String) -> Self {
+        SchedulerError::Store(StoreError::commit_failed(message))
+    }
+}
+
+pub type Result<T, E = SchedulerError> = std::result::Result<T, E>;

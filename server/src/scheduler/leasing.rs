@@ -1,0 +1,402 @@
+//! The lease protocol (DESIGN.md 3.2): handing whole-pod jobs to workers and hearing from
+//! them. Every call after the lease names it and is fenced: a lease that is no longer the
+//! job's live one gets `LeaseLost`.
+
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use podq_api::{
+    AttemptOutcome, CheckpointsBatch, FinishRequest, FinishResponse, HeartbeatRequest,
+    HeartbeatResponse, JobState, Lease, LeasePhase, LeaseRequest, MetricsBatch, PodReport,
+    WorkerEvents,
+};
+use uuid::Uuid;
+
+use super::policy::{self, AttemptProgress, JobBudget};
+use super::{LiveLease, Result, Scheduler, SchedulerError};
+use crate::store::jobs::insert_event;
+use crate::store::leases::{self as sql, AttemptEnd, JobAfter};
+use crate::store::{checkpoints, metrics, now_ms, parse_uuid, pods, StoreError};
+
+const MAX_WAIT: Duration = Duration::from_secs(60);
+const DEFAULT_WAIT: Duration = Duration::from_secs(20);
+const MAX_LOG_TAIL: usize = 16 * 1024;
+
+impl Scheduler {
+    /// Waits up to `wait_s` for a job and leases it to `pod`. A waiting call is woken only
+    /// when a job for its accelerator becomes leasable; while it waits it reads nothing and
+    /// writes nothing (its "last seen" is kept in memory).
+    pub async fn lease(&self, pod: &str, req: LeaseRequest) -> Result<Option<Lease>> {
+        let wait = req
+            .wait_s
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_WAIT)
+            .min(MAX_WAIT);
+        let deadline = tokio::time::Instant::now() + wait;
+        // A pod runs one job at a time: a pod asking for work while holding a lease has lost
+        // track of it (its worker restarted). End that attempt so the job can run again.
+        for stale in self.live.of_pod(pod) {
+            let message =
+                "the pod asked for a new lease while holding this one: its worker restarted";
+            match self.end_lease(stale, lost(message)).await {
+                Ok(_) | Err(SchedulerError::LeaseLost(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.note_pod(pod, &req.pod).await?;
+        if !req.pod.preflight.as_ref().is_none_or(|p| p.passed) {
+            // A pod that failed preflight gets no job; it asks again after the wait.
+            tokio::time::sleep_until(deadline).await;
+            return Ok(None);
+        }
+        let wake = self.waiters.of(&req.pod.accelerator);
+        loop {
+            // Registered before the check, so a job that turns up between the check and the
+            // wait still wakes this call.
+            let woken = wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if sql::any_leasable(self.store.reader(), &req.pod.accelerator).await? {
+                if let Some(lease) = self.claim(pod, &req).await? {
+                    return Ok(Some(lease));
+                }
+            }
+            tokio::select! {
+                _ = &mut woken => {}
+                _ = tokio::time::sleep_until(deadline) => return Ok(None),
+            }
+        }
+    }
+
+    /// Writes the pod's description when it changed; otherwise only notes it was seen.
+    async fn note_pod(&self, pod: &str, desc: &podq_api::PodDescription) -> Result<()> {
+        if !self.live.pod_seen(pod, desc) {
+            return Ok(());
+        }
+        let (name, description) = (pod.to_owned(), desc.clone());
+        self.store
+            .write(move |conn| {
+                async move { pods::upsert(conn, &name, &description).await }.boxed()
+            })
+            .await?;
+        self.live.pod_recorded(pod, desc);
+        Ok(())
+    }
+
+    async fn claim(&self, pod: &str, req: &LeaseRequest) -> Result<Option<Lease>> {
+        let lease_id = Uuid::new_v4();
+        let (pod_name, accelerator) = (pod.to_owned(), req.pod.accelerator.clone());
+        let claimed = self
+            .store
+            .write(move |conn| {
+                async move { sql::claim(conn, lease_id, &pod_name, &accelerator).await }.boxed()
+            })
+            .await?;
+        let Some(claimed) = claimed else {
+            return Ok(None);
+        };
+        let lease = Lease {
+            lease_id,
+            job_id: parse_uuid(&claimed.id)?,
+            attempt: claimed.attempts,
+            config: serde_json::from_str(&claimed.config_json).map_err(|e| {
+                StoreError::Corrupt(format!("the config of job {}: {e}", claimed.id))
+            })?,
+            experiment: claimed.experiment,
+            group: claimed.group_name,
+            config_sha256: claimed.config_sha256,
+            checkpoint_dir: claimed.checkpoint_dir,
+            resume_from: claimed.resume_from,
+            resume_step: claimed.resume_step,
+            fallback_checkpoints: claimed.fallback_checkpoints,
+            lease_ttl_s: self.config.lease_ttl.as_secs(),
+            heartbeat_s: self.config.heartbeat.as_secs().max(1),
+        };
+        self.live.insert(
+            lease_id,
+            LiveLease {
+                job_id: claimed.id,
+                pod: pod.to_owned(),
+                attempt: lease.attempt,
+                expires_at: Instant::now() + self.live.ttl,
+                cancel: false,
+                running: false,
+                running_recorded: false,
+                step: lease.resume_step,
+            },
+        );
+        Ok(Some(lease))
+    }
+
+    /// Records what a pod's worker says about it, and an event if it brings one.
+    pub async fn report_pod(&self, pod: &str, report: PodReport) -> Result<()> {
+        let (name, description) = (pod.to_owned(), report.pod.clone());
+        self.store
+            .write(move |conn| {
+                async move {
+                    pods::upsert(conn, &name, &report.pod).await?;
+                    if let Some(event) = &report.event {
+                        insert_event(conn, None, Some(&name), &event.kind, &event.message).await?;
+                    }
+                    Ok::<_, SchedulerError>(())
+                }
+                .boxed()
+            })
+            .await?;
+        self.live.pod_recorded(pod, &description);
+        Ok(())
+    }
+
+    /// Extends the lease; answers whether to stop. Memory only: see `live.rs`.
+    pub fn heartbeat(&self, lease_id: Uuid, req: HeartbeatRequest) -> Result<HeartbeatResponse> {
+        let cancel = {
+            let mut leases = self.live.lock();
+            let entry = leases
+                .get_mut(&lease_id)
+                .ok_or(SchedulerError::LeaseLost(lease_id))?;
+            entry.expires_at = Instant::now() + self.live.ttl;
+            entry.running |= req.phase == LeasePhase::Running;
+            if req.step.is_some() {
+                entry.step = req.step;
+            }
+            entry.cancel
+        };
+        Ok(HeartbeatResponse {
+            lease_expires_at: chrono::Utc::now()
+                + chrono::Duration::from_std(self.live.ttl).unwrap_or_default(),
+            cancel,
+        })
+    }
+
+    /// Stores a metrics batch; a step reported again replaces its value. Answers how many
+    /// values were accepted.
+    pub async fn record_metrics(&self, lease_id: Uuid, batch: MetricsBatch) -> Result<usize> {
+        if self.live.get(lease_id).is_none() {
+            return Err(SchedulerError::LeaseLost(lease_id));
+        }
+        let accepted: usize = batch.points.iter().map(|p| p.values.len()).sum();
+        let max_step = batch.points.iter().map(|p| p.step).max();
+        self.store
+            .write(move |conn| {
+                async move {
+                    let (job_id, attempt) = sql::fence(conn, lease_id)
+                        .await?
+                        .ok_or(SchedulerError::LeaseLost(lease_id))?;
+                    metrics::insert_points(conn, &job_id, attempt, &batch).await?;
+                    Ok::<_, SchedulerError>(())
+                }
+                .boxed()
+            })
+            .await?;
+        if let Some(step) = max_step {
+            self.live.advance(lease_id, step);
+        }
+        Ok(accepted)
+    }
+
+    /// Records what the worker found in the checkpoint store. The newest committed
+    /// checkpoint becomes where the next attempt resumes.
+    pub async fn record_checkpoints(&self, lease_id: Uuid, batch: CheckpointsBatch) -> Result<()> {
+        if self.live.get(lease_id).is_none() {
+            return Err(SchedulerError::LeaseLost(lease_id));
+        }
+        self.store
+            .write(move |conn| {
+                async move {
+                    let (job_id, attempt) = sql::fence(conn, lease_id)
+                        .await?
+                        .ok_or(SchedulerError::LeaseLost(lease_id))?;
+                    checkpoints::record(conn, &job_id, attempt, &batch.checkpoints).await?;
+                    Ok(())
+                }
+                .boxed()
+            })
+            .await
+    }
+
+    /// Things the worker saw, onto the job's timeline.
+    pub async fn record_worker_events(&self, lease_id: Uuid, events: WorkerEvents) -> Result<()> {
+        let pod = self
+            .live
+            .get(lease_id)
+            .ok_or(SchedulerError::LeaseLost(lease_id))?
+            .pod;
+        self.store
+            .write(move |conn| {
+                async move {
+                    let (job_id, _) = sql::fence(conn, lease_id)
+                        .await?
+                        .ok_or(SchedulerError::LeaseLost(lease_id))?;
+                    for event in &events.events {
+                        insert_event(conn, Some(&job_id), Some(&pod), &event.kind, &event.message)
+                            .await?;
+                    }
+                    Ok(())
+                }
+                .boxed()
+            })
+            .await
+    }
+
+    /// Ends the attempt and applies the retry policy. Repeating a finish that was already
+    /// applied answers the same and changes nothing.
+    pub async fn finish(&self, lease_id: Uuid, req: FinishRequest) -> Result<FinishResponse> {
+        self.end_lease(lease_id, req).await
+    }
+
+    pub(super) async fn end_lease(
+        &self,
+        lease_id: Uuid,
+        req: FinishRequest,
+    ) -> Result<FinishResponse> {
+        let config = self.config.clone();
+        let jitter: f64 = rand::random();
+        let (answer, requeued) = self
+            .store
+            .write(move |conn| {
+                async move {
+                    let Some(holder) = sql::holder(conn, lease_id).await? else {
+                        let answer = already_finished(conn, lease_id, req.outcome).await?;
+                        return Ok((answer, None));
+                    };
+                    let end_step = holder.end_step.or(req.end_step);
+                    let progressed = policy::progressed(AttemptProgress {
+                        new_checkpoint: holder.new_checkpoint,
+                        start_step: holder.start_step,
+                        first_step: holder.first_step,
+                        end_step,
+                        resume_step: holder.resume_step,
+                    });
+                    let decision = policy::decide(
+                        req.outcome,
+                        JobBudget {
+                            failures: holder.failures,
+                            max_failures: holder.max_failures,
+                            stalled_attempts: holder.stalled_attempts,
+                            cancel_requested: holder.cancel_requested,
+                        },
+                        progressed,
+                        config.backoff_base,
+                        config.backoff_cap,
+                        jitter,
+                    );
+                    let not_before = decision
+                        .backoff
+                        .map(|b| now_ms() + i64::try_from(b.as_millis()).unwrap_or(i64::MAX / 2));
+                    let log_tail = tail(req.log_tail.as_deref().unwrap_or_default());
+                    let exit_codes_json = serde_json::to_string(&req.exit_codes)
+                        .map_err(|e| StoreError::Corrupt(format!("exit codes: {e}")))?;
+                    sql::end_attempt(
+                        conn,
+                        lease_id,
+                        &holder.id,
+                        &AttemptEnd {
+                            outcome: req.outcome.as_str(),
+                            start_step: req.start_step,
+                            end_step: req.end_step,
+                            exit_codes_json,
+                            log_tail,
+                            message: req.message.as_deref(),
+                        },
+                        &JobAfter {
+                            state: decision.state.as_str(),
+                            failures: decision.failures,
+                            stalled_attempts: decision.stalled_attempts,
+                            preemption: decision.preemption,
+                            not_before,
+                            verify_checkpoints: req.outcome == AttemptOutcome::Lost,
+                            message: decision.message.as_deref(),
+                        },
+                    )
+                    .await?;
+                    let pod = holder.lease_pod.as_deref();
+                    let detail = req.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+                    let next = match (decision.state, decision.backoff) {
+                        (JobState::Queued, Some(b)) => format!("; retry in {}s", b.as_secs()),
+                        (JobState::Queued, None) => "; requeued".to_owned(),
+                        (state, _) => format!("; job {state}"),
+                    };
+                    insert_event(
+                        conn,
+                        Some(&holder.id),
+                        pod,
+                        req.outcome.as_str(),
+                        &format!("attempt {} {}{detail}{next}", holder.attempts, req.outcome),
+                    )
+                    .await?;
+                    if let Some(message) = &decision.message {
+                        if matches!(decision.state, JobState::Held | JobState::Failed) {
+                            insert_event(conn, Some(&holder.id), None, decision.state.as_str(), message)
+                                .await?;
+                        }
+                    }
+                    let requeued = (decision.state == JobState::Queued).then_some(not_before);
+                    Ok::<_, SchedulerError>((
+                        FinishResponse {
+                            job_state: decision.state,
+                        },
+                        requeued,
+                    ))
+                }
+                .boxed()
+            })
+            .await?;
+        self.live.remove(lease_id);
+        match requeued {
+            Some(Some(at)) => self.waiters.leasable_at(&self.config.accelerator, at),
+            Some(None) => self.waiters.leasable(&self.config.accelerator, 1),
+            None => {}
+        }
+        Ok(answer)
+    }
+}
+
+/// A `lost` finish with `message`, as the server itself ends a lease.
+pub(super) fn lost(message: impl Into<String>) -> FinishRequest {
+    FinishRequest {
+        outcome: AttemptOutcome::Lost,
+        exit_codes: Vec::new(),
+        start_step: None,
+        end_step: None,
+        log_tail: None,
+        message: Some(message.into()),
+    }
+}
+
+/// The last `MAX_LOG_TAIL` bytes of a log, cut at a character boundary.
+fn tail(log: &str) -> &str {
+    let cut = log.len().saturating_sub(MAX_LOG_TAIL);
+    let cut = (cut..log.len())
+        .find(|i| log.is_char_boundary(*i))
+        .unwrap_or(log.len());
+    &log[cut..]
+}
+
+/// A finish for a lease that is no longer live: the same finish repeated is answered as
+/// before; anything else is a worker that lost its lease.
+async fn already_finished(
+    conn: &mut sqlx::SqliteConnection,
+    lease_id: Uuid,
+    outcome: AttemptOutcome,
+) -> Result<FinishResponse> {
+    match sql::ended_attempt(conn, lease_id).await? {
+        Some((Some(recorded), job_state)) if recorded == outcome.as_str() => Ok(FinishResponse {
+            job_state: job_state.parse().map_err(StoreError::Corrupt)?,
+        }),
+        _ => Err(SchedulerError::LeaseLost(lease_id)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tail;
+
+    #[test]
+    fn a_log_tail_is_cut_at_a_character_boundary() {
+        let log = "é".repeat(super::MAX_LOG_TAIL);
+        let cut = tail(&log);
+        assert!(cut.len() <= super::MAX_LOG_TAIL);
+        assert!(cut.chars().all(|c| c == 'é'));
+        assert_eq!(tail("short"), "short");
+    }
+}

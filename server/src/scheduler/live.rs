@@ -1,0 +1,157 @@
+//! What lives only in memory: each live lease's expiry and last step, and when each pod was
+//! last heard from.
+//!
+//! The database holds each job's live `lease_id` (the fence every worker call is checked
+//! against) durably. Expiry lives only here: heartbeats are the most frequent call and need
+//! no fsync. After a restart every live lease gets a fresh full TTL, so a worker that is still
+//! alive keeps its job and a dead one is reaped one TTL later. Likewise a pod's "last seen"
+//! is written only when its description changes, so waiting workers cost no writes.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use podq_api::PodDescription;
+use uuid::Uuid;
+
+use crate::store::leases::LiveRow;
+use crate::store::{parse_uuid, StoreError};
+
+#[derive(Debug, Clone)]
+pub struct LiveLease {
+    pub job_id: String,
+    pub pod: String,
+    pub attempt: i64,
+    pub expires_at: Instant,
+    pub cancel: bool,
+    pub running: bool,
+    /// Whether the database knows the attempt is running yet (see `Scheduler::persist_running`).
+    pub running_recorded: bool,
+    pub step: Option<i64>,
+}
+
+/// The leases workers hold right now, with their expiry.
+pub struct LiveLeases {
+    pub ttl: Duration,
+    leases: Mutex<HashMap<Uuid, LiveLease>>,
+    pods: Mutex<HashMap<String, PodSeen>>,
+}
+
+/// A pod as last written to the database, and when it last asked for anything.
+struct PodSeen {
+    recorded: PodDescription,
+    last_seen: DateTime<Utc>,
+}
+
+impl LiveLeases {
+    pub fn new(rows: Vec<LiveRow>, ttl: Duration) -> Result<LiveLeases, StoreError> {
+        let now = Instant::now();
+        let leases = rows
+            .into_iter()
+            .map(|row| {
+                let running = row.state == "running";
+                Ok((
+                    parse_uuid(&row.lease_id)?,
+                    LiveLease {
+                        job_id: row.id,
+                        pod: row.pod,
+                        attempt: row.attempts,
+                        expires_at: now + ttl,
+                        cancel: row.cancel_requested,
+                        running,
+                        running_recorded: running,
+                        step: None,
+                    },
+                ))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(LiveLeases {
+            ttl,
+            leases: Mutex::new(leases),
+            pods: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, LiveLease>> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn get(&self, lease: Uuid) -> Option<LiveLease> {
+        self.lock().get(&lease).cloned()
+    }
+
+    pub fn all(&self) -> Vec<(Uuid, LiveLease)> {
+        self.lock().iter().map(|(k, v)| (*k, v.clone())).collect()
+    }
+
+    pub(super) fn insert(&self, lease: Uuid, live: LiveLease) {
+        self.lock().insert(lease, live);
+    }
+
+    pub(super) fn remove(&self, lease: Uuid) {
+        self.lock().remove(&lease);
+    }
+
+    pub(super) fn flag_cancel(&self, lease: Uuid) {
+        if let Some(live) = self.lock().get_mut(&lease) {
+            live.cancel = true;
+        }
+    }
+
+    pub(super) fn of_pod(&self, pod: &str) -> Vec<Uuid> {
+        self.lock()
+            .iter()
+            .filter(|(_, l)| l.pod == pod)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    pub(super) fn expired(&self, now: Instant) -> Vec<Uuid> {
+        self.lock()
+            .iter()
+            .filter(|(_, l)| l.expires_at <= now)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Notes that `lease` reached `step`.
+    pub(super) fn advance(&self, lease: Uuid, step: i64) {
+        if let Some(live) = self.lock().get_mut(&lease) {
+            live.step = Some(live.step.map_or(step, |s| s.max(step)));
+        }
+    }
+
+    fn pods(&self) -> MutexGuard<'_, HashMap<String, PodSeen>> {
+        self.pods.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes that `pod` asked for something now; true when its description differs from the
+    /// one in the database, which the caller must then write.
+    pub(super) fn pod_seen(&self, pod: &str, desc: &PodDescription) -> bool {
+        let mut pods = self.pods();
+        match pods.get_mut(pod) {
+            Some(seen) => {
+                seen.last_seen = Utc::now();
+                seen.recorded != *desc
+            }
+            None => true,
+        }
+    }
+
+    /// Notes that the database now holds `desc` for `pod`.
+    pub(super) fn pod_recorded(&self, pod: &str, desc: &PodDescription) {
+        self.pods().insert(
+            pod.to_owned(),
+            PodSeen {
+                recorded: desc.clone(),
+                last_seen: Utc::now(),
+            },
+        );
+    }
+
+    /// When `pod` was last heard from since this server started.
+    pub fn pod_last_seen(&self, pod: &str) -> Option<DateTime<Utc>> {
+        self.pods().get(pod).map(|seen| seen.last_seen)
+    }
+}

@@ -1,0 +1,145 @@
+//! The summaries that combine the database with what lives only in memory (lease progress,
+//! pods' last contact): status, plan and pods.
+
+use std::collections::BTreeMap;
+
+use chrono::{Duration as ChronoDuration, Utc};
+use podq_api::{JobState, Plan, PlannedRun, Pod, RunningJob, Status};
+
+use super::forecast::{self, Progress};
+use super::{Result, Scheduler};
+use crate::store::views::{self, ActiveRun};
+use crate::store::{goodput, jobs, ms_to_datetime, now_ms, parse_uuid, pods};
+
+impl Scheduler {
+    pub async fn status(&self) -> Result<Status> {
+        let db = self.store.reader();
+        let mut counts: BTreeMap<String, i64> = JobState::ALL
+            .iter()
+            .map(|s| (s.as_str().to_owned(), 0))
+            .collect();
+        counts.extend(jobs::counts_by_state(db).await?);
+        let runs = views::active_runs(db).await?;
+        let now = now_ms();
+        let live = self.live.all();
+        let mut running = Vec::new();
+        let mut queue_hours = 0.0;
+        for run in &runs {
+            let lease = live.iter().find(|(_, l)| l.job_id == run.id);
+            let step = lease
+                .and_then(|(_, l)| l.step)
+                .or(run.end_step)
+                .or(run.last_step);
+            let steps_per_s =
+                forecast::step_rate(run.first_step, run.first_step_at, run.end_step, now);
+            queue_hours += remaining(run, step, steps_per_s);
+            if run.state != "queued" {
+                running.push(RunningJob {
+                    job_id: parse_uuid(&run.id)?,
+                    experiment: run.experiment.clone(),
+                    state: run.state.clone(),
+                    pod: lease.map(|(_, l)| l.pod.clone()),
+                    attempt: run.attempts,
+                    step,
+                    total_steps: run.total_steps,
+                    steps_per_s,
+                });
+            }
+        }
+        let queue_eta = (queue_hours > 0.0)
+            .then(|| Utc::now() + ChronoDuration::seconds((queue_hours * 3600.0) as i64));
+        Ok(Status {
+            now: Utc::now(),
+            jobs: counts,
+            running,
+            pods: self.pods().await?,
+            queue_hours,
+            queue_eta,
+            goodput: goodput::total(db).await?,
+        })
+    }
+
+    /// The queue in the order it will run, projected onto the pods, against the deadline.
+    pub async fn plan(&self) -> Result<Plan> {
+        let db = self.store.reader();
+        let runs = views::active_runs(db).await?;
+        let pods = usize::try_from(pods::count(db).await?).unwrap_or(0).max(1);
+        let now = Utc::now();
+        let now_ms = now_ms();
+        let deadline = self.config.deadline;
+        let mut lanes = vec![now; pods];
+        let mut planned = Vec::with_capacity(runs.len());
+        for run in runs {
+            let steps_per_s =
+                forecast::step_rate(run.first_step, run.first_step_at, run.end_step, now_ms);
+            let remaining_hours = remaining(&run, run.end_step.or(run.last_step), steps_per_s);
+            let (lane, start) = lanes
+                .iter()
+                .copied()
+                .enumerate()
+                .min_by_key(|(_, t)| *t)
+                .unwrap_or((0, now));
+            let end = start + ChronoDuration::seconds((remaining_hours * 3600.0) as i64);
+            lanes[lane] = end;
+            planned.push(PlannedRun {
+                job_id: parse_uuid(&run.id)?,
+                experiment: run.experiment,
+                group: run.group_name,
+                state: run.state,
+                priority: run.priority,
+                remaining_hours,
+                start,
+                end,
+                fits_deadline: deadline.is_none_or(|d| end <= d),
+                also_finishes: run
+                    .linked
+                    .map(|l| l.split(',').map(str::to_owned).collect())
+                    .unwrap_or_default(),
+            });
+        }
+        Ok(Plan {
+            now,
+            deadline,
+            pods,
+            total_hours: planned.iter().map(|r| r.remaining_hours).sum(),
+            runs_that_fit: planned.iter().filter(|r| r.fits_deadline).count(),
+            runs: planned,
+        })
+    }
+
+    /// Every pod, with its live lease and when it was last heard from.
+    pub async fn pods(&self) -> Result<Vec<Pod>> {
+        let rows = pods::list(self.store.reader()).await?;
+        let live = self.live.all();
+        rows.into_iter()
+            .map(|row| {
+                let lease = live.iter().find(|(_, l)| l.pod == row.name);
+                let recorded = ms_to_datetime(row.last_seen_at);
+                Ok(Pod {
+                    preflight: row.preflight()?,
+                    accelerator: row.accelerator,
+                    hosts: u32::try_from(row.hosts).unwrap_or(0),
+                    state: row.state,
+                    health: row.health,
+                    recovery: row.recovery,
+                    last_seen_at: self
+                        .live
+                        .pod_last_seen(&row.name)
+                        .map_or(recorded, |seen| seen.max(recorded)),
+                    current_job: lease.map(|(_, l)| parse_uuid(&l.job_id)).transpose()?,
+                    current_lease: lease.map(|(id, _)| *id),
+                    name: row.name,
+                })
+            })
+            .collect()
+    }
+}
+
+fn remaining(run: &ActiveRun, step: Option<i64>, steps_per_s: Option<f64>) -> f64 {
+    forecast::remaining_hours(Progress {
+        est_hours: run.est_hours,
+        step,
+        total_steps: run.total_steps,
+        steps_per_s,
+    })
+}

@@ -1,0 +1,106 @@
+//! The reaper's tick: record attempts that started running, end leases whose worker went
+//! silent, and wake a waiting worker for each job whose backoff ended. A tick that finds
+//! nothing to do touches no table.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::leasing::lost;
+use super::{LiveLease, Result, Scheduler, SchedulerError};
+use crate::store::{leases as sql, now_ms};
+
+const TICK: Duration = Duration::from_millis(250);
+
+/// What one tick did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Reaped {
+    /// Attempts newly recorded as running.
+    pub running: usize,
+    /// Leases ended as `lost`.
+    pub lost: Vec<Uuid>,
+}
+
+impl Scheduler {
+    /// Runs the reaper every 250 ms until `shutdown`.
+    pub async fn run_reaper(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(TICK);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = self.reap_once(Instant::now()).await {
+                tracing::error!(error = %e, "the reaper's tick failed");
+            }
+        }
+    }
+
+    /// One tick of the reaper, as of `now`.
+    pub async fn reap_once(&self, now: Instant) -> Result<Reaped> {
+        let mut reaped = Reaped {
+            running: self.persist_running().await?,
+            ..Reaped::default()
+        };
+        for lease in self.live.expired(now) {
+            let message = format!(
+                "no heartbeat for {}s: the worker is gone",
+                self.live.ttl.as_secs()
+            );
+            match self.end_lease(lease, lost(message)).await {
+                Ok(_) => {
+                    tracing::warn!(%lease, "reaped a lease whose worker stopped heartbeating");
+                    reaped.lost.push(lease);
+                }
+                // Ended meanwhile by its worker: only the memory was left.
+                Err(SchedulerError::LeaseLost(_)) => self.live.remove(lease),
+                Err(e) => tracing::error!(%lease, error = %e, "could not reap a lease"),
+            }
+        }
+        self.waiters.wake_ended_backoffs(now_ms());
+        Ok(reaped)
+    }
+
+    /// Records in the database the attempts that started running since the last tick, all
+    /// in one write. A heartbeat only notes the start in memory: heartbeats are the most
+    /// frequent call, and `running` showing up a quarter second later costs nothing.
+    async fn persist_running(&self) -> Result<usize> {
+        let started: Vec<(Uuid, LiveLease)> = self
+            .live
+            .all()
+            .into_iter()
+            .filter(|(_, l)| l.running && !l.running_recorded)
+            .collect();
+        if started.is_empty() {
+            return Ok(0);
+        }
+        let rows = started.clone();
+        let recorded = self
+            .store
+            .write(move |conn| {
+                async move {
+                    let mut recorded = 0;
+                    for (lease_id, live) in &rows {
+                        if sql::mark_running(conn, *lease_id, &live.job_id, &live.pod, live.attempt)
+                            .await?
+                        {
+                            recorded += 1;
+                        }
+                    }
+                    Ok::<_, SchedulerError>(recorded)
+                }
+                .boxed()
+            })
+            .await?;
+        let mut leases = self.live.lock();
+        for (lease_id, _) in started {
+            if let Some(live) = leases.get_mut(&lease_id) {
+                live.running_recorded = true;
+            }
+        }
+        Ok(recorded)
+    }
+}

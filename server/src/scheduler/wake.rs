@@ -1,0 +1,108 @@
+//! Waking waiting workers without a thundering herd.
+//!
+//! A pod's lease call waits on its accelerator's `Notify`. Each job that becomes leasable
+//! wakes one waiter of that accelerator (`notify_one`); a waiter that is dropped after being
+//! woken passes the wake-up on to the next (tokio's documented `Notified` behaviour), so a
+//! job is never left waiting for a worker that already went away. A job in backoff becomes
+//! leasable without anyone calling: its end is kept here and the reaper's tick wakes one
+//! waiter when it passes, so waiting workers need no polling of their own.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+#[derive(Default)]
+pub struct LeaseWaiters {
+    by_accelerator: Mutex<HashMap<String, Arc<Notify>>>,
+    /// (ms since the epoch, accelerator) at which a backed-off job becomes leasable.
+    backoff_ends: Mutex<BTreeSet<(i64, String)>>,
+}
+
+impl LeaseWaiters {
+    /// What a lease call for `accelerator` waits on.
+    pub fn of(&self, accelerator: &str) -> Arc<Notify> {
+        let mut map = self
+            .by_accelerator
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        Arc::clone(map.entry(accelerator.to_owned()).or_default())
+    }
+
+    /// `jobs` jobs for `accelerator` became leasable: wake that many waiters, no more.
+    pub fn leasable(&self, accelerator: &str, jobs: usize) {
+        let notify = self.of(accelerator);
+        for _ in 0..jobs {
+            notify.notify_one();
+        }
+    }
+
+    /// A job for `accelerator` becomes leasable at `at_ms`.
+    pub fn leasable_at(&self, accelerator: &str, at_ms: i64) {
+        self.backoff_ends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((at_ms, accelerator.to_owned()));
+    }
+
+    /// Wakes one waiter for each backoff that has ended by `now_ms`.
+    pub fn wake_ended_backoffs(&self, now_ms: i64) {
+        let due: Vec<String> = {
+            let mut ends = self.backoff_ends.lock().unwrap_or_else(|e| e.into_inner());
+            let later = ends.split_off(&(now_ms + 1, String::new()));
+            std::mem::replace(&mut *ends, later)
+                .into_iter()
+                .map(|(_, accelerator)| accelerator)
+                .collect()
+        };
+        for accelerator in due {
+            self.leasable(&accelerator, 1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    async fn woken(notify: &Notify) -> bool {
+        tokio::time::timeout(Duration::from_millis(50), notify.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn one_job_wakes_one_waiter_of_its_accelerator_only() {
+        let waiters = LeaseWaiters::default();
+        let v4 = waiters.of("v4-64");
+        let v5 = waiters.of("v5e-16");
+        let mut first = Box::pin(v4.notified());
+        let mut second = Box::pin(v4.notified());
+        let mut other = Box::pin(v5.notified());
+        first.as_mut().enable();
+        second.as_mut().enable();
+        other.as_mut().enable();
+        waiters.leasable("v4-64", 1);
+        let ready = |n: &mut std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>>| {
+            futures::FutureExt::now_or_never(n.as_mut()).is_some()
+        };
+        assert!(ready(&mut first));
+        assert!(!ready(&mut second), "a second waiter stays asleep");
+        assert!(!ready(&mut other), "another accelerator's waiter stays asleep");
+    }
+
+    #[tokio::test]
+    async fn an_ended_backoff_wakes_one_waiter_once() {
+        let waiters = LeaseWaiters::default();
+        let v4 = waiters.of("v4-64");
+        waiters.leasable_at("v4-64", 1_000);
+        waiters.wake_ended_backoffs(999);
+        assert!(!woken(&v4).await, "not before its end");
+        waiters.wake_ended_backoffs(1_000);
+        assert!(woken(&v4).await);
+        waiters.wake_ended_backoffs(2_000);
+        assert!(!woken(&v4).await, "only once");
+    }
+}

@@ -1,0 +1,307 @@
+//! SQL of the lease protocol: claiming a job for a pod, the fence every worker call passes,
+//! recording that an attempt runs, and ending an attempt. Each function runs inside the
+//! caller's write; the scheduler decides what to write.
+
+use sqlx::sqlite::SqliteConnection;
+use sqlx::SqlitePool;
+use uuid::Uuid;
+
+use super::jobs::insert_event;
+use super::{now_ms, StoreError};
+
+/// Whether a job is leasable now for `accelerator` (the claim's own condition, read-only).
+pub async fn any_leasable(db: &SqlitePool, accelerator: &str) -> Result<bool, StoreError> {
+    let found: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM jobs WHERE state = 'queued' AND same_as IS NULL AND accelerator = ? \
+         AND (not_before IS NULL OR not_before <= ?) LIMIT 1",
+    )
+    .bind(accelerator)
+    .bind(now_ms())
+    .fetch_optional(db)
+    .await?;
+    Ok(found.is_some())
+}
+
+/// When each accelerator's next backed-off job becomes leasable, in ms since the epoch.
+pub async fn backoff_ends(db: &SqlitePool) -> Result<Vec<(String, i64)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT accelerator, MIN(not_before) FROM jobs WHERE state = 'queued' AND same_as IS NULL \
+         AND not_before IS NOT NULL GROUP BY accelerator",
+    )
+    .fetch_all(db)
+    .await?)
+}
+
+/// A job claimed for a pod, as the lease needs it.
+#[derive(sqlx::FromRow)]
+pub struct Claimed {
+    pub id: String,
+    pub attempts: i64,
+    pub experiment: String,
+    pub group_name: String,
+    pub config_json: String,
+    pub config_sha256: String,
+    pub checkpoint_dir: String,
+    pub resume_from: Option<String>,
+    pub resume_step: Option<i64>,
+    /// Older committed checkpoints to fall back on if the newest does not load.
+    #[sqlx(skip)]
+    pub fallback_checkpoints: Vec<String>,
+}
+
+/// Claims the first leasable job for `accelerator` (priority, then submission order) for
+/// `pod`, starts its attempt and notes it on the timeline. Claims nothing while the pod
+/// holds a live lease: a pod runs one job at a time.
+pub async fn claim(
+    conn: &mut SqliteConnection,
+    lease_id: Uuid,
+    pod: &str,
+    accelerator: &str,
+) -> Result<Option<Claimed>, StoreError> {
+    let now = now_ms();
+    let claimed: Option<Claimed> = sqlx::query_as(
+        "UPDATE jobs SET state = 'leased', lease_id = ?1, lease_pod = ?2, \
+         attempts = attempts + 1, cancel_requested = 0, not_before = NULL, updated_at = ?3 \
+         WHERE id = (SELECT id FROM jobs WHERE state = 'queued' AND same_as IS NULL \
+           AND accelerator = ?4 AND (not_before IS NULL OR not_before <= ?3) \
+           ORDER BY priority DESC, seq LIMIT 1) \
+         AND NOT EXISTS (SELECT 1 FROM jobs WHERE lease_pod = ?2 AND state IN ('leased', 'running')) \
+         RETURNING id, attempts, experiment, group_name, config_json, config_sha256, \
+           checkpoint_dir, resume_from, resume_step",
+    )
+    .bind(lease_id.to_string())
+    .bind(pod)
+    .bind(now)
+    .bind(accelerator)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(mut claimed) = claimed else {
+        return Ok(None);
+    };
+    sqlx::query(
+        "INSERT INTO attempts (job_id, attempt, lease_id, pod, resume_from, started_at, start_step) \
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&claimed.id)
+    .bind(claimed.attempts)
+    .bind(lease_id.to_string())
+    .bind(pod)
+    .bind(&claimed.resume_from)
+    .bind(now)
+    .bind(claimed.resume_step)
+    .execute(&mut *conn)
+    .await?;
+    if let Some(resume_step) = claimed.resume_step {
+        claimed.fallback_checkpoints = sqlx::query_scalar(
+            "SELECT uri FROM checkpoints WHERE job_id = ? AND committed = 1 AND step < ? \
+             ORDER BY step DESC LIMIT 3",
+        )
+        .bind(&claimed.id)
+        .bind(resume_step)
+        .fetch_all(&mut *conn)
+        .await?;
+    }
+    let from = claimed
+        .resume_from
+        .as_deref()
+        .map(|r| format!(", resuming from {r}"))
+        .unwrap_or_default();
+    insert_event(
+        conn,
+        Some(&claimed.id),
+        Some(pod),
+        "leased",
+        &format!("attempt {} leased to pod {pod}{from}", claimed.attempts),
+    )
+    .await?;
+    Ok(Some(claimed))
+}
+
+/// The job and attempt of `lease_id` if it is still the job's live lease: every worker call
+/// passes this check inside its write.
+pub async fn fence(
+    conn: &mut SqliteConnection,
+    lease_id: Uuid,
+) -> Result<Option<(String, i64)>, StoreError> {
+    Ok(
+        sqlx::query_as("SELECT id, attempts FROM jobs WHERE lease_id = ?")
+            .bind(lease_id.to_string())
+            .fetch_optional(&mut *conn)
+            .await?,
+    )
+}
+
+/// Records that the attempt of `lease_id` runs on every host. False when the lease ended or
+/// the job was already running.
+pub async fn mark_running(
+    conn: &mut SqliteConnection,
+    lease_id: Uuid,
+    job_id: &str,
+    pod: &str,
+    attempt: i64,
+) -> Result<bool, StoreError> {
+    let now = now_ms();
+    let lease = lease_id.to_string();
+    let changed = sqlx::query(
+        "UPDATE jobs SET state = 'running', updated_at = ? \
+         WHERE id = ? AND lease_id = ? AND state = 'leased'",
+    )
+    .bind(now)
+    .bind(job_id)
+    .bind(&lease)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if changed == 0 {
+        return Ok(false);
+    }
+    sqlx::query("UPDATE attempts SET running_at = COALESCE(running_at, ?) WHERE lease_id = ?")
+        .bind(now)
+        .bind(&lease)
+        .execute(&mut *conn)
+        .await?;
+    insert_event(
+        conn,
+        Some(job_id),
+        Some(pod),
+        "running",
+        &format!("attempt {attempt}: trainer started on every host"),
+    )
+    .await?;
+    Ok(true)
+}
+
+/// The job a live lease belongs to and what its attempt achieved, as ending it needs.
+#[derive(sqlx::FromRow)]
+pub struct LeaseHolder {
+    pub id: String,
+    pub attempts: i64,
+    pub failures: i64,
+    pub max_failures: i64,
+    pub stalled_attempts: i64,
+    pub cancel_requested: bool,
+    pub resume_step: Option<i64>,
+    pub lease_pod: Option<String>,
+    pub start_step: Option<i64>,
+    pub first_step: Option<i64>,
+    pub end_step: Option<i64>,
+    /// Whether this attempt committed a checkpoint.
+    pub new_checkpoint: bool,
+}
+
+pub async fn holder(
+    conn: &mut SqliteConnection,
+    lease_id: Uuid,
+) -> Result<Option<LeaseHolder>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT j.id, j.attempts, j.failures, j.max_failures, j.stalled_attempts, \
+         j.cancel_requested, j.resume_step, j.lease_pod, \
+         a.start_step, a.first_step, a.end_step, \
+         EXISTS (SELECT 1 FROM checkpoints c WHERE c.job_id = j.id \
+           AND c.attempt = j.attempts AND c.committed = 1) AS new_checkpoint \
+         FROM jobs j JOIN attempts a ON a.lease_id = j.lease_id WHERE j.lease_id = ?",
+    )
+    .bind(lease_id.to_string())
+    .fetch_optional(&mut *conn)
+    .await?)
+}
+
+/// How an attempt ended, as recorded on it.
+pub struct AttemptEnd<'a> {
+    pub outcome: &'a str,
+    pub start_step: Option<i64>,
+    pub end_step: Option<i64>,
+    pub exit_codes_json: String,
+    pub log_tail: &'a str,
+    pub message: Option<&'a str>,
+}
+
+/// What the job becomes when its attempt ends.
+pub struct JobAfter<'a> {
+    pub state: &'a str,
+    pub failures: i64,
+    pub stalled_attempts: i64,
+    pub preemption: bool,
+    pub not_before: Option<i64>,
+    pub verify_checkpoints: bool,
+    pub message: Option<&'a str>,
+}
+
+/// Ends the attempt of `lease_id`, settles its goodput and releases the job's lease.
+pub async fn end_attempt(
+    conn: &mut SqliteConnection,
+    lease_id: Uuid,
+    job_id: &str,
+    end: &AttemptEnd<'_>,
+    job: &JobAfter<'_>,
+) -> Result<(), StoreError> {
+    let now = now_ms();
+    let lease = lease_id.to_string();
+    sqlx::query(
+        "UPDATE attempts SET ended_at = ?, running_at = COALESCE(running_at, first_step_at), \
+         outcome = ?, start_step = COALESCE(?, start_step), \
+         end_step = COALESCE(end_step, ?), exit_codes_json = ?, log_tail = ?, message = ? \
+         WHERE lease_id = ?",
+    )
+    .bind(now)
+    .bind(end.outcome)
+    .bind(end.start_step)
+    .bind(end.end_step)
+    .bind(&end.exit_codes_json)
+    .bind(end.log_tail)
+    .bind(end.message)
+    .bind(&lease)
+    .execute(&mut *conn)
+    .await?;
+    super::goodput::settle_attempt(conn, &lease).await?;
+    sqlx::query(
+        "UPDATE jobs SET state = ?, lease_id = NULL, lease_pod = NULL, cancel_requested = 0, \
+         failures = ?, stalled_attempts = ?, preemptions = preemptions + ?, not_before = ?, \
+         verify_checkpoints = ?, message = COALESCE(?, message), updated_at = ? WHERE id = ?",
+    )
+    .bind(job.state)
+    .bind(job.failures)
+    .bind(job.stalled_attempts)
+    .bind(i64::from(job.preemption))
+    .bind(job.not_before)
+    .bind(job.verify_checkpoints)
+    .bind(job.message)
+    .bind(now)
+    .bind(job_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// For a lease that is no longer live: the outcome its attempt recorded and its job's state.
+pub async fn ended_attempt(
+    conn: &mut SqliteConnection,
+    lease_id: Uuid,
+) -> Result<Option<(Option<String>, String)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT a.outcome, j.state FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.lease_id = ?",
+    )
+    .bind(lease_id.to_string())
+    .fetch_optional(&mut *conn)
+    .await?)
+}
+
+/// The leases the database holds live, for the in-memory table after a restart.
+#[derive(sqlx::FromRow)]
+pub struct LiveRow {
+    pub lease_id: String,
+    pub id: String,
+    pub pod: String,
+    pub attempts: i64,
+    pub cancel_requested: bool,
+    pub state: String,
+}
+
+pub async fn live(db: &SqlitePool) -> Result<Vec<LiveRow>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT lease_id, id, COALESCE(lease_pod, '') AS pod, attempts, cancel_requested, state \
+         FROM jobs WHERE lease_id IS NOT NULL",
+    )
+    .fetch_all(db)
+    .await?)
+}

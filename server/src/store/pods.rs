@@ -1,0 +1,75 @@
+//! Pods as their workers last described them.
+
+use podq_api::{PodDescription, Preflight};
+use sqlx::sqlite::SqliteConnection;
+use sqlx::SqlitePool;
+
+use super::{now_ms, StoreError};
+
+pub async fn upsert(
+    conn: &mut SqliteConnection,
+    pod: &str,
+    desc: &PodDescription,
+) -> Result<(), StoreError> {
+    let preflight = desc
+        .preflight
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("preflight of pod {pod}: {e}")))?;
+    sqlx::query(
+        "INSERT INTO pods (name, accelerator, hosts, state, health, preflight_json, recovery, last_seen_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET \
+         accelerator = excluded.accelerator, hosts = excluded.hosts, state = excluded.state, \
+         health = excluded.health, preflight_json = COALESCE(excluded.preflight_json, pods.preflight_json), \
+         recovery = excluded.recovery, last_seen_at = excluded.last_seen_at",
+    )
+    .bind(pod)
+    .bind(&desc.accelerator)
+    .bind(i64::from(desc.hosts))
+    .bind(&desc.state)
+    .bind(&desc.health)
+    .bind(preflight)
+    .bind(&desc.recovery)
+    .bind(now_ms())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+pub struct PodRow {
+    pub name: String,
+    pub accelerator: String,
+    pub hosts: i64,
+    pub state: String,
+    pub health: String,
+    pub preflight_json: Option<String>,
+    pub recovery: Option<String>,
+    pub last_seen_at: i64,
+}
+
+impl PodRow {
+    pub fn preflight(&self) -> Result<Option<Preflight>, StoreError> {
+        self.preflight_json
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("preflight of pod {}: {e}", self.name)))
+    }
+}
+
+pub async fn list(db: &SqlitePool) -> Result<Vec<PodRow>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT name, accelerator, hosts, state, health, preflight_json, recovery, last_seen_at \
+         FROM pods ORDER BY name",
+    )
+    .fetch_all(db)
+    .await?)
+}
+
+pub async fn count(db: &SqlitePool) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM pods")
+        .fetch_one(db)
+        .await?)
+}
