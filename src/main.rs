@@ -124,7 +124,7 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some("sim-trainer") {
         let mut trainer_args = vec!["podq sim-trainer".to_owned()];
         trainer_args.extend(args.into_iter().skip(2));
-        podq_worker::sim_trainer::main_with_args(trainer_args);
+        podq_sim_trainer::main_with_args(trainer_args);
     }
     let cli = Cli::parse();
     if let Command::Validate {

@@ -12,5 +12,4 @@ pub mod pod;
 pub mod procs;
 pub mod report;
 pub mod running;
-pub mod sim_trainer;
 pub mod supervise;

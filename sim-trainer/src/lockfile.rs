@@ -6,7 +6,7 @@ use std::fs::OpenOptions;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
-use crate::sim_trainer::fatal::Fatal;
+use crate::fatal::Fatal;
 
 /// Held for the life of the run; removed on drop (normal exit and every error path).
 /// The SIGTERM/SIGINT handler removes it itself because it ends the process without

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use nix::sys::signal::{SigSet, Signal};
 
-use crate::sim_trainer::report::log;
+use crate::report::log;
 
 pub struct Termination {
     signals: SigSet,

@@ -2,7 +2,7 @@
 //! run re-reports exactly what the first attempt reported for the same step, which is what
 //! the server's replace-on-re-report rule expects.
 
-use crate::sim_trainer::config::TrainConfig;
+use crate::config::TrainConfig;
 
 /// Where the baseline (hidden 512, 1000 puzzles) ends, from the paper.
 const BASELINE_EXACT_ACCURACY: f64 = 0.87;
@@ -136,7 +136,7 @@ fn round6(value: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim_trainer::config::tests::BASELINE;
+    use crate::config::tests::BASELINE;
 
     const SHA_A: &str = "3f1a9c0e5b7d2468ace0fdb97531eca86420bdf13579ace02468bdf13579ace0";
     const SHA_B: &str = "a0b1c2d3e4f5061728394a5b6c7d8e9fa0b1c2d3e4f5061728394a5b6c7d8e9f";

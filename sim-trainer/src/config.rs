@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::sim_trainer::fatal::Fatal;
+use crate::fatal::Fatal;
 
 /// Unknown keys are ignored, as pydantic does by default: the user's suite carries keys the
 /// trainer never reads.
@@ -182,7 +182,7 @@ use_tpu: true
         assert_eq!(loaded.sha256.len(), 64);
         assert!(load(&path, Some(&loaded.sha256.to_uppercase())).is_ok());
         let err = load(&path, Some(&"0".repeat(64))).unwrap_err();
-        assert_eq!(err.code, crate::sim_trainer::fatal::EXIT_USAGE);
+        assert_eq!(err.code, crate::fatal::EXIT_USAGE);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

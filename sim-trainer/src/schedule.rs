@@ -1,7 +1,7 @@
 //! Step arithmetic of the real trainer: how many steps a run has and where its evaluations and
 //! checkpoints fall.
 
-use crate::sim_trainer::config::TrainConfig;
+use crate::config::TrainConfig;
 
 /// The trainer logs metrics, and the hosts synchronise, every this many steps.
 const LOG_INTERVAL: u64 = 10;

@@ -5,14 +5,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::sim_trainer::checkpoint::CheckpointDir;
-use crate::sim_trainer::coordination::Group;
-use crate::sim_trainer::curves::Curves;
-use crate::sim_trainer::env::JaxProcess;
-use crate::sim_trainer::fatal::Fatal;
-use crate::sim_trainer::faults::Faults;
-use crate::sim_trainer::report::{log, Reporter};
-use crate::sim_trainer::schedule::Schedule;
+use crate::checkpoint::CheckpointDir;
+use crate::coordination::Group;
+use crate::curves::Curves;
+use crate::env::JaxProcess;
+use crate::fatal::Fatal;
+use crate::faults::Faults;
+use crate::report::{log, Reporter};
+use crate::schedule::Schedule;
 
 const MIN_CHECKPOINT_WRITE: Duration = Duration::from_millis(50);
 

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::sim_trainer::env::JaxProcess;
-use crate::sim_trainer::fatal::Fatal;
-use crate::sim_trainer::report::log;
+use crate::env::JaxProcess;
+use crate::fatal::Fatal;
+use crate::report::log;
 
 /// How long a follower keeps trying to reach process 0.
 const FOLLOWER_JOIN_TIMEOUT: Duration = Duration::from_secs(60);

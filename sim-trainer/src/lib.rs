@@ -21,18 +21,18 @@ mod train;
 use anyhow::Context;
 use clap::Parser;
 
-use crate::sim_trainer::checkpoint::{CheckpointDir, Location};
-use crate::sim_trainer::cli::{Args, Overrides};
-use crate::sim_trainer::coordination::Group;
-use crate::sim_trainer::curves::Curves;
-use crate::sim_trainer::env::Environment;
-use crate::sim_trainer::fatal::{Fatal, EXIT_FAILURE};
-use crate::sim_trainer::faults::Faults;
-use crate::sim_trainer::lockfile::TpuLock;
-use crate::sim_trainer::report::{log, Reporter};
-use crate::sim_trainer::schedule::Schedule;
-use crate::sim_trainer::signals::Termination;
-use crate::sim_trainer::train::Trainer;
+use crate::checkpoint::{CheckpointDir, Location};
+use crate::cli::{Args, Overrides};
+use crate::coordination::Group;
+use crate::curves::Curves;
+use crate::env::Environment;
+use crate::fatal::{Fatal, EXIT_FAILURE};
+use crate::faults::Faults;
+use crate::lockfile::TpuLock;
+use crate::report::{log, Reporter};
+use crate::schedule::Schedule;
+use crate::signals::Termination;
+use crate::train::Trainer;
 
 /// A year: far beyond any test or demo.
 const MAX_RUN_SECS: f64 = 365.0 * 24.0 * 3600.0;

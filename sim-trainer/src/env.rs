@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use crate::sim_trainer::cli::optional_value;
-use crate::sim_trainer::fatal::Fatal;
+use crate::cli::optional_value;
+use crate::fatal::Fatal;
 
 const DEFAULT_LOCKFILE: &str = "/tmp/libtpu_lockfile";
 

@@ -27,7 +27,7 @@ pub fn log_line(args: std::fmt::Arguments<'_>) {
 /// Writes one log line to stderr (never to stdout, so it can never look like a report line).
 macro_rules! log {
     ($($arg:tt)*) => {
-        $crate::sim_trainer::report::log_line(format_args!($($arg)*))
+        $crate::report::log_line(format_args!($($arg)*))
     };
 }
 pub(crate) use log;

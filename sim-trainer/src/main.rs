@@ -2,5 +2,5 @@
 //! same code runs as `podq sim-trainer`, which is what `podq up` launches.
 
 fn main() {
-    podq_worker::sim_trainer::main_with_args(std::env::args().collect())
+    podq_sim_trainer::main_with_args(std::env::args().collect())
 }

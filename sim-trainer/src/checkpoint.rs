@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use podq_api::orbax::{committed_step, step_name, tmp_step_name, TMP_MARKER};
 use serde::Serialize;
 
-use crate::sim_trainer::fatal::Fatal;
+use crate::fatal::Fatal;
 
 const METADATA_FILE: &str = "_CHECKPOINT_METADATA";
 const COMMIT_MARKER: &str = "commit_success.txt";
