@@ -130,6 +130,60 @@ async fn submitting_the_whole_suite_runs_each_training_config_once() {
 }
 
 #[tokio::test]
+async fn jobs_page_by_keyset_and_filters_name_their_total() {
+    let server = Server::start().await;
+    let (status, _) = server.post("/jobs", json!({"all": true})).await;
+    assert_eq!(status, 201);
+    let mut seen = Vec::new();
+    let mut after: Option<i64> = None;
+    loop {
+        let query = match after {
+            Some(after) => format!("/jobs?limit=20&after={after}"),
+            None => "/jobs?limit=20".to_owned(),
+        };
+        let (status, page) = server.get(&query).await;
+        assert_eq!(status, 200, "{page}");
+        assert_eq!(page["total"], 67);
+        seen.extend(
+            page["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["experiment"].as_str().unwrap().to_owned()),
+        );
+        match page["next_after"].as_i64() {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 67, "every job once, in submission order");
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 67);
+
+    // A linked job is listed in its run's state, and counted there.
+    let (_, queued) = server.get("/jobs?state=queued&limit=1000").await;
+    assert_eq!(queued["total"], 67);
+    assert_eq!(queued["jobs"].as_array().unwrap().len(), 67);
+    let (_, group) = server
+        .get("/jobs?group=exp07-precision&state=queued&limit=1")
+        .await;
+    assert_eq!(group["total"], 3, "{group}");
+    assert!(group["next_after"].is_i64());
+
+    // A queued job's detail answers before it ever ran (goodput all zero).
+    let id = group["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let (status, detail) = server.get(&format!("/jobs/{id}")).await;
+    assert_eq!(status, 200, "{detail}");
+    assert_eq!(detail["goodput"]["kept_s"], 0.0);
+
+    let (status, both) = server.get("/jobs?after=3&offset=3").await;
+    assert_eq!(status, 400, "{both}");
+    assert_eq!(both["error"]["code"], "invalid_query");
+}
+
+#[tokio::test]
 async fn dry_run_answers_and_stores_nothing() {
     let server = Server::start().await;
     let before = table_counts(&server).await;

@@ -104,8 +104,8 @@ async fn requeue(conn: &mut SqliteConnection, id: &str) -> Result<JobRow> {
                 state,
                 "job_succeeded",
                 format!(
-                    "job {id} succeeded; to train it again submit its experiment with \"force\": true"
-                ),
+                "job {id} succeeded; to train it again submit its experiment with \"force\": true"
+            ),
             ))
         }
         _ => {

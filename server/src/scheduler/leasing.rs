@@ -75,9 +75,7 @@ impl Scheduler {
         }
         let (name, description) = (pod.to_owned(), desc.clone());
         self.store
-            .write(move |conn| {
-                async move { pods::upsert(conn, &name, &description).await }.boxed()
-            })
+            .write(move |conn| async move { pods::upsert(conn, &name, &description).await }.boxed())
             .await?;
         self.live.pod_recorded(pod, desc);
         Ok(())
@@ -310,7 +308,11 @@ impl Scheduler {
                     )
                     .await?;
                     let pod = holder.lease_pod.as_deref();
-                    let detail = req.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+                    let detail = req
+                        .message
+                        .as_deref()
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default();
                     let next = match (decision.state, decision.backoff) {
                         (JobState::Queued, Some(b)) => format!("; retry in {}s", b.as_secs()),
                         (JobState::Queued, None) => "; requeued".to_owned(),
@@ -326,8 +328,14 @@ impl Scheduler {
                     .await?;
                     if let Some(message) = &decision.message {
                         if matches!(decision.state, JobState::Held | JobState::Failed) {
-                            insert_event(conn, Some(&holder.id), None, decision.state.as_str(), message)
-                                .await?;
+                            insert_event(
+                                conn,
+                                Some(&holder.id),
+                                None,
+                                decision.state.as_str(),
+                                message,
+                            )
+                            .await?;
                         }
                     }
                     let requeued = (decision.state == JobState::Queued).then_some(not_before);

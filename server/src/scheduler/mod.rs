@@ -47,10 +47,7 @@ impl Scheduler {
         catalog: Arc<Catalog>,
         config: Arc<ServerConfig>,
     ) -> Result<Scheduler> {
-        let live = LiveLeases::new(
-            store::leases::live(store.reader()).await?,
-            config.lease_ttl,
-        )?;
+        let live = LiveLeases::new(store::leases::live(store.reader()).await?, config.lease_ttl)?;
         let waiters = wake::LeaseWaiters::default();
         for (accelerator, at) in store::leases::backoff_ends(store.reader()).await? {
             waiters.leasable_at(&accelerator, at);
@@ -72,11 +69,7 @@ impl Scheduler {
     /// Runs a write whose answer is remembered under the request's `Idempotency-Key`: a retry
     /// with the same key and body gets the first answer, stored in the same transaction as
     /// the effect.
-    async fn idempotent_write<T, F>(
-        &self,
-        key: Option<IdempotencyKey>,
-        op: F,
-    ) -> Result<T>
+    async fn idempotent_write<T, F>(&self, key: Option<IdempotencyKey>, op: F) -> Result<T>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
         F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T>> + Send + 'static,

@@ -170,7 +170,10 @@ mod tests {
             ..AttemptProgress::default()
         };
         assert!(progressed(at(Some(10), Some(20))));
-        assert!(!progressed(at(Some(20), Some(20))), "one step reported twice");
+        assert!(
+            !progressed(at(Some(20), Some(20))),
+            "one step reported twice"
+        );
         assert!(!progressed(at(None, None)), "nothing reported");
         assert!(progressed(AttemptProgress {
             new_checkpoint: true,

@@ -186,12 +186,14 @@ impl Scheduler {
             .write(move |conn| {
                 async move {
                     let answer = submit::submit(conn, &experiments, &req, &accelerator).await?;
-                    sqlx::query("UPDATE schedules SET last_run_at = ?, next_run_at = ? WHERE id = ?")
-                        .bind(now_ms())
-                        .bind(next)
-                        .bind(&id)
-                        .execute(&mut *conn)
-                        .await?;
+                    sqlx::query(
+                        "UPDATE schedules SET last_run_at = ?, next_run_at = ? WHERE id = ?",
+                    )
+                    .bind(now_ms())
+                    .bind(next)
+                    .bind(&id)
+                    .execute(&mut *conn)
+                    .await?;
                     for job in &answer.created {
                         insert_event(
                             conn,

@@ -18,10 +18,7 @@ pub const DEFAULT_MAX_FAILURES: u32 = 3;
 const MAX_MAX_FAILURES: u32 = 100;
 
 /// The experiments a request names, in catalog order, or why the request is wrong.
-pub fn select<'c>(
-    catalog: &'c Catalog,
-    req: &SubmitRequest,
-) -> Result<Vec<&'c Experiment>> {
+pub fn select<'c>(catalog: &'c Catalog, req: &SubmitRequest) -> Result<Vec<&'c Experiment>> {
     let chosen = [
         req.group.is_some(),
         req.experiments.is_some(),
@@ -109,7 +106,8 @@ impl Scheduler {
         req: SubmitRequest,
         key: Option<IdempotencyKey>,
     ) -> Result<SubmitResponse> {
-        let experiments: Vec<Experiment> = select(&self.catalog, &req)?.into_iter().cloned().collect();
+        let experiments: Vec<Experiment> =
+            select(&self.catalog, &req)?.into_iter().cloned().collect();
         let accelerator = self.config.accelerator.clone();
         let answer = self
             .idempotent_write(key, move |conn| {
@@ -117,7 +115,8 @@ impl Scheduler {
             })
             .await?;
         if !answer.dry_run {
-            self.waiters.leasable(&self.config.accelerator, answer.created.len());
+            self.waiters
+                .leasable(&self.config.accelerator, answer.created.len());
         }
         Ok(answer)
     }
@@ -163,7 +162,9 @@ pub async fn submit(
         } else {
             jobs::live_or_succeeded_run_of_config(conn, &e.config_sha256)
                 .await?
-                .map(|row| Ok::<_, SchedulerError>((parse_uuid(&row.id)?, row.experiment, row.state)))
+                .map(|row| {
+                    Ok::<_, SchedulerError>((parse_uuid(&row.id)?, row.experiment, row.state))
+                })
                 .transpose()?
         };
         let id = Uuid::new_v4();

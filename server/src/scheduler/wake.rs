@@ -90,7 +90,10 @@ mod tests {
         };
         assert!(ready(&mut first));
         assert!(!ready(&mut second), "a second waiter stays asleep");
-        assert!(!ready(&mut other), "another accelerator's waiter stays asleep");
+        assert!(
+            !ready(&mut other),
+            "another accelerator's waiter stays asleep"
+        );
     }
 
     #[tokio::test]

@@ -25,13 +25,13 @@ struct AttemptTimes {
 
 const ATTEMPT_TIMES: &str =
     "job_id, attempt, started_at, first_step_at, ended_at, outcome, start_step, end_step";
+/// Attempts still running; the partial index `attempts_open` keeps this off the history.
+pub(crate) const OPEN_ATTEMPTS: &str = "SELECT job_id, attempt, started_at, first_step_at, \
+     ended_at, outcome, start_step, end_step FROM attempts WHERE ended_at IS NULL";
 
 /// Computes and stores the goodput of the attempt `lease_id`, which has just ended. Called in
 /// the transaction that ends it.
-pub async fn settle_attempt(
-    conn: &mut SqliteConnection,
-    lease_id: &str,
-) -> Result<(), StoreError> {
+pub async fn settle_attempt(conn: &mut SqliteConnection, lease_id: &str) -> Result<(), StoreError> {
     let attempt: AttemptTimes = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {ATTEMPT_TIMES} FROM attempts WHERE lease_id = ?"
     )))
@@ -81,11 +81,7 @@ pub async fn total(db: &SqlitePool) -> Result<Goodput, StoreError> {
         kept_steps,
         ratio: None,
     };
-    let open: Vec<AttemptTimes> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {ATTEMPT_TIMES} FROM attempts WHERE ended_at IS NULL"
-    )))
-    .fetch_all(db)
-    .await?;
+    let open: Vec<AttemptTimes> = sqlx::query_as(OPEN_ATTEMPTS).fetch_all(db).await?;
     let now = now_ms();
     for attempt in &open {
         g.add(&of_attempt(db, attempt, now).await?);

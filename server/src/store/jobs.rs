@@ -41,24 +41,23 @@ pub async fn list_jobs<'e>(
     db: impl SqliteExecutor<'e> + Copy,
     filter: &JobFilter,
 ) -> Result<(Vec<JobRow>, i64), StoreError> {
-    let mut query =
-        QueryBuilder::<Sqlite>::new(format!("SELECT {JOB_COLUMNS} FROM job_view WHERE 1=1"));
-    let mut count = if filter.experiment.is_some() {
-        QueryBuilder::<Sqlite>::new("SELECT COUNT(*) FROM jobs WHERE 1=1")
-    } else {
-        QueryBuilder::<Sqlite>::new("SELECT COALESCE(SUM(n), 0) FROM job_counts WHERE 1=1")
-    };
-    for q in [&mut query, &mut count] {
-        if let Some(state) = filter.state {
-            q.push(" AND state = ").push_bind(state.as_str());
-        }
-        if let Some(group) = &filter.group {
-            q.push(" AND group_name = ").push_bind(group.clone());
-        }
-        if let Some(experiment) = &filter.experiment {
-            q.push(" AND experiment = ").push_bind(experiment.clone());
-        }
-    }
+    let rows = page_query("", filter)
+        .build_query_as::<JobRow>()
+        .fetch_all(db)
+        .await?;
+    let total: i64 = count_query("", filter)
+        .build_query_scalar()
+        .fetch_one(db)
+        .await?;
+    Ok((rows, total))
+}
+
+/// `prefix` lets a test ask SQLite for the query's plan.
+fn page_query(prefix: &str, filter: &JobFilter) -> QueryBuilder<Sqlite> {
+    let mut query = QueryBuilder::<Sqlite>::new(format!(
+        "{prefix}SELECT {JOB_COLUMNS} FROM job_view WHERE 1=1"
+    ));
+    push_filter(&mut query, filter);
     if let Some(after) = filter.after {
         query.push(" AND seq > ").push_bind(after);
     }
@@ -66,9 +65,31 @@ pub async fn list_jobs<'e>(
     if filter.offset > 0 {
         query.push(" OFFSET ").push_bind(filter.offset);
     }
-    let rows = query.build_query_as::<JobRow>().fetch_all(db).await?;
-    let total: i64 = count.build_query_scalar().fetch_one(db).await?;
-    Ok((rows, total))
+    query
+}
+
+fn count_query(prefix: &str, filter: &JobFilter) -> QueryBuilder<Sqlite> {
+    let mut count = if filter.experiment.is_some() {
+        QueryBuilder::<Sqlite>::new(format!("{prefix}SELECT COUNT(*) FROM jobs WHERE 1=1"))
+    } else {
+        QueryBuilder::<Sqlite>::new(format!(
+            "{prefix}SELECT COALESCE(SUM(n), 0) FROM job_counts WHERE 1=1"
+        ))
+    };
+    push_filter(&mut count, filter);
+    count
+}
+
+fn push_filter(q: &mut QueryBuilder<Sqlite>, filter: &JobFilter) {
+    if let Some(state) = filter.state {
+        q.push(" AND state = ").push_bind(state.as_str());
+    }
+    if let Some(group) = &filter.group {
+        q.push(" AND group_name = ").push_bind(group.clone());
+    }
+    if let Some(experiment) = &filter.experiment {
+        q.push(" AND experiment = ").push_bind(experiment.clone());
+    }
 }
 
 /// Jobs of an experiment that count against submitting it again: not terminal, or succeeded.
@@ -163,21 +184,21 @@ pub async fn insert_event(
     Ok(())
 }
 
+pub(crate) const JOB_EVENTS: &str = "SELECT id, at, job_id, pod, kind, message FROM events \
+     WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?";
+
 pub async fn job_events<'e>(
     db: impl SqliteExecutor<'e>,
     job_id: &str,
     after_id: i64,
     limit: i64,
 ) -> Result<Vec<EventRow>, StoreError> {
-    Ok(sqlx::query_as::<_, EventRow>(
-        "SELECT id, at, job_id, pod, kind, message FROM events \
-         WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?",
-    )
-    .bind(job_id)
-    .bind(after_id)
-    .bind(limit)
-    .fetch_all(db)
-    .await?)
+    Ok(sqlx::query_as::<_, EventRow>(JOB_EVENTS)
+        .bind(job_id)
+        .bind(after_id)
+        .bind(limit)
+        .fetch_all(db)
+        .await?)
 }
 
 pub async fn recent_events<'e>(
@@ -250,10 +271,7 @@ pub async fn counts_by_state<'e>(
 }
 
 /// The job's live lease, if a pod holds it.
-pub async fn live_lease(
-    conn: &mut SqliteConnection,
-    id: &str,
-) -> Result<Option<Uuid>, StoreError> {
+pub async fn live_lease(conn: &mut SqliteConnection, id: &str) -> Result<Option<Uuid>, StoreError> {
     let lease: Option<String> = sqlx::query_scalar("SELECT lease_id FROM jobs WHERE id = ?")
         .bind(id)
         .fetch_optional(&mut *conn)
@@ -304,4 +322,49 @@ pub async fn set_priority(
         .execute(&mut *conn)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_support::{assert_uses_indexes, scratch_store};
+
+    #[tokio::test]
+    async fn every_jobs_page_and_count_reads_an_index() {
+        let (store, _dir) = scratch_store().await;
+        let states = [None, Some(api::JobState::Running)];
+        let groups = [None, Some("exp07-precision".to_owned())];
+        let experiments = [None, Some("exp07a".to_owned())];
+        for state in states {
+            for group in &groups {
+                for experiment in &experiments {
+                    for after in [None, Some(5_000)] {
+                        let filter = JobFilter {
+                            state,
+                            group: group.clone(),
+                            experiment: experiment.clone(),
+                            limit: 100,
+                            after,
+                            offset: 0,
+                        };
+                        let what = format!("{filter:?}");
+                        let plan: Vec<(i64, i64, i64, String)> =
+                            page_query("EXPLAIN QUERY PLAN ", &filter)
+                                .build_query_as()
+                                .fetch_all(store.reader())
+                                .await
+                                .unwrap();
+                        assert_uses_indexes(&what, &plan, true);
+                        let plan: Vec<(i64, i64, i64, String)> =
+                            count_query("EXPLAIN QUERY PLAN ", &filter)
+                                .build_query_as()
+                                .fetch_all(store.reader())
+                                .await
+                                .unwrap();
+                        assert_uses_indexes(&format!("count {what}"), &plan, false);
+                    }
+                }
+            }
+        }
+    }
 }

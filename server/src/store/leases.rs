@@ -9,16 +9,17 @@ use uuid::Uuid;
 use super::jobs::insert_event;
 use super::{now_ms, StoreError};
 
+pub(crate) const ANY_LEASABLE: &str =
+    "SELECT 1 FROM jobs WHERE state = 'queued' AND same_as IS NULL AND accelerator = ? \
+     AND (not_before IS NULL OR not_before <= ?) LIMIT 1";
+
 /// Whether a job is leasable now for `accelerator` (the claim's own condition, read-only).
 pub async fn any_leasable(db: &SqlitePool, accelerator: &str) -> Result<bool, StoreError> {
-    let found: Option<i64> = sqlx::query_scalar(
-        "SELECT 1 FROM jobs WHERE state = 'queued' AND same_as IS NULL AND accelerator = ? \
-         AND (not_before IS NULL OR not_before <= ?) LIMIT 1",
-    )
-    .bind(accelerator)
-    .bind(now_ms())
-    .fetch_optional(db)
-    .await?;
+    let found: Option<i64> = sqlx::query_scalar(ANY_LEASABLE)
+        .bind(accelerator)
+        .bind(now_ms())
+        .fetch_optional(db)
+        .await?;
     Ok(found.is_some())
 }
 

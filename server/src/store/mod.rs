@@ -94,7 +94,10 @@ impl Store {
         sqlx::migrate!("../migrations").run(&mut writer).await?;
         let settled = goodput::settle_unsettled(&mut writer).await?;
         if settled > 0 {
-            tracing::info!(attempts = settled, "stored the goodput of attempts that ended before it was kept per attempt");
+            tracing::info!(
+                attempts = settled,
+                "stored the goodput of attempts that ended before it was kept per attempt"
+            );
         }
         let readers = SqlitePoolOptions::new()
             .max_connections(8)
@@ -237,4 +240,94 @@ pub fn now_ms() -> i64 {
 
 pub fn ms_to_datetime(ms: i64) -> chrono::DateTime<chrono::Utc> {
     chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default()
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::Store;
+
+    /// A store on a fresh file in a temporary directory (kept alive by the second value).
+    pub async fn scratch_store() -> (Store, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("podq.db"))
+            .await
+            .expect("open store");
+        (store, dir)
+    }
+
+    /// Tables small enough by construction that a scan of them costs nothing.
+    const SMALL_TABLES: [&str; 3] = ["job_counts", "goodput_totals", "pods"];
+
+    /// Fails unless every step of `plan` (rows of `EXPLAIN QUERY PLAN`) reads an index or a
+    /// small table, and, for an `ordered` page, no step sorts the whole result.
+    pub fn assert_uses_indexes(what: &str, plan: &[(i64, i64, i64, String)], ordered: bool) {
+        let steps: Vec<&str> = plan
+            .iter()
+            .map(|(_, _, _, detail)| detail.as_str())
+            .collect();
+        for step in &steps {
+            let full_scan = step.starts_with("SCAN ")
+                && !step.contains(" USING ")
+                && !SMALL_TABLES
+                    .iter()
+                    .any(|t| step.starts_with(&format!("SCAN {t}")));
+            assert!(!full_scan, "{what}: a full scan in {steps:?}");
+            assert!(
+                !(ordered && step.contains("TEMP B-TREE FOR ORDER BY")),
+                "{what}: sorts every match in {steps:?}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{assert_uses_indexes, scratch_store};
+
+    #[tokio::test]
+    #[should_panic(expected = "a full scan")]
+    async fn the_plan_check_catches_a_full_scan() {
+        let (store, _dir) = scratch_store().await;
+        let plan: Vec<(i64, i64, i64, String)> =
+            sqlx::query_as("EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE config_json = 'x'")
+                .fetch_all(store.reader())
+                .await
+                .unwrap();
+        assert_uses_indexes("a filter on an unindexed column", &plan, false);
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "sorts every match")]
+    async fn the_plan_check_catches_a_sort_of_every_match() {
+        let (store, _dir) = scratch_store().await;
+        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(
+            "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE state = 'queued' ORDER BY updated_at LIMIT 10",
+        )
+        .fetch_all(store.reader())
+        .await
+        .unwrap();
+        assert_uses_indexes("an order no index has", &plan, true);
+    }
+
+    /// The fixed queries that run on every status, lease and dashboard call.
+    #[tokio::test]
+    async fn the_hot_reads_use_indexes() {
+        let (store, _dir) = scratch_store().await;
+        let queries = [
+            ("active runs", super::views::ACTIVE_RUNS),
+            ("any leasable", super::leases::ANY_LEASABLE),
+            ("open attempts", super::goodput::OPEN_ATTEMPTS),
+            ("job events", super::jobs::JOB_EVENTS),
+        ];
+        for (what, sql) in queries {
+            let explain = format!("EXPLAIN QUERY PLAN {sql}");
+            let mut query =
+                sqlx::query_as::<_, (i64, i64, i64, String)>(sqlx::AssertSqlSafe(explain));
+            for _ in 0..sql.matches('?').count() {
+                query = query.bind(0_i64);
+            }
+            let plan = query.fetch_all(store.reader()).await.unwrap();
+            assert_uses_indexes(what, &plan, false);
+        }
+    }
 }

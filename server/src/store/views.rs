@@ -26,17 +26,16 @@ pub struct ActiveRun {
 
 /// Runs (not linked jobs) that are leased, running or queued: on a pod first, then in lease
 /// order (priority, then submission).
-pub async fn active_runs(db: &SqlitePool) -> Result<Vec<ActiveRun>, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT j.id, j.experiment, j.group_name, j.state, j.priority, j.attempts, j.est_hours, \
+pub(crate) const ACTIVE_RUNS: &str =
+    "SELECT j.id, j.experiment, j.group_name, j.state, j.priority, j.attempts, j.est_hours, \
          j.last_step, j.total_steps, a.first_step, a.first_step_at, a.end_step, \
          (SELECT group_concat(l.experiment, ',') FROM jobs l \
             WHERE l.same_as = j.id AND l.link_cancelled = 0) AS linked \
          FROM jobs j LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt = j.attempts \
            AND a.ended_at IS NULL \
          WHERE j.same_as IS NULL AND j.state IN ('leased', 'running', 'queued') \
-         ORDER BY j.state = 'queued', j.priority DESC, j.seq",
-    )
-    .fetch_all(db)
-    .await?)
+         ORDER BY j.state = 'queued', j.priority DESC, j.seq";
+
+pub async fn active_runs(db: &SqlitePool) -> Result<Vec<ActiveRun>, StoreError> {
+    Ok(sqlx::query_as(ACTIVE_RUNS).fetch_all(db).await?)
 }

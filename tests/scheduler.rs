@@ -1,0 +1,301 @@
+//! The scheduler's methods driven one step at a time, on a real store in a temporary file and
+//! the real experiment catalog: no HTTP, no clock but the one each step is given.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use podq_api::{
+    AttemptOutcome, FinishRequest, HeartbeatRequest, JobState, LeasePhase, LeaseRequest,
+    PodDescription, SubmitRequest,
+};
+use podq_server::catalog::Catalog;
+use podq_server::scheduler::{Scheduler, SchedulerError};
+use podq_server::store::Store;
+use podq_server::ServerConfig;
+use sqlx::Connection;
+use tempfile::TempDir;
+
+struct Fixture {
+    scheduler: Scheduler,
+    store: Store,
+    config: Arc<ServerConfig>,
+    _dir: TempDir,
+}
+
+async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        dir.path().join("podq.db"),
+        common::experiments_dir(),
+    );
+    let catalog = Catalog::load(&config.experiments, &config.catalog);
+    assert!(catalog.errors().is_empty(), "the repo's catalog loads");
+    let store = Store::open(&config.db).await.unwrap();
+    let config = Arc::new(config);
+    let scheduler = Scheduler::load(store.clone(), Arc::new(catalog), config.clone())
+        .await
+        .unwrap();
+    Fixture {
+        scheduler,
+        store,
+        config,
+        _dir: dir,
+    }
+}
+
+fn submit(body: serde_json::Value) -> SubmitRequest {
+    serde_json::from_value(body).unwrap()
+}
+
+fn ask(wait_s: u64) -> LeaseRequest {
+    LeaseRequest {
+        pod: PodDescription {
+            accelerator: "v4-64".into(),
+            hosts: 8,
+            state: "READY".into(),
+            health: "HEALTHY".into(),
+            preflight: None,
+            recovery: None,
+        },
+        wait_s: Some(wait_s),
+    }
+}
+
+fn finished(outcome: AttemptOutcome) -> FinishRequest {
+    FinishRequest {
+        outcome,
+        exit_codes: vec![Some(0); 8],
+        start_step: None,
+        end_step: None,
+        log_tail: None,
+        message: None,
+    }
+}
+
+async fn job_state(f: &Fixture, id: uuid::Uuid) -> String {
+    sqlx::query_scalar("SELECT state FROM jobs WHERE id = ?")
+        .bind(id.to_string())
+        .fetch_one(f.store.reader())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn two_pods_asking_at_once_get_one_job_once() {
+    let f = fixture().await;
+    let created = f
+        .scheduler
+        .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
+        .await
+        .unwrap()
+        .created;
+    assert_eq!(created.len(), 1);
+    let (a, b) = tokio::join!(
+        f.scheduler.lease("a", ask(0)),
+        f.scheduler.lease("b", ask(0))
+    );
+    let granted: Vec<_> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
+    assert_eq!(granted.len(), 1, "one job, one lease");
+    assert_eq!(granted[0].job_id, created[0].job_id);
+    assert_eq!(job_state(&f, created[0].job_id).await, "leased");
+}
+
+#[tokio::test]
+async fn a_waiting_pod_is_woken_by_a_submission() {
+    let f = fixture().await;
+    let waiting = f.scheduler.lease("a", ask(30));
+    let submitted = async {
+        // The job arrives once the waiter has registered its pod, i.e. is about to wait.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while f.scheduler.pods().await.unwrap().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the waiting pod never registered"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        f.scheduler
+            .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
+            .await
+            .unwrap()
+    };
+    let started = Instant::now();
+    let (lease, answer) = tokio::join!(waiting, submitted);
+    let lease = lease.unwrap().expect("the waiting pod gets the job");
+    assert_eq!(lease.job_id, answer.created[0].job_id);
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "woken by the submission, not by its 30 s wait running out"
+    );
+}
+
+#[tokio::test]
+async fn reap_once_ends_only_leases_past_their_ttl() {
+    let f = fixture().await;
+    f.scheduler
+        .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
+        .await
+        .unwrap();
+    let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();
+    f.scheduler
+        .heartbeat(
+            lease.lease_id,
+            HeartbeatRequest {
+                phase: LeasePhase::Running,
+                step: Some(3),
+                hosts_alive: vec![true; 8],
+            },
+        )
+        .unwrap();
+
+    let tick = f.scheduler.reap_once(Instant::now()).await.unwrap();
+    assert_eq!((tick.running, tick.lost.len()), (1, 0), "{tick:?}");
+    assert_eq!(job_state(&f, lease.job_id).await, "running");
+    let again = f.scheduler.reap_once(Instant::now()).await.unwrap();
+    assert_eq!(again.running, 0, "running is recorded once");
+
+    let later = Instant::now() + f.config.lease_ttl + Duration::from_secs(1);
+    let tick = f.scheduler.reap_once(later).await.unwrap();
+    assert_eq!(tick.lost, vec![lease.lease_id]);
+    assert_eq!(job_state(&f, lease.job_id).await, "queued");
+    let outcome: String = sqlx::query_scalar("SELECT outcome FROM attempts WHERE lease_id = ?")
+        .bind(lease.lease_id.to_string())
+        .fetch_one(f.store.reader())
+        .await
+        .unwrap();
+    assert_eq!(outcome, "lost");
+    let late = f.scheduler.heartbeat(
+        lease.lease_id,
+        HeartbeatRequest {
+            phase: LeasePhase::Running,
+            step: None,
+            hosts_alive: vec![],
+        },
+    );
+    assert!(
+        matches!(late, Err(SchedulerError::LeaseLost(_))),
+        "{late:?}"
+    );
+}
+
+/// SQLite's `data_version` changes for a connection when any other connection commits.
+async fn data_version(conn: &mut sqlx::SqliteConnection) -> i64 {
+    sqlx::query_scalar("PRAGMA data_version")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn pods_asking_again_and_again_with_nothing_queued_write_nothing() {
+    let f = fixture().await;
+    f.scheduler.lease("a", ask(0)).await.unwrap();
+    f.scheduler.lease("b", ask(0)).await.unwrap();
+    let mut watcher =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=ro", f.config.db.display()))
+            .await
+            .unwrap();
+    let before = data_version(&mut watcher).await;
+    for _ in 0..5 {
+        assert!(f.scheduler.lease("a", ask(0)).await.unwrap().is_none());
+        assert!(f.scheduler.lease("b", ask(0)).await.unwrap().is_none());
+        f.scheduler.reap_once(Instant::now()).await.unwrap();
+    }
+    assert_eq!(data_version(&mut watcher).await, before, "no commit");
+    // A pod whose description changes is written.
+    let mut changed = ask(0);
+    changed.pod.health = "UNHEALTHY_MAINTENANCE".into();
+    f.scheduler.lease("a", changed).await.unwrap();
+    assert_ne!(data_version(&mut watcher).await, before);
+}
+
+/// The counts the triggers keep, against the same counts computed from the rows, after
+/// transitions of runs and of jobs linked to them.
+#[tokio::test]
+async fn maintained_counts_match_the_rows_after_every_kind_of_transition() {
+    let f = fixture().await;
+    let answer = f
+        .scheduler
+        .submit(submit(serde_json::json!({"all": true})), None)
+        .await
+        .unwrap();
+    assert!(
+        !answer.linked.is_empty(),
+        "the real suite shares runs between groups"
+    );
+    let linked = &answer.linked[0];
+    let another_link = answer
+        .linked
+        .iter()
+        .find(|l| l.same_as != linked.same_as)
+        .expect("two runs with links");
+    let check = |when: &'static str| {
+        let store = f.store.clone();
+        async move {
+            let maintained: Vec<(String, String, i64)> = sqlx::query_as(
+                "SELECT group_name, state, n FROM job_counts WHERE n <> 0 ORDER BY 1, 2",
+            )
+            .fetch_all(store.reader())
+            .await
+            .unwrap();
+            let computed: Vec<(String, String, i64)> = sqlx::query_as(
+                "SELECT j.group_name, CASE WHEN j.same_as IS NOT NULL AND j.link_cancelled = 0 \
+                 THEN r.state ELSE j.state END AS shown, COUNT(*) FROM jobs j \
+                 LEFT JOIN jobs r ON r.id = j.same_as GROUP BY 1, 2 ORDER BY 1, 2",
+            )
+            .fetch_all(store.reader())
+            .await
+            .unwrap();
+            assert_eq!(maintained, computed, "after {when}");
+        }
+    };
+    check("submitting the suite").await;
+
+    // Run the first run with a link to success, through a lease.
+    f.scheduler.set_priority(linked.same_as, 100).await.unwrap();
+    let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();
+    assert_eq!(lease.job_id, linked.same_as);
+    check("leasing a run with links").await;
+    f.scheduler
+        .finish(lease.lease_id, finished(AttemptOutcome::Succeeded))
+        .await
+        .unwrap();
+    check("a run with links succeeding").await;
+    assert_eq!(job_state(&f, linked.job_id).await, "succeeded");
+
+    // Cancel one link, then its run goes on without it.
+    f.scheduler.cancel(another_link.job_id, None).await.unwrap();
+    check("cancelling a link").await;
+    f.scheduler
+        .cancel(another_link.same_as, None)
+        .await
+        .unwrap();
+    check("cancelling a run").await;
+    f.scheduler
+        .requeue(another_link.same_as, None)
+        .await
+        .unwrap();
+    check("requeueing a run").await;
+    assert_eq!(job_state(&f, another_link.job_id).await, "cancelled");
+    f.scheduler
+        .requeue(another_link.job_id, None)
+        .await
+        .unwrap();
+    check("requeueing a link").await;
+    assert_eq!(job_state(&f, another_link.job_id).await, "queued");
+
+    let status = f.scheduler.status().await.unwrap();
+    let total: i64 = status.jobs.values().sum();
+    assert_eq!(total, 67, "{:?}", status.jobs);
+    assert_eq!(
+        status.jobs[JobState::Succeeded.as_str()],
+        1 + answer
+            .linked
+            .iter()
+            .filter(|l| l.same_as == linked.same_as)
+            .count() as i64
+    );
+}
