@@ -86,7 +86,7 @@ const OPERATIONS: &[Operation] = &[
     op(
         "get",
         "/jobs",
-        "Jobs, filtered by state, group, experiment; paged by limit/offset",
+        "Jobs in submission order, filtered by state, group, experiment; paged by limit and after (the previous page's next_after), or offset",
         None,
         "JobList",
         "none",
