@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod fake_cloud;
 pub mod gcs;
 
 pub const PODQ: &str = env!("CARGO_BIN_EXE_podq");

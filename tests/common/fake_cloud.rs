@@ -1,0 +1,649 @@
+//! The fake cloud the gcloud driver's tests run against: a real worker process whose
+//! `gcloud` is the fake in tests/fake_gcloud (first on the worker's PATH). The fake keeps
+//! the node's state in a file, runs `ssh --worker=i --command` locally with a directory
+//! standing for host i's filesystem, and logs every argument list it is given, so a test
+//! can assert both behaviour and the exact calls a real gcloud would receive.
+//!
+//! The node is a v4-64 (what the suite's jobs ask for) cut down to 4 hosts to keep the
+//! tests light; the driver takes the host count from the node's network endpoints.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{alive, Process, Server, PODQ};
+
+pub const RUN: Duration = Duration::from_secs(150);
+pub const SHORT: Duration = Duration::from_secs(60);
+pub const FAKE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_gcloud");
+pub const ZONE: &str = "us-central2-b";
+pub const PROJECT: &str = "podq-test";
+pub const HOSTS: u32 = 4;
+pub const DEFAULT_SSH_FLAGS: [&str; 4] = [
+    "--strict-host-key-checking=no",
+    "--ssh-flag=-oServerAliveInterval=30",
+    "--ssh-flag=-oServerAliveCountMax=6",
+    "--ssh-flag=-oConnectTimeout=30",
+];
+
+/// Sets up each host's code checkout at one pinned commit, the dataset and a JAX version
+/// file the preflight's python check reads; logs each run in ~/setup.log.
+pub const SETUP: &str = r#"set -e
+mkdir -p trm/data/sudoku
+cd trm
+if [ ! -d .git ]; then
+  git -c init.defaultBranch=main init -q
+  GIT_AUTHOR_DATE=2025-01-01T00:00:00Z GIT_COMMITTER_DATE=2025-01-01T00:00:00Z \
+    git -c user.name=podq -c user.email=podq@example.com commit -q --allow-empty -m pinned
+fi
+echo 0.4.35 > ~/jax_version
+echo "setup on host $PODQ_HOST_INDEX of $PODQ_HOST_COUNT" >> ~/setup.log"#;
+
+/// The fake cloud: state, argument log and the hosts' directories.
+pub struct FakeCloud {
+    dir: tempfile::TempDir,
+    hosts: u32,
+}
+
+pub fn node(state: &str, scheduling: Value) -> Value {
+    node_of(state, scheduling, HOSTS)
+}
+
+/// A node as `tpu-vm describe --format=json` shows it, with `hosts` network endpoints.
+pub fn node_of(state: &str, scheduling: Value, hosts: u32) -> Value {
+    let mut node = json!({
+        "name": format!("projects/{PROJECT}/locations/{ZONE}/nodes/stable-1"),
+        "acceleratorType": "v4-64",
+        "runtimeVersion": "tpu-ubuntu2204-base",
+        "state": state,
+        "networkEndpoints": (0..hosts)
+            .map(|_| json!({"ipAddress": "127.0.0.1", "port": 8470}))
+            .collect::<Vec<_>>(),
+        "schedulingConfig": scheduling,
+        "networkConfig": {
+            "network": format!("projects/{PROJECT}/global/networks/default"),
+            "enableExternalIps": true,
+        },
+    });
+    if state == "READY" {
+        node["health"] = json!("HEALTHY");
+    }
+    node
+}
+
+impl FakeCloud {
+    pub fn new(state: Value) -> FakeCloud {
+        FakeCloud::with_hosts(state, HOSTS)
+    }
+
+    /// A fake cloud whose nodes have `hosts` hosts.
+    pub fn with_hosts(state: Value, hosts: u32) -> FakeCloud {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut state = state;
+        state["zone"] = json!(ZONE);
+        state["hosts"] = json!(hosts);
+        state["project"] = json!(PROJECT);
+        std::fs::write(dir.path().join("state.json"), state.to_string()).unwrap();
+        std::fs::create_dir_all(dir.path().join("control")).unwrap();
+        for host in 0..hosts {
+            std::fs::create_dir_all(dir.path().join(format!("hosts/host-{host}/home"))).unwrap();
+            std::fs::create_dir_all(dir.path().join(format!("hosts/host-{host}/tmp"))).unwrap();
+        }
+        // What `gcloud storage ls` finds: the dataset the suite's configs name.
+        std::fs::create_dir_all(
+            dir.path()
+                .join("gcs/sculptor-tpu-experiments/data/sudoku-extreme-1k-aug-1000"),
+        )
+        .unwrap();
+        FakeCloud { dir, hosts }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn host(&self, host: u32) -> PathBuf {
+        self.root().join(format!("hosts/host-{host}"))
+    }
+
+    pub fn control(&self, name: &str, contents: &str) {
+        let path = self.root().join("control").join(name);
+        std::fs::write(path.with_extension("partial"), contents).unwrap();
+        std::fs::rename(path.with_extension("partial"), path).unwrap();
+    }
+
+    pub fn state(&self) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(self.root().join("state.json")).unwrap())
+            .unwrap()
+    }
+
+    /// Every argument list gcloud was called with, in order.
+    pub fn calls(&self) -> Vec<Vec<String>> {
+        std::fs::read_to_string(self.root().join("argv.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("argv line"))
+            .collect()
+    }
+
+    /// `worker.yaml` for a worker on the fake node, with `gcloud` settings merged in.
+    pub fn worker_config(&self, server: &str, gcloud: Value, top: Value) -> PathBuf {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut settings = json!({
+            "zone": ZONE,
+            "project": PROJECT,
+            "capacity": "preemptible",
+            "coordinator_port": port,
+            "code_dir": "~/trm",
+            "setup_command": SETUP,
+            "setup_on_start": true,
+            "python_check": "cat ~/jax_version",
+            "dataset_paths": ["data/sudoku"],
+            "min_free_disk_gb": 0.001,
+            "ssh_timeout_s": 30,
+            "retries": 2,
+            "retry_backoff_s": 0.05,
+            "poll_s": 0.1,
+            "recovery_timeout_s": 60,
+        });
+        settings
+            .as_object_mut()
+            .unwrap()
+            .extend(gcloud.as_object().cloned().unwrap_or_default());
+        let mut config = json!({
+            "server": server,
+            "pod": "stable-1",
+            "driver": "gcloud",
+            "accelerator": "v4-64",
+            "hosts": self.hosts,
+            "state_dir": self.root().join("state"),
+            "trainer_command": format!(
+                "'{PODQ}' sim-trainer --config-path {{config_dir}} --config-name {{experiment}} \
+                 checkpoint_path={{checkpoint_dir}} load_checkpoint={{resume_from}}"
+            ),
+            "trainer_env": {"PODQ_SIM_RUN_SECS": "15"},
+            "stop_grace_s": 5,
+            "status_poll_s": 0.2,
+            "hang_timeout_s": 60,
+            "metrics_flush_s": 0.3,
+            "checkpoint_scan_s": 0.3,
+            "lease_wait_s": 2,
+            "preflight_retry_s": 0.3,
+            "gcloud": settings,
+        });
+        config
+            .as_object_mut()
+            .unwrap()
+            .extend(top.as_object().cloned().unwrap_or_default());
+        // JSON is YAML.
+        let path = self.root().join("worker.yaml");
+        std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+        path
+    }
+
+    /// A `podq worker --config` process whose PATH starts with the fake gcloud.
+    pub fn worker(&self, config: &Path) -> (Process, PathBuf) {
+        let log_path = self.root().join("worker.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let path = format!("{FAKE_DIR}:{}", std::env::var("PATH").unwrap_or_default());
+        let mut cmd = Command::new(PODQ);
+        for (key, _) in std::env::vars() {
+            if key.starts_with("PODQ_") || key.starts_with("GOOGLE_") {
+                cmd.env_remove(key);
+            }
+        }
+        let child = cmd
+            .arg("worker")
+            .arg("--config")
+            .arg(config)
+            .env("PATH", path)
+            .env("FAKE_GCLOUD_ROOT", self.root())
+            // gcloud's ssh retries (10 attempts, 5 s apart) and slow connections, made quick.
+            .env("FAKE_GCLOUD_SSH_RETRY_S", "0.02")
+            .env("FAKE_GCLOUD_SLOW_CONNECT_S", "0.2")
+            .env("FAKE_GCLOUD_HANG_S", "2")
+            .env("FAKE_GCLOUD_LATENCY_S", "0")
+            .env("PODQ_LOG", "info,podq_worker=debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start the worker");
+        (
+            Process {
+                child,
+                name: "gcloud worker".into(),
+            },
+            log_path,
+        )
+    }
+}
+
+impl Drop for FakeCloud {
+    /// A test that fails mid-run kills its worker, and the trainers on the fake hosts live
+    /// on in their own sessions, as they would on a real host: stop them here. Only groups
+    /// still carrying a podq lease tag are touched.
+    fn drop(&mut self) {
+        let files = (0..self.hosts).flat_map(|host| {
+            std::fs::read_dir(self.host(host).join("tmp"))
+                .into_iter()
+                .flatten()
+                .flatten()
+        });
+        let tags: Vec<(String, i32)> = files
+            .filter_map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let id = std::fs::read_to_string(entry.path())
+                    .ok()?
+                    .trim()
+                    .parse::<i32>()
+                    .ok()?;
+                Some((name, id))
+            })
+            .collect();
+        // The hosts' agents too (their pid files): they would keep calling a dead worker.
+        for (_, pid) in tags
+            .iter()
+            .filter(|(name, _)| name.starts_with("podq-agent-") && name.ends_with(".pid"))
+        {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains("agent") {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        let pgids = tags
+            .iter()
+            .filter(|(name, _)| name.starts_with("podq-trainer-") && name.ends_with(".pgid"))
+            .map(|(_, pgid)| *pgid);
+        for pgid in pgids {
+            let environ = std::fs::read(format!("/proc/{pgid}/environ")).unwrap_or_default();
+            let tagged = environ
+                .split(|b| *b == 0)
+                .any(|var| var.starts_with(b"PODQ_LEASE_ID="));
+            if tagged {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pgid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+pub fn ssh_prefix(host: u32) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "compute",
+        "tpus",
+        "tpu-vm",
+        "ssh",
+        "stable-1",
+        &format!("--zone={ZONE}"),
+        &format!("--project={PROJECT}"),
+        &format!("--worker={host}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(DEFAULT_SSH_FLAGS.iter().map(|s| s.to_string()));
+    args
+}
+
+/// `gcloud compute tpus tpu-vm VERB stable-1 --zone --project` and then `flags`, as the
+/// worker calls it.
+pub fn tpu_vm(verb: &str, flags: &[&str]) -> Vec<String> {
+    tpus("tpu-vm", verb, "stable-1", flags)
+}
+
+/// `gcloud compute tpus queued-resources VERB stable-1-qr --zone --project` and `flags`.
+pub fn queued_resources(verb: &str, flags: &[&str]) -> Vec<String> {
+    tpus("queued-resources", verb, "stable-1-qr", flags)
+}
+
+pub fn tpus(group: &str, verb: &str, target: &str, flags: &[&str]) -> Vec<String> {
+    let mut args = strings(&["compute", "tpus", group, verb, target]);
+    args.push(format!("--zone={ZONE}"));
+    args.push(format!("--project={PROJECT}"));
+    args.extend(flags.iter().map(|f| f.to_string()));
+    args
+}
+
+pub fn strings(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// What an ssh call was for, from its remote command.
+pub fn ssh_kind(call: &[String]) -> Option<&'static str> {
+    if call.get(3).map(String::as_str) != Some("ssh") {
+        return None;
+    }
+    let command = call.last()?.strip_prefix("--command=")?;
+    Some(if command.starts_with("export PODQ_HOST_INDEX=") {
+        "setup"
+    } else if command.contains("killed leftover trainer") {
+        "clean"
+    } else if command.contains("podq-info commit") {
+        "preflight"
+    } else if command.contains("\" agent --worker-url ") {
+        // It also places the config and checks its sha256 first.
+        "launch"
+    } else if command.contains("sent SIGTERM") {
+        "term"
+    } else if command.contains("sent SIGKILL") {
+        "kill"
+    } else {
+        "other"
+    })
+}
+
+pub fn worker_of(call: &[String]) -> Option<u32> {
+    call.iter()
+        .find_map(|a| a.strip_prefix("--worker="))
+        .and_then(|w| w.parse().ok())
+}
+
+/// The ssh calls of one kind from `from` on, as (index in the log, host).
+pub fn ssh_calls(calls: &[Vec<String>], kind: &str, from: usize) -> Vec<(usize, u32)> {
+    calls
+        .iter()
+        .enumerate()
+        .skip(from)
+        .filter(|(_, c)| ssh_kind(c) == Some(kind))
+        .map(|(i, c)| (i, worker_of(c).expect("--worker")))
+        .collect()
+}
+
+pub fn hosts_of(calls: &[(usize, u32)]) -> Vec<u32> {
+    let mut hosts: Vec<u32> = calls.iter().map(|(_, h)| *h).collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// The last lines of a log, for failure messages; the debug line of every gcloud call is
+/// left out unless PODQ_TEST_FULL_LOG is set.
+pub fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| std::env::var("PODQ_TEST_FULL_LOG").is_ok() || !l.contains("gcloud::runner"))
+        .collect();
+    lines[lines.len().saturating_sub(80)..].join("\n")
+}
+
+/// Waits for the job to reach `state`; on timeout the panic shows the worker's log.
+pub async fn wait_job(server: &Server, id: &str, state: &str, log: &Path) -> Value {
+    let deadline = std::time::Instant::now() + RUN;
+    loop {
+        let job = server.job(id).await;
+        if job["state"] == state {
+            return job;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for job {id} to be {state}: {job}\nworker log:\n{}",
+            log_tail(log)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn attempts(job: &Value) -> Vec<Value> {
+    job["attempts"].as_array().cloned().unwrap_or_default()
+}
+
+/// A process in a process group of its own, optionally carrying a lease tag; killed when
+/// dropped.
+pub fn group_leader(tag: Option<&str>) -> Process {
+    let mut cmd = Command::new("sleep");
+    cmd.arg("600").process_group(0).stdin(Stdio::null());
+    if let Some(tag) = tag {
+        cmd.env("PODQ_LEASE_ID", tag);
+    }
+    Process {
+        child: cmd.spawn().expect("sleep"),
+        name: "group leader".into(),
+    }
+}
+
+/// Pids of the live processes in process group `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid) && alive(pid) {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+/// The pgids of the trainers tagged on every host now.
+pub fn trainer_groups(cloud: &FakeCloud) -> BTreeMap<u32, i32> {
+    let mut groups = BTreeMap::new();
+    for host in 0..HOSTS {
+        for entry in std::fs::read_dir(cloud.host(host).join("tmp"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("podq-trainer-") && name.ends_with(".pgid") {
+                if let Ok(pgid) = std::fs::read_to_string(entry.path())
+                    .unwrap_or_default()
+                    .trim()
+                    .parse()
+                {
+                    groups.insert(host, pgid);
+                }
+            }
+        }
+    }
+    groups
+}
+
+pub fn orbax_step(dir: &Path, name: &str, committed: bool) {
+    let step = dir.join(name);
+    for host in 0..2 {
+        let shard = step.join(format!("state/ocdbt.process_{host}/d"));
+        std::fs::create_dir_all(&shard).unwrap();
+        std::fs::write(shard.join("0123"), b"shard").unwrap();
+    }
+    std::fs::write(step.join("_CHECKPOINT_METADATA"), b"{}").unwrap();
+    if committed {
+        std::fs::write(
+            step.join("commit_success.txt"),
+            b"Checkpoint commit was successful",
+        )
+        .unwrap();
+    }
+}
+
+/// A server whose jobs checkpoint to `bucket`; (process, url).
+pub fn gs_server(dir: &Path, bucket: &str) -> (Process, String) {
+    let log = std::fs::File::create(dir.join("server.log")).unwrap();
+    let mut child = Command::new(PODQ)
+        .args(["server", "--listen", "127.0.0.1:0", "--db"])
+        .arg(dir.join("podq.db"))
+        .arg("--experiments")
+        .arg(super::experiments_dir())
+        .args(["--bucket", bucket])
+        .args([
+            "--lease-ttl-s",
+            "5",
+            "--heartbeat-s",
+            "1",
+            "--backoff-s",
+            "1",
+        ])
+        .args(["--backoff-cap-s", "2"])
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("the server printed its address")
+            .unwrap();
+        if let Some(url) = line.strip_prefix("podq server listening on ") {
+            break url.to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (
+        Process {
+            child,
+            name: "gs server".into(),
+        },
+        url,
+    )
+}
+
+/// A v4-64 of `hosts` hosts with every part of a spec podq must carry over when it
+/// recreates the node: preemptible scheduling, a network and subnetwork given as full
+/// resource paths, internal addresses only (no `enableExternalIps`), a service account with
+/// scopes, metadata whose values hold a comma and a newline, tags, labels and a data disk.
+pub fn full_node(state: &str, hosts: u32) -> Value {
+    let mut node = node_of(state, json!({"preemptible": true}), hosts);
+    node["networkConfig"] = json!({
+        "network": format!("projects/{PROJECT}/global/networks/tpu-net"),
+        "subnetwork": format!("projects/{PROJECT}/regions/us-central2/subnetworks/tpu-sub"),
+    });
+    node["serviceAccount"] = json!({
+        "email": format!("trainer@{PROJECT}.iam.gserviceaccount.com"),
+        "scope": [
+            "https://www.googleapis.com/auth/cloud-platform",
+            "https://www.googleapis.com/auth/devstorage.read_write",
+        ],
+    });
+    node["metadata"] = json!({
+        "enable-oslogin": "FALSE",
+        "startup-script": "#!/bin/bash\necho booted, ok > /var/tmp/boot\n",
+    });
+    node["tags"] = json!(["tpu", "allow-ssh"]);
+    node["labels"] = json!({"study": "trm-scaling", "team": "trm"});
+    node["dataDisks"] = json!([{
+        "sourceDisk": format!("projects/{PROJECT}/zones/{ZONE}/disks/sudoku-data"),
+        "mode": "READ_ONLY",
+    }]);
+    node
+}
+
+/// The create call that brings `full_node` back, exactly.
+pub fn full_create() -> Vec<String> {
+    tpu_vm(
+        "create",
+        &[
+            "--accelerator-type=v4-64",
+            "--version=tpu-ubuntu2204-base",
+            "--preemptible",
+            "--network=projects/podq-test/global/networks/tpu-net",
+            "--subnetwork=projects/podq-test/regions/us-central2/subnetworks/tpu-sub",
+            "--internal-ips",
+            "--service-account=trainer@podq-test.iam.gserviceaccount.com",
+            "--scopes=https://www.googleapis.com/auth/cloud-platform,\
+         https://www.googleapis.com/auth/devstorage.read_write",
+            "--metadata=^;^enable-oslogin=FALSE;\
+         startup-script=#!/bin/bash\necho booted, ok > /var/tmp/boot\n",
+            "--tags=tpu,allow-ssh",
+            "--labels=study=trm-scaling,team=trm",
+            "--data-disk=source=projects/podq-test/zones/us-central2-b/disks/sudoku-data,\
+         mode=read-only",
+        ],
+    )
+}
+
+pub fn verb(call: &[String]) -> Option<&str> {
+    call.get(3).map(String::as_str)
+}
+
+/// The parts of a node's describe that make it the same node.
+pub fn spec_of(node: &Value) -> Value {
+    let keys = [
+        "acceleratorType",
+        "runtimeVersion",
+        "schedulingConfig",
+        "networkConfig",
+        "serviceAccount",
+        "metadata",
+        "tags",
+        "labels",
+        "dataDisks",
+    ];
+    Value::Object(
+        keys.iter()
+            .map(|k| (k.to_string(), node[*k].clone()))
+            .collect(),
+    )
+}
+
+/// A `gcloud` for a driver made in this process: the fake, with its root.
+pub fn gcloud_wrapper(cloud: &FakeCloud) -> PathBuf {
+    let path = cloud.root().join("gcloud");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nFAKE_GCLOUD_ROOT='{}' FAKE_GCLOUD_SSH_RETRY_S=0.02 exec '{FAKE_DIR}/gcloud' \"$@\"\n",
+            cloud.root().display()
+        ),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&path, perms).unwrap();
+    path
+}
+
+/// The local login, as gcloud (and the fake) takes it: Python's `getpass.getuser()`.
+pub fn whoami() -> String {
+    let output = Command::new("python3")
+        .args(["-c", "import getpass; print(getpass.getuser())"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// A driver made in this process on the fake cloud, quick to poll.
+pub fn local_driver(cloud: &FakeCloud, hosts: u32) -> podq_worker::pod::gcloud::GcloudPod {
+    use podq_worker::pod::gcloud::{GcloudPod, GcloudSettings};
+    GcloudPod::new(
+        "stable-1",
+        "v4-64",
+        hosts,
+        GcloudSettings {
+            binary: gcloud_wrapper(cloud).display().to_string(),
+            zone: ZONE.into(),
+            project: Some(PROJECT.into()),
+            state_dir: Some(cloud.root().join("state")),
+            retries: 0,
+            poll_s: 0.05,
+            recovery_timeout_s: 30.0,
+            ..GcloudSettings::default()
+        },
+    )
+    .unwrap()
+}
