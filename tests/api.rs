@@ -711,31 +711,6 @@ async fn every_documented_route_exists() {
     }
 }
 
-#[tokio::test]
-async fn the_plan_says_what_fits_before_the_deadline() {
-    let deadline = (chrono::Utc::now() + chrono::Duration::hours(100)).to_rfc3339();
-    let mut options = ServerOptions::default();
-    options.args.extend(["--deadline".to_owned(), deadline]);
-    let server = Server::start_with(options).await;
-    server.post("/jobs", json!({"all": true})).await;
-    let (status, plan) = server.get("/plan").await;
-    assert_eq!(status, 200, "{plan}");
-    let runs = plan["runs"].as_array().unwrap();
-    assert_eq!(
-        runs.len(),
-        54,
-        "linked experiments ride along with their run"
-    );
-    assert_eq!(runs[0]["experiment"], "exp01c");
-    let baseline_rides = runs[0]["also_finishes"].as_array().unwrap();
-    assert_eq!(baseline_rides.len(), 11, "{}", runs[0]);
-    // One pod, 40 planned hours a run, 100 hours left: two runs fit.
-    assert_eq!(plan["runs_that_fit"], 2, "{plan}");
-    assert!(runs[1]["fits_deadline"] == true && runs[2]["fits_deadline"] == false);
-    let total = plan["total_hours"].as_f64().unwrap();
-    assert!(total > 2000.0 && total < 2200.0, "{total}");
-}
-
 /// A raw HTTP/1.1 exchange: what a slow or odd client sends, and the status and body it
 /// gets, within `within`.
 fn raw_exchange(server: &Server, request: &str, within: Duration) -> (u16, Value) {

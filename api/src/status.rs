@@ -20,6 +20,9 @@ pub struct Status {
     pub queue_eta: Option<DateTime<Utc>>,
     /// Pod time of every run so far.
     pub goodput: crate::Goodput,
+    /// The grant and what fits in it under today's order; null without a deadline.
+    #[serde(default)]
+    pub grant: Option<crate::GrantOutlook>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -33,35 +36,4 @@ pub struct RunningJob {
     pub total_steps: Option<i64>,
     /// Steps per second over the current attempt, when measurable.
     pub steps_per_s: Option<f64>,
-}
-
-/// `GET /api/v1/plan`: the queue in the order it will run, projected onto the pods.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Plan {
-    pub now: DateTime<Utc>,
-    /// The end of the compute grant, when configured.
-    pub deadline: Option<DateTime<Utc>>,
-    /// Pods the projection spreads the queue over (at least 1).
-    pub pods: usize,
-    pub total_hours: f64,
-    /// Runs that end before the deadline (all of them without a deadline).
-    pub runs_that_fit: usize,
-    pub runs: Vec<PlannedRun>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PlannedRun {
-    pub job_id: Uuid,
-    pub experiment: String,
-    pub group: String,
-    pub state: String,
-    pub priority: i64,
-    /// Pod-hours still to go: from the measured step rate when running, else the plan's
-    /// `est_hours` less the progress already kept.
-    pub remaining_hours: f64,
-    pub start: DateTime<Utc>,
-    pub end: DateTime<Utc>,
-    pub fits_deadline: bool,
-    /// Experiments linked to this run (identical training configs), which finish with it.
-    pub also_finishes: Vec<String>,
 }

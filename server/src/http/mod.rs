@@ -7,6 +7,7 @@ mod experiments;
 mod extract;
 mod jobs;
 mod json_errors;
+mod negotiate;
 mod openapi;
 mod plan;
 mod schedules;
@@ -32,6 +33,7 @@ pub fn router(state: AppState) -> Router {
     let admin = Router::new()
         .merge(jobs::admin_routes())
         .merge(schedules::admin_routes())
+        .merge(plan::admin_routes())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_admin,
@@ -45,7 +47,7 @@ pub fn router(state: AppState) -> Router {
         .merge(jobs::read_routes())
         .merge(schedules::read_routes())
         .merge(status::routes())
-        .merge(plan::routes())
+        .merge(plan::read_routes())
         .merge(openapi::routes())
         .merge(admin)
         .merge(worker);

@@ -1,17 +1,205 @@
-//! `GET /plan`: the queue in order, projected onto the pods, against the grant's deadline.
+//! The grant and the plan: `GET|PUT /grant`, `GET /plan` (a table for curl, JSON on
+//! request) and `POST /plan/apply`.
+
+use std::fmt::Write;
 
 use axum::extract::State;
-use axum::routing::get;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::{get, post};
 use axum::{Json, Router};
-use podq_api::Plan;
+use chrono::{DateTime, Utc};
+use podq_api::{Grant, GrantRequest, Plan, PlanApplied, PlannedRun};
+use serde::Deserialize;
 
 use super::error::ApiError;
+use super::extract::{JsonBody, QueryParams};
+use super::negotiate::{json_or_table, Table};
 use crate::AppState;
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/plan", get(plan))
+pub fn read_routes() -> Router<AppState> {
+    Router::new()
+        .route("/plan", get(plan))
+        .route("/grant", get(grant))
 }
 
-async fn plan(State(state): State<AppState>) -> Result<Json<Plan>, ApiError> {
-    Ok(Json(state.scheduler.plan().await?))
+pub fn admin_routes() -> Router<AppState> {
+    Router::new()
+        .route("/plan/apply", post(apply))
+        .route("/grant", axum::routing::put(set_grant))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PlanQuery {
+    deadline: Option<String>,
+}
+
+impl PlanQuery {
+    fn deadline(&self) -> Result<Option<DateTime<Utc>>, ApiError> {
+        self.deadline
+            .as_deref()
+            .map(|d| {
+                DateTime::parse_from_rfc3339(d)
+                    .map(|d| d.with_timezone(&Utc))
+                    .map_err(|e| {
+                        ApiError::bad_request(
+                            "invalid_query",
+                            format!("deadline `{d}` is not an RFC 3339 time such as 2026-12-23T00:00:00Z: {e}"),
+                        )
+                    })
+            })
+            .transpose()
+    }
+}
+
+async fn plan(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    QueryParams(q): QueryParams<PlanQuery>,
+) -> Result<Response, ApiError> {
+    let plan = state.scheduler.plan(q.deadline()?).await?;
+    Ok(json_or_table(&headers, &plan))
+}
+
+async fn apply(
+    State(state): State<AppState>,
+    QueryParams(q): QueryParams<PlanQuery>,
+) -> Result<Json<PlanApplied>, ApiError> {
+    Ok(Json(state.scheduler.apply_plan(q.deadline()?).await?))
+}
+
+async fn grant(State(state): State<AppState>) -> Result<Json<Option<Grant>>, ApiError> {
+    Ok(Json(state.scheduler.grant().await?))
+}
+
+async fn set_grant(
+    State(state): State<AppState>,
+    JsonBody(req, _): JsonBody<GrantRequest>,
+) -> Result<Json<Grant>, ApiError> {
+    Ok(Json(state.scheduler.set_grant(req).await?))
+}
+
+fn fits(f: Option<bool>) -> &'static str {
+    match f {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "-",
+    }
+}
+
+fn of(fit: Option<usize>, total: usize) -> String {
+    fit.map_or_else(|| format!("- of {total}"), |f| format!("{f} of {total}"))
+}
+
+fn day(t: Option<DateTime<Utc>>) -> String {
+    t.map_or("-".into(), |t| t.format("%b %d %H:%M").to_string())
+}
+
+impl Table for Plan {
+    fn table(&self) -> String {
+        let mut out = String::new();
+        let deadline = match (&self.deadline, &self.grant) {
+            (Some(d), Some(g)) if *d == g.end => {
+                format!("grant ends {}", d.format("%Y-%m-%d %H:%M UTC"))
+            }
+            (Some(d), _) => format!("deadline {}", d.format("%Y-%m-%d %H:%M UTC")),
+            (None, _) => "no deadline: set one with PUT /api/v1/grant or ?deadline=".into(),
+        };
+        let _ = writeln!(
+            out,
+            "podq plan at {}: {deadline}",
+            self.now.format("%Y-%m-%d %H:%M UTC")
+        );
+        let capacity = self
+            .capacity_hours
+            .map(|c| format!(", {c:.0} pod-hours of capacity"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{} pod(s){capacity}; {:.0} pod-hours to go; estimates x{:.2} for preemptions",
+            self.pods, self.total_hours, self.overhead_factor
+        );
+        let sources: Vec<String> = self
+            .estimates
+            .iter()
+            .map(|(k, v)| format!("{v} {}", k.replace('_', " ")))
+            .collect();
+        let _ = writeln!(out, "estimates: {}", sources.join(", "));
+        let _ = writeln!(out);
+        let runs = self.current.runs.len();
+        let groups = self.groups.len();
+        let _ = writeln!(
+            out,
+            "{:<16} {:>14} {:>14}",
+            "", "TODAY'S ORDER", "RECOMMENDED"
+        );
+        let _ = writeln!(
+            out,
+            "{:<16} {:>14} {:>14}",
+            "runs that fit",
+            of(self.current.runs_fit, runs),
+            of(self.recommended.runs_fit, runs)
+        );
+        let _ = writeln!(
+            out,
+            "{:<16} {:>14} {:>14}",
+            "whole groups",
+            of(self.current.groups_fit, groups),
+            of(self.recommended.groups_fit, groups)
+        );
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<28} {:>4} {:>4}  {:<18} {:<18}",
+            "GROUP", "RUNS", "DONE", "TODAY (ENDS)", "RECOMMENDED (ENDS)"
+        );
+        for g in &self.groups {
+            let _ = writeln!(
+                out,
+                "{:<28} {:>4} {:>4}  {:<18} {:<18}",
+                g.name,
+                g.runs,
+                g.runs_done,
+                format!("{:<3} {}", fits(g.fits_current), day(g.end_current)),
+                format!("{:<3} {}", fits(g.fits_recommended), day(g.end_recommended)),
+            );
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "RECOMMENDED ORDER (POST /api/v1/plan/apply applies it)"
+        );
+        let _ = writeln!(
+            out,
+            "{:>3} {:<22} {:<28} {:<13} {:>6} {:<8} {:<12} FITS",
+            "#", "EXPERIMENT", "GROUP", "STATE", "HOURS", "ESTIMATE", "ENDS"
+        );
+        for (i, r) in self.recommended.runs.iter().enumerate() {
+            let _ = writeln!(out, "{:>3} {}", i + 1, row(r));
+        }
+        out
+    }
+}
+
+fn row(r: &PlannedRun) -> String {
+    let estimate = serde_json::to_value(r.estimate)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let also = if r.also_finishes.is_empty() {
+        String::new()
+    } else {
+        format!(" (+ {})", r.also_finishes.join(", "))
+    };
+    format!(
+        "{:<22} {:<28} {:<13} {:>6.1} {:<8} {:<12} {}{also}",
+        r.experiment,
+        r.group,
+        r.state,
+        r.remaining_hours,
+        estimate,
+        day(Some(r.end)),
+        fits(r.fits_deadline)
+    )
 }

@@ -3,13 +3,14 @@
 use std::fmt::Write;
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
 use podq_api::{JobState, Pod, Status};
 
 use super::error::ApiError;
+use super::negotiate::{json_or_table, Table};
 use crate::AppState;
 
 pub fn routes() -> Router<AppState> {
@@ -19,24 +20,14 @@ pub fn routes() -> Router<AppState> {
         .route("/pods/{name}", get(pod))
 }
 
-/// JSON only when the caller asks for it; `curl` sends `*/*` and gets the table.
-fn wants_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|accept| accept.contains("application/json"))
+async fn status(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    Ok(json_or_table(&headers, &state.scheduler.status().await?))
 }
 
-async fn status(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let summary = state.scheduler.status().await?;
-    if wants_json(&headers) {
-        return Ok(Json(summary).into_response());
+impl Table for Status {
+    fn table(&self) -> String {
+        render_table(self)
     }
-    Ok((
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        render_table(&summary),
-    )
-        .into_response())
 }
 
 fn render_table(s: &Status) -> String {
@@ -57,6 +48,17 @@ fn render_table(s: &Status) -> String {
         })
         .collect();
     let _ = writeln!(out, "jobs: {}", counts.join("  "));
+    if let Some(g) = &s.grant {
+        let _ = writeln!(
+            out,
+            "grant ends {}: {} of {} runs, {} of {} groups fit (GET /api/v1/plan)",
+            g.end.format("%Y-%m-%d"),
+            g.runs_fit,
+            g.runs,
+            g.groups_fit,
+            g.groups
+        );
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,

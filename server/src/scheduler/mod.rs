@@ -6,8 +6,11 @@
 pub mod control;
 mod error;
 pub mod forecast;
+mod grant;
 mod leasing;
 pub mod live;
+mod plan;
+pub mod planner;
 pub mod policy;
 mod reads;
 mod reaper;
@@ -37,6 +40,8 @@ pub struct Scheduler {
     config: Arc<ServerConfig>,
     live: LiveLeases,
     waiters: wake::LeaseWaiters,
+    /// When this server started: the start of a grant given only by `--deadline`.
+    started_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl Scheduler {
@@ -58,6 +63,7 @@ impl Scheduler {
             config,
             live,
             waiters,
+            started_at: chrono::Utc::now(),
         })
     }
 

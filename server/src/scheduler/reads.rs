@@ -1,10 +1,10 @@
 //! The summaries that combine the database with what lives only in memory (lease progress,
-//! pods' last contact): status, plan and pods.
+//! pods' last contact): status and pods.
 
 use std::collections::BTreeMap;
 
 use chrono::{Duration as ChronoDuration, Utc};
-use podq_api::{JobState, Plan, PlannedRun, Pod, RunningJob, Status};
+use podq_api::{JobState, Pod, RunningJob, Status};
 
 use super::forecast::{self, Progress};
 use super::{Result, Scheduler};
@@ -56,54 +56,7 @@ impl Scheduler {
             queue_hours,
             queue_eta,
             goodput: goodput::total(db).await?,
-        })
-    }
-
-    /// The queue in the order it will run, projected onto the pods, against the deadline.
-    pub async fn plan(&self) -> Result<Plan> {
-        let db = self.store.reader();
-        let runs = views::active_runs(db).await?;
-        let pods = usize::try_from(pods::count(db).await?).unwrap_or(0).max(1);
-        let now = Utc::now();
-        let now_ms = now_ms();
-        let deadline = self.config.deadline;
-        let mut lanes = vec![now; pods];
-        let mut planned = Vec::with_capacity(runs.len());
-        for run in runs {
-            let steps_per_s =
-                forecast::step_rate(run.first_step, run.first_step_at, run.end_step, now_ms);
-            let remaining_hours = remaining(&run, run.end_step.or(run.last_step), steps_per_s);
-            let (lane, start) = lanes
-                .iter()
-                .copied()
-                .enumerate()
-                .min_by_key(|(_, t)| *t)
-                .unwrap_or((0, now));
-            let end = start + ChronoDuration::seconds((remaining_hours * 3600.0) as i64);
-            lanes[lane] = end;
-            planned.push(PlannedRun {
-                job_id: parse_uuid(&run.id)?,
-                experiment: run.experiment,
-                group: run.group_name,
-                state: run.state,
-                priority: run.priority,
-                remaining_hours,
-                start,
-                end,
-                fits_deadline: deadline.is_none_or(|d| end <= d),
-                also_finishes: run
-                    .linked
-                    .map(|l| l.split(',').map(str::to_owned).collect())
-                    .unwrap_or_default(),
-            });
-        }
-        Ok(Plan {
-            now,
-            deadline,
-            pods,
-            total_hours: planned.iter().map(|r| r.remaining_hours).sum(),
-            runs_that_fit: planned.iter().filter(|r| r.fits_deadline).count(),
-            runs: planned,
+            grant: self.grant_outlook().await?,
         })
     }
 

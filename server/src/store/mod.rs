@@ -9,6 +9,7 @@
 pub mod catalog;
 pub mod checkpoints;
 pub mod goodput;
+pub mod grant;
 pub mod idempotency;
 pub mod jobs;
 pub mod leases;

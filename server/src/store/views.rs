@@ -39,3 +39,52 @@ pub(crate) const ACTIVE_RUNS: &str =
 pub async fn active_runs(db: &SqlitePool) -> Result<Vec<ActiveRun>, StoreError> {
     Ok(sqlx::query_as(ACTIVE_RUNS).fetch_all(db).await?)
 }
+
+/// A job as the grant plan needs it, with its latest attempt that reported steps.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PlanJob {
+    pub id: String,
+    pub seq: i64,
+    pub experiment: String,
+    pub group_name: String,
+    pub state: String,
+    pub priority: i64,
+    pub same_as: Option<String>,
+    pub est_hours: f64,
+    pub last_step: Option<i64>,
+    pub total_steps: Option<i64>,
+    pub config_sha256: String,
+    pub first_step: Option<i64>,
+    pub first_step_at: Option<i64>,
+    pub end_step: Option<i64>,
+    pub ended_at: Option<i64>,
+}
+
+const PLAN_JOB: &str = "SELECT j.id, j.seq, j.experiment, j.group_name, j.state, j.priority, \
+     j.same_as, j.est_hours, j.last_step, j.total_steps, j.config_sha256, \
+     a.first_step, a.first_step_at, a.end_step, a.ended_at FROM jobs j \
+     LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt = (SELECT MAX(attempt) FROM attempts \
+       WHERE job_id = j.id AND first_step IS NOT NULL)";
+
+/// The newest job of `experiment`, if it was ever submitted (an index seek, whatever the
+/// history).
+pub async fn newest_job_of(
+    db: &SqlitePool,
+    experiment: &str,
+) -> Result<Option<PlanJob>, StoreError> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{PLAN_JOB} WHERE j.id = (SELECT id FROM jobs WHERE experiment = ? ORDER BY seq DESC LIMIT 1)"
+    )))
+    .bind(experiment)
+    .fetch_optional(db)
+    .await?)
+}
+
+pub async fn plan_job(db: &SqlitePool, id: &str) -> Result<Option<PlanJob>, StoreError> {
+    Ok(
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{PLAN_JOB} WHERE j.id = ?")))
+            .bind(id)
+            .fetch_optional(db)
+            .await?,
+    )
+}

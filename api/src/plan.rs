@@ -1,0 +1,134 @@
+//! The compute grant and the plan: which runs and whole groups finish before the grant ends,
+//! under today's order and under the order podq recommends (docs/plan.md).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// `PUT /api/v1/grant`: the compute grant the plan measures against.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GrantRequest {
+    /// When the grant began; pod time used since then counts against `pod_hours`. Default: now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<DateTime<Utc>>,
+    /// When it ends: the plan's deadline. Must be in the future and after `start`.
+    pub end: DateTime<Utc>,
+    /// Optional pod-hour budget per accelerator type (e.g. `{"v4-64": 720}`).
+    #[serde(default)]
+    pub pod_hours: BTreeMap<String, f64>,
+}
+
+/// The grant as stored (`GET /api/v1/grant`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Grant {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub pod_hours: BTreeMap<String, f64>,
+    /// `api` when set by `PUT /grant`, `flag` when it comes from the server's `--deadline`.
+    pub source: String,
+}
+
+/// One line of status: the grant's end and what fits before it under today's order.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GrantOutlook {
+    pub end: DateTime<Utc>,
+    pub runs_fit: usize,
+    pub runs: usize,
+    pub groups_fit: usize,
+    pub groups: usize,
+}
+
+/// Where a run's remaining hours come from.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EstimateSource {
+    /// The step rate measured on the pod, over the run's latest attempt.
+    Measured,
+    /// The `est_hours` of the experiment's `group.yaml`, less the share of steps done.
+    Catalog,
+    /// The run has finished.
+    Done,
+}
+
+/// `GET /api/v1/plan`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Plan {
+    pub now: DateTime<Utc>,
+    /// The end of the grant (or the `deadline` query); null when none is set, and then
+    /// nothing claims to fit or not to fit.
+    pub deadline: Option<DateTime<Utc>>,
+    pub grant: Option<Grant>,
+    /// Pods the projection spreads the runs over (at least 1).
+    pub pods: usize,
+    /// Pod-hours left before the deadline on all pods, capped by the grant's budget.
+    pub capacity_hours: Option<f64>,
+    /// Pod-hours still to go over every run of the catalog.
+    pub total_hours: f64,
+    /// Each estimate is multiplied by this to cover preemptions and restarts: 1 / the
+    /// goodput ratio measured so far, or 1.0 before any attempt ended.
+    pub overhead_factor: f64,
+    /// Runs whose estimate is measured, from the catalog, or done.
+    pub estimates: BTreeMap<String, usize>,
+    /// Running runs, then queued ones in lease order, then experiments not submitted yet in
+    /// suite order.
+    pub current: Projection,
+    /// The order that completes the most whole groups before the deadline.
+    pub recommended: Projection,
+    pub groups: Vec<GroupPlan>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Projection {
+    pub runs: Vec<PlannedRun>,
+    /// Null without a deadline.
+    pub runs_fit: Option<usize>,
+    pub groups_fit: Option<usize>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PlannedRun {
+    /// The run's job; null for an experiment not submitted yet.
+    pub job_id: Option<Uuid>,
+    /// The experiment whose job trains the run.
+    pub experiment: String,
+    pub group: String,
+    /// `running`, `leased`, `queued`, `succeeded`, `held`, `failed`, `cancelled`, or
+    /// `not_submitted`.
+    pub state: String,
+    pub priority: Option<i64>,
+    pub remaining_hours: f64,
+    pub estimate: EstimateSource,
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    /// Null without a deadline, and for runs that will not run (failed, held, cancelled).
+    pub fits_deadline: Option<bool>,
+    /// Other experiments with the identical training config, which finish with this run.
+    pub also_finishes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GroupPlan {
+    pub name: String,
+    /// Distinct runs the group needs, and how many of them have finished.
+    pub runs: usize,
+    pub runs_done: usize,
+    /// When its last run ends under each order (null when one of its runs will not run).
+    pub end_current: Option<DateTime<Utc>>,
+    pub end_recommended: Option<DateTime<Utc>>,
+    /// Null without a deadline.
+    pub fits_current: Option<bool>,
+    pub fits_recommended: Option<bool>,
+}
+
+/// `POST /api/v1/plan/apply`: what applying the recommended order did.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PlanApplied {
+    /// Experiments submitted because the recommended order includes them.
+    pub submitted: Vec<String>,
+    /// Jobs whose priority changed.
+    pub reprioritised: usize,
+    pub plan: Plan,
+}

@@ -1,0 +1,324 @@
+//! The grant plan over the whole catalog, submitted or not: gathering each experiment's run,
+//! projecting it (`planner.rs`), and applying the recommended order.
+
+use std::cmp::Reverse;
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use futures::FutureExt;
+use podq_api::{EstimateSource, GrantOutlook, Plan, PlanApplied, SubmitRequest};
+
+use super::forecast::{self, Progress};
+use super::grant::check_deadline;
+use super::planner::{self, Group, Limits, Phase, Run};
+use super::{submit, Result, Scheduler};
+use crate::store::views::{self, PlanJob};
+use crate::store::{goodput, grant, jobs, now_ms, parse_uuid, pods};
+
+/// Runs and groups as the planner sees them, and the experiment each waiting run would be
+/// submitted as.
+struct Gathered {
+    runs: Vec<Run>,
+    groups: Vec<Group>,
+}
+
+impl Scheduler {
+    /// The plan against `deadline` (default: the grant's end).
+    pub async fn plan(&self, deadline: Option<DateTime<Utc>>) -> Result<Plan> {
+        self.project(deadline, true).await.map(|(plan, _)| plan)
+    }
+
+    /// The status line: the grant's end and what fits under today's order.
+    pub async fn grant_outlook(&self) -> Result<Option<GrantOutlook>> {
+        let Some(grant) = self.grant().await? else {
+            return Ok(None);
+        };
+        if grant.end <= Utc::now() {
+            return Ok(None);
+        }
+        let (plan, _) = self.project(None, false).await?;
+        Ok(Some(GrantOutlook {
+            end: grant.end,
+            runs_fit: plan.current.runs_fit.unwrap_or(0),
+            runs: plan.current.runs.len(),
+            groups_fit: plan.current.groups_fit.unwrap_or(0),
+            groups: plan.groups.len(),
+        }))
+    }
+
+    /// Applies the recommended order: submits the experiments it includes that were never
+    /// submitted, and sets priorities so jobs lease in that order. One transaction.
+    pub async fn apply_plan(&self, deadline: Option<DateTime<Utc>>) -> Result<PlanApplied> {
+        let (plan, order) = self.project(deadline, true).await?;
+        // Per run: its job, or the experiments to submit for it (the run's own first, then
+        // those that share its config, which submission links to it), and its priority.
+        let steps: Vec<(Option<String>, Vec<crate::catalog::Experiment>, i64)> = order
+            .iter()
+            .enumerate()
+            .map(|(position, run)| {
+                let priority = (order.len() - position) as i64;
+                let to_submit = match run.job_id {
+                    Some(_) => Vec::new(),
+                    None => std::iter::once(&run.experiment)
+                        .chain(&run.also_finishes)
+                        .filter_map(|name| self.catalog.experiment(name).cloned())
+                        .collect(),
+                };
+                (run.job_id.map(|id| id.to_string()), to_submit, priority)
+            })
+            .collect();
+        let accelerator = self.config.accelerator.clone();
+        let (submitted, reprioritised) = self
+            .store
+            .write(move |conn| {
+                async move {
+                    let mut submitted = Vec::new();
+                    let mut reprioritised = 0;
+                    for (job, experiments, priority) in steps {
+                        match job {
+                            Some(id) => {
+                                let Some(row) = jobs::get_job(&mut *conn, &id).await? else {
+                                    continue;
+                                };
+                                if row.priority != priority {
+                                    jobs::set_priority(conn, &id, priority).await?;
+                                    jobs::insert_event(
+                                        conn,
+                                        Some(&id),
+                                        None,
+                                        "priority",
+                                        &format!(
+                                            "priority {} -> {priority}: the plan's recommended order",
+                                            row.priority
+                                        ),
+                                    )
+                                    .await?;
+                                    reprioritised += 1;
+                                }
+                            }
+                            None => {
+                                let req = SubmitRequest {
+                                    experiments: Some(
+                                        experiments.iter().map(|e| e.name.clone()).collect(),
+                                    ),
+                                    priority: Some(priority),
+                                    ..SubmitRequest::default()
+                                };
+                                let answer =
+                                    submit::submit(conn, &experiments, &req, &accelerator).await?;
+                                submitted.extend(answer.created.into_iter().map(|c| c.experiment));
+                                submitted.extend(answer.linked.into_iter().map(|l| l.experiment));
+                            }
+                        }
+                    }
+                    Ok::<_, super::SchedulerError>((submitted, reprioritised))
+                }
+                .boxed()
+            })
+            .await?;
+        self.waiters.leasable(
+            &self.config.accelerator,
+            order.iter().filter(|r| r.job_id.is_none()).count(),
+        );
+        let plan = if submitted.is_empty() && reprioritised == 0 {
+            plan
+        } else {
+            self.plan(deadline).await?
+        };
+        Ok(PlanApplied {
+            submitted,
+            reprioritised,
+            plan,
+        })
+    }
+
+    /// The plan, and the recommended order of the waiting runs.
+    async fn project(
+        &self,
+        deadline: Option<DateTime<Utc>>,
+        recommend: bool,
+    ) -> Result<(Plan, Vec<podq_api::PlannedRun>)> {
+        let now = Utc::now();
+        if let Some(deadline) = deadline {
+            check_deadline(deadline, now)?;
+        }
+        let grant = self.grant().await?;
+        let deadline = deadline.or(grant.as_ref().map(|g| g.end));
+        let db = self.store.reader();
+        let budget_hours = match grant
+            .as_ref()
+            .and_then(|g| Some((g, *g.pod_hours.get(&self.config.accelerator)?)))
+        {
+            Some((g, budget)) => {
+                let used =
+                    grant::hours_used(db, &self.config.accelerator, g.start.timestamp_millis())
+                        .await?;
+                Some((budget - used).max(0.0))
+            }
+            None => None,
+        };
+        let totals = goodput::total(db).await?;
+        let overhead_factor = totals
+            .ratio
+            .map_or(1.0, |r| (1.0 / r.max(1e-3)).clamp(1.0, 3.0));
+        let limits = Limits {
+            now,
+            deadline,
+            pods: usize::try_from(pods::count(db).await?).unwrap_or(0).max(1),
+            budget_hours,
+            overhead_factor,
+        };
+        let Gathered { runs, groups } = self.gather(now_ms()).await?;
+        let planned = planner::plan(&runs, &groups, &limits, recommend);
+        let mut estimates = std::collections::BTreeMap::new();
+        for run in &runs {
+            let key = serde_json::to_value(run.estimate)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            *estimates.entry(key).or_insert(0) += 1;
+        }
+        let has_limit = deadline.is_some() || budget_hours.is_some();
+        let order = planned
+            .recommended
+            .runs
+            .iter()
+            .filter(|r| r.state == "queued" || r.state == "not_submitted")
+            .cloned()
+            .collect();
+        Ok((
+            Plan {
+                now,
+                deadline,
+                grant,
+                pods: limits.pods,
+                capacity_hours: has_limit.then(|| planner::capacity_hours(&runs, &limits, &[])),
+                total_hours: runs
+                    .iter()
+                    .filter(|r| matches!(r.phase, Phase::OnPod | Phase::Waiting))
+                    .map(|r| r.remaining_hours * overhead_factor)
+                    .sum(),
+                overhead_factor,
+                estimates,
+                current: planned.current,
+                recommended: planned.recommended,
+                groups: planned.groups,
+            },
+            order,
+        ))
+    }
+
+    /// Every experiment of the catalog as a run: its newest job's run (the run it is linked
+    /// to, if linked), or a run not submitted yet. Experiments with one training config
+    /// share one run, as submitting them would.
+    async fn gather(&self, now: i64) -> Result<Gathered> {
+        let db = self.store.reader();
+        let mut runs: Vec<Run> = Vec::new();
+        let mut run_of_job: HashMap<String, usize> = HashMap::new();
+        let mut run_of_config: HashMap<String, usize> = HashMap::new();
+        let mut group_runs: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (position, e) in self.catalog.experiments.iter().enumerate() {
+            let job = match views::newest_job_of(db, &e.name).await? {
+                Some(job) => match &job.same_as {
+                    Some(run) => views::plan_job(db, run).await?,
+                    None => Some(job),
+                },
+                None => None,
+            };
+            let index = match job {
+                Some(job) => match run_of_job.get(&job.id) {
+                    Some(&i) => i,
+                    None => {
+                        let run = run_of(&job, now)?;
+                        runs.push(run);
+                        let i = runs.len() - 1;
+                        run_of_job.insert(job.id.clone(), i);
+                        if runs[i].phase != Phase::Blocked {
+                            run_of_config.entry(job.config_sha256.clone()).or_insert(i);
+                        }
+                        i
+                    }
+                },
+                None => match run_of_config.get(&e.config_sha256) {
+                    Some(&i) => i,
+                    None => {
+                        runs.push(Run {
+                            job_id: None,
+                            experiment: e.name.clone(),
+                            group: e.group.clone(),
+                            state: "not_submitted".into(),
+                            phase: Phase::Waiting,
+                            priority: None,
+                            // After every queued job, in suite order.
+                            order: (Reverse(i64::MIN), position as i64),
+                            remaining_hours: e.est_hours,
+                            estimate: EstimateSource::Catalog,
+                            also_finishes: Vec::new(),
+                        });
+                        let i = runs.len() - 1;
+                        run_of_config.insert(e.config_sha256.clone(), i);
+                        i
+                    }
+                },
+            };
+            if runs[index].experiment != e.name && !runs[index].also_finishes.contains(&e.name) {
+                runs[index].also_finishes.push(e.name.clone());
+            }
+            let members = group_runs.entry(e.group.as_str()).or_default();
+            if !members.contains(&index) {
+                members.push(index);
+            }
+        }
+        let groups = self
+            .catalog
+            .groups
+            .iter()
+            .map(|g| Group {
+                name: g.name.clone(),
+                runs: group_runs.remove(g.name.as_str()).unwrap_or_default(),
+            })
+            .collect();
+        Ok(Gathered { runs, groups })
+    }
+}
+
+fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
+    let phase = match job.state.as_str() {
+        "succeeded" => Phase::Done,
+        "leased" | "running" => Phase::OnPod,
+        "queued" => Phase::Waiting,
+        _ => Phase::Blocked,
+    };
+    let rate = forecast::step_rate(
+        job.first_step,
+        job.first_step_at,
+        job.end_step,
+        job.ended_at.unwrap_or(now),
+    );
+    let remaining_hours = if phase == Phase::Done {
+        0.0
+    } else {
+        forecast::remaining_hours(Progress {
+            est_hours: job.est_hours,
+            step: job.last_step,
+            total_steps: job.total_steps,
+            steps_per_s: rate,
+        })
+    };
+    Ok(Run {
+        job_id: Some(parse_uuid(&job.id)?),
+        experiment: job.experiment.clone(),
+        group: job.group_name.clone(),
+        state: job.state.clone(),
+        phase,
+        priority: Some(job.priority),
+        order: (Reverse(job.priority), job.seq),
+        remaining_hours,
+        estimate: match (phase, rate) {
+            (Phase::Done, _) => EstimateSource::Done,
+            (_, Some(_)) => EstimateSource::Measured,
+            _ => EstimateSource::Catalog,
+        },
+        also_finishes: Vec::new(),
+    })
+}

@@ -1,0 +1,484 @@
+//! The grant planner: projects every run of the catalog onto the pods, under today's order
+//! and under the order that completes the most whole groups before the deadline. Pure: the
+//! caller gathers the runs and the clock. The method is explained in docs/plan.md.
+//!
+//! A group is complete when every distinct run it needs has finished; a run shared by
+//! several groups (the baseline) counts for all of them, once. Choosing the groups is a
+//! set-union knapsack. Catalogs have few groups (the study has 14), so every subset is tried
+//! (2^14 = 16,384 choices, most discarded at once because their hours exceed the
+//! capacity); above `EXACT_GROUPS` groups a greedy
+//! choice by smallest added cost is used and the plan says so in docs.
+
+use std::cmp::Reverse;
+
+use chrono::{DateTime, Duration, Utc};
+use podq_api::{EstimateSource, GroupPlan, PlannedRun, Projection};
+use uuid::Uuid;
+
+/// Up to this many groups the planner tries every subset.
+pub const EXACT_GROUPS: usize = 16;
+
+/// What the planner does with a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Finished: needs no pod time.
+    Done,
+    /// On a pod now: first in every order.
+    OnPod,
+    /// Queued, or not submitted yet: the planner may place it anywhere after the runs on a pod.
+    Waiting,
+    /// Failed, held or cancelled: will not run unless a person requeues it.
+    Blocked,
+}
+
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub job_id: Option<Uuid>,
+    pub experiment: String,
+    pub group: String,
+    /// As shown: a job state, or `not_submitted`.
+    pub state: String,
+    pub phase: Phase,
+    pub priority: Option<i64>,
+    /// Its place in today's order among waiting runs (lease order, then suite order).
+    pub order: (Reverse<i64>, i64),
+    pub remaining_hours: f64,
+    pub estimate: EstimateSource,
+    pub also_finishes: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub name: String,
+    /// Indices into the runs, one per distinct run the group needs.
+    pub runs: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub now: DateTime<Utc>,
+    pub deadline: Option<DateTime<Utc>>,
+    pub pods: usize,
+    /// Pod-hours the grant's budget has left, if it has one.
+    pub budget_hours: Option<f64>,
+    /// Every estimate is multiplied by this (preemption overhead).
+    pub overhead_factor: f64,
+}
+
+pub struct Planned {
+    pub current: Projection,
+    pub recommended: Projection,
+    pub groups: Vec<GroupPlan>,
+    /// The recommended order of the waiting runs (indices into the runs).
+    pub recommended_order: Vec<usize>,
+}
+
+/// How good an order is: (whole groups, runs that fit), then which groups are whole.
+type Rank = ((usize, usize), Reverse<Vec<usize>>);
+
+/// Where a run lands on the pods: start, end, and whether it fits the limits.
+type Slot = (DateTime<Utc>, DateTime<Utc>, bool);
+
+/// One order played out on the pods.
+struct Timeline {
+    /// Per run, or None for a run the order leaves out.
+    slots: Vec<Option<Slot>>,
+}
+
+impl Timeline {
+    fn play(runs: &[Run], order: &[usize], limits: &Limits) -> Timeline {
+        let mut lanes = vec![limits.now; limits.pods.max(1)];
+        let mut spent = 0.0;
+        let mut slots = vec![None; runs.len()];
+        for &i in order {
+            let hours = runs[i].remaining_hours * limits.overhead_factor;
+            let (lane, start) = lanes
+                .iter()
+                .copied()
+                .enumerate()
+                .min_by_key(|(_, t)| *t)
+                .unwrap_or((0, limits.now));
+            let end = start + Duration::seconds((hours * 3600.0).round() as i64);
+            lanes[lane] = end;
+            spent += hours;
+            let fits = limits.deadline.is_none_or(|d| end <= d)
+                && limits.budget_hours.is_none_or(|b| spent <= b + 1e-9);
+            slots[i] = Some((start, end, fits));
+        }
+        Timeline { slots }
+    }
+
+    fn run_fits(&self, runs: &[Run], i: usize) -> bool {
+        runs[i].phase == Phase::Done || self.slots[i].is_some_and(|(_, _, fits)| fits)
+    }
+
+    fn group_fits(&self, runs: &[Run], group: &Group) -> bool {
+        group.runs.iter().all(|&i| self.run_fits(runs, i))
+    }
+
+    fn group_end(&self, runs: &[Run], group: &Group, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        group.runs.iter().try_fold(now, |latest, &i| {
+            if runs[i].phase == Phase::Done {
+                return Some(latest);
+            }
+            self.slots[i].map(|(_, end, _)| latest.max(end))
+        })
+    }
+
+    fn score(&self, runs: &[Run], groups: &[Group]) -> (usize, usize) {
+        let whole = groups.iter().filter(|g| self.group_fits(runs, g)).count();
+        let fit = (0..runs.len())
+            .filter(|&i| runs[i].phase != Phase::Done && self.run_fits(runs, i))
+            .count();
+        (whole, fit)
+    }
+
+    /// Ranks orders: more whole groups, then more runs, then whole groups earlier in the
+    /// suite (the suite's order is the user's own priority among groups).
+    fn rank(&self, runs: &[Run], groups: &[Group]) -> Rank {
+        let whole: Vec<usize> = (0..groups.len())
+            .filter(|&g| self.group_fits(runs, &groups[g]))
+            .collect();
+        (self.score(runs, groups), Reverse(whole))
+    }
+}
+
+/// Projects today's order and, when `recommend`, searches for a better one (otherwise the
+/// recommended projection is today's).
+pub fn plan(runs: &[Run], groups: &[Group], limits: &Limits, recommend: bool) -> Planned {
+    let on_pod: Vec<usize> = (0..runs.len())
+        .filter(|&i| runs[i].phase == Phase::OnPod)
+        .collect();
+    let mut waiting: Vec<usize> = (0..runs.len())
+        .filter(|&i| runs[i].phase == Phase::Waiting)
+        .collect();
+    waiting.sort_by_key(|&i| runs[i].order);
+
+    let current_order: Vec<usize> = on_pod.iter().chain(&waiting).copied().collect();
+    let current = Timeline::play(runs, &current_order, limits);
+
+    let recommended_waiting = if recommend {
+        recommended_order(runs, groups, limits, &on_pod, &waiting)
+    } else {
+        waiting.clone()
+    };
+    let recommended_order: Vec<usize> =
+        on_pod.iter().chain(&recommended_waiting).copied().collect();
+    let recommended = Timeline::play(runs, &recommended_order, limits);
+
+    let has_deadline = limits.deadline.is_some() || limits.budget_hours.is_some();
+    let project = |timeline: &Timeline, order: &[usize]| {
+        let (whole, fit) = timeline.score(runs, groups);
+        let mut listed: Vec<usize> = order.to_vec();
+        listed.extend((0..runs.len()).filter(|i| !order.contains(i)));
+        Projection {
+            runs: listed
+                .into_iter()
+                .map(|i| planned_run(&runs[i], timeline.slots[i], limits, has_deadline))
+                .collect(),
+            runs_fit: has_deadline.then_some(fit),
+            groups_fit: has_deadline.then_some(whole),
+        }
+    };
+    let group_plans = groups
+        .iter()
+        .map(|g| GroupPlan {
+            name: g.name.clone(),
+            runs: g.runs.len(),
+            runs_done: g
+                .runs
+                .iter()
+                .filter(|&&i| runs[i].phase == Phase::Done)
+                .count(),
+            end_current: current.group_end(runs, g, limits.now),
+            end_recommended: recommended.group_end(runs, g, limits.now),
+            fits_current: has_deadline.then(|| current.group_fits(runs, g)),
+            fits_recommended: has_deadline.then(|| recommended.group_fits(runs, g)),
+        })
+        .collect();
+    Planned {
+        current: project(&current, &current_order),
+        recommended: project(&recommended, &recommended_order),
+        groups: group_plans,
+        recommended_order: recommended_waiting,
+    }
+}
+
+/// Pod-hours the waiting runs can have: until the deadline on every pod, less what the runs
+/// on a pod still need, capped by the budget.
+pub fn capacity_hours(runs: &[Run], limits: &Limits, on_pod: &[usize]) -> f64 {
+    let busy: f64 = on_pod
+        .iter()
+        .map(|&i| runs[i].remaining_hours * limits.overhead_factor)
+        .sum();
+    let by_deadline = limits.deadline.map_or(f64::INFINITY, |d| {
+        (d - limits.now).num_seconds().max(0) as f64 / 3600.0 * limits.pods.max(1) as f64
+    });
+    let by_budget = limits.budget_hours.unwrap_or(f64::INFINITY);
+    (by_deadline.min(by_budget) - busy).max(0.0)
+}
+
+fn planned_run(run: &Run, slot: Option<Slot>, limits: &Limits, has_deadline: bool) -> PlannedRun {
+    let (start, end) = slot.map_or((limits.now, limits.now), |(s, e, _)| (s, e));
+    let fits = match run.phase {
+        Phase::Done => Some(true),
+        Phase::Blocked => None,
+        _ => slot.map(|(_, _, fits)| fits),
+    };
+    PlannedRun {
+        job_id: run.job_id,
+        experiment: run.experiment.clone(),
+        group: run.group.clone(),
+        state: run.state.clone(),
+        priority: run.priority,
+        remaining_hours: run.remaining_hours * limits.overhead_factor,
+        estimate: run.estimate,
+        start,
+        end,
+        fits_deadline: fits.filter(|_| has_deadline),
+        also_finishes: run.also_finishes.clone(),
+    }
+}
+
+/// The order of the waiting runs that completes the most whole groups, then fits the most
+/// runs: the chosen groups' runs first (cheapest group first, so groups finish early), then
+/// every other run shortest first.
+fn recommended_order(
+    runs: &[Run],
+    groups: &[Group],
+    limits: &Limits,
+    on_pod: &[usize],
+    waiting: &[usize],
+) -> Vec<usize> {
+    // Groups that can complete at all: none of their runs is blocked.
+    let candidates: Vec<usize> = (0..groups.len())
+        .filter(|&g| {
+            groups[g]
+                .runs
+                .iter()
+                .all(|&i| runs[i].phase != Phase::Blocked)
+        })
+        .collect();
+    let order_for = |chosen: &[usize]| -> Vec<usize> {
+        let mut picked = vec![false; runs.len()];
+        let mut order = Vec::new();
+        let mut chosen: Vec<usize> = chosen.to_vec();
+        chosen.sort_by(|&a, &b| {
+            let cost = |g: usize| -> f64 {
+                groups[g]
+                    .runs
+                    .iter()
+                    .filter(|&&i| runs[i].phase == Phase::Waiting)
+                    .map(|&i| runs[i].remaining_hours)
+                    .sum()
+            };
+            cost(a).total_cmp(&cost(b)).then(a.cmp(&b))
+        });
+        for g in chosen {
+            for &i in &groups[g].runs {
+                if runs[i].phase == Phase::Waiting && !picked[i] {
+                    picked[i] = true;
+                    order.push(i);
+                }
+            }
+        }
+        let mut rest: Vec<usize> = waiting.iter().copied().filter(|&i| !picked[i]).collect();
+        rest.sort_by(|&a, &b| {
+            runs[a]
+                .remaining_hours
+                .total_cmp(&runs[b].remaining_hours)
+                .then(runs[a].order.cmp(&runs[b].order))
+        });
+        order.extend(rest);
+        order
+    };
+    let rank_of = |waiting_order: &[usize]| {
+        let full: Vec<usize> = on_pod.iter().chain(waiting_order).copied().collect();
+        Timeline::play(runs, &full, limits).rank(runs, groups)
+    };
+    let score = |chosen: &[usize]| {
+        let waiting_order = order_for(chosen);
+        (rank_of(&waiting_order), waiting_order)
+    };
+    // Today's order stays unless another completes more: applying a recommendation twice
+    // changes nothing the second time.
+    let keep_current = |(best_rank, best_order): (Rank, Vec<usize>)| {
+        if best_rank.0 > rank_of(waiting).0 {
+            best_order
+        } else {
+            waiting.to_vec()
+        }
+    };
+    if limits.deadline.is_none() && limits.budget_hours.is_none() {
+        // Nothing to fit into: finish groups as early as possible, cheapest first.
+        return order_for(&candidates);
+    }
+    if candidates.len() <= EXACT_GROUPS {
+        let capacity = capacity_hours(runs, limits, on_pod);
+        let mut best: Option<(Rank, Vec<usize>)> = None;
+        let mut needed = vec![false; runs.len()];
+        for mask in 0u32..(1 << candidates.len()) {
+            let chosen: Vec<usize> = (0..candidates.len())
+                .filter(|b| mask & (1 << b) != 0)
+                .map(|b| candidates[b])
+                .collect();
+            // A choice whose runs alone exceed the capacity cannot fit: skip its simulation.
+            needed.iter_mut().for_each(|n| *n = false);
+            for &g in &chosen {
+                for &i in &groups[g].runs {
+                    needed[i] = runs[i].phase == Phase::Waiting;
+                }
+            }
+            let hours: f64 = (0..runs.len())
+                .filter(|&i| needed[i])
+                .map(|i| runs[i].remaining_hours * limits.overhead_factor)
+                .sum();
+            if hours > capacity + 1e-9 {
+                continue;
+            }
+            let (rank, order) = score(&chosen);
+            if best.as_ref().is_none_or(|(b, _)| rank > *b) {
+                best = Some((rank, order));
+            }
+        }
+        return best.map_or_else(|| waiting.to_vec(), keep_current);
+    }
+    // Greedy: add the group that keeps the most groups whole, cheapest first.
+    let mut chosen: Vec<usize> = Vec::new();
+    let mut best = score(&chosen);
+    loop {
+        let mut improved = None;
+        for &g in candidates.iter().filter(|g| !chosen.contains(g)) {
+            let mut trial = chosen.clone();
+            trial.push(g);
+            let (rank, order) = score(&trial);
+            if rank > best.0 {
+                best = (rank, order);
+                improved = Some(g);
+            }
+        }
+        match improved {
+            Some(g) => chosen.push(g),
+            None => return keep_current(best),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(experiment: &str, group: &str, hours: f64, order: i64) -> Run {
+        Run {
+            job_id: None,
+            experiment: experiment.into(),
+            group: group.into(),
+            state: "not_submitted".into(),
+            phase: Phase::Waiting,
+            priority: None,
+            order: (Reverse(0), order),
+            remaining_hours: hours,
+            estimate: EstimateSource::Catalog,
+            also_finishes: Vec::new(),
+        }
+    }
+
+    fn limits(hours: i64) -> Limits {
+        let now = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        Limits {
+            now,
+            deadline: Some(now + Duration::hours(hours)),
+            pods: 1,
+            budget_hours: None,
+            overhead_factor: 1.0,
+        }
+    }
+
+    /// Group a: 3 runs of 40 h; group b and c: 1 shared run of 40 h plus one of 20 h each.
+    fn suite() -> (Vec<Run>, Vec<Group>) {
+        let runs = vec![
+            run("a1", "a", 40.0, 1),
+            run("a2", "a", 40.0, 2),
+            run("a3", "a", 40.0, 3),
+            run("shared", "b", 40.0, 4),
+            run("b1", "b", 20.0, 5),
+            run("c1", "c", 20.0, 6),
+        ];
+        let groups = vec![
+            Group {
+                name: "a".into(),
+                runs: vec![0, 1, 2],
+            },
+            Group {
+                name: "b".into(),
+                runs: vec![3, 4],
+            },
+            Group {
+                name: "c".into(),
+                runs: vec![3, 5],
+            },
+        ];
+        (runs, groups)
+    }
+
+    #[test]
+    fn the_recommended_order_completes_more_groups_than_the_submitted_one() {
+        let (runs, groups) = suite();
+        let planned = plan(&runs, &groups, &limits(90), true);
+        assert_eq!(
+            planned.current.groups_fit,
+            Some(0),
+            "a's 120 h do not fit in 90"
+        );
+        assert_eq!(
+            planned.recommended.groups_fit,
+            Some(2),
+            "b and c share 40 h: 80 h"
+        );
+        let names: Vec<&str> = planned
+            .recommended
+            .runs
+            .iter()
+            .map(|r| r.experiment.as_str())
+            .collect();
+        assert_eq!(&names[..3], ["shared", "b1", "c1"]);
+        assert_eq!(planned.recommended.runs_fit, Some(3));
+    }
+
+    #[test]
+    fn without_a_deadline_nothing_claims_to_fit() {
+        let (runs, groups) = suite();
+        let mut no_deadline = limits(0);
+        no_deadline.deadline = None;
+        let planned = plan(&runs, &groups, &no_deadline, true);
+        assert_eq!(planned.current.runs_fit, None);
+        assert!(planned
+            .current
+            .runs
+            .iter()
+            .all(|r| r.fits_deadline.is_none()));
+        assert!(planned.groups.iter().all(|g| g.fits_current.is_none()));
+    }
+
+    #[test]
+    fn a_run_on_a_pod_stays_first_and_a_blocked_run_blocks_its_groups() {
+        let (mut runs, groups) = suite();
+        runs[0].phase = Phase::OnPod;
+        runs[5].phase = Phase::Blocked;
+        let planned = plan(&runs, &groups, &limits(200), true);
+        assert_eq!(planned.recommended.runs[0].experiment, "a1");
+        let c = planned.groups.iter().find(|g| g.name == "c").unwrap();
+        assert_eq!((c.fits_recommended, c.end_recommended), (Some(false), None));
+    }
+
+    #[test]
+    fn the_budget_caps_what_fits_like_the_deadline() {
+        let (runs, groups) = suite();
+        let mut capped = limits(10_000);
+        capped.budget_hours = Some(80.0);
+        assert_eq!(
+            plan(&runs, &groups, &capped, true).recommended.groups_fit,
+            Some(2)
+        );
+    }
+}
