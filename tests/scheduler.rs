@@ -299,3 +299,25 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition() {
             .count() as i64
     );
 }
+
+#[tokio::test]
+async fn a_job_says_why_its_last_attempt_ended() {
+    let f = fixture().await;
+    f.scheduler
+        .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
+        .await
+        .unwrap();
+    let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();
+    let mut failed = finished(AttemptOutcome::Failed);
+    failed.message = Some("host 3 exited 1".into());
+    f.scheduler.finish(lease.lease_id, failed).await.unwrap();
+    let message: String = sqlx::query_scalar("SELECT message FROM jobs WHERE id = ?")
+        .bind(lease.job_id.to_string())
+        .fetch_one(f.store.reader())
+        .await
+        .unwrap();
+    assert!(
+        message.starts_with("attempt 1 failed: host 3 exited 1; retry in "),
+        "{message}"
+    );
+}

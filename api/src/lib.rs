@@ -10,6 +10,7 @@ pub mod orbax;
 pub mod plan;
 pub mod pods;
 pub mod status;
+pub mod study;
 pub mod trainer;
 pub mod worker;
 
@@ -19,6 +20,7 @@ pub use jobs::*;
 pub use plan::*;
 pub use pods::*;
 pub use status::*;
+pub use study::*;
 pub use worker::*;
 
 /// The prefix of every API route.

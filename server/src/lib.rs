@@ -25,6 +25,8 @@ pub struct AppState {
     pub catalog: Arc<Catalog>,
     pub config: Arc<ServerConfig>,
     pub scheduler: Arc<Scheduler>,
+    /// Cancelled when the server shuts down: long-lived answers (the event stream) end then.
+    pub shutdown: CancellationToken,
 }
 
 /// Loads the catalog (refusing one with errors), opens the store and checks the listen
@@ -77,6 +79,7 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
         catalog,
         config,
         scheduler: Arc::new(scheduler),
+        shutdown: CancellationToken::new(),
     })
 }
 
@@ -87,6 +90,10 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let state = AppState {
+        shutdown: shutdown.clone(),
+        ..state
+    };
     let reaper = tokio::spawn(state.scheduler.clone().run_reaper(shutdown.clone()));
     let cron = tokio::spawn(state.scheduler.clone().run_schedules(shutdown.clone()));
     let app = http::router(state);

@@ -97,6 +97,9 @@ impl From<SchedulerError> for ApiError {
             SchedulerError::UnknownJob(_) | SchedulerError::UnknownSchedule(_) => {
                 ApiError::not_found(message)
             }
+            SchedulerError::UnknownGroup { known, .. } => {
+                ApiError::not_found(message).with_details(serde_json::json!({ "groups": known }))
+            }
             SchedulerError::LeaseLost(_) => ApiError::conflict("lease_lost", message),
             SchedulerError::WrongState { code, .. } => ApiError::conflict(code, message),
             SchedulerError::Invalid { code, details, .. } => {

@@ -6,7 +6,9 @@ use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use podq_api::{ExperimentDetail, ExperimentSummary, GroupSummary, Severity, ValidateResponse};
+use podq_api::{
+    ExperimentDetail, ExperimentSummary, GroupStudy, GroupSummary, Severity, ValidateResponse,
+};
 
 use super::error::ApiError;
 use super::extract::read_body;
@@ -20,6 +22,7 @@ pub fn routes() -> Router<AppState> {
         .route("/experiments/validate", post(validate))
         .route("/experiments/{name}", get(detail))
         .route("/groups", get(groups))
+        .route("/groups/{name}/study", get(study))
 }
 
 async fn list(State(state): State<AppState>) -> Json<Vec<ExperimentSummary>> {
@@ -46,6 +49,13 @@ async fn detail(
         source_file: e.source_file.clone(),
         config: e.config.clone(),
     }))
+}
+
+async fn study(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<GroupStudy>, ApiError> {
+    Ok(Json(state.scheduler.study(&name).await?))
 }
 
 async fn groups(State(state): State<AppState>) -> Result<Json<Vec<GroupSummary>>, ApiError> {

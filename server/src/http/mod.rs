@@ -12,6 +12,7 @@ mod openapi;
 mod plan;
 mod schedules;
 mod status;
+mod stream;
 mod worker;
 
 use std::time::Duration;
@@ -47,6 +48,7 @@ pub fn router(state: AppState) -> Router {
         .merge(jobs::read_routes())
         .merge(schedules::read_routes())
         .merge(status::routes())
+        .merge(stream::routes())
         .merge(plan::read_routes())
         .merge(openapi::routes())
         .merge(admin)

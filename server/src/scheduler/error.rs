@@ -12,6 +12,8 @@ pub enum SchedulerError {
     UnknownJob(String),
     #[error("no schedule {0}")]
     UnknownSchedule(Uuid),
+    #[error("there is no group `{name}`")]
+    UnknownGroup { name: String, known: Vec<String> },
     /// A worker call on a lease that is no longer the job's live lease (fencing).
     #[error("lease {0} is not the job's live lease: stop this attempt's processes")]
     LeaseLost(Uuid),

@@ -188,6 +188,13 @@ impl Scheduler {
             .await?;
         if let Some(step) = max_step {
             self.live.advance(lease_id, step);
+            if let Some(live) = self.live.get(lease_id) {
+                // No subscriber is not an error: nobody is watching.
+                let _ = self.progress.send(super::Progress {
+                    job_id: parse_uuid(&live.job_id)?,
+                    step,
+                });
+            }
         }
         Ok(accepted)
     }
@@ -284,6 +291,22 @@ impl Scheduler {
                     let log_tail = tail(req.log_tail.as_deref().unwrap_or_default());
                     let exit_codes_json = serde_json::to_string(&req.exit_codes)
                         .map_err(|e| StoreError::Corrupt(format!("exit codes: {e}")))?;
+                    let pod = holder.lease_pod.as_deref();
+                    let detail = req
+                        .message
+                        .as_deref()
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default();
+                    let next = match (decision.state, decision.backoff) {
+                        (JobState::Queued, Some(b)) => format!("; retry in {}s", b.as_secs()),
+                        (JobState::Queued, None) => "; requeued".to_owned(),
+                        (state, _) => format!("; job {state}"),
+                    };
+                    let summary =
+                        format!("attempt {} {}{detail}{next}", holder.attempts, req.outcome);
+                    // The job's message says why its last attempt ended, so a list of jobs
+                    // shows the reason next to the state; the policy's verdict wins.
+                    let job_message = decision.message.clone().unwrap_or_else(|| summary.clone());
                     sql::end_attempt(
                         conn,
                         lease_id,
@@ -303,29 +326,12 @@ impl Scheduler {
                             preemption: decision.preemption,
                             not_before,
                             verify_checkpoints: req.outcome == AttemptOutcome::Lost,
-                            message: decision.message.as_deref(),
+                            message: Some(&job_message),
                         },
                     )
                     .await?;
-                    let pod = holder.lease_pod.as_deref();
-                    let detail = req
-                        .message
-                        .as_deref()
-                        .map(|m| format!(": {m}"))
-                        .unwrap_or_default();
-                    let next = match (decision.state, decision.backoff) {
-                        (JobState::Queued, Some(b)) => format!("; retry in {}s", b.as_secs()),
-                        (JobState::Queued, None) => "; requeued".to_owned(),
-                        (state, _) => format!("; job {state}"),
-                    };
-                    insert_event(
-                        conn,
-                        Some(&holder.id),
-                        pod,
-                        req.outcome.as_str(),
-                        &format!("attempt {} {}{detail}{next}", holder.attempts, req.outcome),
-                    )
-                    .await?;
+                    insert_event(conn, Some(&holder.id), pod, req.outcome.as_str(), &summary)
+                        .await?;
                     if let Some(message) = &decision.message {
                         if matches!(decision.state, JobState::Held | JobState::Failed) {
                             insert_event(

@@ -15,6 +15,7 @@ pub mod policy;
 mod reads;
 mod reaper;
 pub mod schedules;
+mod study;
 pub mod submit;
 mod wake;
 
@@ -42,6 +43,15 @@ pub struct Scheduler {
     waiters: wake::LeaseWaiters,
     /// When this server started: the start of a grant given only by `--deadline`.
     started_at: chrono::DateTime<chrono::Utc>,
+    /// A job's newest step, each time a metrics batch lands (for live views).
+    progress: tokio::sync::broadcast::Sender<Progress>,
+}
+
+/// A job reached `step`.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Progress {
+    pub job_id: uuid::Uuid,
+    pub step: i64,
 }
 
 impl Scheduler {
@@ -64,7 +74,13 @@ impl Scheduler {
             live,
             waiters,
             started_at: chrono::Utc::now(),
+            progress: tokio::sync::broadcast::channel(256).0,
         })
+    }
+
+    /// Jobs' progress as metrics arrive. A receiver that falls behind skips ahead.
+    pub fn progress(&self) -> tokio::sync::broadcast::Receiver<Progress> {
+        self.progress.subscribe()
     }
 
     /// The leases held right now, for views that show live progress.

@@ -201,6 +201,15 @@ pub async fn job_events<'e>(
         .await?)
 }
 
+/// The id of the newest event, 0 when there is none.
+pub async fn last_event_id<'e>(db: impl SqliteExecutor<'e>) -> Result<i64, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
+            .fetch_one(db)
+            .await?,
+    )
+}
+
 pub async fn recent_events<'e>(
     db: impl SqliteExecutor<'e>,
     after_id: i64,

@@ -176,6 +176,51 @@ async fn sampled(
     Ok(points)
 }
 
+/// Per series of `job_id` whose name `wanted` accepts: its newest point and its best one
+/// (the lowest for a loss, else the highest). The best reads the whole series; a study reads
+/// a few series of a few runs.
+pub async fn final_and_best(
+    db: &SqlitePool,
+    job_id: &str,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, MetricValue, MetricValue)>, StoreError> {
+    let series: Vec<Series> =
+        sqlx::query_as("SELECT id, name FROM metric_series WHERE job_id = ? ORDER BY name")
+            .bind(job_id)
+            .fetch_all(db)
+            .await?;
+    let mut out = Vec::new();
+    for Series { id, name } in series.into_iter().filter(|s| wanted(&s.name)) {
+        let last: Option<(i64, f64)> = sqlx::query_as(
+            "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY step DESC LIMIT 1",
+        )
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+        let order = if name.contains("loss") { "ASC" } else { "DESC" };
+        let best: Option<(i64, f64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY value {order}, step LIMIT 1"
+        )))
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+        if let (Some((ls, lv)), Some((bs, bv))) = (last, best) {
+            out.push((
+                name,
+                MetricValue {
+                    step: ls,
+                    value: lv,
+                },
+                MetricValue {
+                    step: bs,
+                    value: bv,
+                },
+            ));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use futures::FutureExt;

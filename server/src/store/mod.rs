@@ -31,7 +31,7 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 use sqlx::{ConnectOptions, Connection};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 pub use rows::*;
 
@@ -68,6 +68,8 @@ struct WriteOp {
 pub struct Store {
     readers: SqlitePool,
     writer: mpsc::Sender<WriteOp>,
+    /// Counts committed write transactions, so readers can wait for news instead of polling.
+    commits: watch::Receiver<u64>,
 }
 
 /// What a failed write tells its caller: its own error, or that the commit failed.
@@ -106,10 +108,12 @@ impl Store {
             .connect_with(base.read_only(true))
             .await?;
         let (tx, rx) = mpsc::channel(4096);
-        tokio::spawn(run_writer(writer, rx));
+        let (committed, commits) = watch::channel(0);
+        tokio::spawn(run_writer(writer, rx, committed));
         Ok(Store {
             readers,
             writer: tx,
+            commits,
         })
     }
 
@@ -163,6 +167,11 @@ impl Store {
             .unwrap_or_else(|_| Err(E::from(StoreError::WriterStopped)))
     }
 
+    /// Changes after every committed write transaction.
+    pub fn commits(&self) -> watch::Receiver<u64> {
+        self.commits.clone()
+    }
+
     /// Checks that both the writer and a reader answer.
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.readers).await?;
@@ -177,12 +186,17 @@ impl Store {
     }
 }
 
-async fn run_writer(mut conn: SqliteConnection, mut rx: mpsc::Receiver<WriteOp>) {
+async fn run_writer(
+    mut conn: SqliteConnection,
+    mut rx: mpsc::Receiver<WriteOp>,
+    committed: watch::Sender<u64>,
+) {
     let mut batch = Vec::with_capacity(MAX_GROUP_COMMIT);
     while rx.recv_many(&mut batch, MAX_GROUP_COMMIT).await > 0 {
         let (finishers, commit) = run_batch(&mut conn, batch.drain(..)).await;
-        if let Err(message) = &commit {
-            tracing::error!(error = %message, "write transaction failed");
+        match &commit {
+            Ok(()) => committed.send_modify(|n| *n = n.wrapping_add(1)),
+            Err(message) => tracing::error!(error = %message, "write transaction failed"),
         }
         for finish in finishers {
             finish(commit.clone());

@@ -88,3 +88,16 @@ pub async fn plan_job(db: &SqlitePool, id: &str) -> Result<Option<PlanJob>, Stor
             .await?,
     )
 }
+
+/// A run's attempts, preemptions and message.
+pub async fn attempt_counts(
+    db: &SqlitePool,
+    id: &str,
+) -> Result<(i64, i64, Option<String>), StoreError> {
+    Ok(
+        sqlx::query_as("SELECT attempts, preemptions, message FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(db)
+            .await?,
+    )
+}
