@@ -97,10 +97,17 @@ pub struct ServerArgs {
     /// says which runs finish before it.
     #[arg(long, env = "PODQ_DEADLINE")]
     pub deadline: Option<chrono::DateTime<chrono::Utc>>,
+    /// A YAML file listing webhook receivers (url, secret or secret_file, format json|slack,
+    /// events); see docs/operations.md.
+    #[arg(long, env = "PODQ_WEBHOOKS")]
+    pub webhooks: Option<PathBuf>,
+    /// Also serve /metrics on this address (it is always served on --listen).
+    #[arg(long, env = "PODQ_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl ServerArgs {
-    pub fn config(&self) -> ServerConfig {
+    pub fn config(&self) -> anyhow::Result<ServerConfig> {
         let mut config = ServerConfig::new(self.listen, self.db.clone(), self.experiments.clone());
         config.catalog = CatalogOptions {
             bucket: self.bucket.clone(),
@@ -113,7 +120,11 @@ impl ServerArgs {
         config.backoff_base = Duration::from_secs(self.backoff_s);
         config.backoff_cap = Duration::from_secs(self.backoff_cap_s.max(self.backoff_s));
         config.deadline = self.deadline;
-        config
+        if let Some(file) = &self.webhooks {
+            config.webhooks = podq_server::webhooks::load_config(file)?;
+        }
+        config.metrics_listen = self.metrics_listen;
+        Ok(config)
     }
 }
 
@@ -163,7 +174,7 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Server(args) => {
-            run_server(args.config()).await?;
+            run_server(args.config()?).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Up(args) => up::run(args).await.map(|_| ExitCode::SUCCESS),
@@ -213,11 +224,20 @@ pub fn shutdown_on_signal() -> CancellationToken {
     token
 }
 
+/// Logs go to stderr: colour only on a terminal, JSON lines with `PODQ_LOG_FORMAT=json`,
+/// levels from `PODQ_LOG` (an env filter, default `info`).
 fn init_tracing() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PODQ_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_http=warn"));
-    tracing_subscriber::fmt()
+    let json = std::env::var("PODQ_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .init();
+        .with_ansi(std::io::stderr().is_terminal());
+    if json {
+        builder.json().flatten_event(true).with_current_span(true).init();
+    } else {
+        builder.init();
+    }
 }

@@ -54,7 +54,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     if args.server.db == std::path::Path::new("./podq.db") {
         args.server.db = data_dir.join("podq.db");
     }
-    let mut config = args.server.config();
+    let mut config = args.server.config()?;
     config.lease_ttl = Duration::from_secs(15);
     config.heartbeat = Duration::from_secs(1);
     config.backoff_base = Duration::from_secs(5);

@@ -12,6 +12,7 @@ pub mod pods;
 pub mod status;
 pub mod study;
 pub mod trainer;
+pub mod webhooks;
 pub mod worker;
 
 pub use catalog::*;
@@ -21,6 +22,7 @@ pub use plan::*;
 pub use pods::*;
 pub use status::*;
 pub use study::*;
+pub use webhooks::*;
 pub use worker::*;
 
 /// The prefix of every API route.

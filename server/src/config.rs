@@ -27,6 +27,10 @@ pub struct ServerConfig {
     pub backoff_cap: Duration,
     /// The end of the compute grant: `GET /plan` says which runs finish before it.
     pub deadline: Option<chrono::DateTime<chrono::Utc>>,
+    /// Receivers of webhook notices (their secrets are redacted from Debug output).
+    pub webhooks: Vec<crate::webhooks::WebhookConfig>,
+    /// Serve `/metrics` on this address too (it is always on the main one).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl ServerConfig {
@@ -44,6 +48,8 @@ impl ServerConfig {
             backoff_base: Duration::from_secs(60),
             backoff_cap: Duration::from_secs(30 * 60),
             deadline: None,
+            webhooks: Vec::new(),
+            metrics_listen: None,
         }
     }
 }
@@ -62,6 +68,15 @@ impl std::fmt::Debug for ServerConfig {
             .field("accelerator", &self.accelerator)
             .field("lease_ttl", &self.lease_ttl)
             .field("heartbeat", &self.heartbeat)
+            .field(
+                "webhooks",
+                &self
+                    .webhooks
+                    .iter()
+                    .map(|w| crate::webhooks::redacted(&w.url))
+                    .collect::<Vec<_>>(),
+            )
+            .field("metrics_listen", &self.metrics_listen)
             .finish()
     }
 }

@@ -5,6 +5,8 @@ pub mod config;
 pub mod http;
 pub mod scheduler;
 pub mod store;
+pub mod telemetry;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -27,6 +29,8 @@ pub struct AppState {
     pub scheduler: Arc<Scheduler>,
     /// Cancelled when the server shuts down: long-lived answers (the event stream) end then.
     pub shutdown: CancellationToken,
+    /// Where webhook notices go.
+    pub webhooks: Arc<Vec<webhooks::Receiver>>,
 }
 
 /// Loads the catalog (refusing one with errors), opens the store and checks the listen
@@ -71,6 +75,7 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
         .await
         .with_context(|| format!("cannot open the database {}", config.db.display()))?;
     store::catalog::record(&store, &catalog).await?;
+    let receivers = webhooks::register(&store, &config.webhooks).await?;
     let catalog = Arc::new(catalog);
     let config = Arc::new(config);
     let scheduler = Scheduler::load(store.clone(), catalog.clone(), config.clone()).await?;
@@ -80,6 +85,7 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
         config,
         scheduler: Arc::new(scheduler),
         shutdown: CancellationToken::new(),
+        webhooks: Arc::new(receivers),
     })
 }
 
@@ -96,6 +102,28 @@ pub async fn serve(
     };
     let reaper = tokio::spawn(state.scheduler.clone().run_reaper(shutdown.clone()));
     let cron = tokio::spawn(state.scheduler.clone().run_schedules(shutdown.clone()));
+    let notices = tokio::spawn(webhooks::deliver(
+        state.store.clone(),
+        state.webhooks.as_ref().clone(),
+        state.scheduler.telemetry().clone(),
+        shutdown.clone(),
+    ));
+    let metrics = match state.config.metrics_listen {
+        Some(listen) => {
+            let listener = TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("cannot listen on {listen} for /metrics"))?;
+            tracing::info!(address = %listener.local_addr()?, "serving /metrics");
+            let app = http::metrics_router(state.clone());
+            let stop = shutdown.clone();
+            Some(tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await
+            }))
+        }
+        None => None,
+    };
     let app = http::router(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())
@@ -104,5 +132,9 @@ pub async fn serve(
     shutdown.cancel();
     let _ = reaper.await;
     let _ = cron.await;
+    let _ = notices.await;
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
+    }
     Ok(())
 }

@@ -6,12 +6,15 @@ pub mod error;
 mod experiments;
 mod extract;
 mod jobs;
+mod metrics;
 mod json_errors;
 mod negotiate;
 mod openapi;
 mod plan;
 mod schedules;
 mod status;
+mod trace;
+mod webhooks;
 mod stream;
 mod worker;
 
@@ -21,7 +24,6 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use tower_http::trace::TraceLayer;
 
 use crate::AppState;
 
@@ -29,6 +31,11 @@ use crate::AppState;
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// How long a request's body may take to arrive once its headers have.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Only `/metrics`, for a separate listen address (`--metrics-listen`).
+pub fn metrics_router(state: AppState) -> Router {
+    metrics::routes().with_state(state)
+}
 
 pub fn router(state: AppState) -> Router {
     let admin = Router::new()
@@ -49,6 +56,7 @@ pub fn router(state: AppState) -> Router {
         .merge(schedules::read_routes())
         .merge(status::routes())
         .merge(stream::routes())
+        .merge(webhooks::routes())
         .merge(plan::read_routes())
         .merge(openapi::routes())
         .merge(admin)
@@ -57,7 +65,12 @@ pub fn router(state: AppState) -> Router {
         .nest(podq_api::API_PREFIX, api)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .merge(metrics::routes())
         .merge(dashboard::routes())
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            trace::observe,
+        ))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         // A client that announces a body and does not send it must not hold a task open.
@@ -65,7 +78,6 @@ pub fn router(state: AppState) -> Router {
             BODY_TIMEOUT,
         ))
         .layer(axum::middleware::from_fn(json_errors::json_errors))
-        .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
 

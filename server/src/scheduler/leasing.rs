@@ -93,6 +93,7 @@ impl Scheduler {
         let Some(claimed) = claimed else {
             return Ok(None);
         };
+        self.telemetry.leases_granted.inc();
         let lease = Lease {
             lease_id,
             job_id: parse_uuid(&claimed.id)?,
@@ -132,7 +133,7 @@ impl Scheduler {
         self.store
             .write(move |conn| {
                 async move {
-                    pods::upsert(conn, &name, &report.pod).await?;
+                    record_pod(conn, &name, &report.pod).await?;
                     if let Some(event) = &report.event {
                         insert_event(conn, None, Some(&name), &event.kind, &event.message).await?;
                     }
@@ -173,6 +174,7 @@ impl Scheduler {
             return Err(SchedulerError::LeaseLost(lease_id));
         }
         let accepted: usize = batch.points.iter().map(|p| p.values.len()).sum();
+        let stored = accepted as u64;
         let max_step = batch.points.iter().map(|p| p.step).max();
         self.store
             .write(move |conn| {
@@ -186,6 +188,7 @@ impl Scheduler {
                 .boxed()
             })
             .await?;
+        self.telemetry.metric_points.inc_by(stored);
         if let Some(step) = max_step {
             self.live.advance(lease_id, step);
             if let Some(live) = self.live.get(lease_id) {
@@ -256,13 +259,13 @@ impl Scheduler {
     ) -> Result<FinishResponse> {
         let config = self.config.clone();
         let jitter: f64 = rand::random();
-        let (answer, requeued) = self
+        let (answer, requeued, ended) = self
             .store
             .write(move |conn| {
                 async move {
                     let Some(holder) = sql::holder(conn, lease_id).await? else {
                         let answer = already_finished(conn, lease_id, req.outcome).await?;
-                        return Ok((answer, None));
+                        return Ok((answer, None, None));
                     };
                     let end_step = holder.end_step.or(req.end_step);
                     let progressed = policy::progressed(AttemptProgress {
@@ -350,12 +353,22 @@ impl Scheduler {
                             job_state: decision.state,
                         },
                         requeued,
+                        Some((req.outcome, decision.preemption)),
                     ))
                 }
                 .boxed()
             })
             .await?;
         self.live.remove(lease_id);
+        if let Some((outcome, preemption)) = ended {
+            let label = crate::telemetry::OutcomeLabel {
+                outcome: outcome.as_str().to_owned(),
+            };
+            self.telemetry.attempt_outcomes.get_or_create(&label).inc();
+            if preemption {
+                self.telemetry.preemptions.inc();
+            }
+        }
         match requeued {
             Some(Some(at)) => self.waiters.leasable_at(&self.config.accelerator, at),
             Some(None) => self.waiters.leasable(&self.config.accelerator, 1),
@@ -363,6 +376,31 @@ impl Scheduler {
         }
         Ok(answer)
     }
+}
+
+/// Writes a pod's description, and an event when its state or health changed.
+async fn record_pod(
+    conn: &mut sqlx::SqliteConnection,
+    pod: &str,
+    desc: &podq_api::PodDescription,
+) -> Result<()> {
+    let before = pods::upsert(conn, pod, desc).await?;
+    if let Some((state, health)) = before {
+        if state != desc.state || health != desc.health {
+            insert_event(
+                conn,
+                None,
+                Some(pod),
+                "pod_state",
+                &format!(
+                    "pod {pod}: {state}/{health} -> {}/{}",
+                    desc.state, desc.health
+                ),
+            )
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 /// A `lost` finish with `message`, as the server itself ends a lease.

@@ -34,6 +34,7 @@ use crate::catalog::Catalog;
 use crate::config::ServerConfig;
 use crate::store::idempotency::{self, StoredAnswer};
 use crate::store::{self, Store, StoreError};
+use crate::telemetry::Telemetry;
 
 pub struct Scheduler {
     store: Store,
@@ -45,6 +46,7 @@ pub struct Scheduler {
     started_at: chrono::DateTime<chrono::Utc>,
     /// A job's newest step, each time a metrics batch lands (for live views).
     progress: tokio::sync::broadcast::Sender<Progress>,
+    telemetry: Arc<Telemetry>,
 }
 
 /// A job reached `step`.
@@ -62,6 +64,7 @@ impl Scheduler {
         catalog: Arc<Catalog>,
         config: Arc<ServerConfig>,
     ) -> Result<Scheduler> {
+        let store_instruments = store.instruments();
         let live = LiveLeases::new(store::leases::live(store.reader()).await?, config.lease_ttl)?;
         let waiters = wake::LeaseWaiters::default();
         for (accelerator, at) in store::leases::backoff_ends(store.reader()).await? {
@@ -75,7 +78,12 @@ impl Scheduler {
             waiters,
             started_at: chrono::Utc::now(),
             progress: tokio::sync::broadcast::channel(256).0,
+            telemetry: Arc::new(Telemetry::new(store_instruments)),
         })
+    }
+
+    pub fn telemetry(&self) -> &Arc<Telemetry> {
+        &self.telemetry
     }
 
     /// Jobs' progress as metrics arrive. A receiver that falls behind skips ahead.

@@ -96,3 +96,59 @@ fn remaining(run: &ActiveRun, step: Option<i64>, steps_per_s: Option<f64>) -> f6
         steps_per_s,
     })
 }
+
+impl Scheduler {
+    /// Sets the gauges of state from the database and the live leases, then answers the
+    /// whole registry in Prometheus' text format.
+    pub async fn metrics_text(&self) -> Result<String> {
+        use crate::telemetry::{JobLabels, KindLabel, PodLabels, StateLabel};
+        let t = &self.telemetry;
+        let db = self.store.reader();
+        t.jobs.clear();
+        for state in JobState::ALL {
+            t.jobs
+                .get_or_create(&StateLabel {
+                    state: state.as_str().to_owned(),
+                })
+                .set(0);
+        }
+        for (state, n) in jobs::counts_by_state(db).await? {
+            t.jobs.get_or_create(&StateLabel { state }).set(n);
+        }
+        let status = self.status().await?;
+        t.job_step.clear();
+        t.job_steps_per_second.clear();
+        for run in &status.running {
+            let labels = JobLabels {
+                job_id: run.job_id.to_string(),
+                experiment: run.experiment.clone(),
+            };
+            if let Some(step) = run.step {
+                t.job_step.get_or_create(&labels).set(step);
+            }
+            if let Some(rate) = run.steps_per_s {
+                t.job_steps_per_second.get_or_create(&labels).set(rate);
+            }
+        }
+        t.pods.clear();
+        for pod in &status.pods {
+            t.pods
+                .get_or_create(&PodLabels {
+                    pod: pod.name.clone(),
+                    state: pod.state.clone(),
+                    health: pod.health.clone(),
+                })
+                .set(1);
+        }
+        for (kind, seconds) in [
+            ("kept", status.goodput.kept_s),
+            ("lost", status.goodput.lost_s),
+            ("overhead", status.goodput.overhead_s),
+        ] {
+            t.goodput_seconds
+                .get_or_create(&KindLabel { kind: kind.into() })
+                .set(seconds);
+        }
+        Ok(t.encode())
+    }
+}

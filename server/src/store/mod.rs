@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod pods;
 mod rows;
 pub mod views;
+pub mod webhooks;
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
@@ -70,6 +71,27 @@ pub struct Store {
     writer: mpsc::Sender<WriteOp>,
     /// Counts committed write transactions, so readers can wait for news instead of polling.
     commits: watch::Receiver<u64>,
+    instruments: WriterInstruments,
+}
+
+/// What the writer reports about itself, for `/metrics`.
+#[derive(Clone)]
+pub struct WriterInstruments {
+    /// Writes waiting when the writer last took a batch.
+    pub queue: prometheus_client::metrics::gauge::Gauge,
+    /// Writes per committed transaction.
+    pub batch: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl Default for WriterInstruments {
+    fn default() -> Self {
+        WriterInstruments {
+            queue: Default::default(),
+            batch: prometheus_client::metrics::histogram::Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 10),
+            ),
+        }
+    }
 }
 
 /// What a failed write tells its caller: its own error, or that the commit failed.
@@ -109,11 +131,13 @@ impl Store {
             .await?;
         let (tx, rx) = mpsc::channel(4096);
         let (committed, commits) = watch::channel(0);
-        tokio::spawn(run_writer(writer, rx, committed));
+        let instruments = WriterInstruments::default();
+        tokio::spawn(run_writer(writer, rx, committed, instruments.clone()));
         Ok(Store {
             readers,
             writer: tx,
             commits,
+            instruments,
         })
     }
 
@@ -167,6 +191,10 @@ impl Store {
             .unwrap_or_else(|_| Err(E::from(StoreError::WriterStopped)))
     }
 
+    pub fn instruments(&self) -> WriterInstruments {
+        self.instruments.clone()
+    }
+
     /// Changes after every committed write transaction.
     pub fn commits(&self) -> watch::Receiver<u64> {
         self.commits.clone()
@@ -190,9 +218,12 @@ async fn run_writer(
     mut conn: SqliteConnection,
     mut rx: mpsc::Receiver<WriteOp>,
     committed: watch::Sender<u64>,
+    instruments: WriterInstruments,
 ) {
     let mut batch = Vec::with_capacity(MAX_GROUP_COMMIT);
     while rx.recv_many(&mut batch, MAX_GROUP_COMMIT).await > 0 {
+        instruments.queue.set(rx.len() as i64);
+        instruments.batch.observe(batch.len() as f64);
         let (finishers, commit) = run_batch(&mut conn, batch.drain(..)).await;
         match &commit {
             Ok(()) => committed.send_modify(|n| *n = n.wrapping_add(1)),

@@ -6,11 +6,17 @@ use sqlx::SqlitePool;
 
 use super::{now_ms, StoreError};
 
+/// Writes the pod's description; answers the state and health it had before, if it was known.
 pub async fn upsert(
     conn: &mut SqliteConnection,
     pod: &str,
     desc: &PodDescription,
-) -> Result<(), StoreError> {
+) -> Result<Option<(String, String)>, StoreError> {
+    let before: Option<(String, String)> =
+        sqlx::query_as("SELECT state, health FROM pods WHERE name = ?")
+            .bind(pod)
+            .fetch_optional(&mut *conn)
+            .await?;
     let preflight = desc
         .preflight
         .as_ref()
@@ -34,7 +40,7 @@ pub async fn upsert(
     .bind(now_ms())
     .execute(&mut *conn)
     .await?;
-    Ok(())
+    Ok(before)
 }
 
 #[derive(sqlx::FromRow)]
