@@ -3,6 +3,7 @@
 pub mod catalog;
 pub mod config;
 pub mod http;
+pub mod names;
 pub mod scheduler;
 pub mod store;
 pub mod telemetry;
