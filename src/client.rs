@@ -91,13 +91,18 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
         answer.linked.len(),
         answer.skipped.len()
     );
+    fn id(id: Option<impl std::fmt::Display>) -> String {
+        id.map(|id| format!("{id} ")).unwrap_or_default()
+    }
     for job in &answer.created {
-        println!("  + {} {}", job.job_id, job.experiment);
+        println!("  + {}{}", id(job.job_id), job.experiment);
     }
     for job in &answer.linked {
         println!(
-            "  = {} {} (shares the run of {})",
-            job.job_id, job.experiment, job.same_as_experiment
+            "  = {}{} (shares the run of {})",
+            id(job.job_id),
+            job.experiment,
+            job.same_as_experiment
         );
     }
     for skipped in &answer.skipped {

@@ -197,6 +197,12 @@ async fn dry_run_answers_and_stores_nothing() {
     assert_eq!(answer["dry_run"], true);
     assert_eq!(answer["created"].as_array().unwrap().len(), 5);
     assert_eq!(answer["linked"][0]["experiment"], "exp06_f");
+    // Nothing was created, so no job id is named: none is invented.
+    for entry in answer["created"].as_array().unwrap() {
+        assert!(entry["job_id"].is_null(), "{answer}");
+    }
+    assert!(answer["linked"][0]["job_id"].is_null(), "{answer}");
+    assert!(answer["linked"][0]["same_as"].is_null(), "{answer}");
     assert_eq!(table_counts(&server).await, before);
 }
 

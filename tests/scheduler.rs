@@ -99,8 +99,8 @@ async fn two_pods_asking_at_once_get_one_job_once() {
     );
     let granted: Vec<_> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
     assert_eq!(granted.len(), 1, "one job, one lease");
-    assert_eq!(granted[0].job_id, created[0].job_id);
-    assert_eq!(job_state(&f, created[0].job_id).await, "leased");
+    assert_eq!(Some(granted[0].job_id), created[0].job_id);
+    assert_eq!(job_state(&f, created[0].job_id.unwrap()).await, "leased");
 }
 
 #[tokio::test]
@@ -125,7 +125,7 @@ async fn a_waiting_pod_is_woken_by_a_submission() {
     let started = Instant::now();
     let (lease, answer) = tokio::join!(waiting, submitted);
     let lease = lease.unwrap().expect("the waiting pod gets the job");
-    assert_eq!(lease.job_id, answer.created[0].job_id);
+    assert_eq!(Some(lease.job_id), answer.created[0].job_id);
     assert!(
         started.elapsed() < Duration::from_secs(25),
         "woken by the submission, not by its 30 s wait running out"
@@ -255,37 +255,46 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition() {
     check("submitting the suite").await;
 
     // Run the first run with a link to success, through a lease.
-    f.scheduler.set_priority(linked.same_as, 100).await.unwrap();
+    f.scheduler
+        .set_priority(linked.same_as.unwrap(), 100)
+        .await
+        .unwrap();
     let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();
-    assert_eq!(lease.job_id, linked.same_as);
+    assert_eq!(Some(lease.job_id), linked.same_as);
     check("leasing a run with links").await;
     f.scheduler
         .finish(lease.lease_id, finished(AttemptOutcome::Succeeded))
         .await
         .unwrap();
     check("a run with links succeeding").await;
-    assert_eq!(job_state(&f, linked.job_id).await, "succeeded");
+    assert_eq!(job_state(&f, linked.job_id.unwrap()).await, "succeeded");
 
     // Cancel one link, then its run goes on without it.
-    f.scheduler.cancel(another_link.job_id, None).await.unwrap();
+    f.scheduler
+        .cancel(another_link.job_id.unwrap(), None)
+        .await
+        .unwrap();
     check("cancelling a link").await;
     f.scheduler
-        .cancel(another_link.same_as, None)
+        .cancel(another_link.same_as.unwrap(), None)
         .await
         .unwrap();
     check("cancelling a run").await;
     f.scheduler
-        .requeue(another_link.same_as, None)
+        .requeue(another_link.same_as.unwrap(), None)
         .await
         .unwrap();
     check("requeueing a run").await;
-    assert_eq!(job_state(&f, another_link.job_id).await, "cancelled");
+    assert_eq!(
+        job_state(&f, another_link.job_id.unwrap()).await,
+        "cancelled"
+    );
     f.scheduler
-        .requeue(another_link.job_id, None)
+        .requeue(another_link.job_id.unwrap(), None)
         .await
         .unwrap();
     check("requeueing a link").await;
-    assert_eq!(job_state(&f, another_link.job_id).await, "queued");
+    assert_eq!(job_state(&f, another_link.job_id.unwrap()).await, "queued");
 
     let status = f.scheduler.status().await.unwrap();
     let total: i64 = status.jobs.values().sum();

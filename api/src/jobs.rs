@@ -137,18 +137,21 @@ pub struct SubmitRequest {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CreatedJob {
-    pub job_id: Uuid,
+    /// The new job; null on a dry run, which creates nothing.
+    pub job_id: Option<Uuid>,
     pub experiment: String,
     pub group: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LinkedJob {
-    pub job_id: Uuid,
+    /// The new job; null on a dry run, which creates nothing.
+    pub job_id: Option<Uuid>,
     pub experiment: String,
     pub group: String,
-    /// The job whose run this one shares.
-    pub same_as: Uuid,
+    /// The job whose run this one shares; null on a dry run when that run's job would be
+    /// created by the same request.
+    pub same_as: Option<Uuid>,
     pub same_as_experiment: String,
     pub reason: String,
 }

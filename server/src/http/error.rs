@@ -97,8 +97,13 @@ impl From<SchedulerError> for ApiError {
             SchedulerError::UnknownJob(_) | SchedulerError::UnknownSchedule(_) => {
                 ApiError::not_found(message)
             }
-            SchedulerError::UnknownGroup { known, .. } => {
-                ApiError::not_found(message).with_details(serde_json::json!({ "groups": known }))
+            SchedulerError::UnknownGroup { name, known } => {
+                let suggestions =
+                    crate::names::did_you_mean(&name, known.iter().map(String::as_str));
+                ApiError::not_found(format!("{message}{}", crate::names::phrase(&suggestions)))
+                    .with_details(
+                        serde_json::json!({ "groups": known, "did_you_mean": suggestions }),
+                    )
             }
             SchedulerError::LeaseLost(_) => ApiError::conflict("lease_lost", message),
             SchedulerError::WrongState { code, .. } => ApiError::conflict(code, message),

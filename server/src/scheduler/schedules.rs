@@ -194,10 +194,10 @@ impl Scheduler {
                     .bind(&id)
                     .execute(&mut *conn)
                     .await?;
-                    for job in &answer.created {
+                    for job_id in answer.created.iter().filter_map(|job| job.job_id) {
                         insert_event(
                             conn,
-                            Some(&job.job_id.to_string()),
+                            Some(&job_id.to_string()),
                             None,
                             "scheduled",
                             &format!("submitted by schedule {id}"),

@@ -11,6 +11,7 @@ use futures::FutureExt;
 
 use super::{IdempotencyKey, Result, Scheduler, SchedulerError};
 use crate::catalog::{Catalog, Experiment};
+use crate::names;
 use crate::store::jobs::{self, NewJob};
 use crate::store::{parse_uuid, StoreError};
 
@@ -52,13 +53,7 @@ pub fn select<'c>(catalog: &'c Catalog, req: &SubmitRequest) -> Result<Vec<&'c E
     }
     if let Some(group) = &req.group {
         let Some(group) = catalog.group(group) else {
-            return Err(SchedulerError::invalid(
-                "unknown_group",
-                format!("there is no group `{group}`"),
-            )
-            .with_details(serde_json::json!({
-                "groups": catalog.groups.iter().map(|g| &g.name).collect::<Vec<_>>()
-            })));
+            return Err(unknown_group(catalog, group));
         };
         return Ok(catalog
             .experiments
@@ -78,24 +73,60 @@ pub fn select<'c>(catalog: &'c Catalog, req: &SubmitRequest) -> Result<Vec<&'c E
         .filter(|n| catalog.experiment(n).is_none())
         .collect();
     if !unknown.is_empty() {
-        return Err(SchedulerError::invalid(
-            "unknown_experiment",
-            format!(
-                "no such experiment: {}",
-                unknown
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )
-        .with_details(serde_json::json!({ "unknown": unknown })));
+        return Err(unknown_experiments(catalog, &unknown));
     }
     Ok(catalog
         .experiments
         .iter()
         .filter(|e| names.contains(&e.name))
         .collect())
+}
+
+/// `unknown_group`, with the closest group names and every group.
+pub fn unknown_group(catalog: &Catalog, name: &str) -> SchedulerError {
+    let groups = catalog.groups.iter().map(|g| g.name.as_str());
+    let suggestions = names::did_you_mean(name, groups.clone());
+    SchedulerError::invalid(
+        "unknown_group",
+        format!("no group `{name}`{}", names::phrase(&suggestions)),
+    )
+    .with_details(serde_json::json!({
+        "did_you_mean": suggestions,
+        "groups": groups.collect::<Vec<_>>(),
+    }))
+}
+
+/// `unknown_experiment`, with the closest experiment names: a list for one name, per name
+/// for several.
+pub fn unknown_experiments(catalog: &Catalog, unknown: &[&String]) -> SchedulerError {
+    let known = || catalog.experiments.iter().map(|e| e.name.as_str());
+    let suggestions: Vec<(&str, Vec<String>)> = unknown
+        .iter()
+        .map(|name| (name.as_str(), names::did_you_mean(name, known())))
+        .collect();
+    let message = match suggestions.as_slice() {
+        [(name, s)] => format!("no experiment `{name}`{}", names::phrase(s)),
+        many => format!(
+            "no experiments {}",
+            many.iter()
+                .map(|(name, s)| match names::question(s) {
+                    Some(q) => format!("`{name}` ({q})"),
+                    None => format!("`{name}`"),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let did_you_mean = match suggestions.as_slice() {
+        [(_, one)] => serde_json::json!(one),
+        many => serde_json::Value::Object(
+            many.iter()
+                .map(|(name, s)| ((*name).to_owned(), serde_json::json!(s)))
+                .collect(),
+        ),
+    };
+    SchedulerError::invalid("unknown_experiment", message)
+        .with_details(serde_json::json!({ "unknown": unknown, "did_you_mean": did_you_mean }))
 }
 
 impl Scheduler {
@@ -136,8 +167,9 @@ pub async fn submit(
         linked: Vec::new(),
         skipped: Vec::new(),
     };
-    // Runs decided in this request, by config hash, so a dry run links like a real one.
-    let mut runs_in_request: HashMap<&str, (Uuid, &str)> = HashMap::new();
+    // Runs decided in this request, by config hash, so a dry run links like a real one. A
+    // dry run gives no job an id: its answer names no job that does not exist.
+    let mut runs_in_request: HashMap<&str, (Option<Uuid>, &str)> = HashMap::new();
     let priority = req.priority.unwrap_or(0);
     let max_failures = i64::from(req.max_failures.unwrap_or(DEFAULT_MAX_FAILURES));
     for e in experiments {
@@ -163,43 +195,26 @@ pub async fn submit(
             jobs::live_or_succeeded_run_of_config(conn, &e.config_sha256)
                 .await?
                 .map(|row| {
-                    Ok::<_, SchedulerError>((parse_uuid(&row.id)?, row.experiment, row.state))
+                    Ok::<_, SchedulerError>((Some(parse_uuid(&row.id)?), row.experiment, row.state))
                 })
                 .transpose()?
         };
-        let id = Uuid::new_v4();
-        let config_json = serde_json::to_string(&e.config)
-            .map_err(|err| StoreError::Corrupt(format!("the config of {}: {err}", e.name)))?;
-        if !req.dry_run {
-            let id_text = id.to_string();
-            let same_as = run.as_ref().map(|(run_id, _, _)| run_id.to_string());
-            jobs::insert_job(
+        let id = if req.dry_run {
+            None
+        } else {
+            let id = Uuid::new_v4();
+            insert(
                 conn,
-                NewJob {
-                    id: &id_text,
-                    experiment: &e.name,
-                    group: &e.group,
-                    priority,
-                    accelerator,
-                    config_json: &config_json,
-                    config_sha256: &e.config_sha256,
-                    est_hours: e.est_hours,
-                    checkpoint_dir: &e.checkpoint_dir,
-                    max_failures,
-                    same_as: same_as.as_deref(),
-                    total_steps: podq_api::trainer::total_steps_of_config(&e.config)
-                        .and_then(|s| i64::try_from(s).ok()),
-                },
+                id,
+                e,
+                run.as_ref().map(|r| (r.0, r.1.as_str())),
+                priority,
+                max_failures,
+                accelerator,
             )
             .await?;
-            let message = match &run {
-                Some((run_id, experiment, _)) => {
-                    format!("submitted; shares the run of {experiment} (job {run_id}): same training config")
-                }
-                None => format!("submitted with priority {priority}"),
-            };
-            jobs::insert_event(conn, Some(&id_text), None, "submitted", &message).await?;
-        }
+            Some(id)
+        };
         match run {
             Some((run_id, experiment, state)) => answer.linked.push(LinkedJob {
                 job_id: id,
@@ -223,4 +238,58 @@ pub async fn submit(
         }
     }
     Ok(answer)
+}
+
+/// Stores one job and its `submitted` event; `run` is the run it shares, if any.
+async fn insert(
+    conn: &mut SqliteConnection,
+    id: Uuid,
+    e: &Experiment,
+    run: Option<(Option<Uuid>, &str)>,
+    priority: i64,
+    max_failures: i64,
+    accelerator: &str,
+) -> Result<()> {
+    let config_json = serde_json::to_string(&e.config)
+        .map_err(|err| StoreError::Corrupt(format!("the config of {}: {err}", e.name)))?;
+    let id_text = id.to_string();
+    // Outside a dry run every run has a job id: the run's own, or one made earlier in this
+    // request.
+    let run = run
+        .map(|(run_id, experiment)| {
+            run_id.map(|run_id| (run_id, experiment)).ok_or_else(|| {
+                StoreError::Corrupt(format!("{experiment}: a run decided without a job"))
+            })
+        })
+        .transpose()?;
+    let same_as = run.map(|(run_id, _)| run_id.to_string());
+    jobs::insert_job(
+        conn,
+        NewJob {
+            id: &id_text,
+            experiment: &e.name,
+            group: &e.group,
+            priority,
+            accelerator,
+            config_json: &config_json,
+            config_sha256: &e.config_sha256,
+            est_hours: e.est_hours,
+            checkpoint_dir: &e.checkpoint_dir,
+            max_failures,
+            same_as: same_as.as_deref(),
+            total_steps: podq_api::trainer::total_steps_of_config(&e.config)
+                .and_then(|s| i64::try_from(s).ok()),
+        },
+    )
+    .await?;
+    let message = match run {
+        Some((run_id, experiment)) => {
+            format!(
+                "submitted; shares the run of {experiment} (job {run_id}): same training config"
+            )
+        }
+        None => format!("submitted with priority {priority}"),
+    };
+    jobs::insert_event(conn, Some(&id_text), None, "submitted", &message).await?;
+    Ok(())
 }
