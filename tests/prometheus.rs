@@ -117,6 +117,31 @@ async fn metrics_parse_and_move_while_a_job_runs() {
     assert!(value(&first, "podq_job_step", json!({"experiment": "exp07a"})).is_some());
     assert!(value(&first, "podq_store_write_batch_size_count", json!({})).unwrap() > 0.0);
 
+    // The Grafana dashboard shipped in deploy/ asks only for metrics that exist.
+    let dashboard = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/podq.json"),
+    )
+    .unwrap();
+    let text = reqwest::get(&metrics_url).await.unwrap().text().await.unwrap();
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for word in dashboard.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if !word.starts_with("podq_") {
+            continue;
+        }
+        let family = ["_total", "_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| word.strip_suffix(suffix))
+            .unwrap_or(word);
+        assert!(
+            families.contains(&family),
+            "deploy/grafana/podq.json asks for {word}, which /metrics does not declare"
+        );
+    }
+
     let points = value(&first, "podq_metric_points_ingested_total", json!({})).unwrap();
     let separate = format!("http://127.0.0.1:{port}/metrics");
     eventually(Duration::from_secs(30), "the counters move", || async {

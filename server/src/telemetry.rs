@@ -146,6 +146,23 @@ impl Telemetry {
             "Webhook delivery attempts, by result",
             t.webhook_deliveries.clone(),
         );
+        // Counters that exist before their first increment, so a rate over them is 0, not
+        // "no data".
+        use podq_api::AttemptOutcome::*;
+        for outcome in [Succeeded, Preempted, Failed, Hung, Lost, Cancelled] {
+            t.attempt_outcomes
+                .get_or_create(&OutcomeLabel {
+                    outcome: outcome.as_str().to_owned(),
+                })
+                .get();
+        }
+        for outcome in ["delivered", "failed"] {
+            t.webhook_deliveries
+                .get_or_create(&OutcomeLabel {
+                    outcome: outcome.to_owned(),
+                })
+                .get();
+        }
         Telemetry { registry, ..t }
     }
 
