@@ -1,5 +1,10 @@
 //! `podq validate`: load a catalog and report what is wrong with it.
+//!
+//! The text report prints each root cause once (the catalog's grouping of findings by code
+//! and fix): its count, its fix and its first places, so a mistake repeated in every file is
+//! one line, not one per file. `--json` lists every finding as well.
 
+use std::io::Write;
 use std::path::Path;
 
 use podq_api::Severity;
@@ -8,75 +13,66 @@ use podq_server::catalog::{Catalog, CatalogOptions};
 /// Prints the report and says whether the catalog has no errors.
 pub fn run(dir: &Path, options: &CatalogOptions, json: bool) -> bool {
     let catalog = Catalog::load(dir, options);
-    let errors = catalog.errors().len();
+    let valid = catalog.errors().is_empty();
+    // A reader that stops early (`| head`) is no reason to panic.
+    let _ = report(&catalog, dir, json, &mut std::io::stdout().lock());
+    valid
+}
+
+fn report(catalog: &Catalog, dir: &Path, json: bool, out: &mut impl Write) -> std::io::Result<()> {
+    let summary = catalog.summary();
     if json {
         let report = serde_json::json!({
             "experiments": catalog.experiments.len(),
             "groups": catalog.groups.len(),
             "distinct_configs": catalog.distinct_configs(),
             "duplicate_sets": catalog.duplicate_sets(),
+            "summary": summary,
             "findings": catalog.findings().collect::<Vec<_>>(),
         });
-        println!(
+        return writeln!(
+            out,
             "{}",
             serde_json::to_string_pretty(&report).unwrap_or_default()
         );
-        return errors == 0;
     }
-    println!(
+    writeln!(
+        out,
         "{}: {} experiments in {} groups, {} distinct training configs",
         dir.display(),
         catalog.experiments.len(),
         catalog.groups.len(),
         catalog.distinct_configs()
-    );
-    let sets = catalog.duplicate_sets();
-    if !sets.is_empty() {
-        println!("\nIdentical training configs (each set is one run; podq runs it once):");
-        for set in &sets {
-            println!("  - {}", set.join(" "));
-        }
+    )?;
+    if !summary.is_empty() {
+        writeln!(out)?;
     }
-    // Errors are listed one by one with their place. Warnings repeat across experiments (every
-    // file carries `use_tpu`), so identical ones are listed once with the experiments they hit.
-    for finding in catalog.findings().filter(|f| f.severity == Severity::Error) {
-        println!(
-            "error: {}: {} ({})",
-            place(finding),
-            finding.message,
-            finding.code
-        );
+    for group in &summary {
+        writeln!(out, "{}", group.text)?;
     }
-    let mut warnings: Vec<((&str, &str), Vec<String>)> = Vec::new();
-    for finding in catalog
-        .findings()
-        .filter(|f| f.severity == Severity::Warning)
-    {
-        let key = (finding.code.as_str(), finding.message.as_str());
-        let who = finding.experiment.clone().unwrap_or_else(|| place(finding));
-        match warnings.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, who_list)) => who_list.push(who),
-            None => warnings.push((key, vec![who])),
-        }
+    // The counts are of the lines above, one per root cause.
+    let count = |severity| summary.iter().filter(|g| g.severity == severity).count();
+    let (errors, warnings) = (count(Severity::Error), count(Severity::Warning));
+    let findings: usize = summary.iter().map(|g| g.count).sum();
+    write!(
+        out,
+        "\n{errors} {}, {warnings} {}",
+        plural(errors, "error", "errors"),
+        plural(warnings, "warning", "warnings")
+    )?;
+    if findings > errors + warnings {
+        write!(
+            out,
+            " (one line per root cause, for {findings} findings; --json lists each)"
+        )?;
     }
-    for ((code, message), who) in &warnings {
-        println!("warning: {} ({code}): {message}", who.join(" "));
-    }
-    let warnings = catalog
-        .findings()
-        .filter(|f| f.severity == Severity::Warning)
-        .count();
-    println!("\n{errors} errors, {warnings} warnings");
-    errors == 0
+    writeln!(out)
 }
 
-fn place(finding: &podq_api::Finding) -> String {
-    let mut place = finding.file.clone().unwrap_or_default();
-    if let Some(line) = finding.line {
-        place.push_str(&format!(":{line}"));
+fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 {
+        one
+    } else {
+        many
     }
-    if let Some(key) = &finding.key {
-        place.push_str(&format!(" [{key}]"));
-    }
-    place
 }

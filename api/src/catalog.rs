@@ -26,6 +26,38 @@ pub struct Finding {
     /// The experiment it concerns, when it concerns one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub experiment: Option<String>,
+    /// What to change, when the finding has one fix, e.g. "did you mean `global_batch_size`?".
+    /// Findings with the same code and fix share one root cause and are reported once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// A place in a catalog file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Place {
+    pub file: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+}
+
+/// Findings of one root cause, reported once: the same severity and code, and the same fix
+/// (or, for findings without a fix, the same message).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FindingGroup {
+    pub severity: Severity,
+    pub code: String,
+    /// What is wrong, counted: "67 experiments have no `arch` config group".
+    pub summary: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+    /// How many findings the group stands for.
+    pub count: usize,
+    /// The experiments concerned, in catalog order.
+    pub experiments: Vec<String>,
+    /// The first few places (at most 3), in catalog order.
+    pub places: Vec<Place>,
+    /// The whole group as one line, exactly as `podq validate` prints it.
+    pub text: String,
 }
 
 /// The documentation of an experiment, taken from its group and its own row.
@@ -80,5 +112,9 @@ pub struct ValidateResponse {
     pub valid: bool,
     pub config_sha256: Option<String>,
     pub config: Option<serde_json::Value>,
+    /// Every finding, one per file and key.
     pub findings: Vec<Finding>,
+    /// The same findings grouped by root cause, each reported once with its fix.
+    #[serde(default)]
+    pub summary: Vec<FindingGroup>,
 }

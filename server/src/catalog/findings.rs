@@ -1,9 +1,10 @@
-//! Findings that need the whole catalog: duplicate runs, runs that differ only in keys the
-//! trainer ignores, and dataset paths that name the same data twice.
+//! Findings that need the whole catalog (duplicate runs, runs that differ only in keys the
+//! trainer ignores, dataset paths that name the same data twice), and the grouping of
+//! findings by root cause that `podq validate` and `POST /experiments/validate` report.
 
 use std::collections::BTreeMap;
 
-use podq_api::{Finding, Severity};
+use podq_api::{Finding, FindingGroup, Place, Severity};
 use serde_json::Value;
 
 use super::Experiment;
@@ -91,7 +92,163 @@ fn warning(e: &Experiment, code: &str, key: Option<&str>, message: String) -> Fi
         line: None,
         key: key.map(str::to_owned),
         experiment: Some(e.name.clone()),
+        fix: None,
     }
+}
+
+/// How many places a group names before "… N more".
+const PLACES_SHOWN: usize = 3;
+
+/// Groups findings by root cause: the same severity, code and fix, or, for findings without a
+/// fix, the same message. Each group is reported once, with its count, its fix and its first
+/// places. Errors come first; otherwise groups keep the order of their first finding.
+pub fn summarize<'a>(findings: impl IntoIterator<Item = &'a Finding>) -> Vec<FindingGroup> {
+    let mut groups: Vec<Vec<&Finding>> = Vec::new();
+    let mut index: BTreeMap<(Severity, &str, bool, &str), usize> = BTreeMap::new();
+    for f in findings {
+        let cause = match &f.fix {
+            Some(fix) => (f.severity, f.code.as_str(), true, fix.as_str()),
+            None => (f.severity, f.code.as_str(), false, f.message.as_str()),
+        };
+        match index.get(&cause) {
+            Some(&i) => groups[i].push(f),
+            None => {
+                index.insert(cause, groups.len());
+                groups.push(vec![f]);
+            }
+        }
+    }
+    groups.sort_by_key(|members| std::cmp::Reverse(members[0].severity));
+    groups.iter().map(|members| group_of(members)).collect()
+}
+
+fn group_of(members: &[&Finding]) -> FindingGroup {
+    let first = members[0];
+    let mut experiments: Vec<String> = Vec::new();
+    let mut places: Vec<Place> = Vec::new();
+    for f in members {
+        if let Some(e) = &f.experiment {
+            if !experiments.contains(e) {
+                experiments.push(e.clone());
+            }
+        }
+        if let Some(file) = &f.file {
+            let place = Place {
+                file: file.clone(),
+                line: f.line,
+            };
+            if !places.contains(&place) {
+                places.push(place);
+            }
+        }
+    }
+    let summary = headline(members, experiments.len());
+    let mut text = format!(
+        "{}: ",
+        match first.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    );
+    if places.len() == 1 {
+        text.push_str(&place_text(&places[0]));
+        text.push_str(": ");
+    }
+    text.push_str(&summary);
+    if let Some(fix) = &first.fix {
+        text.push_str(": ");
+        text.push_str(fix);
+    }
+    if places.len() > 1 {
+        let shown: Vec<String> = places.iter().take(PLACES_SHOWN).map(place_text).collect();
+        if places.len() <= PLACES_SHOWN {
+            text.push_str(&format!(" (at {})", shown.join(", ")));
+        } else {
+            text.push_str(&format!(
+                " (first: {}, … {} more)",
+                shown.join(", "),
+                places.len() - PLACES_SHOWN
+            ));
+        }
+    }
+    text.push_str(&format!(" [{}]", first.code));
+    places.truncate(PLACES_SHOWN);
+    FindingGroup {
+        severity: first.severity,
+        code: first.code.clone(),
+        summary,
+        fix: first.fix.clone(),
+        count: members.len(),
+        experiments,
+        places,
+        text,
+    }
+}
+
+fn place_text(place: &Place) -> String {
+    match place.line {
+        Some(line) => format!("{}:{line}", place.file),
+        None => place.file.clone(),
+    }
+}
+
+/// What a group is about, counted. A group of one keeps its message. A group whose code says
+/// what its members share is counted in experiments ("67 experiments have no `arch` config
+/// group"); any other keeps its message when all its members say the same (the message of a
+/// duplicate set names the whole set).
+fn headline(members: &[&Finding], experiments: usize) -> String {
+    let first = members[0];
+    if members.len() == 1 {
+        return first.message.clone();
+    }
+    let n = experiments.max(1);
+    let (who, have, sets) = if n == 1 {
+        ("1 experiment".to_owned(), "has", "sets")
+    } else {
+        (format!("{n} experiments"), "have", "set")
+    };
+    let key = first.key.as_deref().unwrap_or("?");
+    match first.code.as_str() {
+        "missing_arch" => format!("{who} {have} no `arch` config group"),
+        "unknown_key" => format!("{who} {sets} `{key}`, which is not a key the trainer reads"),
+        "unread_keys" => format!(
+            "{who} {sets} keys today's trainer does not read, kept in the config and its hash but changing nothing: {}",
+            key_tally(members, n)
+        ),
+        _ if members.iter().all(|f| f.message == first.message) => first.message.clone(),
+        _ => format!(
+            "{} (and {} more like it)",
+            first.message,
+            members.len() - 1
+        ),
+    }
+}
+
+/// Each key once, the most widely set first, with how many experiments set it when not all
+/// `n` do: "`use_tpu`, `num_workers`, `use_curriculum_recursion` (2)".
+fn key_tally(members: &[&Finding], n: usize) -> String {
+    let mut tally: Vec<(&str, Vec<&str>)> = Vec::new();
+    for f in members {
+        let key = f.key.as_deref().unwrap_or("?");
+        let who = f.experiment.as_deref().unwrap_or("");
+        match tally.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, whom)) if !whom.contains(&who) => whom.push(who),
+            Some(_) => {}
+            None => tally.push((key, vec![who])),
+        }
+    }
+    tally.sort_by_key(|(_, whom)| std::cmp::Reverse(whom.len()));
+    tally
+        .iter()
+        .map(|(key, whom)| {
+            if whom.len() >= n {
+                format!("`{key}`")
+            } else {
+                format!("`{key}` ({})", whom.len())
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn data_paths(config: &Value) -> Vec<String> {
@@ -193,6 +350,82 @@ fn words(name: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn finding(code: &str, experiment: &str, line: u32, fix: Option<&str>) -> Finding {
+        Finding {
+            severity: Severity::Error,
+            code: code.into(),
+            message: format!("{experiment} has no arch"),
+            file: Some(format!("experiments/{experiment}.yaml")),
+            line: Some(line),
+            key: Some("arch".into()),
+            experiment: Some(experiment.into()),
+            fix: fix.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn one_root_cause_is_one_group_with_its_count_fix_and_first_places() {
+        let fix = "rename `arch_config/` to `arch/` and the defaults key `arch_config` to `arch`";
+        let mut findings: Vec<Finding> = (0..67)
+            .map(|i| finding("missing_arch", &format!("exp{i:02}"), 2, Some(fix)))
+            .collect();
+        findings.push(Finding {
+            severity: Severity::Warning,
+            ..finding("dataset_alias", "exp04", 7, None)
+        });
+        let groups = summarize(&findings);
+        assert_eq!(groups.len(), 2, "{groups:#?}");
+        let arch = &groups[0];
+        assert_eq!(arch.count, 67);
+        assert_eq!(arch.experiments.len(), 67);
+        assert_eq!(arch.places.len(), 3);
+        assert_eq!(
+            arch.text,
+            format!(
+                "error: 67 experiments have no `arch` config group: {fix} (first: experiments/exp00.yaml:2, experiments/exp01.yaml:2, experiments/exp02.yaml:2, … 64 more) [missing_arch]"
+            )
+        );
+        assert_eq!(
+            groups[1].text,
+            "warning: experiments/exp04.yaml:7: exp04 has no arch [dataset_alias]"
+        );
+    }
+
+    #[test]
+    fn findings_without_a_fix_group_only_when_they_say_the_same() {
+        let same = [
+            finding("duplicate_config", "a", 1, None),
+            Finding {
+                message: "a has no arch".into(),
+                ..finding("duplicate_config", "b", 1, None)
+            },
+            finding("invalid_value", "c", 4, None),
+            finding("invalid_value", "d", 4, None),
+        ];
+        let groups = summarize(&same);
+        assert_eq!(
+            groups.iter().map(|g| g.count).collect::<Vec<_>>(),
+            [2, 1, 1]
+        );
+        assert!(groups[0].text.ends_with(
+            "a has no arch (at experiments/a.yaml:1, experiments/b.yaml:1) [duplicate_config]"
+        ));
+    }
+
+    #[test]
+    fn errors_come_first() {
+        let findings = [
+            Finding {
+                severity: Severity::Warning,
+                ..finding("unread_keys", "a", 3, Some("none"))
+            },
+            finding("unknown_key", "a", 4, Some("did you mean `lr`?")),
+        ];
+        let groups = summarize(&findings);
+        assert_eq!(groups[0].severity, Severity::Error);
+        assert_eq!(groups[1].severity, Severity::Warning);
+    }
 
     #[test]
     fn splits_project_and_directory_names_into_words() {

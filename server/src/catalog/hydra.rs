@@ -28,6 +28,8 @@ pub struct ComposeError {
     pub key: Option<String>,
     pub code: &'static str,
     pub message: String,
+    /// What to change, when there is one obvious fix.
+    pub fix: Option<String>,
 }
 
 /// Which file, and which key inside it, set each leaf of a composed config.
@@ -60,6 +62,8 @@ struct Override {
     option: Option<String>,
     file: String,
     line: Option<u32>,
+    /// Its index in its file's defaults list.
+    index: usize,
     used: bool,
 }
 
@@ -94,6 +98,7 @@ impl<'a> Composer<'a> {
                 message: format!(
                     "could not override `{group}`: no config in the defaults tree selects that group"
                 ),
+                fix: None,
             });
         }
         Ok(Composed { config, provenance })
@@ -122,6 +127,7 @@ impl<'a> Composer<'a> {
                         .collect::<Vec<_>>()
                         .join(" -> ")
                 ),
+                fix: None,
             });
         }
         if stack.len() >= MAX_INCLUDE_DEPTH {
@@ -131,6 +137,7 @@ impl<'a> Composer<'a> {
                 key: Some("defaults".into()),
                 code: "include_too_deep",
                 message: format!("defaults nest deeper than {MAX_INCLUDE_DEPTH} files"),
+                fix: None,
             });
         }
         let source = self.files.load(rel_path).map_err(|e| ComposeError {
@@ -139,6 +146,7 @@ impl<'a> Composer<'a> {
             key: None,
             code: e.code,
             message: e.message,
+            fix: None,
         })?;
         let mut body = source.value.clone();
         let defaults = body.remove("defaults");
@@ -161,6 +169,7 @@ impl<'a> Composer<'a> {
                     option: option.clone(),
                     file: file_name.clone(),
                     line: parsed.line,
+                    index: parsed.index,
                     used: false,
                 });
             }
@@ -183,6 +192,15 @@ impl<'a> Composer<'a> {
                     };
                     if !self.files.exists(&path) {
                         stack.pop();
+                        let siblings = self.files.options(&parent_of(&path));
+                        let (dir, stem) = match name.rsplit_once('/') {
+                            Some((dir, stem)) => (format!("{dir}/"), stem),
+                            None => (String::new(), name.as_str()),
+                        };
+                        let slash = if *absolute { "/" } else { "" };
+                        let fix =
+                            super::suggest::closest(stem, siblings.iter().map(String::as_str))
+                                .map(|near| format!("did you mean `{slash}{dir}{near}`?"));
                         return Err(ComposeError {
                             file: file_name,
                             line: parsed.line,
@@ -192,6 +210,7 @@ impl<'a> Composer<'a> {
                                 "config `{name}` not found (looked for {})",
                                 path.display()
                             ),
+                            fix,
                         });
                     }
                     let included =
@@ -209,12 +228,17 @@ impl<'a> Composer<'a> {
                         continue;
                     }
                     let key = self.group_key(rel_path, group, *absolute);
-                    let chosen = match overrides.get_mut(&key) {
+                    // An option chosen by an override is the override's doing: a bad one is
+                    // reported where the override is written, not at the entry it replaces.
+                    let (chosen, chosen_at) = match overrides.get_mut(&key) {
                         Some(chosen) => {
                             chosen.used = true;
-                            chosen.option.clone()
+                            (
+                                chosen.option.clone(),
+                                Some((chosen.file.clone(), chosen.line, chosen.index)),
+                            )
                         }
-                        None => option.clone(),
+                        None => (option.clone(), None),
                     };
                     let Some(chosen) = chosen.filter(|c| !c.is_empty() && c != "null") else {
                         continue;
@@ -230,6 +254,7 @@ impl<'a> Composer<'a> {
                             message: format!(
                                 "unknown config group `{group}` (no directory {key}/)"
                             ),
+                            fix: None,
                         });
                     }
                     let path = group_dir.join(format!("{chosen}.yaml"));
@@ -238,15 +263,31 @@ impl<'a> Composer<'a> {
                             continue;
                         }
                         stack.pop();
+                        let available = self.files.options(&group_dir);
+                        let fix =
+                            super::suggest::closest(&chosen, available.iter().map(String::as_str))
+                                .map(|near| format!("did you mean `{near}`?"));
+                        let (file, line, index, how) = match chosen_at {
+                            Some((file, line, index)) => (file, line, index, "override "),
+                            None => (file_name, parsed.line, parsed.index, ""),
+                        };
                         return Err(ComposeError {
-                            file: file_name,
-                            line: parsed.line,
-                            key: Some(format!("defaults[{}]", parsed.index)),
+                            file,
+                            line,
+                            key: Some(format!("defaults[{index}]")),
                             code: "unknown_option",
-                            message: format!(
-                                "config group `{group}` has no option `{chosen}` (available: {})",
-                                self.files.options(&group_dir).join(", ")
-                            ),
+                            // With a likely meaning the fix says it; the whole list is for
+                            // when there is none.
+                            message: match fix {
+                                Some(_) => format!(
+                                    "{how}`{group}: {chosen}`: config group `{group}` has no option `{chosen}`"
+                                ),
+                                None => format!(
+                                    "{how}`{group}: {chosen}`: config group `{group}` has no option `{chosen}` (available: {})",
+                                    available.join(", ")
+                                ),
+                            },
+                            fix,
                         });
                     }
                     let mut group_package = package.to_vec();
@@ -303,6 +344,7 @@ fn parse_defaults(
         key: Some(index.map_or("defaults".into(), |i| format!("defaults[{i}]"))),
         code: "bad_defaults",
         message,
+        fix: None,
     };
     let list = match defaults {
         None | Some(Value::Null) => return Ok(Vec::new()),

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use podq_api::ExperimentDocs;
 use serde::Deserialize;
 
-use super::{error_finding, yaml_stems, Candidate, Catalog, CatalogOptions, Group};
+use super::source::{line_of, line_of_key};
+use super::{error_at, yaml_stems, Candidate, Catalog, CatalogOptions, Group};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,34 +58,36 @@ impl Catalog {
         dirs.sort();
         let suite_path = self.root.join("suite.yaml");
         if suite_path.is_file() {
+            let text = std::fs::read_to_string(&suite_path).unwrap_or_default();
             match read_yaml::<SuiteFile>(&suite_path) {
                 Ok(suite) => {
                     for missing in dirs.iter().filter(|d| !suite.groups.contains(d)) {
-                        self.file_findings.push(error_finding(
+                        self.file_findings.push(error_at(
                             "unlisted_group",
                             format!(
                                 "group directory groups/{missing}/ is not listed in suite.yaml"
                             ),
-                            Some("suite.yaml".into()),
+                            "suite.yaml",
+                            line_of_key(&text, "groups"),
                         ));
                     }
                     for listed in suite.groups.iter().filter(|g| !dirs.contains(g)) {
-                        self.file_findings.push(error_finding(
+                        self.file_findings.push(error_at(
                             "unknown_group",
                             format!(
                                 "suite.yaml lists `{listed}`, but groups/{listed}/ does not exist"
                             ),
-                            Some("suite.yaml".into()),
+                            "suite.yaml",
+                            line_of(&text, listed),
                         ));
                     }
                     dirs.retain(|d| suite.groups.contains(d));
                     dirs.sort_by_key(|d| suite.groups.iter().position(|g| g == d));
                 }
-                Err(message) => self.file_findings.push(error_finding(
-                    "invalid_suite",
-                    message,
-                    Some("suite.yaml".into()),
-                )),
+                Err((message, line)) => {
+                    self.file_findings
+                        .push(error_at("invalid_suite", message, "suite.yaml", line))
+                }
             }
         }
         let mut candidates = Vec::new();
@@ -92,45 +95,64 @@ impl Catalog {
             let group_rel = format!("groups/{dir}/group.yaml");
             let doc = match read_yaml::<GroupFile>(&self.root.join(&group_rel)) {
                 Ok(doc) => doc,
-                Err(message) => {
-                    self.file_findings.push(error_finding(
+                Err((message, line)) => {
+                    self.file_findings.push(error_at(
                         "invalid_group_docs",
                         message,
-                        Some(group_rel),
+                        &group_rel,
+                        line,
                     ));
                     continue;
                 }
             };
+            let text = std::fs::read_to_string(self.root.join(&group_rel)).unwrap_or_default();
+            let row_line = |name: &str| {
+                line_of_key(&text, &format!("experiments.{name}"))
+                    .or_else(|| line_of_key(&text, "experiments"))
+            };
+            let docs_of = |summary: String, name: &str| ExperimentDocs {
+                title: doc.title.clone(),
+                summary,
+                goal: doc.goal.clone(),
+                varies: doc.varies.clone(),
+                hypothesis: doc.hypothesis.clone(),
+                expected_result: doc.expected_result.clone(),
+                metrics_to_watch: doc.metrics_to_watch.clone(),
+                is_baseline_row: doc.baseline_row == name,
+            };
             let mut names = Vec::new();
             for (key, row) in &doc.experiments {
                 let Some(name) = key.as_str() else {
-                    self.file_findings.push(error_finding(
+                    self.file_findings.push(error_at(
                         "invalid_group_docs",
                         format!("experiment key {key:?} is not a name"),
-                        Some(group_rel.clone()),
+                        &group_rel,
+                        line_of_key(&text, "experiments"),
                     ));
                     continue;
                 };
                 let row: ExperimentRow = match serde_yaml::from_value(row.clone()) {
                     Ok(row) => row,
                     Err(e) => {
-                        self.file_findings.push(error_finding(
+                        self.file_findings.push(error_at(
                             "invalid_group_docs",
                             format!("experiments.{name}: {e}"),
-                            Some(group_rel.clone()),
+                            &group_rel,
+                            row_line(name),
                         ));
                         continue;
                     }
                 };
                 let file = PathBuf::from(format!("groups/{dir}/{name}.yaml"));
                 if !self.root.join(&file).is_file() {
-                    self.file_findings.push(error_finding(
+                    self.file_findings.push(error_at(
                         "missing_experiment_file",
                         format!(
                             "{group_rel} lists `{name}`, but {} does not exist",
                             file.display()
                         ),
-                        Some(group_rel.clone()),
+                        &group_rel,
+                        row_line(name),
                     ));
                     continue;
                 }
@@ -139,39 +161,51 @@ impl Catalog {
                     name: name.to_owned(),
                     group: dir.clone(),
                     file,
-                    docs: ExperimentDocs {
-                        title: doc.title.clone(),
-                        summary: row.summary,
-                        goal: doc.goal.clone(),
-                        varies: doc.varies.clone(),
-                        hypothesis: doc.hypothesis.clone(),
-                        expected_result: doc.expected_result.clone(),
-                        metrics_to_watch: doc.metrics_to_watch.clone(),
-                        is_baseline_row: doc.baseline_row == name,
-                    },
+                    docs: docs_of(row.summary, name),
                     est_hours: row.est_hours.unwrap_or(options.default_est_hours),
                     project_name: Some(doc.project_name.clone()),
                     legacy: false,
+                    listed: true,
                 });
             }
+            // A file the group does not list is not part of the catalog, but it is still
+            // checked: whoever forgot to list it wants to hear about its own errors too.
             for stray in yaml_stems(&self.root.join("groups").join(&dir))
                 .into_iter()
                 .filter(|s| s != "group" && !names.contains(s))
             {
-                self.file_findings.push(error_finding(
+                let file = format!("groups/{dir}/{stray}.yaml");
+                let mut finding = error_at(
                     "unlisted_experiment",
-                    format!("groups/{dir}/{stray}.yaml is not listed under `experiments` in {group_rel}"),
-                    Some(group_rel.clone()),
+                    format!("`{stray}` is not listed under `experiments` in {group_rel}, so podq will not run it"),
+                    &file,
+                    None,
+                );
+                finding.experiment = Some(stray.clone());
+                finding.fix = Some(format!(
+                    "list `{stray}` under `experiments` in {group_rel} (with `summary` and `est_hours`), or delete the file"
                 ));
+                self.file_findings.push(finding);
+                candidates.push(Candidate {
+                    name: stray.clone(),
+                    group: dir.clone(),
+                    file: PathBuf::from(file),
+                    docs: docs_of(String::new(), &stray),
+                    est_hours: options.default_est_hours,
+                    project_name: Some(doc.project_name.clone()),
+                    legacy: false,
+                    listed: false,
+                });
             }
             if !names.contains(&doc.baseline_row) {
-                self.file_findings.push(error_finding(
+                self.file_findings.push(error_at(
                     "invalid_group_docs",
                     format!(
                         "baseline_row `{}` is not an experiment of the group",
                         doc.baseline_row
                     ),
-                    Some(group_rel.clone()),
+                    &group_rel,
+                    line_of_key(&text, "baseline_row"),
                 ));
             }
             self.groups.push(Group {
@@ -183,15 +217,16 @@ impl Catalog {
             });
         }
         let mut seen = BTreeMap::new();
-        for c in &candidates {
+        for c in candidates.iter().filter(|c| c.listed) {
             if let Some(other) = seen.insert(c.name.clone(), c.group.clone()) {
-                self.file_findings.push(error_finding(
+                self.file_findings.push(error_at(
                     "duplicate_experiment_name",
                     format!(
                         "experiment `{}` exists in groups {other} and {}",
                         c.name, c.group
                     ),
-                    Some(c.file.display().to_string()),
+                    &c.file.display().to_string(),
+                    None,
                 ));
             }
         }
@@ -199,8 +234,14 @@ impl Catalog {
     }
 }
 
-fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
+/// Reads a YAML file into `T`; on failure, the message and the line it concerns.
+fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, (String, Option<u32>)> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    serde_yaml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| (format!("cannot read {}: {e}", path.display()), None))?;
+    serde_yaml::from_str(&text).map_err(|e| {
+        (
+            format!("{}: {e}", path.display()),
+            e.location().map(|l| l.line() as u32),
+        )
+    })
 }

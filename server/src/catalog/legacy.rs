@@ -35,6 +35,7 @@ impl Catalog {
                 est_hours: options.default_est_hours,
                 project_name,
                 legacy: true,
+                listed: true,
             });
         }
         let mut groups: Vec<Group> = Vec::new();

@@ -18,16 +18,18 @@ mod legacy;
 mod resolve;
 pub mod schema;
 pub mod source;
+mod suggest;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use podq_api::{ExperimentDocs, ExperimentSummary, Finding, Severity};
+use podq_api::{ExperimentDocs, ExperimentSummary, Finding, FindingGroup, Severity};
 use serde_json::Value;
 
+pub use findings::summarize;
 pub use hash::sha256_canonical;
-use resolve::resolve;
 pub use resolve::validate_document;
+use resolve::{fill_lines, resolve};
 use source::SourceFiles;
 
 /// Settings that shape how experiments resolve.
@@ -112,6 +114,10 @@ struct Candidate {
     est_hours: f64,
     project_name: Option<String>,
     legacy: bool,
+    /// False for a file in a group directory that its `group.yaml` does not list: it is
+    /// checked like any experiment so its own errors are reported, but it is not part of the
+    /// catalog.
+    listed: bool,
 }
 
 impl Catalog {
@@ -145,11 +151,36 @@ impl Catalog {
         };
         let mut files = SourceFiles::new(root);
         for candidate in candidates {
+            let listed = candidate.listed;
             let experiment = resolve(&mut files, candidate, options);
-            catalog.experiments.push(experiment);
+            if listed {
+                catalog.experiments.push(experiment);
+            } else {
+                // Its errors are reported; its warnings would only repeat the catalog's.
+                catalog.file_findings.extend(
+                    experiment
+                        .findings
+                        .into_iter()
+                        .filter(|f| f.severity == Severity::Error),
+                );
+            }
         }
         findings::cross_check(&mut catalog.experiments);
+        fill_lines(
+            &files,
+            catalog.file_findings.iter_mut().chain(
+                catalog
+                    .experiments
+                    .iter_mut()
+                    .flat_map(|e| e.findings.iter_mut()),
+            ),
+        );
         catalog
+    }
+
+    /// Every finding grouped by root cause, errors first: what `podq validate` prints.
+    pub fn summary(&self) -> Vec<FindingGroup> {
+        summarize(self.findings())
     }
 
     pub fn experiment(&self, name: &str) -> Option<&Experiment> {
@@ -218,6 +249,13 @@ fn yaml_stems(dir: &Path) -> Vec<String> {
     stems
 }
 
+fn error_at(code: &str, message: String, file: &str, line: Option<u32>) -> Finding {
+    Finding {
+        line,
+        ..error_finding(code, message, Some(file.to_owned()))
+    }
+}
+
 fn error_finding(code: &str, message: String, file: Option<String>) -> Finding {
     Finding {
         severity: Severity::Error,
@@ -227,5 +265,136 @@ fn error_finding(code: &str, message: String, file: Option<String>) -> Finding {
         line: None,
         key: None,
         experiment: None,
+        fix: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch copy of the repository's suite, to break on purpose.
+    fn suite_copy() -> tempfile::TempDir {
+        fn copy(from: &Path, to: &Path) {
+            std::fs::create_dir_all(to).unwrap();
+            for entry in std::fs::read_dir(from).unwrap() {
+                let entry = entry.unwrap();
+                let target = to.join(entry.file_name());
+                if entry.path().is_dir() {
+                    copy(&entry.path(), &target);
+                } else {
+                    std::fs::copy(entry.path(), target).unwrap();
+                }
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        copy(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments"),
+            dir.path(),
+        );
+        dir
+    }
+
+    fn append(root: &Path, rel: &str, text: &str) {
+        let path = root.join(rel);
+        let mut content = std::fs::read_to_string(&path).unwrap();
+        content.push_str(text);
+        std::fs::write(path, content).unwrap();
+    }
+
+    fn errors(catalog: &Catalog) -> Vec<&Finding> {
+        catalog.errors()
+    }
+
+    const EXP07A: &str = "groups/exp07-precision/exp07a.yaml";
+
+    #[test]
+    fn the_suite_is_clean_and_every_finding_has_a_line() {
+        let dir = suite_copy();
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        assert!(errors(&catalog).is_empty(), "{:#?}", errors(&catalog));
+        assert_eq!(catalog.experiments.len(), 67);
+        for f in catalog.findings() {
+            assert!(f.file.is_some() && f.line.is_some(), "{f:?}");
+        }
+        let summary = catalog.summary();
+        let unread: Vec<_> = summary.iter().filter(|g| g.code == "unread_keys").collect();
+        assert_eq!(
+            unread.len(),
+            1,
+            "one line for every unread key: {summary:#?}"
+        );
+        assert!(unread[0].summary.starts_with("67 experiments set keys"));
+    }
+
+    #[test]
+    fn a_near_miss_of_a_schema_key_is_an_error_that_names_the_key() {
+        let dir = suite_copy();
+        append(dir.path(), EXP07A, "global_batchsize: 4096\n");
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        let found = errors(&catalog);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        let f = found[0];
+        assert_eq!(f.code, "unknown_key");
+        assert_eq!(f.file.as_deref(), Some(EXP07A));
+        assert_eq!(f.line, Some(8));
+        assert_eq!(f.fix.as_deref(), Some("did you mean `global_batch_size`?"));
+        assert!(f.message.contains("stays 6144"), "{}", f.message);
+        // Architecture keys too, and in the file that sets them.
+        append(dir.path(), "arch/dtype_float32.yaml", "hiden_size: 384\n");
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        let arch = catalog
+            .errors()
+            .into_iter()
+            .find(|f| f.key.as_deref() == Some("arch.hiden_size"))
+            .expect("arch near miss");
+        assert_eq!(arch.file.as_deref(), Some("arch/dtype_float32.yaml"));
+        assert_eq!(
+            arch.fix.as_deref(),
+            Some("did you mean `arch.hidden_size`?")
+        );
+    }
+
+    #[test]
+    fn a_bad_override_is_reported_at_the_experiments_own_line() {
+        let dir = suite_copy();
+        let path = dir.path().join(EXP07A);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("dtype_float32", "dtype_flaot32")).unwrap();
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        let found = errors(&catalog);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        let f = found[0];
+        assert_eq!(f.code, "unknown_option");
+        assert_eq!((f.file.as_deref(), f.line), (Some(EXP07A), Some(5)));
+        assert_eq!(f.fix.as_deref(), Some("did you mean `dtype_float32`?"));
+    }
+
+    #[test]
+    fn an_unlisted_file_is_reported_with_its_own_errors() {
+        let dir = suite_copy();
+        let stray = "groups/exp07-precision/exp07z.yaml";
+        std::fs::write(
+            dir.path().join(stray),
+            "# @package _global_\ndefaults:\n  - /baseline\n  - _self_\nrun_name: stray\nlr: fast\n",
+        )
+        .unwrap();
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        assert_eq!(
+            catalog.experiments.len(),
+            67,
+            "a stray is not in the catalog"
+        );
+        let found: Vec<(&str, Option<&str>, Option<u32>)> = errors(&catalog)
+            .iter()
+            .map(|f| (f.code.as_str(), f.file.as_deref(), f.line))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("unlisted_experiment", Some(stray), Some(2)),
+                ("invalid_value", Some(stray), Some(6)),
+            ]
+        );
     }
 }

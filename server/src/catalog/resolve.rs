@@ -82,19 +82,37 @@ pub(super) fn resolve(
         config.insert("run_name".into(), Value::String(c.name.clone()));
     }
 
+    // Where the architecture went when it is not under `arch`: a defaults entry of another
+    // name (the user's `arch_config: ...`). That key is the missing `arch`, not an extra key.
+    let misplaced = misplaced_arch_group(&config);
     for issue in schema::validate(&mut config, options.devices) {
         let (mut file, mut line) = locate(files, &provenance, &issue.key, &source_file);
         let mut message = issue.message;
+        let mut fix = None;
         if issue.code == "missing_arch" {
-            // Point at where the architecture went instead: a defaults entry of another name.
-            if let Some(misplaced) = misplaced_arch_group(&config) {
-                message = format!(
-                    "{message}; the architecture is under `{misplaced}` instead (defaults entry `{misplaced}: ...`)"
-                );
-                file = source_file.clone();
-                line = files
-                    .text_of(&source_file)
-                    .and_then(|text| source::line_of(text, &format!("{misplaced}:")));
+            match &misplaced {
+                Some(misplaced) => {
+                    message = format!(
+                        "{message}; the architecture is under `{misplaced}` instead (defaults entry `{misplaced}: ...`)"
+                    );
+                    file = source_file.clone();
+                    line = files
+                        .text_of(&source_file)
+                        .and_then(|text| source::line_of(text, &format!("{misplaced}:")));
+                    fix = Some(if files.is_dir(Path::new(misplaced)) {
+                        format!(
+                            "rename `{misplaced}/` to `arch/` and the defaults key `{misplaced}` to `arch`"
+                        )
+                    } else {
+                        format!("rename the defaults key `{misplaced}` to `arch`")
+                    });
+                }
+                None => {
+                    fix = Some(
+                        "select an architecture in the defaults list: `- arch: NAME` loads `arch/NAME.yaml`"
+                            .into(),
+                    )
+                }
             }
         }
         experiment.findings.push(Finding {
@@ -105,29 +123,64 @@ pub(super) fn resolve(
             line,
             key: Some(issue.key),
             experiment: Some(c.name.clone()),
+            fix,
         });
     }
     let unread = schema::unread_keys(&config);
-    if !unread.is_empty() {
-        let (file, line) = locate(files, &provenance, &unread[0], &source_file);
-        experiment.findings.push(Finding {
-            severity: Severity::Warning,
-            code: "unread_keys".into(),
-            message: format!(
-                "keys the trainer does not read (kept in the config, but they change nothing in today's trainer): {}",
-                unread.join(", ")
-            ),
-            file: Some(file),
-            line,
-            key: Some(unread[0].clone()),
-            experiment: Some(c.name.clone()),
-        });
+    // In the order they are written, so a report names the first place first.
+    let mut unread_at: Vec<(&String, String, Option<u32>)> = unread
+        .iter()
+        .filter(|k| misplaced.as_ref() != Some(*k))
+        .map(|key| {
+            let (file, line) = locate(files, &provenance, key, &source_file);
+            (key, file, line)
+        })
+        .collect();
+    unread_at.sort_by(|a, b| (&a.1, a.2).cmp(&(&b.1, b.2)));
+    for (key, file, line) in unread_at {
+        let finding = match schema::near_miss(key) {
+            // A misspelt key is not an extra key: the value meant for the trainer never
+            // reaches it, and the run silently trains with another one.
+            Some(meant) => {
+                let consequence = match value_at(&config, &meant) {
+                    Some(value) => {
+                        let (from, _) = locate(files, &provenance, &meant, &source_file);
+                        format!(", so `{meant}` stays {value} (from {from})")
+                    }
+                    None => format!(", and `{meant}` is not set"),
+                };
+                Finding {
+                    severity: Severity::Error,
+                    code: "unknown_key".into(),
+                    message: format!("`{key}` is not a key the trainer reads{consequence}"),
+                    file: Some(file),
+                    line,
+                    key: Some(key.clone()),
+                    experiment: Some(c.name.clone()),
+                    fix: Some(format!("did you mean `{meant}`?")),
+                }
+            }
+            None => Finding {
+                severity: Severity::Warning,
+                code: "unread_keys".into(),
+                message: format!(
+                    "`{key}` is not read by today's trainer: it is kept in the config (and its hash) but changes nothing"
+                ),
+                file: Some(file),
+                line,
+                key: Some(key.clone()),
+                experiment: Some(c.name.clone()),
+                fix: Some(UNREAD_FIX.into()),
+            },
+        };
+        experiment.findings.push(finding);
     }
     for (code, key, message) in file_findings {
         let (file, line) = locate(files, &provenance, key, &source_file);
         experiment.findings.push(Finding {
             severity: Severity::Warning,
             code: code.into(),
+            fix: (code == "identity_key_ignored").then(|| format!("remove `{key}` from {file}")),
             message,
             file: Some(file),
             line,
@@ -138,7 +191,9 @@ pub(super) fn resolve(
 
     let mut training = training_part(&config);
     experiment.config_sha256 = sha256_canonical(&Value::Object(training.clone()));
-    for key in &unread {
+    // A misplaced architecture group is the architecture the run is meant to train with, not
+    // an extra key: runs that differ in it are different runs.
+    for key in unread.iter().filter(|k| misplaced.as_ref() != Some(*k)) {
         match key.split_once('.') {
             Some(("arch", inner)) => {
                 if let Some(Value::Object(arch)) = training.get_mut("arch") {
@@ -153,6 +208,24 @@ pub(super) fn resolve(
     experiment.trainer_sha256 = sha256_canonical(&Value::Object(training));
     experiment.config = Value::Object(config);
     experiment
+}
+
+/// What an unread key needs: nothing, unless it was meant for the trainer. One text for every
+/// such key, so they are reported together.
+const UNREAD_FIX: &str =
+    "none needed unless one was meant for the trainer (its keys are listed in docs/catalog.md)";
+
+/// The value at a dotted key path, as it would be written in YAML.
+fn value_at(config: &Map<String, Value>, dotted: &str) -> Option<String> {
+    let mut parts = dotted.split('.');
+    let mut value = config.get(parts.next()?)?;
+    for part in parts {
+        value = value.get(part)?;
+    }
+    Some(match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    })
 }
 
 /// A top-level mapping that holds architecture keys under another name than `arch`.
@@ -199,6 +272,25 @@ fn compose_finding(e: ComposeError, experiment: &str) -> Finding {
         line: e.line,
         key: e.key,
         experiment: Some(experiment.into()),
+        fix: e.fix,
+    }
+}
+
+/// Points every finding about a file at a line: one about a key has the key's line already;
+/// one about the whole file (a duplicate config, a missing required key) gets the line where
+/// the file's content starts.
+pub(super) fn fill_lines<'a>(
+    files: &SourceFiles,
+    findings: impl IntoIterator<Item = &'a mut Finding>,
+) {
+    for finding in findings {
+        if let (Some(file), None) = (&finding.file, finding.line) {
+            let at_key = finding
+                .key
+                .as_deref()
+                .and_then(|key| files.line_of_key(file, key));
+            finding.line = Some(at_key.unwrap_or_else(|| files.whole_file_line(file)));
+        }
     }
 }
 
@@ -220,6 +312,7 @@ pub fn validate_document(
                 line: e.line,
                 key: None,
                 experiment: None,
+                fix: None,
             }],
         );
     }
@@ -234,8 +327,10 @@ pub fn validate_document(
         est_hours: options.default_est_hours,
         project_name: None,
         legacy: false,
+        listed: true,
     };
     let mut experiment = resolve(&mut files, candidate, options);
+    fill_lines(&files, &mut experiment.findings);
     for finding in &mut experiment.findings {
         finding.experiment = None;
     }

@@ -163,6 +163,35 @@ pub fn unread_keys(config: &Map<String, Value>) -> Vec<String> {
     unread
 }
 
+/// The schema key an unread key (a dotted path from [`unread_keys`]) was most likely meant to
+/// be: a near miss of a key at the same level (`global_batchsize` -> `global_batch_size`,
+/// `arch.hiden_size` -> `arch.hidden_size`), or an architecture key written at the top level
+/// (`hidden_size` -> `arch.hidden_size`), where the trainer does not look for it.
+pub fn near_miss(unread: &str) -> Option<String> {
+    if let Some(inner) = unread.strip_prefix("arch.") {
+        return super::suggest::closest(inner, ARCH_FIELDS.iter().map(|f| f.key))
+            .map(|key| format!("arch.{key}"));
+    }
+    if let Some(key) = super::suggest::closest(unread, TRAINING_FIELDS.iter().map(|f| f.key)) {
+        return Some(key.to_owned());
+    }
+    // `name` alone is too common a word to be taken for the model's class name.
+    ARCH_FIELDS
+        .iter()
+        .find(|f| f.key == unread && f.key != "name")
+        .map(|f| format!("arch.{}", f.key))
+}
+
+/// Every key the trainer reads at the top level, for documentation and suggestions.
+pub fn training_keys() -> impl Iterator<Item = &'static str> {
+    TRAINING_FIELDS.iter().map(|f| f.key)
+}
+
+/// Every key the model reads under `arch`.
+pub fn arch_keys() -> impl Iterator<Item = &'static str> {
+    ARCH_FIELDS.iter().map(|f| f.key)
+}
+
 fn check_fields(
     map: &mut Map<String, Value>,
     fields: &[Field],
@@ -310,6 +339,49 @@ fn check_relations(config: &Map<String, Value>, devices: u32, issues: &mut Vec<S
                 key: "data_paths".into(),
                 message: "`data_paths` must name at least one dataset".into(),
             });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn near_misses_name_the_schema_key() {
+        assert_eq!(
+            near_miss("global_batchsize").as_deref(),
+            Some("global_batch_size")
+        );
+        assert_eq!(
+            near_miss("arch.hiden_size").as_deref(),
+            Some("arch.hidden_size")
+        );
+        assert_eq!(
+            near_miss("hidden_size").as_deref(),
+            Some("arch.hidden_size")
+        );
+        assert_eq!(near_miss("ema_rte").as_deref(), Some("ema_rate"));
+    }
+
+    #[test]
+    fn keys_the_user_added_on_purpose_are_no_near_misses() {
+        // Every extra key of the study's configs: today's trainer ignores them, and they stay
+        // warnings.
+        for key in [
+            "use_tpu",
+            "num_workers",
+            "save_checkpoint_steps",
+            "use_curriculum_recursion",
+            "curriculum_start_h_cycles",
+            "curriculum_start_l_cycles",
+            "curriculum_end_epoch",
+            "use_adaptive_halting",
+            "halt_exploration_final",
+            "arch_config",
+            "name",
+        ] {
+            assert_eq!(near_miss(key), None, "{key}");
         }
     }
 }

@@ -203,12 +203,46 @@ impl SourceFiles {
             .and_then(|r| r.as_ref().ok())
             .map(|f| f.text.as_str())
     }
+
+    /// The line a finding about a whole file points at: its first line that is neither blank
+    /// nor a comment (where its content starts), or 1.
+    pub fn whole_file_line(&self, rel: &str) -> u32 {
+        self.any_text(rel)
+            .and_then(|t| first_content_line(&t))
+            .unwrap_or(1)
+    }
+
+    /// The line of a dotted key in a file, loaded or not.
+    pub fn line_of_key(&self, rel: &str, dotted: &str) -> Option<u32> {
+        line_of_key(&self.any_text(rel)?, dotted)
+    }
+
+    fn any_text(&self, rel: &str) -> Option<String> {
+        match self.text_of(rel) {
+            Some(text) => Some(text.to_owned()),
+            None => self
+                .virtual_files
+                .get(Path::new(rel))
+                .cloned()
+                .or_else(|| std::fs::read_to_string(self.root.join(rel)).ok()),
+        }
+    }
 }
 
-/// The 1-based line of the first line containing `needle`.
+/// The 1-based line of the first line outside a comment containing `needle`.
 pub fn line_of(text: &str, needle: &str) -> Option<u32> {
     text.lines()
-        .position(|line| line.contains(needle))
+        .position(|line| !line.trim_start().starts_with('#') && line.contains(needle))
+        .map(|i| i as u32 + 1)
+}
+
+/// The 1-based line of the first line that is neither blank nor a comment.
+pub fn first_content_line(text: &str) -> Option<u32> {
+    text.lines()
+        .position(|line| {
+            let line = line.trim_start();
+            !line.is_empty() && !line.starts_with('#')
+        })
         .map(|i| i as u32 + 1)
 }
 
@@ -248,6 +282,14 @@ mod tests {
         assert_eq!(line_of_key(text, "arch.loss.name"), Some(6));
         assert_eq!(line_of_key(text, "b"), Some(7));
         assert_eq!(line_of_key(text, "missing"), None);
+    }
+
+    #[test]
+    fn lines_skip_comments() {
+        let text = "# @package _global_\n# uses /baseline\n\ndefaults:\n  - /baseline\n";
+        assert_eq!(line_of(text, "/baseline"), Some(5));
+        assert_eq!(first_content_line(text), Some(4));
+        assert_eq!(first_content_line("# only a comment\n"), None);
     }
 
     #[test]

@@ -112,6 +112,8 @@ async fn validate(
                     "validation crashed",
                 )
             })?;
+    // Findings one by one, and grouped by root cause with the fix (what `podq validate` prints).
+    let summary = catalog::summarize(&findings);
     let Some(experiment) = experiment else {
         let first = findings.first();
         return Err(ApiError::bad_request(
@@ -120,20 +122,21 @@ async fn validate(
                 f.message.clone()
             }),
         )
-        .with_details(serde_json::json!({ "findings": findings })));
+        .with_details(serde_json::json!({ "findings": findings, "summary": summary })));
     };
     if findings.iter().any(|f| f.severity == Severity::Error) {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_config",
-            "the config does not resolve to one the trainer accepts; see details.findings",
+            "the config does not resolve to one the trainer accepts; see details.summary (each root cause once, with its fix) and details.findings",
         )
-        .with_details(serde_json::json!({ "findings": findings })));
+        .with_details(serde_json::json!({ "findings": findings, "summary": summary })));
     }
     Ok(Json(ValidateResponse {
         valid: true,
         config_sha256: Some(experiment.config_sha256),
         config: Some(experiment.config),
         findings,
+        summary,
     }))
 }
