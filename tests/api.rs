@@ -269,15 +269,15 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
             Method::GET,
             "/jobs/not-a-uuid",
             String::new(),
-            400,
-            "invalid_id",
+            404,
+            "not_found",
         ),
         (
             Method::POST,
             "/jobs/not-a-uuid/cancel",
             String::new(),
-            400,
-            "invalid_id",
+            404,
+            "not_found",
         ),
         (
             Method::GET,
@@ -297,8 +297,8 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
             Method::PATCH,
             "/jobs/not-a-uuid",
             json!({"priority": 3}).to_string(),
-            400,
-            "invalid_id",
+            404,
+            "not_found",
         ),
     ]
     .into_iter()

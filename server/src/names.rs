@@ -2,32 +2,28 @@
 //! the "did you mean" of every answer that rejects one.
 
 /// The known names closest to `typed`: those at the smallest edit distance found, if it is
-/// small enough to read as a typo of a name that long, at most three, in the order given.
+/// small enough to read as a typo of a name that long, at most three, in alphabetical order.
 /// Case and the difference between `-` and `_` do not count; swapping two neighbouring
 /// letters is one edit (optimal string alignment).
 pub fn did_you_mean<'a>(typed: &str, known: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let wanted = normalized(typed);
-    let mut best: Option<usize> = None;
-    let mut found: Vec<&str> = Vec::new();
-    for name in known {
-        if name == typed {
-            continue;
-        }
-        let distance = strsim::osa_distance(&wanted, &normalized(name));
-        if distance > tolerance(typed.chars().count().max(name.chars().count())) {
-            continue;
-        }
-        match best {
-            Some(b) if distance > b => {}
-            Some(b) if distance == b => found.push(name),
-            _ => {
-                best = Some(distance);
-                found = vec![name];
-            }
-        }
-    }
-    found.dedup();
-    found.into_iter().take(3).map(str::to_owned).collect()
+    let mut close: Vec<(usize, &str)> = known
+        .into_iter()
+        .filter(|name| *name != typed)
+        .map(|name| (strsim::osa_distance(&wanted, &normalized(name)), name))
+        .filter(|(distance, name)| {
+            *distance <= tolerance(typed.chars().count().max(name.chars().count()))
+        })
+        .collect();
+    close.sort();
+    close.dedup();
+    let best = close.first().map(|(distance, _)| *distance);
+    close
+        .into_iter()
+        .take_while(|(distance, _)| Some(*distance) == best)
+        .take(3)
+        .map(|(_, name)| name.to_owned())
+        .collect()
 }
 
 /// "; did you mean `a` or `b`?" to end a message, or nothing.
@@ -82,7 +78,7 @@ mod tests {
 
     #[test]
     fn ties_are_all_named_and_far_names_are_not() {
-        let experiments = ["exp07a", "exp07b", "exp01a", "exp07c", "exp07d"];
+        let experiments = ["exp07b", "exp07d", "exp01a", "exp07c", "exp07a"];
         assert_eq!(
             did_you_mean("exp07z", experiments),
             ["exp07a", "exp07b", "exp07c"]

@@ -9,6 +9,10 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::error::ApiError;
+use crate::names;
+use crate::store::jobs as store_jobs;
+use crate::store::parse_uuid;
+use crate::AppState;
 
 /// A JSON body. The Content-Type is not required, so `curl -d '{...}'` works as typed.
 pub struct JsonBody<T>(pub T, pub BodyDigest);
@@ -79,6 +83,46 @@ impl<S: Send + Sync> FromRequestParts<S> for PathUuid {
         Uuid::parse_str(&raw)
             .map(PathUuid)
             .map_err(|_| ApiError::bad_request("invalid_id", format!("`{raw}` is not a uuid")))
+    }
+}
+
+/// The `{id}` of a job route: a job's uuid, or an experiment name, which means the newest job
+/// of that experiment (by submission order). The one place a person's name for a job is
+/// resolved; an unknown name is a 404 that says which experiment names are close.
+pub struct JobRef(pub Uuid);
+
+impl FromRequestParts<AppState> for JobRef {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(raw): axum::extract::Path<String> =
+            axum::extract::Path::from_request_parts(parts, state)
+                .await
+                .map_err(|e| ApiError::bad_request("invalid_path", e.to_string()))?;
+        if let Ok(id) = Uuid::parse_str(&raw) {
+            return Ok(JobRef(id));
+        }
+        if let Some(id) = store_jobs::newest_job_of_experiment(state.store.reader(), &raw).await? {
+            return Ok(JobRef(parse_uuid(&id)?));
+        }
+        if state.catalog.experiment(&raw).is_some() {
+            return Err(ApiError::not_found(format!(
+                "experiment `{raw}` has no job yet: submit it first"
+            ))
+            .with_details(serde_json::json!({ "experiment": raw })));
+        }
+        let suggestions = names::did_you_mean(
+            &raw,
+            state.catalog.experiments.iter().map(|e| e.name.as_str()),
+        );
+        Err(ApiError::not_found(format!(
+            "no job or experiment `{raw}`{}",
+            names::phrase(&suggestions)
+        ))
+        .with_details(serde_json::json!({ "did_you_mean": suggestions })))
     }
 }
 

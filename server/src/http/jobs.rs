@@ -12,7 +12,8 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use super::error::ApiError;
-use super::extract::{BodyDigest, IdempotencyKey, JsonBody, PathUuid, QueryParams};
+use super::extract::{BodyDigest, IdempotencyKey, JobRef, JsonBody, QueryParams};
+use crate::names;
 use crate::scheduler;
 use crate::store::checkpoints as store_checkpoints;
 use crate::store::jobs::{self as store_jobs, JobFilter};
@@ -79,12 +80,26 @@ async fn list(
     State(state): State<AppState>,
     QueryParams(q): QueryParams<ListQuery>,
 ) -> Result<Json<JobList>, ApiError> {
-    let job_state = q
-        .state
-        .as_deref()
-        .map(str::parse::<JobState>)
-        .transpose()
-        .map_err(|e| ApiError::bad_request("invalid_query", e))?;
+    let job_state = q.state.as_deref().map(parse_state).transpose()?;
+    // A name no job can have is a mistake to point out, not an empty list.
+    if let Some(group) = &q.group {
+        if state.catalog.group(group).is_none()
+            && !store_jobs::group_has_jobs(state.store.reader(), group).await?
+        {
+            return Err(scheduler::submit::unknown_group(&state.catalog, group).into());
+        }
+    }
+    if let Some(experiment) = &q.experiment {
+        if state.catalog.experiment(experiment).is_none()
+            && store_jobs::newest_job_of_experiment(state.store.reader(), experiment)
+                .await?
+                .is_none()
+        {
+            return Err(
+                scheduler::submit::unknown_experiments(&state.catalog, &[experiment]).into(),
+            );
+        }
+    }
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::bad_request(
@@ -123,6 +138,23 @@ async fn list(
     }))
 }
 
+/// A job state by name, or a 400 that lists them with the closest one.
+fn parse_state(name: &str) -> Result<JobState, ApiError> {
+    name.parse::<JobState>().map_err(|_| {
+        let states = JobState::ALL.map(JobState::as_str);
+        let suggestions = names::did_you_mean(name, states);
+        let message = match names::question(&suggestions) {
+            Some(question) => format!("no job state `{name}`; {question}"),
+            None => format!(
+                "no job state `{name}`; the states are {}",
+                states.join(", ")
+            ),
+        };
+        ApiError::bad_request("invalid_query", message)
+            .with_details(serde_json::json!({ "did_you_mean": suggestions, "states": states }))
+    })
+}
+
 async fn job_row(state: &AppState, id: Uuid) -> Result<JobRow, ApiError> {
     store_jobs::get_job(state.store.reader(), &id.to_string())
         .await?
@@ -131,7 +163,7 @@ async fn job_row(state: &AppState, id: Uuid) -> Result<JobRow, ApiError> {
 
 async fn detail(
     State(state): State<AppState>,
-    PathUuid(id): PathUuid,
+    JobRef(id): JobRef,
 ) -> Result<Json<JobDetail>, ApiError> {
     let row = job_row(&state, id).await?;
     let run_id = row.run_id.clone();
@@ -166,7 +198,7 @@ struct EventsQuery {
 
 async fn events(
     State(state): State<AppState>,
-    PathUuid(id): PathUuid,
+    JobRef(id): JobRef,
     QueryParams(q): QueryParams<EventsQuery>,
 ) -> Result<Json<Vec<Event>>, ApiError> {
     let row = job_row(&state, id).await?;
@@ -198,7 +230,7 @@ async fn events(
 
 async fn checkpoints(
     State(state): State<AppState>,
-    PathUuid(id): PathUuid,
+    JobRef(id): JobRef,
 ) -> Result<Json<Vec<Checkpoint>>, ApiError> {
     let row = job_row(&state, id).await?;
     Ok(Json(
@@ -219,7 +251,7 @@ struct MetricsQuery {
 
 async fn job_metrics(
     State(state): State<AppState>,
-    PathUuid(id): PathUuid,
+    JobRef(id): JobRef,
     QueryParams(q): QueryParams<MetricsQuery>,
 ) -> Result<Json<JobMetrics>, ApiError> {
     let row = job_row(&state, id).await?;
@@ -249,7 +281,7 @@ async fn job_metrics(
 
 async fn cancel(
     State(state): State<AppState>,
-    PathUuid(id): PathUuid,
+    JobRef(id): JobRef,
     IdempotencyKey(key): IdempotencyKey,
 ) -> Result<Json<Job>, ApiError> {
     let key = remembered(key, "POST /jobs/{id}/cancel", BodyDigest(id.to_string()));
@@ -258,7 +290,7 @@ async fn cancel(
 
 async fn requeue(
     State(state): State<AppState>,
-    PathUuid(id): PathUuid,
+    JobRef(id): JobRef,
     IdempotencyKey(key): IdempotencyKey,
 ) -> Result<Json<Job>, ApiError> {
     let key = remembered(key, "POST /jobs/{id}/requeue", BodyDigest(id.to_string()));
@@ -267,7 +299,7 @@ async fn requeue(
 
 async fn patch(
     State(state): State<AppState>,
-    PathUuid(id): PathUuid,
+    JobRef(id): JobRef,
     JsonBody(req, _): JsonBody<PatchJobRequest>,
 ) -> Result<Json<Job>, ApiError> {
     let Some(priority) = req.priority else {

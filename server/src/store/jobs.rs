@@ -22,6 +22,35 @@ pub async fn get_job<'e>(
         .await?)
 }
 
+/// The newest job (highest `seq`) of an experiment: what an experiment name means where a
+/// job id is expected. Reads the `jobs_experiment (experiment, seq)` index.
+pub(crate) const NEWEST_JOB_OF_EXPERIMENT: &str =
+    "SELECT id FROM jobs WHERE experiment = ? ORDER BY seq DESC LIMIT 1";
+
+pub async fn newest_job_of_experiment<'e>(
+    db: impl SqliteExecutor<'e>,
+    experiment: &str,
+) -> Result<Option<String>, StoreError> {
+    Ok(sqlx::query_scalar(NEWEST_JOB_OF_EXPERIMENT)
+        .bind(experiment)
+        .fetch_optional(db)
+        .await?)
+}
+
+pub(crate) const GROUP_HAS_JOBS: &str = "SELECT EXISTS (SELECT 1 FROM jobs WHERE group_name = ?)";
+
+/// Whether any job belongs to `group`: a group the catalog no longer has is still a name
+/// to list jobs by. Reads the `jobs_group_seq` index.
+pub async fn group_has_jobs<'e>(
+    db: impl SqliteExecutor<'e>,
+    group: &str,
+) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar(GROUP_HAS_JOBS)
+        .bind(group)
+        .fetch_one(db)
+        .await?)
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct JobFilter {
     pub state: Option<api::JobState>,
@@ -337,6 +366,27 @@ pub async fn set_priority(
 mod tests {
     use super::*;
     use crate::store::test_support::{assert_uses_indexes, scratch_store};
+
+    #[tokio::test]
+    async fn name_lookups_read_an_index() {
+        let (store, _dir) = scratch_store().await;
+        for (what, sql, ordered) in [
+            (
+                "newest job of an experiment",
+                NEWEST_JOB_OF_EXPERIMENT,
+                true,
+            ),
+            ("whether a group has jobs", GROUP_HAS_JOBS, false),
+        ] {
+            let plan: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                    .bind("x")
+                    .fetch_all(store.reader())
+                    .await
+                    .unwrap();
+            assert_uses_indexes(what, &plan, ordered);
+        }
+    }
 
     #[tokio::test]
     async fn every_jobs_page_and_count_reads_an_index() {
