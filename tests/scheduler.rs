@@ -25,12 +25,19 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let config = ServerConfig::new(
+    fixture_in(tempfile::tempdir().unwrap()).await
+}
+
+/// A scheduler over the database in `dir` (a second call is a restarted server). Failures
+/// back off 200 to 400 ms.
+async fn fixture_in(dir: TempDir) -> Fixture {
+    let mut config = ServerConfig::new(
         "127.0.0.1:0".parse().unwrap(),
         dir.path().join("podq.db"),
         common::experiments_dir(),
     );
+    config.backoff_base = Duration::from_millis(400);
+    config.backoff_cap = Duration::from_millis(400);
     let catalog = Catalog::load(&config.experiments, &config.catalog);
     assert!(catalog.errors().is_empty(), "the repo's catalog loads");
     let store = Store::open(&config.db).await.unwrap();
@@ -328,5 +335,52 @@ async fn a_job_says_why_its_last_attempt_ended() {
     assert!(
         message.starts_with("attempt 1 failed: host 3 exited 1; retry in "),
         "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_server_wakes_a_waiting_pod_for_every_backoff_that_ends() {
+    let f = fixture().await;
+    f.scheduler
+        .submit(
+            submit(serde_json::json!({"experiments": ["exp07a", "exp07c"]})),
+            None,
+        )
+        .await
+        .unwrap();
+    for pod in ["a", "b"] {
+        let lease = f.scheduler.lease(pod, ask(0)).await.unwrap().unwrap();
+        f.scheduler
+            .finish(lease.lease_id, finished(AttemptOutcome::Failed))
+            .await
+            .unwrap();
+    }
+    // Restart: both jobs are in backoff, nobody is told when they end but the reaper.
+    let Fixture { _dir: dir, .. } = f;
+    let f = fixture_in(dir).await;
+    let reaper = async {
+        loop {
+            f.scheduler.reap_once(Instant::now()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let started = Instant::now();
+    let waiting = async {
+        tokio::join!(
+            f.scheduler.lease("c", ask(30)),
+            f.scheduler.lease("d", ask(30))
+        )
+    };
+    let (c, d) = tokio::select! {
+        both = waiting => both,
+        _ = reaper => unreachable!(),
+    };
+    assert!(
+        c.unwrap().is_some() && d.unwrap().is_some(),
+        "both jobs leased"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "woken when each backoff ended, not when the 30 s waits ran out"
     );
 }

@@ -23,11 +23,12 @@ pub async fn any_leasable(db: &SqlitePool, accelerator: &str) -> Result<bool, St
     Ok(found.is_some())
 }
 
-/// When each accelerator's next backed-off job becomes leasable, in ms since the epoch.
+/// When each backed-off queued job becomes leasable, with its accelerator, in ms since the
+/// epoch: a restarted server arms a wake-up for each.
 pub async fn backoff_ends(db: &SqlitePool) -> Result<Vec<(String, i64)>, StoreError> {
     Ok(sqlx::query_as(
-        "SELECT accelerator, MIN(not_before) FROM jobs WHERE state = 'queued' AND same_as IS NULL \
-         AND not_before IS NOT NULL GROUP BY accelerator",
+        "SELECT accelerator, not_before FROM jobs WHERE state = 'queued' AND same_as IS NULL \
+         AND not_before IS NOT NULL",
     )
     .fetch_all(db)
     .await?)
