@@ -2,6 +2,7 @@ use serde::{Deserialize, Serialize};
 
 /// How serious a catalog finding is. Errors stop `podq validate` and the server; warnings do not.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     Warning,
@@ -10,6 +11,7 @@ pub enum Severity {
 
 /// Something the catalog loader noticed about an experiment or a file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Finding {
     pub severity: Severity,
     /// Stable code, e.g. `missing_arch`, `duplicate_config`, `unread_keys`.
@@ -34,6 +36,7 @@ pub struct Finding {
 
 /// A place in a catalog file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Place {
     pub file: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -43,6 +46,7 @@ pub struct Place {
 /// Findings of one root cause, reported once: the same severity and code, and the same fix
 /// (or, for findings without a fix, the same message).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FindingGroup {
     pub severity: Severity,
     pub code: String,
@@ -62,6 +66,7 @@ pub struct FindingGroup {
 
 /// The documentation of an experiment, taken from its group and its own row.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExperimentDocs {
     pub title: String,
     pub summary: String,
@@ -75,6 +80,7 @@ pub struct ExperimentDocs {
 
 /// One experiment of the catalog as listed by `GET /api/v1/experiments`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExperimentSummary {
     pub name: String,
     pub group: String,
@@ -87,6 +93,7 @@ pub struct ExperimentSummary {
 
 /// `GET /api/v1/experiments/{name}`: the summary plus the resolved config.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExperimentDetail {
     #[serde(flatten)]
     pub summary: ExperimentSummary,
@@ -96,6 +103,7 @@ pub struct ExperimentDetail {
 
 /// `GET /api/v1/groups`: a group with its job counts per state.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GroupSummary {
     pub name: String,
     pub title: String,
@@ -108,6 +116,7 @@ pub struct GroupSummary {
 
 /// `POST /api/v1/experiments/validate` answer.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ValidateResponse {
     pub valid: bool,
     pub config_sha256: Option<String>,

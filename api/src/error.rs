@@ -2,11 +2,13 @@ use serde::{Deserialize, Serialize};
 
 /// The body of every error answer: `{"error": {"code": "...", "message": "...", "details": ...}}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorDetail {
     /// A stable, machine-readable code such as `not_found` or `lease_lost`.
     pub code: String,

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 /// The life of a job. See DESIGN.md section 2.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
     Queued,
@@ -74,6 +75,7 @@ impl FromStr for JobState {
 
 /// How one attempt of a job ended. See DESIGN.md section 2.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum AttemptOutcome {
     Succeeded,
@@ -113,6 +115,7 @@ impl FromStr for AttemptOutcome {
 
 /// `POST /api/v1/jobs`. Exactly one of `group`, `experiments`, `all` selects what to submit.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -136,6 +139,7 @@ pub struct SubmitRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreatedJob {
     /// The new job; null on a dry run, which creates nothing.
     pub job_id: Option<Uuid>,
@@ -144,6 +148,7 @@ pub struct CreatedJob {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LinkedJob {
     /// The new job; null on a dry run, which creates nothing.
     pub job_id: Option<Uuid>,
@@ -157,6 +162,7 @@ pub struct LinkedJob {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SkippedExperiment {
     pub experiment: String,
     pub existing_job: Uuid,
@@ -164,6 +170,7 @@ pub struct SkippedExperiment {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SubmitResponse {
     pub dry_run: bool,
     pub created: Vec<CreatedJob>,
@@ -174,6 +181,7 @@ pub struct SubmitResponse {
 /// A job as the API shows it. A job linked to another run (`same_as`) shows that run's state,
 /// progress and checkpoint location.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Job {
     pub id: Uuid,
     pub experiment: String,
@@ -200,6 +208,7 @@ pub struct Job {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobList {
     pub jobs: Vec<Job>,
     /// Jobs matching the filter in all.
@@ -213,6 +222,7 @@ pub struct JobList {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Attempt {
     pub attempt: i64,
     pub lease_id: Uuid,
@@ -231,6 +241,7 @@ pub struct Attempt {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Checkpoint {
     pub step: i64,
     pub uri: String,
@@ -240,6 +251,7 @@ pub struct Checkpoint {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricValue {
     pub step: i64,
     pub value: f64,
@@ -247,6 +259,7 @@ pub struct MetricValue {
 
 /// `GET /api/v1/jobs/{id}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobDetail {
     #[serde(flatten)]
     pub job: Job,
@@ -259,6 +272,7 @@ pub struct JobDetail {
 
 /// `PATCH /api/v1/jobs/{id}`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PatchJobRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -266,6 +280,7 @@ pub struct PatchJobRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Event {
     pub id: i64,
     pub at: DateTime<Utc>,
@@ -277,6 +292,7 @@ pub struct Event {
 
 /// `GET /api/v1/jobs/{id}/metrics`: downsampled series.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricSeries {
     pub name: String,
     /// Points stored for the series when it came back whole; null when it was sampled.
@@ -285,6 +301,7 @@ pub struct MetricSeries {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobMetrics {
     pub job_id: Uuid,
     pub series: Vec<MetricSeries>,
@@ -295,6 +312,7 @@ pub struct JobMetrics {
 /// checkpoint of an interrupted attempt and must be trained again; `overhead_s` is
 /// preparing the hosts and start-up until the first step.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Goodput {
     pub kept_s: f64,
     pub lost_s: f64,
@@ -322,6 +340,7 @@ impl Goodput {
 
 /// `POST /api/v1/schedules`: submit `submit` whenever `cron` fires.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleRequest {
     /// Standard 5-field cron (`min hour day month weekday`, UTC), or 6/7 fields with seconds.
@@ -336,6 +355,7 @@ fn enabled_by_default() -> bool {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Schedule {
     pub id: Uuid,
     pub cron: String,

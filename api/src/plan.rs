@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 /// `PUT /api/v1/grant`: the compute grant the plan measures against.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GrantRequest {
     /// When the grant began; pod time used since then counts against `pod_hours`. Default: now.
@@ -23,6 +24,7 @@ pub struct GrantRequest {
 
 /// The grant as stored (`GET /api/v1/grant`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Grant {
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
@@ -33,6 +35,7 @@ pub struct Grant {
 
 /// One line of status: the grant's end and what fits before it under today's order.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GrantOutlook {
     pub end: DateTime<Utc>,
     pub runs_fit: usize,
@@ -43,6 +46,7 @@ pub struct GrantOutlook {
 
 /// Where a run's remaining hours come from.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum EstimateSource {
     /// The step rate measured on the pod, over the run's latest attempt.
@@ -55,6 +59,7 @@ pub enum EstimateSource {
 
 /// `GET /api/v1/plan`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Plan {
     pub now: DateTime<Utc>,
     /// The end of the grant (or the `deadline` query); null when none is set, and then
@@ -81,6 +86,7 @@ pub struct Plan {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Projection {
     pub runs: Vec<PlannedRun>,
     /// Null without a deadline.
@@ -89,6 +95,7 @@ pub struct Projection {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PlannedRun {
     /// The run's job; null for an experiment not submitted yet.
     pub job_id: Option<Uuid>,
@@ -110,6 +117,7 @@ pub struct PlannedRun {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GroupPlan {
     pub name: String,
     /// Distinct runs the group needs, and how many of them have finished.
@@ -125,6 +133,7 @@ pub struct GroupPlan {
 
 /// `POST /api/v1/plan/apply`: what applying the recommended order did.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PlanApplied {
     /// Experiments submitted because the recommended order includes them.
     pub submitted: Vec<String>,

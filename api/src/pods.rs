@@ -4,6 +4,7 @@ use uuid::Uuid;
 
 /// What a worker knows about its pod, sent with every lease request and pod report.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PodDescription {
     /// e.g. `v4-64`.
     pub accelerator: String,
@@ -21,6 +22,7 @@ pub struct PodDescription {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Preflight {
     pub passed: bool,
     pub at: Option<DateTime<Utc>>,
@@ -30,6 +32,7 @@ pub struct Preflight {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PreflightFailure {
     /// The host index, or none for a pod-wide check.
     pub host: Option<u32>,
@@ -39,6 +42,7 @@ pub struct PreflightFailure {
 
 /// `GET /api/v1/pods`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Pod {
     pub name: String,
     pub accelerator: String,

@@ -8,6 +8,7 @@ use crate::Pod;
 
 /// `GET /api/v1/status` as JSON.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Status {
     pub now: DateTime<Utc>,
     /// Jobs per state, every state present (zero when none).
@@ -26,6 +27,7 @@ pub struct Status {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunningJob {
     pub job_id: Uuid,
     pub experiment: String,

@@ -8,6 +8,7 @@ use uuid::Uuid;
 use crate::MetricValue;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GroupStudy {
     pub group: String,
     pub title: String,
@@ -19,6 +20,7 @@ pub struct GroupStudy {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StudyRow {
     pub experiment: String,
     /// The experiment's newest job; null if it was never submitted.

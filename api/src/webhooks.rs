@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Webhook {
     pub id: i64,
     /// Scheme and host only: receivers such as Slack keep their secret in the path.
@@ -22,6 +23,7 @@ pub struct Webhook {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Delivery {
     /// Also sent as `X-Podq-Delivery`.
     pub id: i64,

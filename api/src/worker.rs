@@ -10,6 +10,7 @@ use crate::{AttemptOutcome, PodDescription};
 
 /// `POST /api/v1/pods/{name}/lease`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaseRequest {
     #[serde(flatten)]
     pub pod: PodDescription,
@@ -20,6 +21,7 @@ pub struct LeaseRequest {
 
 /// A granted lease: everything the worker needs to run one attempt of one job.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Lease {
     pub lease_id: Uuid,
     pub job_id: Uuid,
@@ -41,6 +43,7 @@ pub struct Lease {
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum LeasePhase {
     Preparing,
@@ -49,6 +52,7 @@ pub enum LeasePhase {
 
 /// `POST /api/v1/leases/{lease_id}/heartbeat`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeartbeatRequest {
     pub phase: LeasePhase,
     #[serde(default)]
@@ -59,6 +63,7 @@ pub struct HeartbeatRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeartbeatResponse {
     pub lease_expires_at: DateTime<Utc>,
     /// The job was cancelled: stop every host and finish with `cancelled`.
@@ -67,6 +72,7 @@ pub struct HeartbeatResponse {
 
 /// One reported step of a trainer: the values of several metrics at that step.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricStep {
     pub step: i64,
     pub values: BTreeMap<String, f64>,
@@ -74,17 +80,20 @@ pub struct MetricStep {
 
 /// `POST /api/v1/leases/{lease_id}/metrics`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricsBatch {
     pub points: Vec<MetricStep>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricsAck {
     pub accepted: usize,
 }
 
 /// A checkpoint the worker found in the store.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CheckpointReport {
     pub step: i64,
     pub uri: String,
@@ -93,17 +102,20 @@ pub struct CheckpointReport {
 
 /// `POST /api/v1/leases/{lease_id}/checkpoints`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CheckpointsBatch {
     pub checkpoints: Vec<CheckpointReport>,
 }
 
 /// `POST /api/v1/leases/{lease_id}/events`: things the worker observed, for the job's timeline.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerEvents {
     pub events: Vec<WorkerEvent>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerEvent {
     pub kind: String,
     pub message: String,
@@ -111,6 +123,7 @@ pub struct WorkerEvent {
 
 /// `POST /api/v1/leases/{lease_id}/finish`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FinishRequest {
     pub outcome: AttemptOutcome,
     /// Per host, in host order; null where a host's process ended by a signal or is unknown.
@@ -127,6 +140,7 @@ pub struct FinishRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FinishResponse {
     /// The job's state after the server applied its retry policy.
     pub job_state: crate::JobState,
@@ -134,6 +148,7 @@ pub struct FinishResponse {
 
 /// `POST /api/v1/pods/{name}/report`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PodReport {
     #[serde(flatten)]
     pub pod: PodDescription,
