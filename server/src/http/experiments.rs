@@ -4,11 +4,13 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use podq_api::{
-    ExperimentDetail, ExperimentSummary, GroupStudy, GroupSummary, Severity, ValidateResponse,
+    ErrorBody, ExperimentDetail, ExperimentSummary, GroupStudy, GroupSummary, Severity,
+    ValidateResponse,
 };
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::read_body;
@@ -16,15 +18,22 @@ use crate::catalog::{self, source::MAX_YAML_BYTES};
 use crate::store::jobs::counts_by_group_and_state;
 use crate::AppState;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/experiments", get(list))
-        .route("/experiments/validate", post(validate))
-        .route("/experiments/{name}", get(detail))
-        .route("/groups", get(groups))
-        .route("/groups/{name}/study", get(study))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(validate))
+        .routes(routes!(detail))
+        .routes(routes!(groups))
+        .routes(routes!(study))
 }
 
+#[utoipa::path(
+    get,
+    path = "/experiments",
+    tag = "catalog",
+    summary = "The catalog, with findings per experiment",
+    responses((status = 200, description = "Every experiment, in catalog order", body = Vec<ExperimentSummary>)),
+)]
 async fn list(State(state): State<AppState>) -> Json<Vec<ExperimentSummary>> {
     Json(
         state
@@ -36,6 +45,17 @@ async fn list(State(state): State<AppState>) -> Json<Vec<ExperimentSummary>> {
     )
 }
 
+#[utoipa::path(
+    get,
+    path = "/experiments/{name}",
+    tag = "catalog",
+    summary = "One experiment with its resolved config",
+    params(("name" = String, Path, description = "The experiment")),
+    responses(
+        (status = 200, description = "The experiment", body = ExperimentDetail),
+        (status = 404, description = "`not_found`: no such experiment", body = ErrorBody),
+    ),
+)]
 async fn detail(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -51,6 +71,17 @@ async fn detail(
     }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/groups/{name}/study",
+    tag = "catalog",
+    summary = "What a group's runs show, row by row",
+    params(("name" = String, Path, description = "The group")),
+    responses(
+        (status = 200, description = "The group's rows with their params and metrics", body = GroupStudy),
+        (status = 404, description = "`not_found`: no such group (with did-you-mean in details)", body = ErrorBody),
+    ),
+)]
 async fn study(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -58,6 +89,13 @@ async fn study(
     Ok(Json(state.scheduler.study(&name).await?))
 }
 
+#[utoipa::path(
+    get,
+    path = "/groups",
+    tag = "catalog",
+    summary = "Groups with job counts per state",
+    responses((status = 200, description = "Every group, in catalog order", body = Vec<GroupSummary>)),
+)]
 async fn groups(State(state): State<AppState>) -> Result<Json<Vec<GroupSummary>>, ApiError> {
     let mut counts: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
     for (group, job_state, n) in counts_by_group_and_state(state.store.reader()).await? {
@@ -82,6 +120,18 @@ async fn groups(State(state): State<AppState>) -> Result<Json<Vec<GroupSummary>>
 
 /// Resolves a YAML document as if it were an experiment file of the catalog and reports
 /// what the catalog would say about it. Stores nothing.
+#[utoipa::path(
+    post,
+    path = "/experiments/validate",
+    tag = "catalog",
+    summary = "Dry-run a YAML experiment document; stores nothing",
+    description = "The body is resolved as if it were an experiment file of the catalog. 400 `invalid_yaml` when it is not YAML; 422 `invalid_config` with `details.findings` and `details.summary` when it does not resolve to a config the trainer accepts.",
+    request_body(content = String, content_type = "text/yaml", description = "An experiment file"),
+    responses(
+        (status = 200, description = "The resolved config and any warnings", body = ValidateResponse),
+        (status = 422, description = "`invalid_config`: errors, in `details.findings` and `details.summary`", body = ErrorBody),
+    ),
+)]
 async fn validate(
     State(state): State<AppState>,
     req: Request,

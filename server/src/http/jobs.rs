@@ -2,13 +2,14 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use podq_api::{
-    Attempt, Checkpoint, Event, Job, JobDetail, JobList, JobMetrics, JobState, PatchJobRequest,
-    SubmitRequest, SubmitResponse,
+    Attempt, Checkpoint, ErrorBody, Event, Job, JobDetail, JobList, JobMetrics, JobState,
+    PatchJobRequest, SubmitRequest, SubmitResponse,
 };
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::error::ApiError;
@@ -20,23 +21,42 @@ use crate::store::jobs::{self as store_jobs, JobFilter};
 use crate::store::{goodput, metrics, JobRow};
 use crate::AppState;
 
-pub fn read_routes() -> Router<AppState> {
-    Router::new()
-        .route("/jobs", get(list))
-        .route("/jobs/{id}", get(detail))
-        .route("/jobs/{id}/events", get(events))
-        .route("/jobs/{id}/checkpoints", get(checkpoints))
-        .route("/jobs/{id}/metrics", get(job_metrics))
+pub fn read_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(detail))
+        .routes(routes!(events))
+        .routes(routes!(checkpoints))
+        .routes(routes!(job_metrics))
 }
 
-pub fn admin_routes() -> Router<AppState> {
-    Router::new()
-        .route("/jobs", post(submit_jobs))
-        .route("/jobs/{id}", axum::routing::patch(patch))
-        .route("/jobs/{id}/cancel", post(cancel))
-        .route("/jobs/{id}/requeue", post(requeue))
+pub fn admin_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(submit_jobs))
+        .routes(routes!(patch))
+        .routes(routes!(cancel))
+        .routes(routes!(requeue))
 }
 
+/// `{id}` of every job route.
+const JOB_ID: &str = "A job's uuid, or an experiment name: that experiment's newest job";
+
+#[utoipa::path(
+    post,
+    path = "/jobs",
+    tag = "jobs",
+    summary = "Submit a group, a list of experiments or all",
+    description = "Exactly one of `group`, `experiments`, `all`. An experiment or config that already has a job is skipped or linked unless `force`. With `Idempotency-Key`, a retry of the same request answers the first answer.",
+    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters; the same key with another body is 422")),
+    request_body = SubmitRequest,
+    responses(
+        (status = 201, description = "Jobs were created or linked", body = SubmitResponse),
+        (status = 200, description = "A dry run, or nothing new to create", body = SubmitResponse),
+        (status = 404, description = "`not_found`: an unknown group (with did-you-mean in details)", body = ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the key came with another body", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
 async fn submit_jobs(
     State(state): State<AppState>,
     IdempotencyKey(key): IdempotencyKey,
@@ -65,17 +85,36 @@ fn remembered(
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Only jobs in this state.
+    #[param(value_type = Option<JobState>)]
     state: Option<String>,
+    /// Only this group's jobs.
     group: Option<String>,
+    /// Only this experiment's jobs.
     experiment: Option<String>,
+    /// Page size (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
+    /// The previous page's `next_after`.
     after: Option<i64>,
+    /// Skip this many (not with `after`).
+    #[param(minimum = 0)]
     offset: Option<i64>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/jobs",
+    tag = "jobs",
+    summary = "Jobs in submission order",
+    description = "Filtered by state, group and experiment; paged by `limit` and `after` (the previous page's `next_after`), or `offset`. A group or experiment no job can have is 400 with did-you-mean.",
+    params(ListQuery),
+    responses((status = 200, description = "A page of jobs", body = JobList)),
+)]
 async fn list(
     State(state): State<AppState>,
     QueryParams(q): QueryParams<ListQuery>,
@@ -161,6 +200,17 @@ async fn job_row(state: &AppState, id: Uuid) -> Result<JobRow, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("no job {id}")))
 }
 
+#[utoipa::path(
+    get,
+    path = "/jobs/{id}",
+    tag = "jobs",
+    summary = "A job with attempts, checkpoints, latest metric values and goodput",
+    params(("id" = String, Path, description = JOB_ID)),
+    responses(
+        (status = 200, description = "The job", body = JobDetail),
+        (status = 404, description = "`not_found`: no such job or experiment (did-you-mean in details)", body = ErrorBody),
+    ),
+)]
 async fn detail(
     State(state): State<AppState>,
     JobRef(id): JobRef,
@@ -189,13 +239,27 @@ async fn detail(
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct EventsQuery {
+    /// Only events with a greater id.
     after: Option<i64>,
+    /// At most this many (default 500, clamped to 1..=5000).
     limit: Option<i64>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/jobs/{id}/events",
+    tag = "jobs",
+    summary = "The job's timeline",
+    params(("id" = String, Path, description = JOB_ID), EventsQuery),
+    responses(
+        (status = 200, description = "Events, oldest first", body = Vec<Event>),
+        (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
+    ),
+)]
 async fn events(
     State(state): State<AppState>,
     JobRef(id): JobRef,
@@ -228,6 +292,17 @@ async fn events(
     Ok(Json(events))
 }
 
+#[utoipa::path(
+    get,
+    path = "/jobs/{id}/checkpoints",
+    tag = "jobs",
+    summary = "Checkpoints seen in the store",
+    params(("id" = String, Path, description = JOB_ID)),
+    responses(
+        (status = 200, description = "Checkpoints of the job's run", body = Vec<Checkpoint>),
+        (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
+    ),
+)]
 async fn checkpoints(
     State(state): State<AppState>,
     JobRef(id): JobRef,
@@ -242,13 +317,28 @@ async fn checkpoints(
     ))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct MetricsQuery {
+    /// Comma-separated series names (default: every series).
     names: Option<String>,
+    /// Points per series at most (default 2000).
+    #[param(minimum = 2, maximum = 100000)]
     max_points: Option<i64>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/jobs/{id}/metrics",
+    tag = "jobs",
+    summary = "Metric series, downsampled",
+    params(("id" = String, Path, description = JOB_ID), MetricsQuery),
+    responses(
+        (status = 200, description = "The series", body = JobMetrics),
+        (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
+    ),
+)]
 async fn job_metrics(
     State(state): State<AppState>,
     JobRef(id): JobRef,
@@ -279,6 +369,20 @@ async fn job_metrics(
     Ok(Json(JobMetrics { job_id: id, series }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/cancel",
+    tag = "jobs",
+    summary = "Cancel a job; a running one is stopped on its pod",
+    params(("id" = String, Path, description = JOB_ID), ("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters")),
+    responses(
+        (status = 200, description = "The job, cancelled", body = Job),
+        (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
+        (status = 409, description = "The job's state does not allow it", body = ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
 async fn cancel(
     State(state): State<AppState>,
     JobRef(id): JobRef,
@@ -288,6 +392,20 @@ async fn cancel(
     Ok(Json(state.scheduler.cancel(id, key).await?))
 }
 
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/requeue",
+    tag = "jobs",
+    summary = "Requeue a failed, cancelled or held job",
+    params(("id" = String, Path, description = JOB_ID), ("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters")),
+    responses(
+        (status = 200, description = "The job, requeued", body = Job),
+        (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
+        (status = 409, description = "The job's state does not allow it", body = ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
 async fn requeue(
     State(state): State<AppState>,
     JobRef(id): JobRef,
@@ -297,6 +415,20 @@ async fn requeue(
     Ok(Json(state.scheduler.requeue(id, key).await?))
 }
 
+#[utoipa::path(
+    patch,
+    path = "/jobs/{id}",
+    tag = "jobs",
+    summary = "Change a job's priority",
+    params(("id" = String, Path, description = JOB_ID)),
+    request_body = PatchJobRequest,
+    responses(
+        (status = 200, description = "The job", body = Job),
+        (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
+        (status = 409, description = "The job's state does not allow it", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
 async fn patch(
     State(state): State<AppState>,
     JobRef(id): JobRef,

@@ -3,16 +3,24 @@
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::error::ApiError;
 use crate::AppState;
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/metrics", get(metrics))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(metrics))
 }
 
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    summary = "Prometheus metrics",
+    description = "Prometheus' text exposition format 0.0.4. Also on `--metrics-listen` when set.",
+    responses((status = 200, description = "The metrics", body = String, content_type = "text/plain")),
+)]
 async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let text = state.scheduler.metrics_text().await?;
     Ok((

@@ -6,16 +6,16 @@ pub mod error;
 mod experiments;
 mod extract;
 mod jobs;
-mod metrics;
 mod json_errors;
+mod metrics;
 mod negotiate;
 mod openapi;
 mod plan;
 mod schedules;
 mod status;
+mod stream;
 mod trace;
 mod webhooks;
-mod stream;
 mod worker;
 
 use std::time::Duration;
@@ -23,7 +23,9 @@ use std::time::Duration;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::routing::get;
-use axum::Router;
+use axum::{Extension, Router};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
 
 use crate::AppState;
 
@@ -34,11 +36,34 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Only `/metrics`, for a separate listen address (`--metrics-listen`).
 pub fn metrics_router(state: AppState) -> Router {
-    metrics::routes().with_state(state)
+    Router::from(metrics::routes()).with_state(state)
 }
 
 pub fn router(state: AppState) -> Router {
-    let admin = Router::new()
+    let (documented, document) = documented(&state).split_for_parts();
+    documented
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .merge(dashboard::routes())
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            trace::observe,
+        ))
+        .fallback(not_found)
+        .layer(Extension(openapi::Document::new(document)))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // A client that announces a body and does not send it must not hold a task open.
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            BODY_TIMEOUT,
+        ))
+        .layer(axum::middleware::from_fn(json_errors::json_errors))
+        .with_state(state)
+}
+
+/// Every route of the API and `/metrics`: the router and its OpenAPI document, both made from
+/// the handlers' `#[utoipa::path]` declarations, so the two cannot drift apart.
+fn documented(state: &AppState) -> OpenApiRouter<AppState> {
+    let admin = OpenApiRouter::new()
         .merge(jobs::admin_routes())
         .merge(schedules::admin_routes())
         .merge(plan::admin_routes())
@@ -50,7 +75,7 @@ pub fn router(state: AppState) -> Router {
         state.clone(),
         auth::require_worker,
     ));
-    let api = Router::new()
+    let api = OpenApiRouter::new()
         .merge(experiments::routes())
         .merge(jobs::read_routes())
         .merge(schedules::read_routes())
@@ -61,24 +86,9 @@ pub fn router(state: AppState) -> Router {
         .merge(openapi::routes())
         .merge(admin)
         .merge(worker);
-    Router::new()
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .nest(podq_api::API_PREFIX, api)
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
         .merge(metrics::routes())
-        .merge(dashboard::routes())
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            trace::observe,
-        ))
-        .fallback(not_found)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        // A client that announces a body and does not send it must not hold a task open.
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            BODY_TIMEOUT,
-        ))
-        .layer(axum::middleware::from_fn(json_errors::json_errors))
-        .with_state(state)
 }
 
 async fn readyz(

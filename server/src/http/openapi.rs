@@ -1,318 +1,166 @@
-//! `GET /openapi.json`: the API described for tools (OpenAPI 3.1). Bodies are named by their
-//! wire type in `podq-api`; keep it in step with the routers.
+//! `GET /openapi.json`: the API described for tools (OpenAPI 3.1), generated from the same
+//! declarations that build the router. Every documented route is registered through
+//! `utoipa_axum`'s `routes!` from its handler's `#[utoipa::path]`, so a route cannot be served
+//! without being documented or documented without being served; every body is a `podq-api`
+//! wire type deriving `ToSchema`. The error answers all routes share (a request the API
+//! cannot read, a missing or wrong token, a body too large or too slow, the store) are added
+//! here once, by what each operation takes.
+//!
+//! Not documented: `/healthz`, `/readyz` and the dashboard's static files (`/`, `/web/*`).
 
-use axum::routing::get;
-use axum::{Json, Router};
-use serde_json::{json, Value};
+use std::sync::Arc;
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::AppState;
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/openapi.json", get(|| async { Json(document()) }))
-}
+/// The document's fixed parts; the paths and schemas come from the routers.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "podq",
+        description = "Schedules ML experiments onto whole TPU pod slices. Every body is a wire type of the crate podq-api; every error answer is an `ErrorBody`. Reads are open; calls that change something need the admin token, the worker protocol needs the worker token (when the server has them)."
+    ),
+    components(schemas(podq_api::ErrorBody)),
+    modifiers(&BearerTokens),
+    tags(
+        (name = "catalog", description = "Experiments and groups as the catalog defines them"),
+        (name = "jobs", description = "Submit, list, inspect, cancel, requeue, reprioritise"),
+        (name = "status", description = "What runs where, the pods, live events"),
+        (name = "plan", description = "The compute grant and the order that completes the most groups"),
+        (name = "schedules", description = "Cron submissions"),
+        (name = "webhooks", description = "Notices sent out and their deliveries"),
+        (name = "worker", description = "The worker protocol (DESIGN.md 3.2)"),
+        (name = "operations", description = "Metrics and this document"),
+    )
+)]
+pub struct ApiDoc;
 
-/// One documented operation.
-struct Operation {
-    method: &'static str,
-    path: &'static str,
-    summary: &'static str,
-    /// The request body's wire type (`text/yaml` for a YAML document).
-    body: Option<&'static str>,
-    /// The answer's wire type; empty for no content.
-    response: &'static str,
-    /// `admin`, `worker` or `none`.
-    auth: &'static str,
-}
+struct BearerTokens;
 
-const fn op(
-    method: &'static str,
-    path: &'static str,
-    summary: &'static str,
-    body: Option<&'static str>,
-    response: &'static str,
-    auth: &'static str,
-) -> Operation {
-    Operation {
-        method,
-        path,
-        summary,
-        body,
-        response,
-        auth,
+impl Modify for BearerTokens {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for (name, what) in [
+            (
+                ADMIN,
+                "The server's --admin-token: calls that change something",
+            ),
+            (WORKER, "The server's --worker-token: the worker protocol"),
+        ] {
+            components.add_security_scheme(
+                name,
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .description(Some(what))
+                        .build(),
+                ),
+            );
+        }
     }
 }
 
-const OPERATIONS: &[Operation] = &[
-    op(
-        "get",
-        "/experiments",
-        "The catalog, with findings per experiment",
-        None,
-        "ExperimentSummary[]",
-        "none",
-    ),
-    op(
-        "get",
-        "/experiments/{name}",
-        "One experiment with its resolved config",
-        None,
-        "ExperimentDetail",
-        "none",
-    ),
-    op(
-        "post",
-        "/experiments/validate",
-        "Dry-run a YAML experiment document (body: YAML text); stores nothing",
-        Some("text/yaml"),
-        "ValidateResponse",
-        "none",
-    ),
-    op(
-        "get",
-        "/groups",
-        "Groups with job counts per state",
-        None,
-        "GroupSummary[]",
-        "none",
-    ),
-    op(
-        "post",
-        "/jobs",
-        "Submit a group, a list of experiments or all (Idempotency-Key honoured)",
-        Some("SubmitRequest"),
-        "SubmitResponse",
-        "admin",
-    ),
-    op(
-        "get",
-        "/jobs",
-        "Jobs in submission order, filtered by state, group, experiment; paged by limit and after (the previous page's next_after), or offset",
-        None,
-        "JobList",
-        "none",
-    ),
-    op(
-        "get",
-        "/jobs/{id}",
-        "A job with attempts, checkpoints and latest metric values",
-        None,
-        "JobDetail",
-        "none",
-    ),
-    op(
-        "patch",
-        "/jobs/{id}",
-        "Change a job's priority",
-        Some("PatchJobRequest"),
-        "Job",
-        "admin",
-    ),
-    op(
-        "post",
-        "/jobs/{id}/cancel",
-        "Cancel a job; a running one is stopped on its pod",
-        None,
-        "Job",
-        "admin",
-    ),
-    op(
-        "post",
-        "/jobs/{id}/requeue",
-        "Requeue a failed, cancelled or held job",
-        None,
-        "Job",
-        "admin",
-    ),
-    op(
-        "get",
-        "/jobs/{id}/events",
-        "The job's timeline",
-        None,
-        "Event[]",
-        "none",
-    ),
-    op(
-        "get",
-        "/jobs/{id}/checkpoints",
-        "Checkpoints seen in the store",
-        None,
-        "Checkpoint[]",
-        "none",
-    ),
-    op(
-        "get",
-        "/jobs/{id}/metrics",
-        "Metric series, downsampled (names=a,b&max_points=N)",
-        None,
-        "JobMetrics",
-        "none",
-    ),
-    op(
-        "get",
-        "/status",
-        "Summary: JSON with Accept: application/json, else a text table",
-        None,
-        "Status",
-        "none",
-    ),
-    op(
-        "get",
-        "/pods",
-        "Pods and what they hold",
-        None,
-        "Pod[]",
-        "none",
-    ),
-    op("get", "/pods/{name}", "One pod", None, "Pod", "none"),
-    op(
-        "post",
-        "/pods/{name}/lease",
-        "Worker: long-poll for a lease (204 when nothing is leasable)",
-        Some("LeaseRequest"),
-        "Lease",
-        "worker",
-    ),
-    op(
-        "post",
-        "/pods/{name}/report",
-        "Worker: pod state, health, preflight, recovery",
-        Some("PodReport"),
-        "",
-        "worker",
-    ),
-    op(
-        "post",
-        "/leases/{id}/heartbeat",
-        "Worker: extend the lease; answers cancel",
-        Some("HeartbeatRequest"),
-        "HeartbeatResponse",
-        "worker",
-    ),
-    op(
-        "post",
-        "/leases/{id}/metrics",
-        "Worker: a batch of metric points",
-        Some("MetricsBatch"),
-        "MetricsAck",
-        "worker",
-    ),
-    op(
-        "post",
-        "/leases/{id}/checkpoints",
-        "Worker: checkpoints found in the store",
-        Some("CheckpointsBatch"),
-        "",
-        "worker",
-    ),
-    op(
-        "post",
-        "/leases/{id}/events",
-        "Worker: observations for the job's timeline",
-        Some("WorkerEvents"),
-        "",
-        "worker",
-    ),
-    op(
-        "post",
-        "/leases/{id}/finish",
-        "Worker: end the attempt with its outcome",
-        Some("FinishRequest"),
-        "FinishResponse",
-        "worker",
-    ),
-    op(
-        "get",
-        "/schedules",
-        "Cron submissions",
-        None,
-        "Schedule[]",
-        "none",
-    ),
-    op(
-        "post",
-        "/schedules",
-        "Submit on a cron schedule (5-field cron, UTC)",
-        Some("ScheduleRequest"),
-        "Schedule",
-        "admin",
-    ),
-    op(
-        "delete",
-        "/schedules/{id}",
-        "Remove a schedule",
-        None,
-        "",
-        "admin",
-    ),
-    op(
-        "get",
-        "/plan",
-        "The queue in run order with projected start and end, against the deadline",
-        None,
-        "Plan",
-        "none",
-    ),
-    op("get", "/openapi.json", "This document", None, "", "none"),
-];
+/// The security scheme names the handlers' `security(...)` use.
+pub const ADMIN: &str = "admin_token";
+pub const WORKER: &str = "worker_token";
 
-pub fn document() -> Value {
-    let mut paths = serde_json::Map::new();
-    for Operation {
-        method,
-        path,
-        summary,
-        body,
-        response,
-        auth,
-    } in OPERATIONS
-    {
-        let entry = paths
-            .entry(format!("{}{path}", podq_api::API_PREFIX))
-            .or_insert_with(|| json!({}));
-        let mut op = json!({
-            "summary": summary,
-            "responses": {
-                "2XX": { "description": response_description(response) },
-                "4XX": { "description": "ErrorBody: {\"error\": {\"code\", \"message\", \"details\"}}" },
-            },
-        });
-        if let Some(body) = body {
-            let media = if *body == "text/yaml" {
-                "text/yaml"
-            } else {
-                "application/json"
-            };
-            op["requestBody"] = json!({ "required": true, "content": { media: { "schema": { "description": body } } } });
-        }
-        if *auth != "none" {
-            op["security"] = json!([{ format!("{auth}Token"): [] }]);
-        }
-        let params: Vec<Value> = path
-            .split('/')
-            .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}').map(str::to_owned))
-            .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } }))
-            .collect();
-        if !params.is_empty() {
-            op["parameters"] = Value::Array(params);
-        }
-        entry[*method] = op;
-    }
-    json!({
-        "openapi": "3.1.0",
-        "info": { "title": "podq", "version": env!("CARGO_PKG_VERSION"),
-                  "description": "Schedules ML experiments onto whole TPU pod slices. Wire types: crate podq-api." },
-        "paths": paths,
-        "components": { "securitySchemes": {
-            "adminToken": { "type": "http", "scheme": "bearer" },
-            "workerToken": { "type": "http", "scheme": "bearer" },
-        }},
-    })
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(openapi_json))
 }
 
-fn response_description(response: &str) -> String {
-    if response.is_empty() {
-        "No content".into()
-    } else {
-        format!("JSON: {response}")
+/// The finished document, serialised once when the router is built.
+#[derive(Clone)]
+pub struct Document(Arc<String>);
+
+impl Document {
+    pub fn new(mut openapi: utoipa::openapi::OpenApi) -> Self {
+        openapi.info.version = env!("CARGO_PKG_VERSION").to_owned();
+        for item in openapi.paths.paths.values_mut() {
+            for operation in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                // Handlers in different modules share names (`list`, `detail`): the tag makes
+                // the operation id unique, as OpenAPI requires.
+                if let (Some(tag), Some(id)) = (
+                    operation.tags.as_ref().and_then(|t| t.first()),
+                    operation.operation_id.as_mut(),
+                ) {
+                    *id = format!("{tag}_{id}");
+                }
+                add_shared_errors(operation);
+            }
+        }
+        Document(Arc::new(
+            openapi.to_json().expect("the OpenAPI document serialises"),
+        ))
     }
+}
+
+/// The error answers an operation can get from the layers around its handler, each unless
+/// the handler's declaration already describes it.
+fn add_shared_errors(operation: &mut Operation) {
+    let takes_input = operation.request_body.is_some()
+        || operation.parameters.as_ref().is_some_and(|p| !p.is_empty());
+    let has_body = operation.request_body.is_some();
+    let needs_token = operation.security.as_ref().is_some_and(|s| !s.is_empty());
+    let shared: [(&str, bool, &str); 7] = [
+        ("400", takes_input, "The path, query or body cannot be read (`invalid_query`, `invalid_id`, `invalid_body`, `malformed_json`, ...)"),
+        ("401", needs_token, "`unauthorized`: the call needs a bearer token and none was sent"),
+        ("403", needs_token, "`forbidden`: the token sent is not the one this call needs"),
+        ("408", has_body, "`request_timeout`: the body did not arrive in time"),
+        ("413", has_body, "`body_too_large`: the body is larger than the server accepts"),
+        ("500", true, "`internal` or `store_corrupt`: the server failed; its log says why"),
+        ("503", true, "`store_unavailable`: the database could not answer; nothing was changed, try again"),
+    ];
+    for (status, applies, description) in shared {
+        if applies && !operation.responses.responses.contains_key(status) {
+            operation
+                .responses
+                .responses
+                .insert(status.to_owned(), RefOr::T(error_response(description)));
+        }
+    }
+}
+
+fn error_response(description: &str) -> utoipa::openapi::Response {
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorBody")))
+                .build(),
+        )
+        .build()
+}
+
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    summary = "This document",
+    responses((status = 200, description = "The API as OpenAPI 3.1", body = Object)),
+)]
+async fn openapi_json(Extension(document): Extension<Document>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        document.0.as_str().to_owned(),
+    )
+        .into_response()
 }

@@ -6,32 +6,36 @@ use std::fmt::Write;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use chrono::{DateTime, Utc};
 use podq_api::{Grant, GrantRequest, Plan, PlanApplied, PlannedRun};
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams};
 use super::negotiate::{json_or_table, Table};
 use crate::AppState;
 
-pub fn read_routes() -> Router<AppState> {
-    Router::new()
-        .route("/plan", get(plan))
-        .route("/grant", get(grant))
+pub fn read_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(plan))
+        .routes(routes!(grant))
 }
 
-pub fn admin_routes() -> Router<AppState> {
-    Router::new()
-        .route("/plan/apply", post(apply))
-        .route("/grant", axum::routing::put(set_grant))
+pub fn admin_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(apply))
+        .routes(routes!(set_grant))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct PlanQuery {
+    /// Plan against this time (RFC 3339, e.g. `2026-12-23T00:00:00Z`) instead of the grant's end.
+    #[param(format = DateTime)]
     deadline: Option<String>,
 }
 
@@ -53,6 +57,19 @@ impl PlanQuery {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/plan",
+    tag = "plan",
+    summary = "The queue in run order with projected start and end, against the deadline",
+    description = "Today's order and the recommended one (the most whole groups before the deadline). JSON when the request's `Accept` names `application/json`; otherwise (curl's `*/*`) a plain-text table.",
+    params(PlanQuery),
+    responses((
+        status = 200,
+        description = "The plan",
+        content((Plan = "application/json"), (String = "text/plain")),
+    )),
+)]
 async fn plan(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -62,6 +79,16 @@ async fn plan(
     Ok(json_or_table(&headers, &plan))
 }
 
+#[utoipa::path(
+    post,
+    path = "/plan/apply",
+    tag = "plan",
+    summary = "Apply the recommended order",
+    description = "Submits the experiments the recommended order includes and sets priorities to follow it.",
+    params(PlanQuery),
+    responses((status = 200, description = "What applying did, and the plan after it", body = PlanApplied)),
+    security(("admin_token" = [])),
+)]
 async fn apply(
     State(state): State<AppState>,
     QueryParams(q): QueryParams<PlanQuery>,
@@ -69,10 +96,26 @@ async fn apply(
     Ok(Json(state.scheduler.apply_plan(q.deadline()?).await?))
 }
 
+#[utoipa::path(
+    get,
+    path = "/grant",
+    tag = "plan",
+    summary = "The compute grant the plan measures against",
+    responses((status = 200, description = "The grant; null when none is set", body = Option<Grant>)),
+)]
 async fn grant(State(state): State<AppState>) -> Result<Json<Option<Grant>>, ApiError> {
     Ok(Json(state.scheduler.grant().await?))
 }
 
+#[utoipa::path(
+    put,
+    path = "/grant",
+    tag = "plan",
+    summary = "Set the compute grant",
+    request_body = GrantRequest,
+    responses((status = 200, description = "The grant as stored", body = Grant)),
+    security(("admin_token" = [])),
+)]
 async fn set_grant(
     State(state): State<AppState>,
     JsonBody(req, _): JsonBody<GrantRequest>,

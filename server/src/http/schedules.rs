@@ -2,28 +2,49 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
-use axum::{Json, Router};
-use podq_api::{Schedule, ScheduleRequest};
+use axum::Json;
+use podq_api::{ErrorBody, Schedule, ScheduleRequest};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathUuid};
 use crate::AppState;
 
-pub fn read_routes() -> Router<AppState> {
-    Router::new().route("/schedules", get(list))
+pub fn read_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list))
 }
 
-pub fn admin_routes() -> Router<AppState> {
-    Router::new()
-        .route("/schedules", post(create))
-        .route("/schedules/{id}", delete(remove))
+pub fn admin_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create))
+        .routes(routes!(remove))
 }
 
+#[utoipa::path(
+    get,
+    path = "/schedules",
+    tag = "schedules",
+    summary = "Cron submissions",
+    responses((status = 200, description = "Every schedule", body = Vec<Schedule>)),
+)]
 async fn list(State(state): State<AppState>) -> Result<Json<Vec<Schedule>>, ApiError> {
     Ok(Json(state.scheduler.schedules().await?))
 }
 
+#[utoipa::path(
+    post,
+    path = "/schedules",
+    tag = "schedules",
+    summary = "Submit on a cron schedule",
+    description = "`cron` is 5-field `minute hour day-of-month month day-of-week` in UTC (day-of-week 0-7, 0 and 7 Sunday; names JAN-DEC, SUN-SAT), or @hourly, @daily, @weekly, @monthly, @yearly; a 6-field form with leading seconds is also accepted. A bad expression is 400 `invalid_cron` naming the field.",
+    request_body = ScheduleRequest,
+    responses(
+        (status = 201, description = "The schedule", body = Schedule),
+        (status = 404, description = "`not_found`: an unknown group or experiment to submit", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
 async fn create(
     State(state): State<AppState>,
     JsonBody(req, _): JsonBody<ScheduleRequest>,
@@ -34,6 +55,18 @@ async fn create(
     ))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/schedules/{id}",
+    tag = "schedules",
+    summary = "Remove a schedule",
+    params(("id" = uuid::Uuid, Path, description = "The schedule")),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 404, description = "`not_found`: no such schedule", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
 async fn remove(
     State(state): State<AppState>,
     PathUuid(id): PathUuid,

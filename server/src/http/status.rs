@@ -5,21 +5,34 @@ use std::fmt::Write;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::routing::get;
-use axum::{Json, Router};
-use podq_api::{JobState, Pod, Status};
+use axum::Json;
+use podq_api::{ErrorBody, JobState, Pod, Status};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::negotiate::{json_or_table, Table};
 use crate::AppState;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/status", get(status))
-        .route("/pods", get(pods))
-        .route("/pods/{name}", get(pod))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(status))
+        .routes(routes!(pods))
+        .routes(routes!(pod))
 }
 
+#[utoipa::path(
+    get,
+    path = "/status",
+    tag = "status",
+    summary = "Jobs per state, what runs where, the pods, the queue and goodput",
+    description = "JSON when the request's `Accept` names `application/json`; otherwise (curl's `*/*`) a plain-text table.",
+    responses((
+        status = 200,
+        description = "The summary",
+        content((Status = "application/json"), (String = "text/plain")),
+    )),
+)]
 async fn status(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     Ok(json_or_table(&headers, &state.scheduler.status().await?))
 }
@@ -142,10 +155,28 @@ fn render_table(s: &Status) -> String {
     out
 }
 
+#[utoipa::path(
+    get,
+    path = "/pods",
+    tag = "status",
+    summary = "Pods and what they hold",
+    responses((status = 200, description = "Every pod a worker has registered", body = Vec<Pod>)),
+)]
 async fn pods(State(state): State<AppState>) -> Result<Json<Vec<Pod>>, ApiError> {
     Ok(Json(state.scheduler.pods().await?))
 }
 
+#[utoipa::path(
+    get,
+    path = "/pods/{name}",
+    tag = "status",
+    summary = "One pod",
+    params(("name" = String, Path, description = "The pod")),
+    responses(
+        (status = 200, description = "The pod", body = Pod),
+        (status = 404, description = "`not_found`: no such pod", body = ErrorBody),
+    ),
+)]
 async fn pod(
     State(state): State<AppState>,
     Path(name): Path<String>,

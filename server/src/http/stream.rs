@@ -15,12 +15,12 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use axum::routing::get;
-use axum::Router;
 use futures::Stream;
 use serde::Deserialize;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::QueryParams;
@@ -31,16 +31,30 @@ use crate::AppState;
 /// Events read per wake-up at most; the rest follow at once.
 const BATCH: i64 = 500;
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/events/stream", get(stream))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(stream))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct StreamQuery {
+    /// Resume after this event id (the `Last-Event-ID` header wins when both are sent).
     after: Option<i64>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/events/stream",
+    tag = "status",
+    summary = "Server-sent events for live views",
+    description = "`event: event` (with `id:`): each timeline `Event` as JSON, as it is committed. `event: progress`: `{\"job_id\", \"step\"}` when a job's metrics arrive. A client that reconnects sends `Last-Event-ID` or `?after=` and gets every event it missed. The stream stays open.",
+    params(
+        StreamQuery,
+        ("Last-Event-ID" = Option<i64>, Header, description = "The last event id received"),
+    ),
+    responses((status = 200, description = "The stream", body = String, content_type = "text/event-stream")),
+)]
 async fn stream(
     State(state): State<AppState>,
     headers: HeaderMap,

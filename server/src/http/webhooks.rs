@@ -1,10 +1,11 @@
 //! The webhooks and their deliveries, for a person checking that notices go out.
 
 use axum::extract::State;
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use podq_api::{Delivery, Webhook};
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::QueryParams;
@@ -12,12 +13,19 @@ use crate::store::{ms_to_datetime, webhooks as outbox, StoreError};
 use crate::webhooks::redacted;
 use crate::AppState;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/webhooks", get(list))
-        .route("/webhooks/deliveries", get(deliveries))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(deliveries))
 }
 
+#[utoipa::path(
+    get,
+    path = "/webhooks",
+    tag = "webhooks",
+    summary = "The configured webhooks, with what is pending and delivered",
+    responses((status = 200, description = "Every webhook", body = Vec<Webhook>)),
+)]
 async fn list(State(state): State<AppState>) -> Result<Json<Vec<Webhook>>, ApiError> {
     let rows = outbox::list(state.store.reader()).await?;
     let hooks = rows
@@ -40,16 +48,28 @@ async fn list(State(state): State<AppState>) -> Result<Json<Vec<Webhook>>, ApiEr
     Ok(Json(hooks))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct DeliveriesQuery {
+    /// Only this webhook's deliveries.
     webhook: Option<i64>,
     /// Only notices not delivered yet.
     #[serde(default)]
     pending: bool,
+    /// At most this many, newest first (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/webhooks/deliveries",
+    tag = "webhooks",
+    summary = "Deliveries of notices to webhooks",
+    params(DeliveriesQuery),
+    responses((status = 200, description = "Deliveries", body = Vec<Delivery>)),
+)]
 async fn deliveries(
     State(state): State<AppState>,
     QueryParams(q): QueryParams<DeliveriesQuery>,

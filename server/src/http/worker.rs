@@ -4,26 +4,28 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use podq_api::{
-    CheckpointsBatch, FinishRequest, FinishResponse, HeartbeatRequest, HeartbeatResponse,
-    LeaseRequest, MetricsAck, MetricsBatch, PodReport, WorkerEvents,
+    CheckpointsBatch, ErrorBody, FinishRequest, FinishResponse, HeartbeatRequest,
+    HeartbeatResponse, Lease, LeaseRequest, MetricsAck, MetricsBatch, PodReport, WorkerEvents,
 };
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathUuid};
 use crate::AppState;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/pods/{name}/lease", post(lease))
-        .route("/pods/{name}/report", post(report))
-        .route("/leases/{id}/heartbeat", post(heartbeat))
-        .route("/leases/{id}/metrics", post(metrics))
-        .route("/leases/{id}/checkpoints", post(checkpoints))
-        .route("/leases/{id}/events", post(events))
-        .route("/leases/{id}/finish", post(finish))
+/// Every route needs the worker token.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(lease))
+        .routes(routes!(report))
+        .routes(routes!(heartbeat))
+        .routes(routes!(metrics))
+        .routes(routes!(checkpoints))
+        .routes(routes!(events))
+        .routes(routes!(finish))
 }
 
 fn check_pod_name(name: &str) -> Result<(), ApiError> {
@@ -40,6 +42,20 @@ fn check_pod_name(name: &str) -> Result<(), ApiError> {
     })
 }
 
+#[utoipa::path(
+    post,
+    path = "/pods/{name}/lease",
+    tag = "worker",
+    summary = "Long-poll for a lease",
+    description = "Registers or refreshes the pod and waits up to `wait_s` for a job it may run.",
+    params(("name" = String, Path, description = "The pod: 1 to 63 letters, digits, `-` or `_`")),
+    request_body = LeaseRequest,
+    responses(
+        (status = 200, description = "A lease: run this attempt", body = Lease),
+        (status = 204, description = "Nothing is leasable to this pod now; ask again"),
+    ),
+    security(("worker_token" = [])),
+)]
 async fn lease(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -52,6 +68,16 @@ async fn lease(
     })
 }
 
+#[utoipa::path(
+    post,
+    path = "/pods/{name}/report",
+    tag = "worker",
+    summary = "Report the pod's state, health, preflight or recovery",
+    params(("name" = String, Path, description = "The pod: 1 to 63 letters, digits, `-` or `_`")),
+    request_body = PodReport,
+    responses((status = 204, description = "Recorded")),
+    security(("worker_token" = [])),
+)]
 async fn report(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -62,6 +88,19 @@ async fn report(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(
+    post,
+    path = "/leases/{id}/heartbeat",
+    tag = "worker",
+    summary = "Extend the lease; the answer says whether to cancel",
+    params(("id" = uuid::Uuid, Path, description = "The lease")),
+    request_body = HeartbeatRequest,
+    responses(
+        (status = 200, description = "The lease is extended", body = HeartbeatResponse),
+        (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
+    ),
+    security(("worker_token" = [])),
+)]
 async fn heartbeat(
     State(state): State<AppState>,
     PathUuid(id): PathUuid,
@@ -70,6 +109,19 @@ async fn heartbeat(
     Ok(Json(state.scheduler.heartbeat(id, req)?))
 }
 
+#[utoipa::path(
+    post,
+    path = "/leases/{id}/metrics",
+    tag = "worker",
+    summary = "A batch of metric points",
+    params(("id" = uuid::Uuid, Path, description = "The lease")),
+    request_body = MetricsBatch,
+    responses(
+        (status = 200, description = "How many points were stored", body = MetricsAck),
+        (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
+    ),
+    security(("worker_token" = [])),
+)]
 async fn metrics(
     State(state): State<AppState>,
     PathUuid(id): PathUuid,
@@ -79,6 +131,19 @@ async fn metrics(
     Ok(Json(MetricsAck { accepted }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/leases/{id}/checkpoints",
+    tag = "worker",
+    summary = "Checkpoints found in the store",
+    params(("id" = uuid::Uuid, Path, description = "The lease")),
+    request_body = CheckpointsBatch,
+    responses(
+        (status = 204, description = "Recorded"),
+        (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
+    ),
+    security(("worker_token" = [])),
+)]
 async fn checkpoints(
     State(state): State<AppState>,
     PathUuid(id): PathUuid,
@@ -88,6 +153,19 @@ async fn checkpoints(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(
+    post,
+    path = "/leases/{id}/events",
+    tag = "worker",
+    summary = "Observations for the job's timeline",
+    params(("id" = uuid::Uuid, Path, description = "The lease")),
+    request_body = WorkerEvents,
+    responses(
+        (status = 204, description = "Recorded"),
+        (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
+    ),
+    security(("worker_token" = [])),
+)]
 async fn events(
     State(state): State<AppState>,
     PathUuid(id): PathUuid,
@@ -97,6 +175,19 @@ async fn events(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(
+    post,
+    path = "/leases/{id}/finish",
+    tag = "worker",
+    summary = "End the attempt with its outcome",
+    params(("id" = uuid::Uuid, Path, description = "The lease")),
+    request_body = FinishRequest,
+    responses(
+        (status = 200, description = "The job's state after the retry policy", body = FinishResponse),
+        (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
+    ),
+    security(("worker_token" = [])),
+)]
 async fn finish(
     State(state): State<AppState>,
     PathUuid(id): PathUuid,
