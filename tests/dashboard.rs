@@ -1,639 +1,604 @@
-//! The dashboard in a real browser: a real `podq server` process on port 0, a group submitted
-//! over HTTP, and headless Chromium loading the page, running its JavaScript against the live
-//! API and printing the resulting DOM (and a screenshot).
+//! The dashboard as a person uses it: a real `podq server` on port 0, a real worker on the
+//! simulated pod running the sim trainer, and headless Chromium driven over the Chrome
+//! DevTools Protocol (`tests/browser`). Each test opens pages, waits for what they show
+//! (polling the DOM against a deadline, never a fixed sleep), clicks, and checks the result
+//! in the page and in the API. Screenshots go to `target/test-artifacts/dashboard/`.
 //!
 //! Needs Chromium at `/usr/bin/chromium` (Debian: `apt-get install -y chromium`), or another
-//! binary named by `PODQ_TEST_CHROMIUM`. Without it the test fails: it never passes silently.
+//! binary named by `PODQ_TEST_CHROMIUM`. Without it the tests fail: they never pass silently.
 
-use std::collections::BTreeSet;
-use std::fs::File;
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod browser;
+mod common;
 
+use std::sync::Mutex;
+use std::time::Duration;
+
+use browser::{Browser, Page};
+use chrono::{DateTime, Utc};
+use common::{eventually, Server};
 use serde_json::{json, Value};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-const SERVER_START_TIMEOUT: Duration = Duration::from_secs(60);
-const BROWSER_TIMEOUT: Duration = Duration::from_secs(60);
-const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
-/// Where a copy of the screenshot goes, for people to look at.
-const SCREENSHOT_COPY: &str = "/tmp/podq-dashboard.png";
+/// How long a page may take to show what the test waits for. Generous: the machine is
+/// shared, and a wait ends as soon as its condition holds.
+const SHOW: Duration = Duration::from_secs(60);
+/// How long a job may take to reach a state on the simulated pod.
+const RUN: Duration = Duration::from_secs(120);
 
-// ---------------------------------------------------------------------------------------------
-// processes
+/// Each test runs a server, a worker, trainers and a browser; one at a time keeps a 2-core
+/// machine responsive enough for all of them.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// A child process in its own process group, killed with the whole group when dropped
-/// (Chromium forks helpers; the server is killed the same way).
-struct Guard {
-    child: Child,
-    name: &'static str,
-}
-
-impl Guard {
-    fn spawn(mut command: Command, name: &'static str) -> Guard {
-        command.process_group(0);
-        let child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        Guard { child, name }
-    }
-
-    fn kill(&mut self) {
-        let pid = self.child.id();
-        // The group id is the child's pid (process_group(0)); the group holds only processes
-        // this test started.
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{pid}")])
-            .stderr(Stdio::null())
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Waits for the process to exit; kills it and panics after `timeout`.
-    fn wait_with_deadline(&mut self, timeout: Duration, log: &Path) -> std::process::ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => return status,
-                Ok(None) => {}
-                Err(e) => panic!("waiting for {}: {e}", self.name),
-            }
-            if Instant::now() >= deadline {
-                self.kill();
-                panic!(
-                    "{} did not finish within {timeout:?}; killed it. Its stderr:\n{}",
-                    self.name,
-                    tail(log)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.kill();
-        }
-    }
-}
-
-fn tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
-}
-
-/// Starts `podq server` on an ephemeral port and returns it with its base URL, once it has
-/// printed `podq server listening on http://...`.
-fn start_server(dir: &Path) -> (Guard, String) {
-    let log = dir.join("server.stderr");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_podq"));
-    command
-        .arg("server")
-        .args(["--listen", "127.0.0.1:0"])
-        .arg("--db")
-        .arg(dir.join("podq.db"))
-        .arg("--experiments")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments"))
-        .arg("--bucket")
-        .arg(dir.join("bucket"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(File::create(&log).unwrap());
-    // Settings from the environment of whoever runs the tests must not leak in (a token
-    // would make the anonymous submit below fail).
-    for (key, _) in std::env::vars() {
-        if key.starts_with("PODQ_") {
-            command.env_remove(key);
-        }
-    }
-    let mut server = Guard::spawn(command, "podq server");
-
-    let stdout = server.child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        // Keeps draining stdout for the life of the server so it never blocks on a full pipe.
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            // After the listening line nobody receives any more: keep reading anyway.
-            let _ = tx.send(line);
-        }
-    });
-
-    let deadline = Instant::now() + SERVER_START_TIMEOUT;
-    let prefix = "podq server listening on ";
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                if let Some(url) = line.trim().strip_prefix(prefix) {
-                    return (server, url.trim_end_matches('/').to_owned());
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => panic!(
-                "podq server printed no `{prefix}...` line within {SERVER_START_TIMEOUT:?}; stderr:\n{}",
-                tail(&log)
-            ),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let status = server.child.wait().ok();
-                panic!(
-                    "podq server exited ({status:?}) before it listened; stderr:\n{}",
-                    tail(&log)
-                );
-            }
-        }
-    }
-}
-
-fn chromium_path() -> PathBuf {
-    let path = std::env::var_os("PODQ_TEST_CHROMIUM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(CHROMIUM));
-    assert!(
-        path.is_file(),
-        "Chromium not found at {}. The dashboard test drives a real headless browser: install \
-         it with `apt-get install -y chromium` (Debian/Ubuntu), or point PODQ_TEST_CHROMIUM at \
-         a Chromium/Chrome binary.",
-        path.display()
-    );
-    path
-}
-
-/// Runs headless Chromium on `url` with `extra` arguments; returns what it printed on stdout.
-fn chromium(dir: &Path, label: &str, url: &str, extra: &[String]) -> String {
-    let profile = dir.join(format!("chromium-profile-{label}"));
-    std::fs::create_dir_all(&profile).unwrap();
-    let stdout_path = dir.join(format!("chromium-{label}.stdout"));
-    let stderr_path = dir.join(format!("chromium-{label}.stderr"));
-    let mut command = Command::new(chromium_path());
-    command
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--virtual-time-budget=10000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(extra)
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(File::create(&stdout_path).unwrap())
-        .stderr(File::create(&stderr_path).unwrap());
-    let mut browser = Guard::spawn(command, "chromium");
-    let status = browser.wait_with_deadline(BROWSER_TIMEOUT, &stderr_path);
-    assert!(
-        status.success(),
-        "chromium ({label}) exited with {status}; stderr:\n{}",
-        tail(&stderr_path)
-    );
-    std::fs::read_to_string(&stdout_path).unwrap()
-}
-
-// ---------------------------------------------------------------------------------------------
-// a small reader for the DOM Chromium serializes (well-formed: every non-void element closed)
-
-#[derive(Debug)]
-struct Tag {
-    name: String,
-    attrs: Vec<(String, String)>,
-    /// Byte offset of `<` and just after `>` of the start tag.
-    start: usize,
-    open_end: usize,
-}
-
-impl Tag {
-    fn attr(&self, name: &str) -> Option<&str> {
-        self.attrs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-fn decode(text: &str) -> String {
-    text.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&#39;", "'")
-        .replace("&nbsp;", "\u{a0}")
-        .replace("&amp;", "&")
-}
-
-/// Every start tag of `html`, in order (offsets relative to `html`).
-fn start_tags(html: &str) -> Vec<Tag> {
-    let bytes = html.as_bytes();
-    let mut tags = Vec::new();
-    let mut i = 0;
-    while let Some(off) = html[i..].find('<') {
-        let at = i + off;
-        let rest = &html[at..];
-        if rest.starts_with("<!--") {
-            i = at + rest.find("-->").map_or(rest.len(), |e| e + 3);
-            continue;
-        }
-        if rest.starts_with("</") || rest.starts_with("<!") {
-            i = at + rest.find('>').map_or(rest.len(), |e| e + 1);
-            continue;
-        }
-        // name
-        let mut j = at + 1;
-        while j < bytes.len() && (bytes[j].is_ascii_alphanumeric() || bytes[j] == b'-') {
-            j += 1;
-        }
-        let name = html[at + 1..j].to_ascii_lowercase();
-        if name.is_empty() {
-            i = at + 1;
-            continue;
-        }
-        // attributes
-        let mut attrs = Vec::new();
-        loop {
-            while j < bytes.len() && bytes[j].is_ascii_whitespace() {
-                j += 1;
-            }
-            if j >= bytes.len() {
-                break;
-            }
-            if bytes[j] == b'>' {
-                j += 1;
-                break;
-            }
-            if bytes[j] == b'/' {
-                j += 1;
-                continue;
-            }
-            let key_start = j;
-            while j < bytes.len()
-                && !matches!(bytes[j], b'=' | b'>' | b'/')
-                && !bytes[j].is_ascii_whitespace()
-            {
-                j += 1;
-            }
-            let key = html[key_start..j].to_ascii_lowercase();
-            let mut value = String::new();
-            if j < bytes.len() && bytes[j] == b'=' {
-                j += 1;
-                if j < bytes.len() && (bytes[j] == b'"' || bytes[j] == b'\'') {
-                    let quote = bytes[j] as char;
-                    let end = html[j + 1..].find(quote).map_or(html.len(), |e| j + 1 + e);
-                    value = decode(&html[j + 1..end]);
-                    j = (end + 1).min(html.len());
-                } else {
-                    let v_start = j;
-                    while j < bytes.len() && bytes[j] != b'>' && !bytes[j].is_ascii_whitespace() {
-                        j += 1;
-                    }
-                    value = decode(&html[v_start..j]);
-                }
-            }
-            attrs.push((key, value));
-        }
-        let raw_text = name == "script" || name == "style";
-        tags.push(Tag {
-            name: name.clone(),
-            attrs,
-            start: at,
-            open_end: j,
-        });
-        i = j;
-        if raw_text {
-            let close = format!("</{name}");
-            i = html[j..].find(&close).map_or(html.len(), |e| j + e);
-        }
-    }
-    tags
-}
-
-const VOID: &[&str] = &[
-    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
-    "wbr",
-];
-
-/// The markup inside `tag` (between its start tag and its matching end tag).
-fn inner<'a>(html: &'a str, tag: &Tag) -> &'a str {
-    if VOID.contains(&tag.name.as_str()) {
-        return "";
-    }
-    let open = format!("<{}", tag.name);
-    let close = format!("</{}>", tag.name);
-    let mut depth = 1;
-    let mut i = tag.open_end;
-    loop {
-        let next_close = html[i..].find(&close).map(|e| i + e);
-        let next_open = html[i..]
-            .match_indices(&open)
-            .map(|(e, _)| i + e)
-            .find(|&p| {
-                html.as_bytes()
-                    .get(p + open.len())
-                    .is_some_and(|b| b.is_ascii_whitespace() || *b == b'>' || *b == b'/')
-            });
-        let Some(close_at) = next_close else {
-            return &html[tag.open_end..];
-        };
-        match next_open {
-            Some(open_at) if open_at < close_at => {
-                depth += 1;
-                i = open_at + open.len();
-            }
-            _ => {
-                depth -= 1;
-                if depth == 0 {
-                    return &html[tag.open_end..close_at];
-                }
-                i = close_at + close.len();
-            }
-        }
-    }
-}
-
-/// Text content of a fragment: tags removed, entities decoded, whitespace collapsed.
-fn text(fragment: &str) -> String {
-    let mut out = String::new();
-    let mut in_tag = false;
-    for c in fragment.chars() {
-        match c {
-            '<' => {
-                in_tag = true;
-                out.push(' ');
-            }
-            '>' if in_tag => in_tag = false,
-            _ if !in_tag => out.push(c),
-            _ => {}
-        }
-    }
-    decode(&out)
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-struct Dom {
-    html: String,
-    tags: Vec<Tag>,
-}
-
-impl Dom {
-    fn parse(html: String) -> Dom {
-        assert!(
-            html.contains("</html>"),
-            "chromium printed no DOM; stdout was:\n{html}"
-        );
-        let tags = start_tags(&html);
-        Dom { html, tags }
-    }
-
-    fn by_id(&self, id: &str) -> &Tag {
-        self.tags
-            .iter()
-            .find(|t| t.attr("id") == Some(id))
-            .unwrap_or_else(|| panic!("no element with id `{id}` in the DOM:\n{}", self.html))
-    }
-
-    fn inner(&self, tag: &Tag) -> &str {
-        inner(&self.html, tag)
-    }
-
-    fn text(&self, tag: &Tag) -> String {
-        text(self.inner(tag))
-    }
-
-    /// The tags inside `outer` (by position).
-    fn within<'a>(&'a self, outer: &'a Tag) -> impl Iterator<Item = &'a Tag> + 'a {
-        let body = self.inner(outer);
-        let from = outer.open_end;
-        let to = from + body.len();
-        self.tags
-            .iter()
-            .filter(move |t| t.start >= from && t.start < to)
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-
-#[test]
-fn dashboard_renders_a_submitted_group_in_a_real_browser() {
-    // Fail first, and clearly, when there is no browser.
-    chromium_path();
-
-    let dir = tempfile::tempdir().unwrap();
-    let (_server, base) = start_server(dir.path());
-
-    // Submit one group over the real API.
-    let runtime = tokio::runtime::Builder::new_current_thread()
+fn run(test: impl std::future::Future<Output = ()>) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    browser::chromium_path();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
-    let submitted: Value = runtime.block_on(async {
-        let client = reqwest::Client::builder()
-            .timeout(HTTP_TIMEOUT)
-            .build()
-            .unwrap();
-        let resp = client
-            .post(format!("{base}/api/v1/jobs"))
-            .json(&json!({ "group": "exp07-precision" }))
-            .send()
-            .await
-            .expect("POST /api/v1/jobs");
-        let status = resp.status();
-        let body = resp.text().await.unwrap();
-        assert!(status.is_success(), "submit answered {status}: {body}");
-        serde_json::from_str(&body).unwrap()
-    });
-    let mut job_ids: BTreeSet<String> = BTreeSet::new();
-    let mut exp07a = None;
-    for key in ["created", "linked"] {
-        for job in submitted[key].as_array().unwrap() {
-            let id = job["job_id"].as_str().unwrap().to_owned();
-            if job["experiment"] == "exp07a" {
-                exp07a = Some(id.clone());
-            }
-            job_ids.insert(id);
-        }
-    }
-    assert_eq!(
-        job_ids.len(),
-        3,
-        "exp07-precision has 3 experiments: {submitted}"
-    );
-    let exp07a = exp07a.expect("exp07a was submitted");
+        .unwrap()
+        .block_on(test);
+}
 
-    // Three browser runs at once: the page's DOM, the page with a job's detail panel open
-    // (from the URL hash), and a screenshot.
-    let page = format!("{base}/");
-    let detail_page = format!("{base}/#job={exp07a}");
-    let screenshot = dir.path().join("dashboard.png");
-    let (main_dom, detail_dom) = std::thread::scope(|s| {
-        let main = s.spawn(|| chromium(dir.path(), "main", &page, &["--dump-dom".into()]));
-        let detail =
-            s.spawn(|| chromium(dir.path(), "detail", &detail_page, &["--dump-dom".into()]));
-        let shot = s.spawn(|| {
-            chromium(
-                dir.path(),
-                "screenshot",
-                &page,
-                &[
-                    format!("--screenshot={}", screenshot.display()),
-                    "--window-size=1280,800".into(),
-                ],
-            )
-        });
-        shot.join().expect("screenshot run");
-        (
-            main.join().expect("dump-dom run"),
-            detail.join().expect("detail dump-dom run"),
+fn js_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
+
+/// The text of the element `selector` matches, or null while there is none.
+fn text_of(selector: &str) -> String {
+    format!(
+        "((document.querySelector({sel}) || {{}}).textContent ?? null)",
+        sel = js_str(selector)
+    )
+}
+
+async fn put_grant(server: &Server, end: DateTime<Utc>) -> Value {
+    let (status, grant) = server
+        .send(
+            reqwest::Method::PUT,
+            "/grant",
+            json!({"end": end.to_rfc3339(), "pod_hours": {"v4-64": 720}}).to_string(),
+            &[("content-type", "application/json")],
         )
-    });
+        .await;
+    assert_eq!(status, 200, "{grant}");
+    grant
+}
 
-    // ----- the main page -----
-    let dom = Dom::parse(main_dom);
-    let body = dom.tags.iter().find(|t| t.name == "body").unwrap();
-    assert_eq!(
-        body.attr("data-status"),
-        Some("ok"),
-        "the page did not finish a successful refresh"
-    );
-    assert!(
-        dom.by_id("conn-banner").attr("hidden").is_some(),
-        "the `server unreachable` banner shows"
-    );
+async fn plan(server: &Server) -> Value {
+    let (status, plan) = server.get("/plan").await;
+    assert_eq!(status, 200, "{plan}");
+    plan
+}
 
-    let table = dom.by_id("jobs-table");
-    let rows: Vec<&Tag> = dom
-        .within(table)
-        .filter(|t| t.name == "tr" && t.attr("data-job-id").is_some())
-        .collect();
-    assert_eq!(rows.len(), 3, "jobs table rows:\n{}", dom.inner(table));
-    let mut experiments = BTreeSet::new();
-    for row in &rows {
-        let id = row.attr("data-job-id").unwrap();
-        assert!(job_ids.contains(id), "unexpected job {id} in the table");
-        assert_eq!(row.attr("data-state"), Some("queued"), "row {id}");
-        let row_text = dom.text(row);
-        let experiment = row.attr("data-experiment").unwrap().to_owned();
-        assert!(row_text.contains(&experiment), "row text `{row_text}`");
-        assert!(
-            row_text.contains("exp07-precision"),
-            "row text `{row_text}`"
+fn fit(plan: &Value, order: &str, what: &str, total: usize) -> String {
+    match plan[order][what].as_u64() {
+        Some(n) => format!("{n} of {total}"),
+        None => format!("– of {total}"),
+    }
+}
+
+/// Waits until the page's `conn` indicator says the event stream is open.
+async fn wait_live(page: &Page) {
+    page.wait_for::<bool>(
+        SHOW,
+        "the page to be live on the event stream",
+        "document.getElementById('conn').dataset.mode === 'live' && document.body.dataset.status === 'ok'",
+    )
+    .await;
+}
+
+#[test]
+fn the_overview_shows_the_grant_and_applies_the_recommended_order() {
+    run(async {
+        let server = Server::start().await;
+        let (status, answer) = server
+            .post("/jobs", json!({"group": "exp07-precision"}))
+            .await;
+        assert_eq!(status, 201, "{answer}");
+        let browser = Browser::launch().await;
+        let page = browser.open(&format!("{}/", server.url)).await;
+
+        // Without a grant, the card says so and claims nothing.
+        let shown: String = page
+            .wait_for(
+                SHOW,
+                "the plan card without a grant",
+                &format!(
+                    "document.getElementById('plan').dataset.loaded === 'true' && {}",
+                    text_of("#plan-deadline")
+                ),
+            )
+            .await;
+        assert!(shown.contains("no grant set"), "{shown}");
+        let runs = plan(&server).await["current"]["runs"]
+            .as_array()
+            .unwrap()
+            .len();
+        let cell: String = page.eval(&text_of("#plan-runs-current")).await;
+        assert_eq!(cell, format!("– of {runs}"));
+
+        // A 30-day grant, then a reload as the user would.
+        let end = DateTime::from_timestamp(Utc::now().timestamp() + 30 * 86_400, 0).unwrap();
+        put_grant(&server, end).await;
+        page.reload().await;
+        let deadline: String = page
+            .wait_for(
+                SHOW,
+                "the plan card with the grant's deadline",
+                "document.getElementById('plan').dataset.deadline || null",
+            )
+            .await;
+        assert_eq!(
+            DateTime::parse_from_rfc3339(&deadline).unwrap(),
+            end,
+            "the card's deadline"
         );
-        let badge = dom
-            .within(row)
-            .find(|t| t.attr("data-badge").is_some())
-            .expect("a state badge in the row");
-        assert_eq!(dom.text(badge), "queued");
-        experiments.insert(experiment);
-    }
-    assert_eq!(
-        experiments,
-        BTreeSet::from([
-            "exp07a".to_owned(),
-            "exp07b".to_owned(),
-            "exp07c".to_owned()
-        ])
-    );
+        let shown: String = page.eval(&text_of("#plan-deadline")).await;
+        assert!(
+            shown.contains("grant ends") && shown.contains(&end.format("%Y").to_string()),
+            "{shown}"
+        );
+        assert!(shown.contains("left"), "{shown}");
 
-    let counts = dom.by_id("state-counts");
-    let count_of = |state: &str| -> (String, String) {
-        let tag = dom
-            .within(counts)
-            .find(|t| t.attr("data-state") == Some(state))
-            .unwrap_or_else(|| panic!("no `{state}` count in:\n{}", dom.inner(counts)));
-        (tag.attr("data-count").unwrap().to_owned(), dom.text(tag))
-    };
-    let (queued, queued_text) = count_of("queued");
-    assert_eq!(queued, "3");
-    assert_eq!(queued_text, "3 queued");
-    for state in [
-        "running",
-        "leased",
-        "succeeded",
-        "failed",
-        "cancelled",
-        "held",
-    ] {
-        assert_eq!(count_of(state).0, "0", "{state} count");
-    }
+        // The card shows what the API computes, under both orders.
+        let api = plan(&server).await;
+        let groups = api["groups"].as_array().unwrap().len();
+        for (id, order, what, total) in [
+            ("#plan-runs-current", "current", "runs_fit", runs),
+            ("#plan-runs-recommended", "recommended", "runs_fit", runs),
+            ("#plan-groups-current", "current", "groups_fit", groups),
+            (
+                "#plan-groups-recommended",
+                "recommended",
+                "groups_fit",
+                groups,
+            ),
+        ] {
+            let cell: String = page.eval(&text_of(id)).await;
+            assert_eq!(cell, fit(&api, order, what, total), "{id}");
+            assert!(
+                !cell.starts_with('–'),
+                "{id}: with a deadline the plan says what fits"
+            );
+        }
+        // The timeline: one bar per run still to go under each order, and the deadline line.
+        let bars: Vec<u64> = page
+            .eval(
+                "['today', 'recommended'].map((o) => \
+                 document.querySelectorAll(`#plan-timeline rect.t-run[data-order=\"${o}\"]`).length)",
+            )
+            .await;
+        let to_go = |order: &str| {
+            api[order]["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["state"] != "succeeded")
+                .count() as u64
+        };
+        assert_eq!(bars, [to_go("current"), to_go("recommended")]);
+        let line: String = page
+            .eval("document.querySelector('#plan-timeline line.t-deadline').dataset.deadline")
+            .await;
+        assert_eq!(line, deadline);
+        // Per-group completion, for every group of the catalog.
+        let group_rows: Vec<Value> = page
+            .eval(
+                "[...document.querySelectorAll('#plan-groups tbody tr')].map((r) => ({\
+                 name: r.dataset.group, done: r.querySelector('.plan-done').textContent, \
+                 fits: [...r.querySelectorAll('td.plan-end')].map((c) => c.dataset.fits)}))",
+            )
+            .await;
+        assert_eq!(group_rows.len(), groups);
+        for (row, g) in group_rows.iter().zip(api["groups"].as_array().unwrap()) {
+            assert_eq!(row["name"], g["name"]);
+            assert_eq!(row["done"], format!("{}/{}", g["runs_done"], g["runs"]));
+            assert_eq!(
+                row["fits"],
+                json!([
+                    g["fits_current"]
+                        .as_bool()
+                        .map(|b| b.to_string())
+                        .unwrap_or_default(),
+                    g["fits_recommended"]
+                        .as_bool()
+                        .map(|b| b.to_string())
+                        .unwrap_or_default()
+                ])
+            );
+        }
+        page.screenshot("overview-plan").await;
 
-    let group_row = dom
-        .within(dom.by_id("groups-table"))
-        .find(|t| t.name == "tr" && t.attr("data-group") == Some("exp07-precision"))
-        .expect("a groups table row for exp07-precision");
-    let group_text = dom.text(group_row);
-    assert!(group_text.contains("3 queued"), "group row `{group_text}`");
+        // Apply the recommended order: one button (and its confirmation).
+        assert_ne!(
+            api["current"]["groups_fit"], api["recommended"]["groups_fit"],
+            "the suite's recommended order completes more groups than today's: {}",
+            api["recommended"]
+        );
+        wait_live(&page).await;
+        page.click("#plan-apply").await;
+        page.wait_for::<bool>(
+            SHOW,
+            "the confirmation",
+            "!document.getElementById('plan-apply-confirm').hidden",
+        )
+        .await;
+        page.click("#plan-apply-yes").await;
+        let result: String = page
+            .wait_for(
+                SHOW,
+                "the apply result",
+                "document.getElementById('plan-apply-status').dataset.result || null",
+            )
+            .await;
+        let status: String = page.eval(&text_of("#plan-apply-status")).await;
+        assert_eq!(result, "applied", "{status}");
+        let after = plan(&server).await;
+        assert_eq!(
+            after["current"]["groups_fit"],
+            api["recommended"]["groups_fit"]
+        );
+        let cells: Vec<String> = page
+            .eval(
+                "['#plan-groups-current', '#plan-groups-recommended']\
+                 .map((s) => document.querySelector(s).textContent)",
+            )
+            .await;
+        assert_eq!(
+            cells[0], cells[1],
+            "today's order is now the recommended one"
+        );
+        assert_eq!(cells[0], fit(&after, "current", "groups_fit", groups));
+        // The submitted experiments reach the jobs table through the event stream.
+        let total = server.jobs().await.len();
+        page.wait_for::<bool>(
+            SHOW,
+            "every job in the jobs table",
+            &format!(
+                "document.querySelectorAll('#jobs-table tbody tr[data-job-id]').length === {total}"
+            ),
+        )
+        .await;
+        page.screenshot("overview-applied").await;
+        browser.close().await;
+    });
+}
 
-    let queue_hours = dom.text(dom.by_id("queue-hours"));
-    assert!(
-        queue_hours.chars().any(|c| c.is_ascii_digit()),
-        "queue pod-hours shown: `{queue_hours}`"
-    );
+#[test]
+fn a_group_study_overlays_growing_curves_and_marks_a_preemption() {
+    run(async {
+        let server = Server::start().await;
+        let (status, answer) = server
+            .post("/jobs", json!({"group": "exp07-precision"}))
+            .await;
+        assert_eq!(status, 201, "{answer}");
+        // Two pods: two of the group's runs train at once.
+        let slow = ["--trainer-env", "PODQ_SIM_RUN_SECS=90"];
+        let pod_a = server.worker("pod-a", 2, &slow);
+        let _pod_b = server.worker("pod-b", 2, &slow);
+        let running: Vec<String> = eventually(RUN, "two runs training", || async {
+            let ids: Vec<String> = server
+                .jobs()
+                .await
+                .into_iter()
+                .filter(|j| j["state"] == "running" && j["last_step"].as_i64().unwrap_or(0) > 0)
+                .map(|j| j["id"].as_str().unwrap().to_owned())
+                .collect();
+            (ids.len() >= 2).then_some(ids)
+        })
+        .await;
 
-    // ----- the detail panel, opened from the URL -----
-    let dom = Dom::parse(detail_dom);
-    let panel = dom.by_id("job-detail");
-    assert!(panel.attr("hidden").is_none(), "the detail panel is hidden");
-    assert_eq!(panel.attr("data-job-id"), Some(exp07a.as_str()));
-    assert_eq!(panel.attr("data-state"), Some("queued"));
-    assert_eq!(dom.text(dom.by_id("detail-experiment")), "exp07a");
-    assert!(dom.by_id("detail-error").attr("hidden").is_some());
-    let events: Vec<&Tag> = dom
-        .within(dom.by_id("detail-events"))
-        .filter(|t| t.name == "li" && t.attr("data-kind").is_some())
-        .collect();
-    assert!(
-        events
-            .iter()
-            .any(|t| t.attr("data-kind") == Some("submitted")),
-        "the timeline shows the submission: {}",
-        dom.inner(dom.by_id("detail-events"))
-    );
-    let charts: Vec<&str> = dom
-        .within(dom.by_id("detail-charts"))
-        .filter(|t| t.name == "svg")
-        .filter_map(|t| t.attr("data-metric"))
-        .collect();
-    assert_eq!(
-        charts,
-        [
-            "train/lm_loss",
-            "train/exact_accuracy",
-            "eval/exact_accuracy"
-        ]
-    );
-    let attempts = dom.text(dom.by_id("detail-attempts"));
-    assert!(
-        attempts.contains("No attempts yet"),
-        "attempts: `{attempts}`"
-    );
+        let browser = Browser::launch().await;
+        let page = browser.open(&format!("{}/", server.url)).await;
+        wait_live(&page).await;
+        // Open the group from the groups table.
+        page.wait_for::<bool>(
+            SHOW,
+            "the groups table",
+            "!!document.querySelector('#groups-table tr[data-group=\"exp07-precision\"]')",
+        )
+        .await;
+        page.click("#groups-table tr[data-group=\"exp07-precision\"] td.title")
+            .await;
+        page.wait_for::<bool>(
+            SHOW,
+            "the study view",
+            "document.body.dataset.view === 'study' && document.getElementById('study-view').dataset.group === 'exp07-precision'",
+        )
+        .await;
+        assert!(page.url().await.contains("#study=exp07-precision"));
+        // A training metric, to watch points arrive.
+        page.wait_for::<bool>(
+            SHOW,
+            "train/lm_loss among the metrics",
+            "[...document.getElementById('study-metric').options].some((o) => o.value === 'train/lm_loss')",
+        )
+        .await;
+        page.set_value("#study-metric", "train/lm_loss").await;
+        let curves_js = "Object.fromEntries([...document.querySelectorAll('#study-chart g.curve')]\
+             .map((g) => [g.dataset.jobId, Number(g.dataset.points)]))";
+        let first: Value = page
+            .wait_for(
+                SHOW,
+                "two curves with points",
+                &format!(
+                    "(() => {{ const c = {curves_js}; \
+                     return document.getElementById('study-chart').dataset.metric === 'train/lm_loss' \
+                     && Object.values(c).filter((n) => n > 1).length >= 2 ? c : null; }})()"
+                ),
+            )
+            .await;
+        // The curves grow while we watch, through the event stream alone.
+        let grown: Value = page
+            .wait_for(
+                SHOW,
+                "both running curves to grow",
+                &format!(
+                    "(() => {{ const before = {first}; const c = {curves_js}; \
+                     return {ids}.every((id) => c[id] > before[id]) ? c : null; }})()",
+                    ids = serde_json::to_string(&running[..2]).unwrap()
+                ),
+            )
+            .await;
+        let rows: Vec<Value> = page
+            .eval(
+                "[...document.querySelectorAll('#study-table tbody tr')].map((r) => ({\
+                 experiment: r.dataset.experiment, baseline: r.dataset.baseline}))",
+            )
+            .await;
+        let (_, study) = server.get("/groups/exp07-precision/study").await;
+        assert_eq!(
+            rows.len(),
+            study["rows"].as_array().unwrap().len(),
+            "{study}"
+        );
+        assert!(
+            rows.iter()
+                .any(|r| r["experiment"] == "exp07b" && r["baseline"] == "true"),
+            "the baseline row is in the results table: {rows:?}"
+        );
+        let params: Vec<String> = page
+            .eval("[...document.querySelectorAll('#study-table thead th[data-param]')].map((t) => t.dataset.param)")
+            .await;
+        assert!(
+            params.iter().any(|p| p.ends_with("forward_dtype")),
+            "the varied parameter is a column: {params:?}"
+        );
+        page.screenshot("study-growing").await;
 
-    // ----- the screenshot -----
-    let png = std::fs::read(&screenshot)
-        .unwrap_or_else(|e| panic!("no screenshot at {}: {e}", screenshot.display()));
-    assert!(
-        png.starts_with(b"\x89PNG\r\n\x1a\n"),
-        "the screenshot is not a PNG"
-    );
-    let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
-    let height = u32::from_be_bytes(png[20..24].try_into().unwrap());
-    assert_eq!((width, height), (1280, 800), "screenshot size");
-    // A blank 1280x800 page compresses to a few kilobytes; the rendered dashboard does not.
-    assert!(
-        png.len() > 30_000,
-        "the screenshot is only {} bytes: the page looks empty",
-        png.len()
-    );
-    let _ = std::fs::copy(&screenshot, SCREENSHOT_COPY);
+        // Preempt the pod of one running job: a marker appears on its curve.
+        let preempted_job = eventually(RUN, "the job on pod-a", || async {
+            let (_, pods) = server.get("/pods").await;
+            pods.as_array()?.iter().find(|p| p["name"] == "pod-a")?["current_job"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .await;
+        server.committed_at_least(&preempted_job, 1, RUN).await;
+        pod_a.control("preempt");
+        let stop_step: i64 = page
+            .wait_for(
+                RUN,
+                "a preemption marker on the preempted run's curve",
+                &format!(
+                    "(() => {{ const m = document.querySelector('#study-chart g.curve[data-job-id={id}] [data-marker=\"preempted\"]'); \
+                     return m ? Number(m.dataset.step) : null; }})()",
+                    id = js_str(&preempted_job)
+                ),
+            )
+            .await;
+        let job = server.job(&preempted_job).await;
+        assert_eq!(job["attempts"][0]["outcome"], "preempted", "{job}");
+        assert_eq!(
+            job["attempts"][0]["end_step"], stop_step,
+            "the marker sits where the attempt ended"
+        );
+        // The resumed attempt's start is marked too, at its resume step.
+        let resume_step: i64 = page
+            .wait_for(
+                RUN,
+                "a resume marker",
+                &format!(
+                    "(() => {{ const m = document.querySelector('#study-chart g.curve[data-job-id={id}] [data-marker=\"resume\"]'); \
+                     return m ? Number(m.dataset.step) : null; }})()",
+                    id = js_str(&preempted_job)
+                ),
+            )
+            .await;
+        let job = server.job(&preempted_job).await;
+        let resumed_from = job["attempts"][1]["start_step"].as_i64();
+        assert_eq!(resumed_from, Some(resume_step), "{job}");
+        page.screenshot("study-preempted").await;
+
+        // Pod-hours on the x axis, smoothing, a metric: all in the URL, kept by a reload.
+        page.set_value("#study-x", "hours").await;
+        page.set_value("#study-smooth", "0.6").await;
+        page.wait_for::<bool>(
+            SHOW,
+            "the chart in pod-hours with the marker",
+            &format!(
+                "document.getElementById('study-chart').dataset.x === 'hours' && \
+                 !!document.querySelector('#study-chart g.curve[data-job-id={id}] [data-marker=\"preempted\"]')",
+                id = js_str(&preempted_job)
+            ),
+        )
+        .await;
+        let url = page.url().await;
+        for part in [
+            "study=exp07-precision",
+            "metric=train%2Flm_loss",
+            "x=hours",
+            "smooth=0.6",
+        ] {
+            assert!(url.contains(part), "{part} in {url}");
+        }
+        page.reload().await;
+        let restored: Value = page
+            .wait_for(
+                SHOW,
+                "the same view after a reload",
+                "(() => { const c = document.getElementById('study-chart'); \
+                 return document.body.dataset.view === 'study' && c.querySelector('g.curve') ? \
+                 {metric: c.dataset.metric, x: c.dataset.x, smooth: c.dataset.smooth, \
+                 select: document.getElementById('study-metric').value, \
+                 slider: document.getElementById('study-smooth').value} : null; })()",
+            )
+            .await;
+        assert_eq!(
+            restored,
+            json!({"metric": "train/lm_loss", "x": "hours", "smooth": "0.6", "select": "train/lm_loss", "slider": "0.6"})
+        );
+        page.screenshot("study-pod-hours").await;
+
+        // The job's own panel: each attempt shows its own resume point.
+        page.click(&format!(
+            "#study-legend a[data-open-job={}]",
+            js_str(&preempted_job)
+        ))
+        .await;
+        let resumes: Vec<Value> = page
+            .wait_for(
+                SHOW,
+                "the attempts of the preempted job",
+                &format!(
+                    "document.getElementById('job-detail').dataset.jobId === {id} && \
+                     document.querySelectorAll('#detail-attempts tbody tr[data-attempt]').length >= 2 && \
+                     [...document.querySelectorAll('#detail-attempts tbody tr[data-attempt]')]\
+                     .map((r) => [Number(r.dataset.attempt), r.querySelector('td.resume').dataset.resumeFrom])",
+                    id = js_str(&preempted_job)
+                ),
+            )
+            .await;
+        let job = server.job(&preempted_job).await;
+        for pair in &resumes {
+            let n = pair[0].as_i64().unwrap();
+            let attempt = job["attempts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["attempt"] == n)
+                .unwrap();
+            assert_eq!(
+                pair[1].as_str().unwrap(),
+                attempt["resume_from"].as_str().unwrap_or(""),
+                "attempt {n} shows its own resume point"
+            );
+        }
+        assert!(
+            resumes.iter().any(|p| p[0] == 1 && p[1] == ""),
+            "attempt 1 started from scratch: {resumes:?}"
+        );
+        // Back closes the panel and stays on the study.
+        page.eval::<Value>("history.back()").await;
+        page.wait_for::<bool>(
+            SHOW,
+            "the panel closed by back",
+            "document.getElementById('job-detail').hidden && document.body.dataset.view === 'study'",
+        )
+        .await;
+        let _ = grown;
+        browser.close().await;
+    });
+}
+
+#[test]
+fn cancelling_a_running_job_from_the_page_stops_it() {
+    run(async {
+        let server = Server::start().await;
+        let id = server.submit_one("exp01a", json!({})).await;
+        let worker = server.worker("pod-c", 2, &["--trainer-env", "PODQ_SIM_RUN_SECS=300"]);
+        server.wait_state(&id, "running", RUN).await;
+
+        let browser = Browser::launch().await;
+        let page = browser.open(&format!("{}/", server.url)).await;
+        wait_live(&page).await;
+        let row = format!("#jobs-table tbody tr[data-job-id={}]", js_str(&id));
+        page.wait_for::<bool>(
+            SHOW,
+            "the running job's row",
+            &format!(
+                "document.querySelector({})?.dataset.state === 'running'",
+                js_str(&row)
+            ),
+        )
+        .await;
+        page.click(&format!("{row} td.exp")).await;
+        page.wait_for::<bool>(
+            SHOW,
+            "the job's panel with a cancel button",
+            "document.getElementById('job-detail').dataset.state === 'running' && !document.getElementById('detail-cancel').hidden",
+        )
+        .await;
+        page.click("#detail-cancel").await;
+        page.click("#detail-cancel-yes").await;
+        page.wait_for::<bool>(
+            RUN,
+            "the page to show the job cancelled",
+            &format!(
+                "document.getElementById('job-detail').dataset.state === 'cancelled' && \
+                 document.querySelector({})?.dataset.state === 'cancelled'",
+                js_str(&row)
+            ),
+        )
+        .await;
+        // The API agrees, and the attempt was stopped on the pod.
+        let job = eventually(RUN, "the attempt to end cancelled", || async {
+            let job = server.job(&id).await;
+            (job["attempts"][0]["outcome"] == "cancelled").then_some(job)
+        })
+        .await;
+        assert_eq!(job["state"], "cancelled");
+        eventually(RUN, "no trainer left on the pod", || async {
+            worker.trainer_pids().is_empty().then_some(())
+        })
+        .await;
+        let cancelled: u64 = page
+            .wait_for(
+                SHOW,
+                "the cancelled count",
+                "Number(document.querySelector('#state-counts [data-state=\"cancelled\"]').dataset.count) || null",
+            )
+            .await;
+        assert_eq!(cancelled, 1);
+        page.screenshot("cancelled").await;
+        browser.close().await;
+    });
+}
+
+#[test]
+fn a_failed_attempt_shows_its_reason_in_the_jobs_table() {
+    run(async {
+        let server = Server::start().await;
+        let id = server.submit_one("exp01b", json!({})).await;
+        let worker = server.worker("pod-f", 2, &["--trainer-env", "PODQ_SIM_RUN_SECS=300"]);
+        server.wait_state(&id, "running", RUN).await;
+        let browser = Browser::launch().await;
+        let page = browser.open(&format!("{}/", server.url)).await;
+        wait_live(&page).await;
+        worker.control("kill-host-1");
+        let row = format!("#jobs-table tbody tr[data-job-id={}]", js_str(&id));
+        let message: String = page
+            .wait_for(
+                RUN,
+                "the failure's reason in the job's row",
+                &format!(
+                    "(() => {{ const m = document.querySelector({}); \
+                     return m && /attempt 1 failed/.test(m.textContent) ? m.textContent : null; }})()",
+                    js_str(&format!("{row} td.msg [data-message]"))
+                ),
+            )
+            .await;
+        let job = server.job(&id).await;
+        let api_message = job["message"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            api_message.starts_with("attempt 1 failed"),
+            "the API's message: {job}"
+        );
+        assert!(
+            message.contains("host 1"),
+            "the row names the host: {message}"
+        );
+        page.screenshot("failure-reason").await;
+        browser.close().await;
+    });
 }
