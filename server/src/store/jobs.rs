@@ -37,7 +37,7 @@ pub async fn newest_job_of_experiment<'e>(
         .await?)
 }
 
-pub(crate) const GROUP_HAS_JOBS: &str = "SELECT EXISTS (SELECT 1 FROM jobs WHERE group_name = ?)";
+pub(crate) const GROUP_HAS_JOBS: &str = "SELECT 1 FROM jobs WHERE group_name = ? LIMIT 1";
 
 /// Whether any job belongs to `group`: a group the catalog no longer has is still a name
 /// to list jobs by. Reads the `jobs_group_seq` index.
@@ -45,10 +45,11 @@ pub async fn group_has_jobs<'e>(
     db: impl SqliteExecutor<'e>,
     group: &str,
 ) -> Result<bool, StoreError> {
-    Ok(sqlx::query_scalar(GROUP_HAS_JOBS)
+    let found: Option<i64> = sqlx::query_scalar(GROUP_HAS_JOBS)
         .bind(group)
-        .fetch_one(db)
-        .await?)
+        .fetch_optional(db)
+        .await?;
+    Ok(found.is_some())
 }
 
 #[derive(Debug, Default, Clone)]
