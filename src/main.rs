@@ -42,10 +42,29 @@ enum Command {
     Submit(client::SubmitArgs),
     /// Print the status table.
     Status(client::StatusArgs),
+    /// List jobs, oldest first, as a table.
+    Jobs(client::JobsArgs),
+    /// One job in detail: state, attempts, checkpoints, goodput, its last events.
+    Job(client::JobArgs),
+    /// Print an attempt's log tail (the newest attempt's by default).
+    Logs(client::LogsArgs),
+    /// Cancel a job; a running one is stopped on every host.
+    Cancel(client::JobArg),
+    /// Put a failed, cancelled or held job back in the queue with a fresh failure budget.
+    Requeue(client::JobArg),
+    /// Change a job's priority (higher runs first).
+    Priority(client::PriorityArgs),
+    /// The queue and the catalog projected onto the pods: what finishes before the deadline,
+    /// under today's order and the recommended one.
+    Plan(client::PlanArgs),
+    /// Show or set the compute grant (its end is the plan's deadline).
+    Grant(client::GrantArgs),
     /// Load an experiment catalog and report what is wrong with it.
     Validate {
+        /// The catalog directory to check.
         #[arg(long, env = "PODQ_EXPERIMENTS", default_value = "./experiments")]
         experiments: PathBuf,
+        /// The bucket checkpoint paths are resolved under, as the server would.
         #[arg(
             long,
             env = "PODQ_BUCKET",
@@ -91,6 +110,7 @@ pub struct ServerArgs {
     /// First retry delay after a failure, in seconds (doubles up to --backoff-cap-s).
     #[arg(long, env = "PODQ_BACKOFF_S", default_value_t = 60)]
     pub backoff_s: u64,
+    /// Longest retry delay after failures, in seconds.
     #[arg(long, env = "PODQ_BACKOFF_CAP_S", default_value_t = 1800)]
     pub backoff_cap_s: u64,
     /// End of the compute grant (RFC 3339, e.g. 2026-12-20T00:00:00Z): GET /api/v1/plan
@@ -189,6 +209,14 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Submit(args) => client::submit(args).await,
         Command::Status(args) => client::status(args).await,
+        Command::Jobs(args) => client::jobs(args).await,
+        Command::Job(args) => client::job(args).await,
+        Command::Logs(args) => client::logs(args).await,
+        Command::Cancel(args) => client::cancel(args).await,
+        Command::Requeue(args) => client::requeue(args).await,
+        Command::Priority(args) => client::priority(args).await,
+        Command::Plan(args) => client::plan(args).await,
+        Command::Grant(args) => client::grant(args).await,
         Command::Validate { .. } => unreachable!("handled before the runtime starts"),
     }
 }
@@ -236,7 +264,11 @@ fn init_tracing() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
     if json {
-        builder.json().flatten_event(true).with_current_span(true).init();
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init();
     } else {
         builder.init();
     }

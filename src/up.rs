@@ -2,6 +2,7 @@
 //! trainer time-scaled so a whole training run takes about a minute.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,11 +17,51 @@ use podq_worker::pod::local::LocalPod;
 
 use crate::ServerArgs;
 
+/// `up`'s own flags. They mirror `podq server`'s (`ServerArgs`, built from these below, so a
+/// flag added there does not compile until it is here too), with the defaults `up` uses:
+/// short lease and backoff times, so a simulated failure is retried in seconds. `--help`
+/// says what runs.
 #[derive(Args)]
 pub struct UpArgs {
-    #[command(flatten)]
-    server: ServerArgs,
-    /// Where the simulated pod's hosts and the checkpoints live.
+    /// Address to listen on. Anything but loopback needs both tokens.
+    #[arg(long, env = "PODQ_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// The SQLite database file (created if missing) [default: <data-dir>/podq.db].
+    #[arg(long, env = "PODQ_DB")]
+    db: Option<PathBuf>,
+    /// The experiment catalog directory.
+    #[arg(long, env = "PODQ_EXPERIMENTS", default_value = "./experiments")]
+    experiments: PathBuf,
+    /// Bearer token for state-changing user calls.
+    #[arg(long, env = "PODQ_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Bearer token for workers.
+    #[arg(long, env = "PODQ_WORKER_TOKEN", hide_env_values = true)]
+    worker_token: Option<String>,
+    /// Seconds without a heartbeat after which a lease is reaped as lost.
+    #[arg(long, default_value_t = 15)]
+    lease_ttl_s: u64,
+    /// Seconds between worker heartbeats.
+    #[arg(long, default_value_t = 1)]
+    heartbeat_s: u64,
+    /// First retry delay after a failure, in seconds (doubles up to --backoff-cap-s).
+    #[arg(long, default_value_t = 5)]
+    backoff_s: u64,
+    /// Longest retry delay after failures, in seconds.
+    #[arg(long, default_value_t = 60)]
+    backoff_cap_s: u64,
+    /// End of the compute grant (RFC 3339): GET /api/v1/plan says which runs finish before it.
+    #[arg(long, env = "PODQ_DEADLINE")]
+    deadline: Option<chrono::DateTime<chrono::Utc>>,
+    /// A YAML file listing webhook receivers (url, secret or secret_file, format json|slack,
+    /// events); see docs/operations.md.
+    #[arg(long, env = "PODQ_WEBHOOKS")]
+    webhooks: Option<PathBuf>,
+    /// Also serve /metrics on this address (it is always served on --listen).
+    #[arg(long, env = "PODQ_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// Where the database, the simulated pod's hosts and the checkpoints (`<data-dir>/bucket`,
+    /// standing in for the GCS bucket) live.
     #[arg(long, env = "PODQ_DATA_DIR", default_value = "./podq-data")]
     data_dir: PathBuf,
     /// Hosts of the simulated pod.
@@ -42,23 +83,28 @@ pub struct UpArgs {
     trainer_command: Option<String>,
 }
 
-pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
+pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
-    // Checkpoints go to a local directory standing in for the GCS bucket, named by a plain
-    // path: Orbax (etils.epath) takes `gs://...` or a path, and fails on `file://`.
-    args.server.bucket = data_dir.join("bucket").display().to_string();
-    // The server default puts the database in the working directory; `up` keeps it with
-    // the rest of its data unless --db says otherwise.
-    if args.server.db == std::path::Path::new("./podq.db") {
-        args.server.db = data_dir.join("podq.db");
-    }
-    let mut config = args.server.config()?;
-    config.lease_ttl = Duration::from_secs(15);
-    config.heartbeat = Duration::from_secs(1);
-    config.backoff_base = Duration::from_secs(5);
-    config.backoff_cap = Duration::from_secs(60);
+    let server = ServerArgs {
+        listen: args.listen,
+        db: args.db.clone().unwrap_or_else(|| data_dir.join("podq.db")),
+        experiments: args.experiments.clone(),
+        // Checkpoints go to a local directory standing in for the GCS bucket, named by a
+        // plain path: Orbax (etils.epath) takes `gs://...` or a path, and fails on `file://`.
+        bucket: data_dir.join("bucket").display().to_string(),
+        admin_token: args.admin_token.clone(),
+        worker_token: args.worker_token.clone(),
+        lease_ttl_s: args.lease_ttl_s,
+        heartbeat_s: args.heartbeat_s,
+        backoff_s: args.backoff_s,
+        backoff_cap_s: args.backoff_cap_s,
+        deadline: args.deadline,
+        webhooks: args.webhooks.clone(),
+        metrics_listen: args.metrics_listen,
+    };
+    let config = server.config()?;
 
     let shutdown = crate::shutdown_on_signal();
     let state = podq_server::prepare(config.clone()).await?;

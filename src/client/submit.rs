@@ -1,32 +1,28 @@
-//! Client commands: talk to a running server over HTTP.
+//! `podq submit` and `podq status`.
 
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Args;
 use podq_api::{SubmitRequest, SubmitResponse};
+use reqwest::Method;
 
-#[derive(Args)]
-pub struct ServerAddress {
-    /// The podq server.
-    #[arg(long, env = "PODQ_SERVER", default_value = "http://127.0.0.1:8080")]
-    pub server: String,
-    #[arg(long, env = "PODQ_ADMIN_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-}
+use super::{Client, ServerAddress};
 
 #[derive(Args)]
 pub struct SubmitArgs {
     #[command(flatten)]
     address: ServerAddress,
-    /// A group name, or `all`.
+    /// A group name, or `all` for the whole catalog.
     #[arg(long, conflicts_with = "experiment")]
     group: Option<String>,
     /// An experiment name (repeatable).
     #[arg(long)]
     experiment: Vec<String>,
-    #[arg(long)]
+    /// Higher runs first [server default: 0].
+    #[arg(long, allow_negative_numbers = true)]
     priority: Option<i64>,
+    /// Failures (not preemptions) a job may spend before it fails for good, 0 to 100
+    /// [server default: 3].
     #[arg(long)]
     max_failures: Option<u32>,
     /// Say what would happen and change nothing.
@@ -59,71 +55,58 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
             "name what to submit: --group <name>, --group all, or --experiment <name>"
         ),
     }
-    let client = reqwest::Client::new();
-    let mut request = client
-        .post(format!(
-            "{}/api/v1/jobs",
-            args.address.server.trim_end_matches('/')
-        ))
-        .json(&req);
-    if let Some(token) = &args.address.token {
-        request = request.bearer_auth(token);
+    let client = Client::new(&args.address);
+    let answer: SubmitResponse = client
+        .json(client.request(Method::POST, "/jobs").json(&req))
+        .await?;
+    emit_text!("{}", describe(&answer));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a submission did (or, on a dry run, would do), one line per experiment. A dry run
+/// has no job ids to show.
+fn describe(answer: &SubmitResponse) -> String {
+    fn id(id: Option<impl std::fmt::Display>) -> String {
+        id.map(|id| format!("{id} ")).unwrap_or_default()
     }
-    let response = request
-        .send()
-        .await
-        .context("cannot reach the podq server")?;
-    let status = response.status();
-    let body = response.text().await?;
-    if !status.is_success() {
-        eprintln!("podq: the server answered {status}: {body}");
-        return Ok(ExitCode::FAILURE);
-    }
-    let answer: SubmitResponse = serde_json::from_str(&body)?;
     let verb = if answer.dry_run {
         "would create"
     } else {
         "created"
     };
-    println!(
-        "{verb} {} jobs, linked {}, skipped {}",
+    let linked = if answer.dry_run {
+        "would link"
+    } else {
+        "linked"
+    };
+    let mut out = format!(
+        "{verb} {} jobs, {linked} {}, skipped {}\n",
         answer.created.len(),
         answer.linked.len(),
         answer.skipped.len()
     );
-    fn id(id: Option<impl std::fmt::Display>) -> String {
-        id.map(|id| format!("{id} ")).unwrap_or_default()
-    }
     for job in &answer.created {
-        println!("  + {}{}", id(job.job_id), job.experiment);
+        out.push_str(&format!("  + {}{}\n", id(job.job_id), job.experiment));
     }
     for job in &answer.linked {
-        println!(
-            "  = {}{} (shares the run of {})",
+        out.push_str(&format!(
+            "  = {}{} (shares the run of {})\n",
             id(job.job_id),
             job.experiment,
             job.same_as_experiment
-        );
+        ));
     }
     for skipped in &answer.skipped {
-        println!("  - {}: {}", skipped.experiment, skipped.reason);
+        out.push_str(&format!("  - {}: {}\n", skipped.experiment, skipped.reason));
     }
-    Ok(ExitCode::SUCCESS)
+    out
 }
 
 pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
-    let text = reqwest::Client::new()
-        .get(format!(
-            "{}/api/v1/status",
-            args.address.server.trim_end_matches('/')
-        ))
-        .header("accept", "text/plain")
-        .send()
-        .await
-        .context("cannot reach the podq server")?
-        .error_for_status()?
-        .text()
-        .await?;
-    print!("{text}");
+    let client = Client::new(&args.address);
+    emit_text!(
+        "{}",
+        client.text(client.request(Method::GET, "/status")).await?
+    );
     Ok(ExitCode::SUCCESS)
 }

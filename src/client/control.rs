@@ -1,0 +1,81 @@
+//! Changing a job: `podq cancel`, `podq requeue`, `podq priority`. Each needs the admin token
+//! when the server has one.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use podq_api::{Job, PatchJobRequest};
+use reqwest::Method;
+
+use super::{encode, Client, ServerAddress};
+
+/// A job, by id or experiment name.
+#[derive(Args)]
+pub struct JobArg {
+    #[command(flatten)]
+    address: ServerAddress,
+    /// A job id, or an experiment name for that experiment's newest job.
+    job: String,
+}
+
+#[derive(Args)]
+pub struct PriorityArgs {
+    #[command(flatten)]
+    address: ServerAddress,
+    /// A job id, or an experiment name for that experiment's newest job.
+    job: String,
+    /// The new priority: higher runs first; may be negative.
+    #[arg(allow_negative_numbers = true)]
+    priority: i64,
+}
+
+pub async fn cancel(args: JobArg) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&args.address);
+    let job: Job = client
+        .json(client.request(Method::POST, &format!("/jobs/{}/cancel", encode(&args.job))))
+        .await?;
+    let why = job
+        .message
+        .as_deref()
+        .map(|m| format!(" ({m})"))
+        .unwrap_or_default();
+    emit_line!("{}: {}{why}", name(&job), job.state);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn requeue(args: JobArg) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&args.address);
+    let job: Job = client
+        .json(client.request(
+            Method::POST,
+            &format!("/jobs/{}/requeue", encode(&args.job)),
+        ))
+        .await?;
+    let resume = job
+        .resume_from
+        .as_deref()
+        .map(|r| format!("; it resumes from {r}"))
+        .unwrap_or_default();
+    emit_line!("{}: requeued, now {}{resume}", name(&job), job.state);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn priority(args: PriorityArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&args.address);
+    let job: Job = client
+        .json(
+            client
+                .request(Method::PATCH, &format!("/jobs/{}", encode(&args.job)))
+                .json(&PatchJobRequest {
+                    priority: Some(args.priority),
+                }),
+        )
+        .await?;
+    emit_line!("{}: priority {}", name(&job), job.priority);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `exp07a (job 1b4e…)`: the experiment a person knows, and which job it turned out to be.
+fn name(job: &Job) -> String {
+    format!("{} (job {})", job.experiment, job.id)
+}
