@@ -16,7 +16,8 @@ const QUERY = new URLSearchParams(location.search);
 /** Old-style polling interval in ms (`?poll=2000`); 0 = live updates through the stream. */
 const POLL_MS = Math.max(0, Number(QUERY.get("poll")) || 0);
 const FALLBACK_POLL_MS = 60000;
-const PLAN_REFRESH_MS = 60000;
+// The plan follows every change of state through the stream; this only catches the clock.
+const PLAN_REFRESH_MS = 300000;
 const PLAN_MIN_GAP_MS = 10000;
 const STREAM_OPEN_GRACE_MS = 3000;
 const FETCH_TIMEOUT_MS = 15000;
