@@ -329,17 +329,16 @@ fn a_group_study_overlays_growing_curves_and_marks_a_preemption() {
             )
             .await;
         // The curves grow while we watch, through the event stream alone.
-        let grown: Value = page
-            .wait_for(
-                SHOW,
-                "both running curves to grow",
-                &format!(
-                    "(() => {{ const before = {first}; const c = {curves_js}; \
+        page.wait_for::<Value>(
+            SHOW,
+            "both running curves to grow",
+            &format!(
+                "(() => {{ const before = {first}; const c = {curves_js}; \
                      return {ids}.every((id) => c[id] > before[id]) ? c : null; }})()",
-                    ids = serde_json::to_string(&running[..2]).unwrap()
-                ),
-            )
-            .await;
+                ids = serde_json::to_string(&running[..2]).unwrap()
+            ),
+        )
+        .await;
         let rows: Vec<Value> = page
             .eval(
                 "[...document.querySelectorAll('#study-table tbody tr')].map((r) => ({\
@@ -496,7 +495,6 @@ fn a_group_study_overlays_growing_curves_and_marks_a_preemption() {
             "document.getElementById('job-detail').hidden && document.body.dataset.view === 'study'",
         )
         .await;
-        let _ = grown;
         browser.close().await;
     });
 }
@@ -598,6 +596,11 @@ fn a_failed_attempt_shows_its_reason_in_the_jobs_table() {
             message.contains("host 1"),
             "the row names the host: {message}"
         );
+        page.eval::<Value>(&format!(
+            "document.querySelector({}).scrollIntoView({{block: 'center'}})",
+            js_str(&row)
+        ))
+        .await;
         page.screenshot("failure-reason").await;
         browser.close().await;
     });
