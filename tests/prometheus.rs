@@ -84,27 +84,44 @@ async fn metrics_parse_and_move_while_a_job_runs() {
     let server = Server::start_with(options).await;
     let metrics_url = format!("{}/metrics", server.url);
     let before = scrape(&metrics_url).await;
-    assert_eq!(value(&before, "podq_leases_granted_total", json!({})), Some(0.0));
+    assert_eq!(
+        value(&before, "podq_leases_granted_total", json!({})),
+        Some(0.0)
+    );
     assert_eq!(
         value(&before, "podq_jobs", json!({"state": "running"})),
         Some(0.0)
     );
 
-    let job = server
-        .submit_one("exp07a", json!({}))
-        .await;
+    let job = server.submit_one("exp07a", json!({})).await;
     let _worker = server.worker("pod-m", 2, &["--trainer-env", "PODQ_SIM_RUN_SECS=20"]);
-    server.wait_state(&job, "running", Duration::from_secs(60)).await;
-    let first = eventually(Duration::from_secs(30), "metric points ingested", || async {
-        let samples = scrape(&metrics_url).await;
-        (value(&samples, "podq_metric_points_ingested_total", json!({})).unwrap_or(0.0) > 0.0)
-            .then_some(samples)
-    })
+    server
+        .wait_state(&job, "running", Duration::from_secs(60))
+        .await;
+    let first = eventually(
+        Duration::from_secs(30),
+        "metric points ingested",
+        || async {
+            let samples = scrape(&metrics_url).await;
+            (value(&samples, "podq_metric_points_ingested_total", json!({})).unwrap_or(0.0) > 0.0)
+                .then_some(samples)
+        },
+    )
     .await;
-    assert_eq!(value(&first, "podq_leases_granted_total", json!({})), Some(1.0));
-    assert_eq!(value(&first, "podq_jobs", json!({"state": "running"})), Some(1.0));
     assert_eq!(
-        value(&first, "podq_pod_info", json!({"pod": "pod-m", "state": "READY"})),
+        value(&first, "podq_leases_granted_total", json!({})),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&first, "podq_jobs", json!({"state": "running"})),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &first,
+            "podq_pod_info",
+            json!({"pod": "pod-m", "state": "READY"})
+        ),
         Some(1.0)
     );
     let heartbeats = value(
@@ -122,7 +139,12 @@ async fn metrics_parse_and_move_while_a_job_runs() {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/podq.json"),
     )
     .unwrap();
-    let text = reqwest::get(&metrics_url).await.unwrap().text().await.unwrap();
+    let text = reqwest::get(&metrics_url)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let families: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))

@@ -35,7 +35,11 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: String) ->
         podq_server::webhooks::sign(SECRET.as_bytes(), body.as_bytes())
     );
     assert_eq!(signature, expected, "the body is signed with the secret");
-    let delivery: i64 = headers["x-podq-delivery"].to_str().unwrap().parse().unwrap();
+    let delivery: i64 = headers["x-podq-delivery"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     let kind = headers["x-podq-event"].to_str().unwrap().to_owned();
     let value: Value = serde_json::from_str(&body).unwrap();
     r.got.lock().unwrap().push((delivery, kind, value));
@@ -71,9 +75,11 @@ async fn attempt(server: &Server, outcome: &str) -> Value {
         .await;
     assert_eq!(status, 200);
     let job = lease["job_id"].as_str().unwrap().to_owned();
-    eventually(Duration::from_secs(10), "the attempt is recorded running", || async {
-        (server.job(&job).await["state"] == "running").then_some(())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the attempt is recorded running",
+        || async { (server.job(&job).await["state"] == "running").then_some(()) },
+    )
     .await;
     let (status, answer) = server
         .post(
@@ -92,7 +98,9 @@ async fn a_preempted_then_resumed_job_is_announced_in_order_once_each_across_a_c
     let hooks = dir.path().join("webhooks.yaml");
     std::fs::write(
         &hooks,
-        format!("- url: {url}\n  secret: {SECRET}\n  events: [leased, running, preempted, succeeded]\n"),
+        format!(
+            "- url: {url}\n  secret: {SECRET}\n  events: [leased, running, preempted, succeeded]\n"
+        ),
     )
     .unwrap();
     let mut options = ServerOptions::default();
@@ -107,9 +115,11 @@ async fn a_preempted_then_resumed_job_is_announced_in_order_once_each_across_a_c
     assert_eq!(server.job(&job).await["state"], "succeeded");
 
     // Every notice is queued, none delivered (the receiver is down): kill -9 now.
-    eventually(Duration::from_secs(10), "a delivery was tried and refused", || async {
-        (*receiver.refused.lock().unwrap() > 0).then_some(())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "a delivery was tried and refused",
+        || async { (*receiver.refused.lock().unwrap() > 0).then_some(()) },
+    )
     .await;
     let (_, hooks_before) = server.get("/webhooks").await;
     assert_eq!(hooks_before[0]["delivered"], 0, "{hooks_before}");
@@ -134,7 +144,14 @@ async fn a_preempted_then_resumed_job_is_announced_in_order_once_each_across_a_c
     let kinds: Vec<&str> = got.iter().map(|(_, k, _)| k.as_str()).collect();
     assert_eq!(
         kinds,
-        ["leased", "running", "preempted", "leased", "running", "succeeded"]
+        [
+            "leased",
+            "running",
+            "preempted",
+            "leased",
+            "running",
+            "succeeded"
+        ]
     );
     let ids: Vec<i64> = got.iter().map(|(id, _, _)| *id).collect();
     let mut unique = ids.clone();

@@ -93,7 +93,11 @@ impl Telemetry {
             webhook_deliveries: Family::default(),
             registry: Registry::default(),
         };
-        registry.register("jobs", "Jobs by state, as the API shows them", t.jobs.clone());
+        registry.register(
+            "jobs",
+            "Jobs by state, as the API shows them",
+            t.jobs.clone(),
+        );
         registry.register(
             "attempt_outcomes",
             "Attempts ended, by outcome",
@@ -115,7 +119,11 @@ impl Telemetry {
             "Metric values stored from workers",
             t.metric_points.clone(),
         );
-        registry.register("job_step", "The newest step of each job on a pod", t.job_step.clone());
+        registry.register(
+            "job_step",
+            "The newest step of each job on a pod",
+            t.job_step.clone(),
+        );
         registry.register(
             "job_steps_per_second",
             "Steps per second of each job on a pod, over its current attempt",

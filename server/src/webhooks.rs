@@ -202,7 +202,9 @@ pub async fn deliver(
                         (a, b) => a.or(b),
                     }
                 }
-                Err(e) => tracing::warn!(webhook = %redacted(&receiver.url), error = %e, "webhooks: the outbox could not be read"),
+                Err(e) => {
+                    tracing::warn!(webhook = %redacted(&receiver.url), error = %e, "webhooks: the outbox could not be read")
+                }
             }
         }
         let wait = next_due
@@ -238,12 +240,18 @@ async fn drain(
         match result {
             Ok(()) => {
                 store
-                    .write(move |conn| async move { outbox::delivered(conn, delivery).await }.boxed())
+                    .write(move |conn| {
+                        async move { outbox::delivered(conn, delivery).await }.boxed()
+                    })
                     .await?;
-                telemetry.webhook_deliveries.get_or_create(&label("delivered")).inc();
+                telemetry
+                    .webhook_deliveries
+                    .get_or_create(&label("delivered"))
+                    .inc();
             }
             Err(error) => {
-                let backoff = Duration::from_secs(1 << pending.attempts.clamp(0, 10)).min(MAX_BACKOFF);
+                let backoff =
+                    Duration::from_secs(1 << pending.attempts.clamp(0, 10)).min(MAX_BACKOFF);
                 let next = now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX / 2);
                 tracing::warn!(
                     webhook = %redacted(&receiver.url),
@@ -258,7 +266,10 @@ async fn drain(
                         async move { outbox::failed(conn, delivery, next, &error).await }.boxed()
                     })
                     .await?;
-                telemetry.webhook_deliveries.get_or_create(&label("failed")).inc();
+                telemetry
+                    .webhook_deliveries
+                    .get_or_create(&label("failed"))
+                    .inc();
                 return Ok(Some(next));
             }
         }
