@@ -609,13 +609,16 @@ fn validate_cli_reports_both_layouts() {
         !theirs.status.success(),
         "the original layout has errors: {text}"
     );
+    // The missing `arch` is one root cause: reported once, with its count and its fix.
     assert!(
-        text.contains("the trainer requires the key `arch`"),
+        text.contains(
+            "67 experiments have no `arch` config group: rename `arch_config/` to `arch/`"
+        ),
         "{text}"
     );
-    assert!(text.contains("exp01c exp02a_03 exp02b_03 exp03b exp04b_1000 exp05_d exp06_c exp07b exp08d exp09a exp09b exp10b"), "{text}");
-    assert!(text.contains("exp06_e exp06_f"), "{text}");
-    assert!(text.contains("exp09c exp09e"), "{text}");
+    assert!(text.contains("exp01c, exp02a_03, exp02b_03, exp03b, exp04b_1000, exp05_d, exp06_c, exp07b, exp08d, exp09a, exp09b, exp10b have the same training config"), "{text}");
+    assert!(text.contains("exp06_e, exp06_f have"), "{text}");
+    assert!(text.contains("exp09c, exp09e have"), "{text}");
     for flaw in [
         "unread_keys",
         "same_trained_run",
@@ -685,36 +688,6 @@ async fn schedules_submit_when_their_cron_fires() {
     assert_error(status, &answer, 404, "not_found");
     // Firing again would only skip: deduplication holds for scheduled submissions too.
     assert_eq!(server.jobs().await.len(), 3);
-}
-
-#[tokio::test]
-async fn every_documented_route_exists() {
-    let server = Server::start().await;
-    let (status, doc) = server.get("/openapi.json").await;
-    assert_eq!(status, 200);
-    let paths = doc["paths"].as_object().unwrap();
-    assert!(paths.len() >= 20, "{paths:?}");
-    let id = uuid::Uuid::new_v4().to_string();
-    for (path, operations) in paths {
-        let concrete = path.replace("{id}", &id).replace("{name}", "stable-1");
-        for method in operations.as_object().unwrap().keys() {
-            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
-            let url = format!("{}{concrete}", server.url);
-            let response = server
-                .client
-                .request(method.clone(), &url)
-                .body("{}")
-                .send()
-                .await
-                .unwrap();
-            let status = response.status().as_u16();
-            let text = response.text().await.unwrap();
-            assert!(
-                !(status == 404 && text.contains("no route")) && status != 405,
-                "{method} {path} is documented but not routed ({status}: {text})"
-            );
-        }
-    }
 }
 
 /// A raw HTTP/1.1 exchange: what a slow or odd client sends, and the status and body it
