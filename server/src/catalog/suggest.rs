@@ -1,33 +1,12 @@
-//! "Did you mean …?": the closest known name to a misspelled one.
-//!
-//! A small optimal-string-alignment distance (Levenshtein plus adjacent transpositions, so
-//! `golbal` is one edit from `global`) is enough for config keys of at most a few dozen
-//! characters; it keeps the catalog free of a dependency for twenty lines of code.
+//! "Did you mean …?" for config keys and config names: the closest known name to a
+//! misspelled one, by optimal string alignment (`strsim::osa_distance`: insertions,
+//! deletions, substitutions and swaps of neighbours, so `golbal` is one edit from `global`),
+//! the distance `crate::names` uses for the names a person types. The tolerance here is tuned
+//! for keys: a near miss is an error, so the user's own extra keys must stay out of reach.
 
-/// Edits (insert, delete, substitute, swap two neighbours) that turn `a` into `b`.
+/// Edits that turn `a` into `b`.
 pub fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = best;
-        }
-    }
-    d[a.len()][b.len()]
+    strsim::osa_distance(a, b)
 }
 
 /// The same name written another way: case, `_` and `-` do not count.
