@@ -365,6 +365,20 @@ mod tests {
     }
 
     #[test]
+    fn the_documentation_lists_every_key_the_trainer_reads() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/catalog.md"),
+        )
+        .unwrap();
+        for key in training_keys().chain(arch_keys()) {
+            assert!(
+                doc.contains(&format!("`{key}`")),
+                "docs/catalog.md lacks `{key}`"
+            );
+        }
+    }
+
+    #[test]
     fn keys_the_user_added_on_purpose_are_no_near_misses() {
         // Every extra key of the study's configs: today's trainer ignores them, and they stay
         // warnings.
