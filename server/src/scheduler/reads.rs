@@ -13,6 +13,14 @@ use crate::store::{goodput, jobs, ms_to_datetime, now_ms, parse_uuid, pods};
 
 impl Scheduler {
     pub async fn status(&self) -> Result<Status> {
+        let mut status = self.status_without_grant().await?;
+        status.grant = self.grant_outlook().await?;
+        Ok(status)
+    }
+
+    /// Status without the grant line, which projects the whole catalog: `/metrics` scrapes
+    /// need none of it.
+    async fn status_without_grant(&self) -> Result<Status> {
         let db = self.store.reader();
         let mut counts: BTreeMap<String, i64> = JobState::ALL
             .iter()
@@ -56,7 +64,7 @@ impl Scheduler {
             queue_hours,
             queue_eta,
             goodput: goodput::total(db).await?,
-            grant: self.grant_outlook().await?,
+            grant: None,
         })
     }
 
@@ -115,7 +123,7 @@ impl Scheduler {
         for (state, n) in jobs::counts_by_state(db).await? {
             t.jobs.get_or_create(&StateLabel { state }).set(n);
         }
-        let status = self.status().await?;
+        let status = self.status_without_grant().await?;
         t.job_step.clear();
         t.job_steps_per_second.clear();
         for run in &status.running {
