@@ -6,7 +6,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{experiments_dir, Server, ServerOptions, PODQ};
+use common::{experiments_dir, original_configs, Server, ServerOptions, PODQ};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -541,7 +541,7 @@ fn refuses_to_start_on_a_catalog_with_errors() {
         .args(["server", "--listen", "127.0.0.1:0", "--db"])
         .arg(dir.path().join("podq.db"))
         .arg("--experiments")
-        .arg(experiments_dir().join("../../shared/reference/kellen-configs"))
+        .arg(original_configs())
         .output()
         .unwrap();
     assert!(!output.status.success());
@@ -598,7 +598,7 @@ fn validate_cli_reports_both_layouts() {
     );
     assert!(text.contains("0 errors"), "{text}");
 
-    let original = experiments_dir().join("../../shared/reference/kellen-configs");
+    let original = original_configs();
     let theirs = Command::new(PODQ)
         .args(["validate", "--experiments"])
         .arg(&original)

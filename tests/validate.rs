@@ -4,30 +4,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::{experiments_dir, Server, ServerOptions, PODQ};
+use common::{experiments_dir, original_configs, Server, ServerOptions, PODQ};
 use reqwest::Method;
 use serde_json::json;
-
-/// The user's original configs. CI's clone is a sibling of `shared/`, as the development
-/// checkout is; elsewhere the tests that need them say so and pass.
-fn kellen_configs() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the checkout has a parent")
-        .join("shared/reference/kellen-configs");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is absent; this test needs the user's original configs next to the checkout",
-            dir.display()
-        );
-        None
-    }
-}
 
 /// Runs `podq validate`: whether it exited 0, and what it printed.
 fn validate(dir: &Path) -> (bool, String) {
@@ -100,7 +82,7 @@ fn assert_well_formed(text: &str) {
 
 #[test]
 fn the_users_configs_fit_on_a_screen_and_name_the_fix() {
-    let Some(dir) = kellen_configs() else { return };
+    let dir = original_configs();
     let (ok, text) = validate(&dir);
     assert!(!ok, "the original layout has errors:\n{text}");
     let lines = text.lines().count();

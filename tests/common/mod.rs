@@ -18,6 +18,23 @@ pub fn experiments_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")
 }
 
+/// The study's original configs as the user wrote them (a copy of
+/// `shared/reference/kellen-configs`, kept in the repository so no test reads outside it).
+pub fn original_configs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kellen-configs")
+}
+
+/// A directory the emulated hosts see too: not under /tmp, /var/tmp or /home, which every
+/// host has its own of (the server's bucket, which stands for GCS, must be shared).
+pub fn shared_tempdir() -> tempfile::TempDir {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(base).expect("create the target's tmp dir");
+    tempfile::Builder::new()
+        .prefix("podq-")
+        .tempdir_in(base)
+        .expect("temp dir")
+}
+
 /// Polls `check` until it returns `Some`, or panics with `what` after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
 where
@@ -101,7 +118,7 @@ impl Server {
     }
 
     pub async fn start_with(options: ServerOptions) -> Server {
-        let dir = tempfile::tempdir().expect("temp dir");
+        let dir = shared_tempdir();
         let (process, url) = spawn_server(dir.path(), 0, &options);
         let port = url
             .rsplit(':')
