@@ -1,8 +1,14 @@
 //! The fake cloud the gcloud driver's tests run against: a real worker process whose
 //! `gcloud` is the fake in tests/fake_gcloud (first on the worker's PATH). The fake keeps
-//! the node's state in a file, runs `ssh --worker=i --command` locally with a directory
-//! standing for host i's filesystem, and logs every argument list it is given, so a test
-//! can assert both behaviour and the exact calls a real gcloud would receive.
+//! the node's state in a file and logs every argument list it is given, so a test can
+//! assert both behaviour and the exact calls a real gcloud would receive.
+//!
+//! Its hosts are an emulated pod (tests/fake_gcloud/hosts.py): each host is a machine of
+//! its own made of Linux namespaces, with its own address on a bridge, process table and
+//! /home, /tmp and /var/tmp (kept in `hosts/host-<i>/` so a test can look at them). The
+//! worker reaches the hosts by the addresses `describe` gives, and the hosts' agents reach
+//! the worker at the bridge's address, never at 127.0.0.1. This needs root; a machine that
+//! cannot make namespaces fails the test with a message that says so.
 //!
 //! The node is a v4-64 (what the suite's jobs ask for) cut down to 4 hosts to keep the
 //! tests light; the driver takes the host count from the node's network endpoints.
@@ -16,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{alive, Process, Server, PODQ};
+use super::{alive, shared_tempdir, Process, Server, PODQ};
 
 pub const RUN: Duration = Duration::from_secs(150);
 pub const SHORT: Duration = Duration::from_secs(60);
@@ -48,6 +54,17 @@ echo "setup on host $PODQ_HOST_INDEX of $PODQ_HOST_COUNT" >> ~/setup.log"#;
 pub struct FakeCloud {
     dir: tempfile::TempDir,
     hosts: u32,
+    /// This machine's address on the hosts' bridge: where the worker listens for agents.
+    bridge: String,
+}
+
+fn hosts_script(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new("python3")
+        .arg(Path::new(FAKE_DIR).join("hosts.py"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tests/fake_gcloud/hosts.py")
 }
 
 pub fn node(state: &str, scheduling: Value) -> Value {
@@ -83,7 +100,7 @@ impl FakeCloud {
 
     /// A fake cloud whose nodes have `hosts` hosts.
     pub fn with_hosts(state: Value, hosts: u32) -> FakeCloud {
-        let dir = tempfile::tempdir().expect("temp dir");
+        let dir = shared_tempdir();
         let mut state = state;
         state["zone"] = json!(ZONE);
         state["hosts"] = json!(hosts);
@@ -100,7 +117,59 @@ impl FakeCloud {
                 .join("gcs/sculptor-tpu-experiments/data/sudoku-extreme-1k-aug-1000"),
         )
         .unwrap();
-        FakeCloud { dir, hosts }
+        let setup = hosts_script(&[
+            "setup".as_ref(),
+            dir.path().as_os_str(),
+            hosts.to_string().as_ref(),
+        ]);
+        assert!(
+            setup.status.success(),
+            "cannot make the emulated pod's hosts: {}",
+            String::from_utf8_lossy(&setup.stderr)
+        );
+        let bridge = String::from_utf8_lossy(&setup.stdout).trim().to_owned();
+        FakeCloud { dir, hosts, bridge }
+    }
+
+    /// Runs `script` with bash on `host` as its login user would (booting the host if it
+    /// is down); answers its stdout, panicking when it fails.
+    pub fn on_host(&self, host: u32, script: &str) -> String {
+        let out = hosts_script(&[
+            "run".as_ref(),
+            self.root().as_os_str(),
+            host.to_string().as_ref(),
+            script.as_ref(),
+        ]);
+        assert!(
+            out.status.success(),
+            "on host {host}: `{script}` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Starts `sleep` in a process group of its own on `host`, carrying the lease tag
+    /// `tag` when given; answers its pid as the host numbers it.
+    pub fn group_leader_on(&self, host: u32, tag: Option<&str>) -> i32 {
+        let env = tag
+            .map(|t| format!("PODQ_LEASE_ID={t} "))
+            .unwrap_or_default();
+        let out = self.on_host(
+            host,
+            &format!("{env}setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $!"),
+        );
+        out.trim().parse().expect("a pid")
+    }
+
+    /// Whether process group `pgid` of `host` has a live (not zombie) member.
+    pub fn group_alive_on(&self, host: u32, pgid: i32) -> bool {
+        let out = self.on_host(
+            host,
+            &format!(
+                "for p in $(pgrep -g {pgid}); do grep -qs '^State:[[:space:]]*Z' /proc/$p/status || echo live; done; true"
+            ),
+        );
+        out.contains("live")
     }
 
     pub fn root(&self) -> &Path {
@@ -109,6 +178,19 @@ impl FakeCloud {
 
     pub fn host(&self, host: u32) -> PathBuf {
         self.root().join(format!("hosts/host-{host}"))
+    }
+
+    /// Host `host`'s address, as describe's networkEndpoints give it.
+    pub fn address(&self, host: usize) -> String {
+        self.state()["node"]["networkEndpoints"][host]["ipAddress"]
+            .as_str()
+            .expect("an endpoint address")
+            .to_owned()
+    }
+
+    /// The login user's home on `host` (`/home/<user>` there), as seen from here.
+    pub fn home(&self, host: u32) -> PathBuf {
+        self.host(host).join("home").join(whoami())
     }
 
     pub fn control(&self, name: &str, contents: &str) {
@@ -161,6 +243,7 @@ impl FakeCloud {
             .extend(gcloud.as_object().cloned().unwrap_or_default());
         let mut config = json!({
             "server": server,
+            "agent_listen": format!("{}:0", self.bridge),
             "pod": "stable-1",
             "driver": "gcloud",
             "accelerator": "v4-64",
@@ -228,55 +311,16 @@ impl FakeCloud {
 }
 
 impl Drop for FakeCloud {
-    /// A test that fails mid-run kills its worker, and the trainers on the fake hosts live
-    /// on in their own sessions, as they would on a real host: stop them here. Only groups
-    /// still carrying a podq lease tag are touched.
+    /// A test that fails mid-run kills its worker, and the trainers and agents on the hosts
+    /// live on, as they would on a real host: the hosts go down with everything on them,
+    /// and their namespaces and bridge are removed.
     fn drop(&mut self) {
-        let files = (0..self.hosts).flat_map(|host| {
-            std::fs::read_dir(self.host(host).join("tmp"))
-                .into_iter()
-                .flatten()
-                .flatten()
-        });
-        let tags: Vec<(String, i32)> = files
-            .filter_map(|entry| {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let id = std::fs::read_to_string(entry.path())
-                    .ok()?
-                    .trim()
-                    .parse::<i32>()
-                    .ok()?;
-                Some((name, id))
-            })
-            .collect();
-        // The hosts' agents too (their pid files): they would keep calling a dead worker.
-        for (_, pid) in tags
-            .iter()
-            .filter(|(name, _)| name.starts_with("podq-agent-") && name.ends_with(".pid"))
-        {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains("agent") {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(*pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-        let pgids = tags
-            .iter()
-            .filter(|(name, _)| name.starts_with("podq-trainer-") && name.ends_with(".pgid"))
-            .map(|(_, pgid)| *pgid);
-        for pgid in pgids {
-            let environ = std::fs::read(format!("/proc/{pgid}/environ")).unwrap_or_default();
-            let tagged = environ
-                .split(|b| *b == 0)
-                .any(|var| var.starts_with(b"PODQ_LEASE_ID="));
-            if tagged {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pgid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+        let out = hosts_script(&["teardown".as_ref(), self.root().as_os_str()]);
+        if !out.status.success() {
+            eprintln!(
+                "cannot tear the emulated pod down: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
 }

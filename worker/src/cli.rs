@@ -349,6 +349,9 @@ impl WorkerConfig {
                  file, --trainer-command or PODQ_TRAINER_COMMAND)"
             ),
         };
+        if self.driver == Driver::Gcloud {
+            check_agent_address(self.agent_listen, self.agent_url.as_deref())?;
+        }
         Ok(DaemonSettings {
             attempt: AttemptSettings {
                 trainer_command,
@@ -388,6 +391,42 @@ pub async fn run(args: WorkerArgs, shutdown: CancellationToken) -> anyhow::Resul
     daemon::run(client, driver, settings, shutdown).await
 }
 
+/// Refuses an agent address no TPU host can reach. The agents run on the hosts and call
+/// the worker: on a host, 127.0.0.1 is that host, and a worker listening on loopback takes
+/// no connection from another machine.
+fn check_agent_address(listen: std::net::SocketAddr, url: Option<&str>) -> anyhow::Result<()> {
+    const FIX: &str = "the agents on the TPU hosts call this worker: listen on its internal \
+                       interface (agent_listen, --agent-listen, PODQ_AGENT_LISTEN; e.g. \
+                       0.0.0.0:7433) and give them its internal address (agent_url, \
+                       --agent-url, PODQ_AGENT_URL; e.g. http://10.128.0.2:7433)";
+    if listen.ip().is_loopback() {
+        bail!("agent_listen {listen} is a loopback address, which no TPU host can reach: {FIX}");
+    }
+    match url {
+        Some(url) => {
+            let parsed = url::Url::parse(url)
+                .with_context(|| format!("agent_url `{url}` is not a URL: {FIX}"))?;
+            let host = parsed.host_str().unwrap_or_default();
+            let ip = host
+                .trim_matches(|c| c == '[' || c == ']')
+                .parse::<std::net::IpAddr>()
+                .ok();
+            if host == "localhost" || ip.is_some_and(|ip| ip.is_loopback() || ip.is_unspecified()) {
+                bail!(
+                    "agent_url `{url}` is not an address of this worker that a TPU host can \
+                     reach (on a host, {host} is the host itself): {FIX}"
+                );
+            }
+        }
+        None if listen.ip().is_unspecified() => bail!(
+            "agent_listen {listen} listens on every interface, so it cannot tell the agents \
+             which address to call: set agent_url too ({FIX})"
+        ),
+        None => {}
+    }
+    Ok(())
+}
+
 fn is_loopback(server: &str) -> bool {
     url::Url::parse(server)
         .ok()
@@ -415,6 +454,7 @@ mod tests {
             "worker.yaml",
             "server: http://10.0.0.2:8080\ntoken_file: token\npod: stable-1\ndriver: gcloud\n\
              trainer_command: run {experiment}\ntrainer_env: {A: file, B: file}\n\
+             agent_listen: 0.0.0.0:7433\nagent_url: http://10.0.0.3:7433\n\
              status_poll_s: 30\ngcloud:\n  zone: us-central2-b\n  project: p\n  capacity: spot\n",
         );
         let args = WorkerArgs {
@@ -462,5 +502,48 @@ mod tests {
         .unwrap();
         assert!(config.settings().is_err());
         assert!(config.driver().is_err());
+    }
+
+    #[test]
+    fn the_gcloud_driver_refuses_an_agent_address_no_host_can_reach() {
+        let gcloud = |listen: &str, url: Option<&str>| {
+            WorkerArgs {
+                driver: Some(Driver::Gcloud),
+                trainer_command: Some("run {experiment}".into()),
+                agent_listen: Some(listen.parse().unwrap()),
+                agent_url: url.map(str::to_owned),
+                ..WorkerArgs::default()
+            }
+            .resolve()
+            .unwrap()
+            .settings()
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        };
+        let refused = gcloud("127.0.0.1:7433", None).unwrap_err();
+        assert!(
+            refused.contains("agent_listen 127.0.0.1:7433 is a loopback address"),
+            "{refused}"
+        );
+        assert!(refused.contains("PODQ_AGENT_URL"), "{refused}");
+        let refused = gcloud("0.0.0.0:7433", Some("http://127.0.0.1:7433")).unwrap_err();
+        assert!(
+            refused.contains("agent_url `http://127.0.0.1:7433`"),
+            "{refused}"
+        );
+        let refused = gcloud("0.0.0.0:7433", Some("http://localhost:7433")).unwrap_err();
+        assert!(
+            refused.contains("localhost is the host itself"),
+            "{refused}"
+        );
+        assert!(gcloud("0.0.0.0:7433", None).is_err());
+        assert!(gcloud("0.0.0.0:7433", Some("http://10.128.0.2:7433")).is_ok());
+        assert!(gcloud("10.128.0.2:7433", None).is_ok());
+        // The local driver's agents are processes of this machine.
+        let local = WorkerArgs {
+            trainer_command: Some("run".into()),
+            ..WorkerArgs::default()
+        };
+        assert!(local.resolve().unwrap().settings().is_ok());
     }
 }
