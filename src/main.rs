@@ -38,6 +38,9 @@ enum Command {
     /// Own one host's trainer for one lease (started by the worker on every host).
     #[command(hide = true)]
     Agent(podq_worker::agent::AgentArgs),
+    /// Lead one trainer's process group and keep its exit status (started by the agent).
+    #[command(hide = true)]
+    AgentKeeper(podq_worker::agent::keeper::KeeperArgs),
     /// Submit experiments (a group, a list, or all).
     Submit(client::SubmitArgs),
     /// Print the status table.
@@ -158,6 +161,16 @@ fn main() -> ExitCode {
         podq_sim_trainer::main_with_args(trainer_args);
     }
     let cli = Cli::parse();
+    // The keeper blocks signals, which holds only for threads started after it: no runtime.
+    if let Command::AgentKeeper(args) = cli.command {
+        return match podq_worker::agent::keeper::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("podq agent-keeper: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Command::Validate {
         experiments,
         bucket,
@@ -207,6 +220,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             podq_worker::agent::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::AgentKeeper(_) => unreachable!("dispatched before the runtime starts"),
         Command::Submit(args) => client::submit(args).await,
         Command::Status(args) => client::status(args).await,
         Command::Jobs(args) => client::jobs(args).await,

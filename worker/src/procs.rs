@@ -6,19 +6,24 @@
 /// `bash -c 'cd x && python train.py'` dies on SIGTERM at once while the Python process it
 /// started is still saving its checkpoint.
 pub fn group_alive(pgid: i32) -> bool {
+    !group_members(pgid).is_empty()
+}
+
+/// The live (not zombie) processes of process group `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return false;
+        return Vec::new();
     };
-    entries.flatten().any(|entry| {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            return false;
-        };
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| stat_state_and_pgrp(&stat))
-            .is_some_and(|(state, pgrp)| pgrp == pgid && state != 'Z' && state != 'X')
-    })
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| stat_state_and_pgrp(&stat))
+                .is_some_and(|(state, pgrp)| pgrp == pgid && state != 'Z' && state != 'X')
+        })
+        .collect()
 }
 
 /// The state letter and process group of a `/proc/<pid>/stat` line. The command name sits

@@ -58,11 +58,24 @@ struct LeaseSlot {
     )>,
 }
 
-#[derive(Default, Clone)]
+#[derive(Clone)]
 struct HostSlot {
     offset: u64,
     exit: Option<AgentExit>,
     contacted: bool,
+    /// The agent's last call, or when the slot was made (or its agent restarted).
+    heard: std::time::Instant,
+}
+
+impl Default for HostSlot {
+    fn default() -> Self {
+        HostSlot {
+            offset: 0,
+            exit: None,
+            contacted: false,
+            heard: std::time::Instant::now(),
+        }
+    }
 }
 
 impl AgentHub {
@@ -130,6 +143,31 @@ impl AgentHub {
     pub fn command(&self, lease: &str, stop: StopCommand) {
         if let Some(slot) = self.slots().get_mut(lease) {
             slot.stop = Some(stop);
+        }
+    }
+
+    /// Hosts whose trainer has not ended and whose agent has not called for `silence`
+    /// (counted from registration, or from the last restart of its agent).
+    pub fn silent(&self, lease: &str, silence: std::time::Duration) -> Vec<u32> {
+        self.slots()
+            .get(lease)
+            .map(|slot| {
+                (0..slot.hosts.len() as u32)
+                    .filter(|h| {
+                        let host = &slot.hosts[*h as usize];
+                        host.exit.is_none() && host.heard.elapsed() >= silence
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A new agent was started on `host`: its silence counts from now.
+    pub fn agent_restarted(&self, lease: &str, host: u32) {
+        if let Some(slot) = self.slots().get_mut(lease) {
+            if let Some(host) = slot.hosts.get_mut(host as usize) {
+                host.heard = std::time::Instant::now();
+            }
         }
     }
 
@@ -239,6 +277,7 @@ impl AgentHub {
             ));
         }
         host.contacted = true;
+        host.heard = std::time::Instant::now();
         let Some((lines, exits)) = &slot.streams else {
             return Ok(SyncAnswer {
                 ack: request.end,
@@ -311,6 +350,7 @@ mod tests {
         let exit = AgentExit {
             code: Some(0),
             signal: None,
+            vanished: false,
         };
         let mut last = request(6, "");
         last.exit = Some(exit);

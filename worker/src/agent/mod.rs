@@ -12,10 +12,23 @@
 //! - reports the exit once the trainer's whole process group has ended;
 //! - delivers the worker's stop commands to the group (SIGTERM, then SIGKILL).
 //!
-//! Files, in `<dir>/<lease>/`: `agent.lock`, `agent.pid`, `trainer.log`, `exit.json`.
-//! The trainer's pgid goes to `--pgid-file`, the tag the pod drivers' cleanup reads.
+//! The trainer does not depend on its agent: it runs under `podq agent-keeper` (see
+//! [`keeper`]), which leads its process group and writes its exit status to
+//! `trainer-exit.json`. An agent that dies (the OOM killer) leaves the trainer training; the
+//! worker notices the silence and starts a new agent, which adopts the trainer only after
+//! proving it belongs to the lease (a live member of its group carries
+//! `PODQ_LEASE_ID=<lease>` in its environment: a pgid file alone survives a reboot and
+//! pgids are reused), and reports the exit the keeper wrote. A trainer that is gone with no
+//! exit written (its host rebooted) is reported as `vanished`, which the worker does not
+//! charge to the run. A SIGTERM to the agent (a host shutting down) does not end it: it
+//! stays to deliver the trainer's last lines and exit until the host goes.
+//!
+//! Files, in `<dir>/<lease>/`: `agent.lock`, `agent.pid`, `trainer.log`, `trainer.pgid`,
+//! `trainer-exit.json` (the keeper's), `exit.json` (what was reported). The trainer's pgid
+//! also goes to `--pgid-file`, the tag the pod drivers' cleanup reads.
 
 pub mod hub;
+pub mod keeper;
 pub mod wire;
 
 use std::fs::{File, OpenOptions};
@@ -103,8 +116,27 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let exit_path = dir.join("exit.json");
     let trainer = Arc::new(Mutex::new(TrainerState::default()));
     start_or_adopt(&args, &dir, &log_path, &exit_path, trainer.clone())?;
+    stay_through_shutdown();
     sync_loop(&args, &secret, &log_path, trainer).await;
     Ok(())
+}
+
+/// A host shutting down (a preemption's ACPI soft off) sends every process SIGTERM: the
+/// trainer saves and exits, and its agent must still be there to deliver that. A handler,
+/// not SIG_IGN, so nothing the agent starts inherits it.
+fn stay_through_shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    for kind in [SignalKind::terminate(), SignalKind::hangup()] {
+        if let Ok(mut stream) = signal(kind) {
+            tokio::spawn(async move {
+                while stream.recv().await.is_some() {
+                    eprintln!(
+                        "podq agent: {kind:?} received: staying until the trainer's exit is delivered"
+                    );
+                }
+            });
+        }
+    }
 }
 
 #[derive(Default)]
@@ -118,7 +150,8 @@ fn lock(state: &Mutex<TrainerState>) -> std::sync::MutexGuard<'_, TrainerState> 
 }
 
 /// Starts the lease's trainer, unless an earlier agent of this lease already did: then the
-/// ended trainer's exit is reported, or the running one is watched until its group ends.
+/// ended trainer's exit is reported, or the running one is adopted once it proves to be
+/// the lease's, or a trainer that is gone without an exit is reported vanished.
 fn start_or_adopt(
     args: &AgentArgs,
     dir: &Path,
@@ -134,25 +167,36 @@ fn start_or_adopt(
         return Ok(());
     }
     let pgid_path = dir.join("trainer.pgid");
+    let kept_exit = dir.join(keeper::EXIT_FILE);
     if let Some(pgid) = std::fs::read_to_string(&pgid_path)
         .ok()
         .and_then(|t| t.trim().parse::<i32>().ok())
     {
-        eprintln!("podq agent: adopting the running trainer of this lease (process group {pgid})");
-        lock(&trainer).pgid = Some(pgid);
-        let exit_path = exit_path.to_owned();
-        std::thread::spawn(move || {
-            // Its parent was the agent that died: the exit status went with it.
-            wait_for_group(pgid);
-            record_exit(
-                &trainer,
-                &exit_path,
-                AgentExit {
-                    code: None,
-                    signal: None,
-                },
+        if keeper::group_carries_lease(pgid, &args.lease) {
+            eprintln!(
+                "podq agent: adopting the running trainer of this lease (process group {pgid}, \
+                 PODQ_LEASE_ID={})",
+                args.lease
             );
+            lock(&trainer).pgid = Some(pgid);
+            let exit_path = exit_path.to_owned();
+            std::thread::spawn(move || {
+                wait_for_group(pgid);
+                let exit = keeper::read_exit(&kept_exit).unwrap_or(AgentExit::UNKNOWN);
+                record_exit(&trainer, &exit_path, exit);
+            });
+            return Ok(());
+        }
+        // No process of the lease is left in that group: the trainer ended while no agent
+        // watched (its keeper wrote the exit), or it went with its host.
+        let exit = keeper::read_exit(&kept_exit).unwrap_or_else(|| {
+            eprintln!(
+                "podq agent: the trainer of this lease (process group {pgid}) is gone and left \
+                 no exit status: its host restarted, or it was killed with its agent"
+            );
+            AgentExit::VANISHED
         });
+        record_exit(&trainer, exit_path, exit);
         return Ok(());
     }
     let log = OpenOptions::new()
@@ -160,8 +204,12 @@ fn start_or_adopt(
         .append(true)
         .open(log_path)
         .with_context(|| format!("cannot open {}", log_path.display()))?;
-    let mut child = std::process::Command::new("bash")
-        .arg("-c")
+    let program = std::env::current_exe().context("cannot find this program's path")?;
+    let mut child = std::process::Command::new(program)
+        .arg("agent-keeper")
+        .arg("--exit-file")
+        .arg(&kept_exit)
+        .arg("--command")
         .arg(&args.command)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -183,16 +231,16 @@ fn start_or_adopt(
         let status = child.wait();
         // What the shell started may outlive it (`cd x && python ...` does not exec).
         wait_for_group(pgid);
-        let exit = match status {
+        // The keeper's record; without one, the keeper itself was killed (SIGKILL to the
+        // group), which is the trainer's end too.
+        let exit = keeper::read_exit(&kept_exit).unwrap_or(match status {
             Ok(status) => AgentExit {
                 code: status.code(),
                 signal: status.signal(),
+                vanished: false,
             },
-            Err(_) => AgentExit {
-                code: None,
-                signal: None,
-            },
-        };
+            Err(_) => AgentExit::UNKNOWN,
+        });
         record_exit(&trainer, &exit_path, exit);
     });
     Ok(())

@@ -39,6 +39,24 @@ pub struct AgentExit {
     /// The command's exit code; `None` when a signal ended it.
     pub code: Option<i32>,
     pub signal: Option<i32>,
+    /// The trainer is gone and left no exit status: its host restarted under it (or it was
+    /// killed together with its agent). Not the trainer's doing.
+    #[serde(default)]
+    pub vanished: bool,
+}
+
+impl AgentExit {
+    /// Ended, how is not known.
+    pub const UNKNOWN: AgentExit = AgentExit {
+        code: None,
+        signal: None,
+        vanished: false,
+    };
+    pub const VANISHED: AgentExit = AgentExit {
+        code: None,
+        signal: None,
+        vanished: true,
+    };
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
