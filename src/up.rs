@@ -146,6 +146,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 None => Duration::from_secs_f64((args.sim_run_secs / 2.0).max(20.0)),
             },
             metrics_flush: Duration::from_secs(1),
+            // The simulated hosts' agents push every 100 ms.
+            agent_silence: Duration::from_secs(5),
+            maintenance_lead: Duration::from_secs(600),
+            maintenance_timeout: Duration::from_secs(3600),
             metrics_max_points: 1000,
             checkpoint_scan: Duration::from_secs(1),
             // `up` owns its pod: when it stops, so do the trainers.

@@ -86,6 +86,18 @@ pub struct WorkerArgs {
     /// Seconds without step progress after which a running attempt is hung [default: 600].
     #[arg(long, env = "PODQ_HANG_TIMEOUT_S")]
     pub hang_timeout_s: Option<f64>,
+    /// Seconds a host's agent may stay silent, while its trainer runs, before a new agent
+    /// is started there to adopt the trainer [default: 30].
+    #[arg(long, env = "PODQ_AGENT_SILENCE_S")]
+    pub agent_silence_s: Option<f64>,
+    /// Seconds before an announced maintenance window opens at which a running attempt is
+    /// stopped (SIGTERM, the full grace, not charged) and leasing paused [default: 600].
+    #[arg(long, env = "PODQ_MAINTENANCE_LEAD_S")]
+    pub maintenance_lead_s: Option<f64>,
+    /// Seconds a maintenance event may last under a running attempt before it ends as
+    /// preempted [default: 3600].
+    #[arg(long, env = "PODQ_MAINTENANCE_TIMEOUT_S")]
+    pub maintenance_timeout_s: Option<f64>,
     /// Seconds between metric batches [default: 2].
     #[arg(long, env = "PODQ_METRICS_FLUSH_S")]
     pub metrics_flush_s: Option<f64>,
@@ -192,6 +204,9 @@ pub struct WorkerConfig {
     pub stop_grace_s: f64,
     pub status_poll_s: f64,
     pub hang_timeout_s: f64,
+    pub agent_silence_s: f64,
+    pub maintenance_lead_s: f64,
+    pub maintenance_timeout_s: f64,
     pub metrics_flush_s: f64,
     pub checkpoint_scan_s: f64,
     pub lease_wait_s: u64,
@@ -292,6 +307,18 @@ impl WorkerArgs {
             stop_grace_s: self.stop_grace_s.or(file.stop_grace_s).unwrap_or(10.0),
             status_poll_s: self.status_poll_s.or(file.status_poll_s).unwrap_or(15.0),
             hang_timeout_s: self.hang_timeout_s.or(file.hang_timeout_s).unwrap_or(600.0),
+            agent_silence_s: self
+                .agent_silence_s
+                .or(file.agent_silence_s)
+                .unwrap_or(30.0),
+            maintenance_lead_s: self
+                .maintenance_lead_s
+                .or(file.maintenance_lead_s)
+                .unwrap_or(600.0),
+            maintenance_timeout_s: self
+                .maintenance_timeout_s
+                .or(file.maintenance_timeout_s)
+                .unwrap_or(3600.0),
             metrics_flush_s: self.metrics_flush_s.or(file.metrics_flush_s).unwrap_or(2.0),
             checkpoint_scan_s: self
                 .checkpoint_scan_s
@@ -360,6 +387,13 @@ impl WorkerConfig {
                 status_poll: seconds(self.status_poll_s, "--status-poll-s")?
                     .max(Duration::from_millis(50)),
                 hang_timeout: seconds(self.hang_timeout_s, "--hang-timeout-s")?,
+                agent_silence: seconds(self.agent_silence_s, "--agent-silence-s")?
+                    .max(Duration::from_millis(500)),
+                maintenance_lead: seconds(self.maintenance_lead_s, "--maintenance-lead-s")?,
+                maintenance_timeout: seconds(
+                    self.maintenance_timeout_s,
+                    "--maintenance-timeout-s",
+                )?,
                 metrics_flush: seconds(self.metrics_flush_s, "--metrics-flush-s")?
                     .max(Duration::from_millis(10)),
                 metrics_max_points: 1000,

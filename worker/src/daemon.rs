@@ -169,6 +169,30 @@ async fn ready_pod(
             }
             continue;
         }
+        // A run leased now would be stopped for the window: lease nothing until it passed.
+        if let Some(m) =
+            status.maintenance_ahead(settings.attempt.maintenance_lead, chrono::Utc::now())
+        {
+            let waiting = format!(
+                "a {} maintenance window opens at {} (ends {}): leasing nothing on this pod until it has passed",
+                m.kind,
+                m.window_start.map_or("an unknown time".into(), |t| t.to_rfc3339()),
+                m.window_end.map_or("at an unknown time".into(), |t| t.to_rfc3339()),
+            );
+            tracing::info!(pod = driver.name(), "{waiting}");
+            report(
+                client,
+                driver,
+                &status.state,
+                &status.health,
+                None,
+                Some(waiting),
+                None,
+            )
+            .await;
+            sleep_or_shutdown(settings.preflight_retry, shutdown).await;
+            continue;
+        }
         let preflight = driver.preflight().await;
         if preflight.passed {
             return Ok(Some(preflight));

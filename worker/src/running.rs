@@ -16,6 +16,11 @@ pub struct Saved {
     pub hosts: u32,
     /// The step the attempt was launched to resume from (for the silent-restart check).
     pub resume_step: Option<i64>,
+    /// What the agents were started with, to start a new one where one goes silent
+    /// (absent in files written before podq kept it). Holds the lease's secret: the file is
+    /// written 0600.
+    #[serde(default)]
+    pub start: Option<crate::pod::AgentStart>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -91,10 +96,24 @@ impl RunningAttempt {
         let tmp = self.path.with_extension("partial");
         let written = serde_json::to_vec_pretty(&on_disk)
             .map_err(std::io::Error::other)
-            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|bytes| write_private(&tmp, &bytes))
             .and_then(|_| std::fs::rename(&tmp, &self.path));
         if let Err(e) = written {
             tracing::error!(path = %self.path.display(), error = %e, "cannot write the running-attempt file: a restart would not reattach");
         }
     }
+}
+
+/// Writes `bytes` to a new file only its owner can read: it holds the lease's secret.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }

@@ -19,6 +19,8 @@ pub struct HostExit {
     pub host: u32,
     pub code: Option<i32>,
     pub signal: Option<i32>,
+    /// Gone without an exit status: the host restarted under it.
+    pub vanished: bool,
 }
 
 impl HostExit {
@@ -27,6 +29,12 @@ impl HostExit {
     }
 
     pub fn describe(&self) -> String {
+        if self.vanished {
+            return format!(
+                "host {}'s trainer is gone and left no exit status (the host restarted)",
+                self.host
+            );
+        }
         match (self.code, self.signal) {
             (Some(code), _) => format!("host {} exited with code {code}", self.host),
             (None, Some(signal)) => {
@@ -156,11 +164,39 @@ impl Hosts {
             host: ended.host,
             code: ended.exit.code,
             signal: ended.exit.signal,
+            vanished: ended.exit.vanished,
         };
         if let Some(slot) = self.exits.get_mut(exit.host as usize) {
             *slot = Some(exit);
         }
         Some(exit)
+    }
+
+    /// Hosts whose trainer runs on and whose agent has not called for `silence`.
+    pub fn silent(&self, silence: Duration) -> Vec<u32> {
+        self.hub.silent(&self.lease, silence)
+    }
+
+    /// Starts a new agent on `host` for a silent one. The agent adopts the running trainer
+    /// (or reports its exit) and starts nothing: a second agent of a lease finds the first
+    /// one's lock, and an agent that finds the lease's trainer never starts another.
+    pub async fn restart_agent(
+        &self,
+        driver: &dyn PodDriver,
+        start: &AgentStart,
+        host: u32,
+    ) -> anyhow::Result<()> {
+        self.hub.agent_restarted(&self.lease, host);
+        let only = AgentStart {
+            launches: start
+                .launches
+                .iter()
+                .filter(|l| l.host == host)
+                .cloned()
+                .collect(),
+            ..start.clone()
+        };
+        driver.start_agents(&only).await
     }
 
     /// Whether any host's agent has called the worker for this attempt.
@@ -170,6 +206,11 @@ impl Hosts {
 
     pub fn alive(&self) -> Vec<bool> {
         self.exits.iter().map(Option::is_none).collect()
+    }
+
+    /// Each host's end so far.
+    pub fn exits(&self) -> Vec<Option<HostExit>> {
+        self.exits.clone()
     }
 
     pub fn exit_codes(&self) -> Vec<Option<i32>> {
@@ -232,6 +273,7 @@ impl Hosts {
                     host,
                     code: None,
                     signal: None,
+                    vanished: false,
                 });
             }
         }

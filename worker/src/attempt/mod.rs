@@ -1,25 +1,29 @@
 //! One attempt of one job on the pod: verify where to resume, stage the config on every host,
 //! clean the hosts, launch, supervise, stop, classify, finish.
 
+mod heartbeat;
+mod launch;
+pub mod outcome;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use podq_api::{AttemptOutcome, FinishRequest, HeartbeatRequest, Lease, LeasePhase};
-use sha2::{Digest, Sha256};
+use podq_api::{FinishRequest, Lease};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::hub::AgentHub;
 use crate::agent::new_secret;
 use crate::checkpoints::CheckpointStore;
-use crate::client::{CallError, ServerClient};
+use crate::client::ServerClient;
 use crate::events::TrainerEvent;
-use crate::pod::{AgentStart, HostLaunch, PodDriver, StagedConfig};
+use crate::pod::{AgentStart, PodDriver};
 use crate::report::{self, Report, ReporterSettings};
 use crate::running::RunningAttempt;
 use crate::supervise::Hosts;
+use outcome::{Observed, Stop};
 
 #[derive(Debug, Clone)]
 pub struct AttemptSettings {
@@ -38,6 +42,13 @@ pub struct AttemptSettings {
     /// On shutdown, leave the trainers to their agents (a restarted worker reattaches)
     /// instead of stopping them.
     pub detach_on_shutdown: bool,
+    /// An agent that has not called for this long, while its trainer runs, is replaced.
+    pub agent_silence: Duration,
+    /// A run is stopped (SIGTERM, the full grace, uncharged) this long before a maintenance
+    /// window the pod announced opens.
+    pub maintenance_lead: Duration,
+    /// A maintenance event under way for longer than this ends the attempt as preempted.
+    pub maintenance_timeout: Duration,
 }
 
 /// What every attempt of this worker shares.
@@ -62,19 +73,22 @@ struct Shared {
     phase_changed: tokio::sync::Notify,
 }
 
-/// Why the supervision loop ended.
-enum Stop {
-    AllExited,
-    HostEnded(String),
-    Preempted(String),
-    Hung(String),
-    Cancelled,
-    LeaseLost,
-    Shutdown,
-    SilentRestart(String),
-    /// After a worker restart, no agent of the attempt ever called: the worker died
-    /// before they started, or the hosts went away with them.
-    AgentsGone(String),
+/// How long a host shutting down may take before its node says why: Compute Engine gives a
+/// preempted Spot or preemptible VM 30 s of ACPI soft off
+/// (https://cloud.google.com/compute/docs/instances/spot#preemption-process), and describe
+/// lags behind.
+const SHUTDOWN_NOTICE: Duration = Duration::from_secs(45);
+
+/// The pod's state once it shows its capacity lost, or after `within`.
+async fn await_capacity_loss(driver: &dyn PodDriver, within: Duration) -> crate::pod::PodStatus {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let status = driver.status().await.unwrap_or_default();
+        if status.is_preempted() || tokio::time::Instant::now() >= deadline {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// How long a reattached worker waits for the first call of the attempt's agents.
@@ -104,7 +118,7 @@ async fn drive(ctx: &Context<'_>, lease: Lease, begin: Begin) {
     let shared = Arc::new(Shared::default());
     let cancel = CancellationToken::new();
     let lease_lost = CancellationToken::new();
-    let heartbeat = tokio::spawn(heartbeat_loop(
+    let heartbeat = tokio::spawn(heartbeat::heartbeat_loop(
         client.clone(),
         lease.clone(),
         shared.clone(),
@@ -143,14 +157,6 @@ async fn attempt(
 ) -> Option<FinishRequest> {
     let (client, driver, settings, shutdown) = (ctx.client, ctx.driver, ctx.settings, ctx.shutdown);
     let lease_id = lease.lease_id;
-    let fail = |message: String| FinishRequest {
-        outcome: AttemptOutcome::Failed,
-        exit_codes: Vec::new(),
-        start_step: lease.resume_step,
-        end_step: None,
-        log_tail: None,
-        message: Some(message),
-    };
     let store = match CheckpointStore::open(&lease.checkpoint_dir) {
         Ok(store) => Some(store),
         Err(e) => {
@@ -166,7 +172,7 @@ async fn attempt(
     };
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let reattached = matches!(begin, Begin::Reattach(_));
-    let (mut hosts, resume_step) = match begin {
+    let (mut hosts, resume_step, start) = match begin {
         Begin::Reattach(saved) => (
             Hosts::attach(
                 ctx.hub,
@@ -176,11 +182,28 @@ async fn attempt(
                 events_tx,
             ),
             saved.resume_step,
+            saved.start,
         ),
         Begin::Launch(secret) => {
-            match launch(ctx, lease, store.as_ref(), &secret, events_tx).await {
-                Ok(launched) => launched,
-                Err(message) => return Some(fail(message)),
+            match launch::launch(ctx, lease, store.as_ref(), &secret, events_tx).await {
+                Ok(launched) => (launched.hosts, launched.resume_step, Some(launched.start)),
+                Err(message) => {
+                    let stop = Stop::LaunchFailed(message);
+                    let (outcome, message) = outcome::classify(&Observed {
+                        stop: &stop,
+                        exits: &[],
+                        pod: None,
+                        stopped: &Default::default(),
+                    })?;
+                    return Some(FinishRequest {
+                        outcome,
+                        exit_codes: Vec::new(),
+                        start_step: lease.resume_step,
+                        end_step: None,
+                        log_tail: None,
+                        message: Some(message),
+                    });
+                }
             }
         }
     };
@@ -205,6 +228,10 @@ async fn attempt(
     let mut first_step: Option<i64> = None;
     let mut last_step: Option<i64> = None;
     let mut last_progress = tokio::time::Instant::now();
+    let began = tokio::time::Instant::now();
+    // Since when each host's agent has been silent, across the new agents started for it.
+    let mut silent_since: BTreeMap<u32, tokio::time::Instant> = BTreeMap::new();
+    let mut maintenance_since: Option<tokio::time::Instant> = None;
     let mut poll = tokio::time::interval(settings.status_poll);
     let stop = loop {
         tokio::select! {
@@ -220,7 +247,7 @@ async fn attempt(
                             break Stop::AllExited;
                         }
                     }
-                    Some(exit) => break Stop::HostEnded(exit.describe()),
+                    Some(exit) => break Stop::HostEnded(exit),
                 }
             }
             event = events_rx.recv() => match event {
@@ -253,7 +280,30 @@ async fn attempt(
                     Ok(status) if status.is_preempted() => {
                         break Stop::Preempted(format!("pod state {}/{}", status.state, status.health));
                     }
-                    Ok(_) => {}
+                    // Under maintenance nothing is killed: the hosts usually come back as
+                    // they were, and a paused trainer is not hung. Hosts that restart are
+                    // seen through their agents.
+                    Ok(status) if status.in_maintenance() => {
+                        let since = *maintenance_since.get_or_insert_with(tokio::time::Instant::now);
+                        last_progress = tokio::time::Instant::now();
+                        if since.elapsed() >= settings.maintenance_timeout {
+                            break Stop::Preempted(format!(
+                                "a maintenance event has not ended after {}s (pod state {}/{})",
+                                since.elapsed().as_secs(), status.state, status.health
+                            ));
+                        }
+                    }
+                    Ok(status) => {
+                        maintenance_since = None;
+                        if let Some(m) = status.maintenance_ahead(settings.maintenance_lead, chrono::Utc::now()) {
+                            break Stop::Maintenance(format!(
+                                "a {} maintenance window opens at {}: stopped ahead of it with \
+                                 SIGTERM and the full grace, so the trainer could save; not charged",
+                                m.kind,
+                                m.window_start.map_or("an unknown time".into(), |t| t.to_rfc3339()),
+                            ));
+                        }
+                    }
                     Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot read the pod's state"),
                 }
                 if reattached
@@ -261,13 +311,46 @@ async fn attempt(
                     && !hosts.any_contacted()
                 {
                     break Stop::AgentsGone(format!(
-                        "no agent called within {}s of the worker's restart",
+                        "no agent called within {}s of the worker's restart; not charged",
                         REATTACH_GRACE.as_secs()
                     ));
                 }
-                if last_progress.elapsed() >= settings.hang_timeout {
+                if !reattached
+                    && began.elapsed() >= settings.hang_timeout.max(REATTACH_GRACE)
+                    && !hosts.any_contacted()
+                {
+                    break Stop::AgentsGone(format!(
+                        "no agent called within {}s of the launch; not charged",
+                        began.elapsed().as_secs()
+                    ));
+                }
+                // A silent agent is replaced; while one is silent, no progress is not the
+                // trainer's fault: its reports have nowhere to go. One that stays silent
+                // through new agents for the hang timeout is given up on.
+                let silent = hosts.silent(settings.agent_silence);
+                let now = tokio::time::Instant::now();
+                silent_since.retain(|host, _| silent.contains(host));
+                for host in &silent {
+                    silent_since.entry(*host).or_insert(now - settings.agent_silence);
+                }
+                if let Some((host, since)) = silent_since
+                    .iter()
+                    .find(|(_, since)| since.elapsed() >= settings.hang_timeout)
+                {
+                    break Stop::AgentsGone(format!(
+                        "host {host}'s agent has not called for {}s, nor any agent started \
+                         there since; not charged",
+                        since.elapsed().as_secs()
+                    ));
+                }
+                if !silent.is_empty() {
+                    supervise_agents(ctx, lease_id, &hosts, start.as_ref(), &silent).await;
+                    last_progress = last_progress.max(
+                        tokio::time::Instant::now() - settings.hang_timeout / 2,
+                    );
+                } else if last_progress.elapsed() >= settings.hang_timeout {
                     break Stop::Hung(format!(
-                        "no step progress for {}s (last step {})",
+                        "no step progress for {}s while every host's agent reported (last step {})",
                         settings.hang_timeout.as_secs(),
                         last_step.map_or("none".into(), |s| s.to_string())
                     ));
@@ -298,48 +381,35 @@ async fn attempt(
     drop(report_tx);
     let _ = reporter.await;
 
-    // A host that died may be the first sign of a preemption: ask the pod before blaming
-    // the trainer.
-    let stop = match stop {
-        Stop::HostEnded(what) => match driver.confirm_status().await {
-            Ok(status) if status.is_preempted() => Stop::Preempted(format!(
-                "{what}; pod state {}/{}",
-                status.state, status.health
-            )),
-            _ => Stop::HostEnded(what),
-        },
-        other => other,
+    // A host that ended on its own may be the first sign of a preemption: ask the pod
+    // (again, as its API can lag) before blaming the trainer.
+    let exits = hosts.exits();
+    let ended_badly = match &stop {
+        Stop::HostEnded(_) => true,
+        Stop::AllExited => exits.iter().flatten().any(|e| !e.success()),
+        _ => false,
     };
-    let exit_codes = hosts.exit_codes();
-    let (outcome, message) = match stop {
-        Stop::LeaseLost | Stop::Shutdown => return None,
-        Stop::AllExited if exit_codes.iter().all(|c| *c == Some(0)) => {
-            (AttemptOutcome::Succeeded, "every host exited 0".to_owned())
-        }
-        Stop::AllExited => (AttemptOutcome::Failed, "hosts ended with errors".to_owned()),
-        Stop::HostEnded(what) => (
-            AttemptOutcome::Failed,
-            format!("{what} on a healthy pod; stopped the others"),
-        ),
-        Stop::Preempted(what) => (AttemptOutcome::Preempted, what),
-        // Like a lost lease: the attempt's fate is unknown, so no failure is charged.
-        Stop::AgentsGone(what) => (AttemptOutcome::Lost, what),
-        Stop::Hung(what) => (
-            AttemptOutcome::Hung,
-            format!("{what}; stopped every host: {}", stopped.describe()),
-        ),
-        Stop::Cancelled => (
-            AttemptOutcome::Cancelled,
-            format!("cancelled; stopped every host: {}", stopped.describe()),
-        ),
-        Stop::SilentRestart(what) => {
-            let _ = client.event(lease_id, "silent_restart", what.clone()).await;
-            (AttemptOutcome::Failed, what)
-        }
+    let pod = if ended_badly && outcome::terminated_from_outside(&exits) {
+        // The hosts are shutting down: a preemption's notice gives the guest about 30 s
+        // before the node reads PREEMPTED, so wait that long before calling it anything else.
+        Some(await_capacity_loss(driver, SHUTDOWN_NOTICE).await)
+    } else if ended_badly {
+        driver.confirm_status().await.ok()
+    } else {
+        None
     };
+    if let Stop::SilentRestart(what) = &stop {
+        let _ = client.event(lease_id, "silent_restart", what.clone()).await;
+    }
+    let (outcome, message) = outcome::classify(&Observed {
+        stop: &stop,
+        exits: &exits,
+        pod: pod.as_ref(),
+        stopped: &stopped,
+    })?;
     Some(FinishRequest {
         outcome,
-        exit_codes,
+        exit_codes: hosts.exit_codes(),
         start_step: resume_step,
         end_step: last_step,
         log_tail: Some(hosts.log.text()),
@@ -347,228 +417,40 @@ async fn attempt(
     })
 }
 
-/// Prepares the hosts and starts the lease's agents: verify where to resume, clean up
-/// after earlier attempts, stage the config on every host and start the agents (one step
-/// of the driver's, so a TPU host costs one copy and one ssh). The
-/// attempt is written down once its agents run, so a restarted worker reattaches.
-async fn launch(
+/// Starts a new agent on each host whose agent went silent while its trainer runs (the OOM
+/// killer, a crash); the trainer itself is left alone. A host that cannot be reached is
+/// tried again at the next poll.
+async fn supervise_agents(
     ctx: &Context<'_>,
-    lease: &Lease,
-    store: Option<&CheckpointStore>,
-    secret: &str,
-    events: mpsc::UnboundedSender<TrainerEvent>,
-) -> Result<(Hosts, Option<i64>), String> {
-    let (client, driver, settings) = (ctx.client, ctx.driver, ctx.settings);
-    let lease_id = lease.lease_id;
-    let (resume_from, resume_step) = choose_resume(client, lease, store).await;
-
-    let cleaned = driver
-        .clean_hosts()
-        .await
-        .unwrap_or_else(|e| vec![format!("cleanup failed: {e:#}")]);
-    if !cleaned.is_empty() {
-        // One event per attempt, not one per host and file: the timeline stays readable.
-        let _ = client
-            .event(lease_id, "host_cleanup", cleaned.join("; "))
-            .await;
-    }
-
-    let mut config = lease.config.clone();
-    if let Some(map) = config.as_object_mut() {
-        map.insert(
-            "checkpoint_path".into(),
-            lease.checkpoint_dir.clone().into(),
+    lease_id: uuid::Uuid,
+    hosts: &Hosts,
+    start: Option<&AgentStart>,
+    silent: &[u32],
+) {
+    let Some(start) = start else {
+        tracing::warn!(lease = %lease_id, ?silent, "agents are silent, and this attempt's start was not kept: cannot start new ones");
+        return;
+    };
+    for &host in silent {
+        let why = format!(
+            "host {host}'s agent has not called for {}s",
+            ctx.settings.agent_silence.as_secs()
         );
-        map.insert("load_checkpoint".into(), resume_from.clone().into());
-    }
-    let yaml = serde_yaml::to_string(&config)
-        .map_err(|e| format!("cannot write the config as YAML: {e}"))?;
-    let config = StagedConfig {
-        file_name: format!("{}.yaml", lease.experiment),
-        sha256: hex::encode(Sha256::digest(yaml.as_bytes())),
-        contents: yaml.into_bytes(),
-    };
-    let coordinator = driver
-        .coordinator_address()
-        .await
-        .map_err(|e| format!("no coordinator address: {e:#}"))?;
-    let launches: Vec<HostLaunch> = (0..driver.hosts())
-        .map(|host| HostLaunch {
-            host,
-            command: fill_template(
-                &settings.trainer_command,
-                driver,
-                host,
-                lease,
-                resume_from.as_deref(),
-            ),
-            env: trainer_env(
-                settings,
-                driver,
-                host,
-                lease,
-                resume_from.as_deref(),
-                &config.sha256,
-                &coordinator,
-            ),
-        })
-        .collect();
-    let start = AgentStart {
-        config,
-        lease: lease_id.to_string(),
-        secret: secret.to_owned(),
-        worker_url: ctx.hub.url().to_owned(),
-        launches,
-    };
-    // Written before the agents start: a worker killed in between reattaches to agents
-    // that may exist, and learns from silence if they do not.
-    ctx.running.save(&crate::running::Saved {
-        lease: lease.clone(),
-        secret: secret.to_owned(),
-        hosts: driver.hosts(),
-        resume_step,
-    });
-    let hosts = Hosts::launch(driver, ctx.hub, &start, events)
-        .await
-        .map_err(|e| format!("launch failed: {e:#}"))?;
-    Ok((hosts, resume_step))
-}
-
-/// The checkpoint to resume from: the lease's, if the store confirms it is committed and
-/// complete, else the newest older one that is; an event says when it fell back.
-async fn choose_resume(
-    client: &ServerClient,
-    lease: &Lease,
-    store: Option<&CheckpointStore>,
-) -> (Option<String>, Option<i64>) {
-    let Some(wanted) = lease.resume_from.clone() else {
-        return (None, None);
-    };
-    let Some(store) = store else {
-        return (Some(wanted), lease.resume_step);
-    };
-    let candidates =
-        std::iter::once(wanted.clone()).chain(lease.fallback_checkpoints.iter().cloned());
-    for candidate in candidates {
-        if store.verify(&candidate).await.unwrap_or(false) {
-            if candidate != wanted {
-                let _ = client
+        match hosts.restart_agent(ctx.driver, start, host).await {
+            Ok(()) => {
+                tracing::warn!(lease = %lease_id, host, "{why}: started a new one");
+                let _ = ctx
+                    .client
                     .event(
-                        lease.lease_id,
-                        "resume_fallback",
-                        format!(
-                            "{wanted} is missing or incomplete; resuming from {candidate} instead"
-                        ),
+                        lease_id,
+                        "agent_restarted",
+                        format!("{why}; started a new agent, which adopts the running trainer"),
                     )
                     .await;
             }
-            let step = candidate
-                .rsplit('/')
-                .next()
-                .and_then(podq_api::orbax::parse_step_dir)
-                .map(|(step, _)| step);
-            return (Some(candidate), step);
-        }
-    }
-    let _ = client
-        .event(
-            lease.lease_id,
-            "resume_fallback",
-            format!(
-                "no committed checkpoint could be verified (wanted {wanted}); starting from step 0"
-            ),
-        )
-        .await;
-    (None, None)
-}
-
-fn fill_template(
-    template: &str,
-    driver: &dyn PodDriver,
-    host: u32,
-    lease: &Lease,
-    resume: Option<&str>,
-) -> String {
-    template
-        .replace(
-            "{config_dir}",
-            &driver.config_dir(host).display().to_string(),
-        )
-        .replace("{experiment}", &lease.experiment)
-        .replace("{checkpoint_dir}", &lease.checkpoint_dir)
-        .replace("{resume_from}", resume.unwrap_or("null"))
-        .replace("{host_index}", &host.to_string())
-        .replace("{host_count}", &driver.hosts().to_string())
-}
-
-fn trainer_env(
-    settings: &AttemptSettings,
-    driver: &dyn PodDriver,
-    host: u32,
-    lease: &Lease,
-    resume: Option<&str>,
-    file_sha: &str,
-    coordinator: &str,
-) -> BTreeMap<String, String> {
-    let mut env = settings.trainer_env.clone();
-    let hosts = driver.hosts().to_string();
-    for (key, value) in [
-        ("PODQ_JOB_ID", lease.job_id.to_string()),
-        ("PODQ_ATTEMPT", lease.attempt.to_string()),
-        ("PODQ_LEASE_ID", lease.lease_id.to_string()),
-        ("PODQ_HOST_INDEX", host.to_string()),
-        ("PODQ_HOST_COUNT", hosts.clone()),
-        ("PODQ_CHECKPOINT_DIR", lease.checkpoint_dir.clone()),
-        ("PODQ_RESUME_FROM", resume.unwrap_or_default().to_owned()),
-        ("PODQ_CONFIG_SHA256", file_sha.to_owned()),
-        ("JAX_PROCESS_COUNT", hosts.clone()),
-        ("JAX_PROCESS_INDEX", host.to_string()),
-        ("COORDINATOR_ADDRESS", coordinator.to_owned()),
-    ] {
-        env.insert(key.to_owned(), value);
-    }
-    env
-}
-
-async fn heartbeat_loop(
-    client: ServerClient,
-    lease: Lease,
-    shared: Arc<Shared>,
-    cancel: CancellationToken,
-    lease_lost: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(Duration::from_secs(lease.heartbeat_s.max(1)));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shared.phase_changed.notified() => {}
-        }
-        let request = HeartbeatRequest {
-            phase: if shared.running.load(Ordering::SeqCst) {
-                LeasePhase::Running
-            } else {
-                LeasePhase::Preparing
-            },
-            step: shared
-                .has_step
-                .load(Ordering::SeqCst)
-                .then(|| shared.step.load(Ordering::SeqCst)),
-            hosts_alive: shared
-                .hosts_alive
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        };
-        match client.heartbeat(lease.lease_id, &request).await {
-            Ok(answer) if answer.cancel => cancel.cancel(),
-            Ok(_) => {}
-            Err(CallError::LeaseLost(message)) => {
-                tracing::warn!(lease = %lease.lease_id, "{message}");
-                lease_lost.cancel();
-                return;
+            Err(e) => {
+                tracing::warn!(lease = %lease_id, host, error = %format!("{e:#}"), "{why}; cannot start a new one yet")
             }
-            Err(CallError::Shutdown) => return,
-            Err(e) => tracing::warn!(lease = %lease.lease_id, error = %e, "heartbeat refused"),
         }
     }
 }

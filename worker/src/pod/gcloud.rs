@@ -21,12 +21,13 @@ mod recovery;
 mod remote;
 mod runner;
 mod settings;
+mod setup_state;
 mod spec;
 mod staging;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -57,8 +58,8 @@ pub struct GcloudPod {
     spec_path: PathBuf,
     /// A create was refused in a way asking again cannot fix: why.
     held: Mutex<Option<String>>,
-    /// The hosts need the setup command before the next preflight can pass.
-    needs_setup: AtomicBool,
+    /// Whether the hosts need the setup command before the next preflight can pass.
+    setup_state: setup_state::SetupState,
     /// Unknown states and health values already logged.
     warned: Mutex<HashSet<String>>,
 }
@@ -92,7 +93,12 @@ impl GcloudPod {
             retries: settings.retries.min(1),
             ..runner.clone()
         };
-        let needs_setup = settings.setup_on_start && settings.setup_command.is_some();
+        let setup_state = setup_state::SetupState::load(
+            &state_dir,
+            &settings.zone,
+            name,
+            settings.setup_on_start && settings.setup_command.is_some(),
+        );
         Ok(GcloudPod {
             name: name.to_owned(),
             accelerator: accelerator.to_owned(),
@@ -105,7 +111,7 @@ impl GcloudPod {
             saved_spec: Mutex::new(saved_spec),
             spec_path,
             held: Mutex::new(None),
-            needs_setup: AtomicBool::new(needs_setup),
+            setup_state,
             warned: Mutex::new(HashSet::new()),
         })
     }
@@ -137,6 +143,18 @@ impl GcloudPod {
             status = self.status().await?;
         }
         Ok(status)
+    }
+
+    /// The id of the node incarnation the last describe showed.
+    fn node_id(&self) -> Option<String> {
+        let last = self.last_node.lock().unwrap_or_else(|e| e.into_inner());
+        last.as_ref().and_then(|n| n.id.clone())
+    }
+
+    /// Whether the setup command must run before the next preflight: a recreate asked for
+    /// it, or the node is not the incarnation the hosts were set up on.
+    fn setup_needed(&self) -> bool {
+        self.settings.setup_command.is_some() && self.setup_state.needed(self.node_id().as_deref())
     }
 
     fn queued_resource(&self) -> String {
@@ -291,10 +309,12 @@ impl PodDriver for GcloudPod {
             Ok(Some(node)) => PodStatus {
                 state: node.state().to_owned(),
                 health: node.health().to_owned(),
+                maintenance: node.maintenance(),
             },
             Ok(None) => PodStatus {
                 state: "NOT_FOUND".into(),
                 health: "HEALTH_UNSPECIFIED".into(),
+                maintenance: None,
             },
             Err(e) => {
                 // Not knowing is not a preemption: a running attempt carries on, and an idle
@@ -303,6 +323,7 @@ impl PodDriver for GcloudPod {
                 PodStatus {
                     state: "DESCRIBE_FAILED".into(),
                     health: "HEALTH_UNSPECIFIED".into(),
+                    maintenance: None,
                 }
             }
         })

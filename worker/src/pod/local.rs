@@ -202,6 +202,7 @@ impl PodDriver for LocalPod {
         Ok(PodStatus {
             state: if preempted { "PREEMPTED" } else { "READY" }.into(),
             health: "HEALTHY".into(),
+            maintenance: None,
         })
     }
 

@@ -13,12 +13,26 @@ use async_trait::async_trait;
 use podq_api::Preflight;
 
 /// What the driver sees of the pod right now.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct PodStatus {
     /// `READY`, `PREEMPTED`, `TERMINATED`, ... (Cloud TPU node states; see `state`).
     pub state: String,
     /// `HEALTHY`, `UNHEALTHY_MAINTENANCE`, ...
     pub health: String,
+    /// A maintenance event the pod announced, pending or under way.
+    pub maintenance: Option<Maintenance>,
+}
+
+/// Cloud TPU's `upcomingMaintenance` of a node
+/// (https://cloud.google.com/tpu/docs/view-maintenance-notifications).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Maintenance {
+    /// `SCHEDULED` or `UNSCHEDULED`.
+    pub kind: String,
+    /// `PENDING` or `ONGOING`.
+    pub status: String,
+    pub window_start: Option<chrono::DateTime<chrono::Utc>>,
+    pub window_end: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// A signal a stop delivers to the trainers on the hosts.
@@ -31,7 +45,7 @@ pub enum StopSignal {
 }
 
 /// One host's launch: the command and the environment of the trainer contract.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct HostLaunch {
     pub host: u32,
     pub command: String,
@@ -39,7 +53,7 @@ pub struct HostLaunch {
 }
 
 /// The resolved config every host trains, as written to `config_dir(host)/file_name`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct StagedConfig {
     pub file_name: String,
     pub contents: Vec<u8>,
@@ -47,7 +61,7 @@ pub struct StagedConfig {
 }
 
 /// What every host needs to start the lease's trainer and report to the worker.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct AgentStart {
     /// Written to every host and checked there before anything starts.
     pub config: StagedConfig,

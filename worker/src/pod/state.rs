@@ -84,12 +84,38 @@ impl PodStatus {
 
     /// The pod lost its capacity: every host is gone together. Besides the states that say
     /// so outright, a node being deleted, repaired, restarted or re-imaged has no trainer
-    /// left on it either, nor one whose maintenance has begun.
+    /// left on it either. A node under maintenance is not: Cloud TPU says most maintenance
+    /// events end with the hosts as they were (https://cloud.google.com/tpu/docs/
+    /// maintenance-events), so its trainers are left alone (`in_maintenance`).
     pub fn is_preempted(&self) -> bool {
         matches!(
             classify_state(&self.state),
             StateClass::Lost | StateClass::Changing
-        ) || classify_health(&self.health) == HealthClass::Maintenance
+        )
+    }
+
+    /// A maintenance event is under way: the hosts may pause, or restart.
+    pub fn in_maintenance(&self) -> bool {
+        classify_health(&self.health) == HealthClass::Maintenance
+            || self
+                .maintenance
+                .as_ref()
+                .is_some_and(|m| m.status == "ONGOING")
+    }
+
+    /// A maintenance window that opens within `lead` of `now` (or has opened).
+    pub fn maintenance_ahead(
+        &self,
+        lead: std::time::Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<&super::Maintenance> {
+        let m = self.maintenance.as_ref()?;
+        if lead.is_zero() || m.status == "ONGOING" {
+            return None;
+        }
+        let start = m.window_start?;
+        let lead = chrono::TimeDelta::from_std(lead).unwrap_or(chrono::TimeDelta::MAX);
+        (start - now <= lead).then_some(m)
     }
 }
 
@@ -101,6 +127,7 @@ mod tests {
         PodStatus {
             state: state.into(),
             health: health.into(),
+            maintenance: None,
         }
     }
 
@@ -110,7 +137,8 @@ mod tests {
         assert!(status("READY", "HEALTHY").is_ready());
         assert!(!status("READY", "TIMEOUT").is_ready());
         assert!(status("PREEMPTED", "HEALTHY").is_preempted());
-        assert!(status("READY", "UNHEALTHY_MAINTENANCE").is_preempted());
+        let maintenance = status("READY", "UNHEALTHY_MAINTENANCE");
+        assert!(!maintenance.is_preempted() && maintenance.in_maintenance());
         assert!(status("DELETING", "").is_preempted());
         // A glitch is neither: not ready to lease, and no reason to end a run.
         let unspecified = status("STATE_UNSPECIFIED", "HEALTHY");

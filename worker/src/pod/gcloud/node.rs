@@ -10,6 +10,8 @@ use serde::Deserialize;
 #[serde(rename_all = "camelCase", default)]
 pub struct Node {
     pub name: String,
+    /// The API's id of this incarnation of the node: a recreated node has a new one.
+    pub id: Option<String>,
     pub accelerator_type: Option<String>,
     pub state: Option<String>,
     pub health: Option<String>,
@@ -21,6 +23,18 @@ pub struct Node {
     pub labels: BTreeMap<String, String>,
     pub symptoms: Vec<Symptom>,
     pub queued_resource: Option<String>,
+    pub upcoming_maintenance: Option<UpcomingMaintenance>,
+}
+
+/// TPU API v2 `UpcomingMaintenance`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct UpcomingMaintenance {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub maintenance_status: Option<String>,
+    pub window_start_time: Option<String>,
+    pub window_end_time: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -64,6 +78,25 @@ impl Node {
 
     pub fn health(&self) -> &str {
         self.health.as_deref().unwrap_or("HEALTH_UNSPECIFIED")
+    }
+
+    /// The maintenance the node announces, if any.
+    pub fn maintenance(&self) -> Option<crate::pod::Maintenance> {
+        let m = self.upcoming_maintenance.as_ref()?;
+        let time = |t: &Option<String>| {
+            t.as_deref()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.with_timezone(&chrono::Utc))
+        };
+        Some(crate::pod::Maintenance {
+            kind: m.kind.clone().unwrap_or_else(|| "UNKNOWN_TYPE".into()),
+            status: m
+                .maintenance_status
+                .clone()
+                .unwrap_or_else(|| "UNKNOWN".into()),
+            window_start: time(&m.window_start_time),
+            window_end: time(&m.window_end_time),
+        })
     }
 
     /// Host 0's internal address: where the JAX coordinator listens.

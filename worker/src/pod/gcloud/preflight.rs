@@ -3,7 +3,6 @@
 //! command that re-provisions hosts a recovery gave back blank.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
 use anyhow::bail;
 use podq_api::{Preflight, PreflightFailure};
@@ -55,7 +54,7 @@ impl GcloudPod {
                 return done(failures);
             }
         }
-        if self.needs_setup.load(Ordering::SeqCst) {
+        if self.setup_needed() {
             let log = |what: String| tracing::info!(pod = %self.name, "{what}");
             if let Err(e) = self.setup(&log).await {
                 failures.push(failure(None, "setup", format!("{e:#}")));
@@ -153,7 +152,7 @@ impl GcloudPod {
         progress: &(dyn Fn(String) + Send + Sync),
     ) -> anyhow::Result<()> {
         let Some(command) = self.settings.setup_command.clone() else {
-            self.needs_setup.store(false, Ordering::SeqCst);
+            self.setup_state.done(self.node_id().as_deref());
             return Ok(());
         };
         let hosts = self.hosts();
@@ -183,7 +182,7 @@ impl GcloudPod {
         if !failed.is_empty() {
             bail!("setup failed: {}", failed.join("; "));
         }
-        self.needs_setup.store(false, Ordering::SeqCst);
+        self.setup_state.done(self.node_id().as_deref());
         progress(format!("setup done on {hosts} hosts"));
         Ok(())
     }

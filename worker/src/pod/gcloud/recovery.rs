@@ -142,15 +142,18 @@ impl GcloudPod {
             tokio::time::sleep(pause).await;
         }
         self.release_hold();
-        if episode.disturbed {
-            self.needs_setup
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-        }
         progress(format!("node {} is READY and HEALTHY", self.name));
-        if self.needs_setup.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.setup_needed() {
             self.setup(progress).await?;
         }
         Ok(())
+    }
+
+    /// The node's hosts are being changed (started, deleted, created): they will need the
+    /// setup command, which is recorded at once so a worker restarted meanwhile runs it.
+    fn disturbed(&self, episode: &mut Episode) {
+        episode.disturbed = true;
+        self.setup_state.require();
     }
 
     /// One look at a node that is not owned by a queued resource.
@@ -171,7 +174,7 @@ impl GcloudPod {
         match classify_state(&state) {
             StateClass::Ready => self.health_step(&health),
             StateClass::Changing | StateClass::Unsettled | StateClass::Unknown => {
-                episode.disturbed = true;
+                self.disturbed(episode);
                 Step::Wait(format!(
                     "waiting for node {}: {state} ({})",
                     self.name,
@@ -179,7 +182,7 @@ impl GcloudPod {
                 ))
             }
             StateClass::Lost => {
-                episode.disturbed = true;
+                self.disturbed(episode);
                 if let Some(why) = self.held() {
                     return Step::Held(why);
                 }
@@ -540,7 +543,7 @@ impl GcloudPod {
             Err(e) => return Step::Wait(format!("cannot describe queued resource {qr_name}: {e}")),
         };
         let Some(qr) = qr else {
-            episode.disturbed = true;
+            self.disturbed(episode);
             if let Some(why) = self.held() {
                 return Step::Held(why);
             }
@@ -551,15 +554,15 @@ impl GcloudPod {
         let state = qr.state().to_owned();
         match classify_queued(&state) {
             QueuedClass::Dead if state == "FAILED" => {
-                episode.disturbed = true;
+                self.disturbed(episode);
                 self.failed_queued(&qr, episode, progress).await
             }
             QueuedClass::Dead => {
-                episode.disturbed = true;
+                self.disturbed(episode);
                 self.recreate_queued(true, &state, progress).await
             }
             QueuedClass::Waiting | QueuedClass::Unknown => {
-                episode.disturbed = true;
+                self.disturbed(episode);
                 if classify_queued(&state) == QueuedClass::Unknown {
                     self.warn_once(format!("queued resource state {state}"));
                 }
@@ -581,7 +584,7 @@ impl GcloudPod {
                     StateClass::Lost => {
                         // The queued resource follows its node into SUSPENDING; if it does
                         // not within a few looks, it will not bring the node back.
-                        episode.disturbed = true;
+                        self.disturbed(episode);
                         episode.active_but_lost += 1;
                         if episode.active_but_lost > 3 {
                             episode.active_but_lost = 0;
@@ -599,7 +602,7 @@ impl GcloudPod {
                         }
                     }
                     StateClass::Changing | StateClass::Unsettled | StateClass::Unknown => {
-                        episode.disturbed = true;
+                        self.disturbed(episode);
                         Step::Wait(format!(
                             "waiting for node {}: {node_state} ({})",
                             self.name,

@@ -1,0 +1,211 @@
+//! Preparing an attempt on the hosts: where to resume, cleaning up after earlier attempts,
+//! the config and each host's command and environment, and starting the agents.
+
+use std::collections::BTreeMap;
+
+use podq_api::Lease;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use super::{AttemptSettings, Context};
+use crate::checkpoints::CheckpointStore;
+use crate::client::ServerClient;
+use crate::events::TrainerEvent;
+use crate::pod::{AgentStart, HostLaunch, PodDriver, StagedConfig};
+use crate::supervise::Hosts;
+
+/// What a launch gives the supervision loop.
+pub(super) struct Launched {
+    pub hosts: Hosts,
+    pub resume_step: Option<i64>,
+    /// Kept to start a new agent on a host whose agent went silent.
+    pub start: AgentStart,
+}
+
+/// Prepares the hosts and starts the lease's agents: verify where to resume, clean up
+/// after earlier attempts, stage the config on every host and start the agents (one step
+/// of the driver's, so a TPU host costs one copy and one ssh). The
+/// attempt is written down once its agents run, so a restarted worker reattaches.
+pub(super) async fn launch(
+    ctx: &Context<'_>,
+    lease: &Lease,
+    store: Option<&CheckpointStore>,
+    secret: &str,
+    events: mpsc::UnboundedSender<TrainerEvent>,
+) -> Result<Launched, String> {
+    let (client, driver, settings) = (ctx.client, ctx.driver, ctx.settings);
+    let lease_id = lease.lease_id;
+    let (resume_from, resume_step) = choose_resume(client, lease, store).await;
+
+    let cleaned = driver
+        .clean_hosts()
+        .await
+        .unwrap_or_else(|e| vec![format!("cleanup failed: {e:#}")]);
+    if !cleaned.is_empty() {
+        // One event per attempt, not one per host and file: the timeline stays readable.
+        let _ = client
+            .event(lease_id, "host_cleanup", cleaned.join("; "))
+            .await;
+    }
+
+    let mut config = lease.config.clone();
+    if let Some(map) = config.as_object_mut() {
+        map.insert(
+            "checkpoint_path".into(),
+            lease.checkpoint_dir.clone().into(),
+        );
+        map.insert("load_checkpoint".into(), resume_from.clone().into());
+    }
+    let yaml = serde_yaml::to_string(&config)
+        .map_err(|e| format!("cannot write the config as YAML: {e}"))?;
+    let config = StagedConfig {
+        file_name: format!("{}.yaml", lease.experiment),
+        sha256: hex::encode(Sha256::digest(yaml.as_bytes())),
+        contents: yaml.into_bytes(),
+    };
+    let coordinator = driver
+        .coordinator_address()
+        .await
+        .map_err(|e| format!("no coordinator address: {e:#}"))?;
+    let launches: Vec<HostLaunch> = (0..driver.hosts())
+        .map(|host| HostLaunch {
+            host,
+            command: fill_template(
+                &settings.trainer_command,
+                driver,
+                host,
+                lease,
+                resume_from.as_deref(),
+            ),
+            env: trainer_env(
+                settings,
+                driver,
+                host,
+                lease,
+                resume_from.as_deref(),
+                &config.sha256,
+                &coordinator,
+            ),
+        })
+        .collect();
+    let start = AgentStart {
+        config,
+        lease: lease_id.to_string(),
+        secret: secret.to_owned(),
+        worker_url: ctx.hub.url().to_owned(),
+        launches,
+    };
+    // Written before the agents start: a worker killed in between reattaches to agents
+    // that may exist, and learns from silence if they do not.
+    ctx.running.save(&crate::running::Saved {
+        lease: lease.clone(),
+        secret: secret.to_owned(),
+        hosts: driver.hosts(),
+        resume_step,
+        start: Some(start.clone()),
+    });
+    let hosts = Hosts::launch(driver, ctx.hub, &start, events)
+        .await
+        .map_err(|e| format!("launch failed: {e:#}"))?;
+    Ok(Launched {
+        hosts,
+        resume_step,
+        start,
+    })
+}
+
+/// The checkpoint to resume from: the lease's, if the store confirms it is committed and
+/// complete, else the newest older one that is; an event says when it fell back.
+pub(super) async fn choose_resume(
+    client: &ServerClient,
+    lease: &Lease,
+    store: Option<&CheckpointStore>,
+) -> (Option<String>, Option<i64>) {
+    let Some(wanted) = lease.resume_from.clone() else {
+        return (None, None);
+    };
+    let Some(store) = store else {
+        return (Some(wanted), lease.resume_step);
+    };
+    let candidates =
+        std::iter::once(wanted.clone()).chain(lease.fallback_checkpoints.iter().cloned());
+    for candidate in candidates {
+        if store.verify(&candidate).await.unwrap_or(false) {
+            if candidate != wanted {
+                let _ = client
+                    .event(
+                        lease.lease_id,
+                        "resume_fallback",
+                        format!(
+                            "{wanted} is missing or incomplete; resuming from {candidate} instead"
+                        ),
+                    )
+                    .await;
+            }
+            let step = candidate
+                .rsplit('/')
+                .next()
+                .and_then(podq_api::orbax::parse_step_dir)
+                .map(|(step, _)| step);
+            return (Some(candidate), step);
+        }
+    }
+    let _ = client
+        .event(
+            lease.lease_id,
+            "resume_fallback",
+            format!(
+                "no committed checkpoint could be verified (wanted {wanted}); starting from step 0"
+            ),
+        )
+        .await;
+    (None, None)
+}
+
+fn fill_template(
+    template: &str,
+    driver: &dyn PodDriver,
+    host: u32,
+    lease: &Lease,
+    resume: Option<&str>,
+) -> String {
+    template
+        .replace(
+            "{config_dir}",
+            &driver.config_dir(host).display().to_string(),
+        )
+        .replace("{experiment}", &lease.experiment)
+        .replace("{checkpoint_dir}", &lease.checkpoint_dir)
+        .replace("{resume_from}", resume.unwrap_or("null"))
+        .replace("{host_index}", &host.to_string())
+        .replace("{host_count}", &driver.hosts().to_string())
+}
+
+fn trainer_env(
+    settings: &AttemptSettings,
+    driver: &dyn PodDriver,
+    host: u32,
+    lease: &Lease,
+    resume: Option<&str>,
+    file_sha: &str,
+    coordinator: &str,
+) -> BTreeMap<String, String> {
+    let mut env = settings.trainer_env.clone();
+    let hosts = driver.hosts().to_string();
+    for (key, value) in [
+        ("PODQ_JOB_ID", lease.job_id.to_string()),
+        ("PODQ_ATTEMPT", lease.attempt.to_string()),
+        ("PODQ_LEASE_ID", lease.lease_id.to_string()),
+        ("PODQ_HOST_INDEX", host.to_string()),
+        ("PODQ_HOST_COUNT", hosts.clone()),
+        ("PODQ_CHECKPOINT_DIR", lease.checkpoint_dir.clone()),
+        ("PODQ_RESUME_FROM", resume.unwrap_or_default().to_owned()),
+        ("PODQ_CONFIG_SHA256", file_sha.to_owned()),
+        ("JAX_PROCESS_COUNT", hosts.clone()),
+        ("JAX_PROCESS_INDEX", host.to_string()),
+        ("COORDINATOR_ADDRESS", coordinator.to_owned()),
+    ] {
+        env.insert(key.to_owned(), value);
+    }
+    env
+}
