@@ -223,6 +223,41 @@ async fn running(run_secs: u32, extra: Value) -> Running {
     }
 }
 
+/// When the run moves again after a fault at `fault`: the first step past `step` (the last
+/// one reported before the fault) that the server records.
+async fn moving_again(run: &Running, step: i64) -> std::time::Duration {
+    let fault = Instant::now();
+    eventually(RUN, "the run moving again", || async {
+        let job = run.server.job(&run.id).await;
+        (job["last_step"].as_i64()? > step || job["state"] == "succeeded").then_some(())
+    })
+    .await;
+    fault.elapsed()
+}
+
+/// One line of figures for a fault: how each attempt ended, the failures charged, the steps
+/// trained again, and the seconds from the fault to the run moving again.
+fn report_fault(fault: &str, job: &Value, moving: std::time::Duration) {
+    let tries = attempts(job);
+    let outcomes: Vec<String> = tries
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap_or("?").to_owned())
+        .collect();
+    let lost: i64 = tries
+        .windows(2)
+        .map(|w| {
+            let ended = w[0]["end_step"].as_i64().unwrap_or(0);
+            let resumed = w[1]["start_step"].as_i64().unwrap_or(0);
+            (ended - resumed).max(0)
+        })
+        .sum();
+    eprintln!(
+        "FAULT {fault}: outcomes {outcomes:?}, failures {}, steps lost {lost}, moving again after {:.1}s",
+        job["failures"],
+        moving.as_secs_f64()
+    );
+}
+
 fn kill_agent(cloud: &FakeCloud, host: u32) {
     cloud.on_host(host, "kill -KILL $(cat /tmp/podq-agent-*.pid)");
 }
@@ -232,34 +267,59 @@ fn kill_agent(cloud: &FakeCloud, host: u32) {
 async fn an_agent_killed_costs_nothing(host: u32) {
     let run = running(25, json!({"hang_timeout_s": 20})).await;
     let before = trainers(&run.cloud);
+    let step = run.server.job(&run.id).await["last_step"]
+        .as_i64()
+        .unwrap_or(0);
     kill_agent(&run.cloud, host);
+    // Host 0's agent carries the metrics: the run is seen moving once its new agent calls.
+    let moving = moving_again(&run, step + 50).await;
     let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
+    report_fault(&format!("host {host}'s agent killed"), &job, moving);
     assert_eq!(job["failures"], 0, "{job}");
     assert_eq!(attempts(&job).len(), 1, "{job}");
     assert_eq!(trainers(&run.cloud), before, "a trainer was restarted");
+    let (_, events) = run.server.get(&format!("/jobs/{}/events", run.id)).await;
+    assert!(
+        events.to_string().contains("agent_restarted"),
+        "no agent_restarted event: {events}"
+    );
 }
 
 #[tokio::test]
-#[ignore = "issue 17 (Nothing charged to a run that the infrastructure did): a dead agent is never replaced, so host 0's metrics stop and the attempt ends hung"]
 async fn host_0s_agent_killed_costs_nothing() {
     an_agent_killed_costs_nothing(0).await;
 }
 
 #[tokio::test]
-#[ignore = "issue 17 (Nothing charged to a run that the infrastructure did): a dead agent is never replaced, so host 2's exit is never seen and the attempt ends hung"]
 async fn host_2s_agent_killed_costs_nothing() {
     an_agent_killed_costs_nothing(2).await;
 }
 
 #[tokio::test]
-#[ignore = "issue 17 (Nothing charged to a run that the infrastructure did): a rebooted host is charged as a failed trainer"]
 async fn a_rebooted_host_costs_no_failure_and_the_run_resumes() {
     let run = running(40, json!({})).await;
     let kept = run.server.committed_at_least(&run.id, 1, RUN).await;
     run.cloud.control("reboot-2", "3");
+    let fault = Instant::now();
+    eventually(RUN, "a second attempt running", || async {
+        let job = run.server.job(&run.id).await;
+        let second = attempts(&job).get(1).cloned()?;
+        (job["last_step"].as_i64()? > second["start_step"].as_i64().unwrap_or(0)).then_some(())
+    })
+    .await;
+    let moving = fault.elapsed();
     let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
+    report_fault("host 2 rebooted", &job, moving);
     assert_eq!(job["failures"], 0, "{job}");
     let tries = attempts(&job);
+    assert_eq!(tries[0]["outcome"], "lost", "{job}");
+    assert!(
+        tries[0]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("host 2's trainer is gone"),
+        "{job}"
+    );
     assert!(tries.len() >= 2, "{job}");
     assert!(
         tries[1]["start_step"].as_i64().unwrap_or(0) >= kept,
@@ -275,7 +335,15 @@ async fn a_preemption_with_its_shutdown_notice_resumes_on_a_recreated_blank_node
     let kept = run.server.committed_at_least(&run.id, 1, RUN).await;
     let notice = Instant::now();
     run.cloud.control("preempt-notice", "3");
+    eventually(RUN, "a second attempt running", || async {
+        let job = run.server.job(&run.id).await;
+        let second = attempts(&job).get(1).cloned()?;
+        (job["last_step"].as_i64()? > second["start_step"].as_i64().unwrap_or(0)).then_some(())
+    })
+    .await;
+    let moving = notice.elapsed();
     let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
+    report_fault("preemption with a 3 s shutdown notice", &job, moving);
     let tries = attempts(&job);
     assert_eq!(job["failures"], 0, "{job}");
     assert!(tries.len() >= 2, "{job}");
@@ -327,4 +395,296 @@ async fn os_login_replaces_the_user_and_the_home_follows() {
             .any(|c| c.iter().any(|a| a == "kellen@stable-1")),
         "the worker asks for its user"
     );
+}
+
+/// The last lines of every host's trainer and agent logs, for a failure message.
+fn trainer_logs(cloud: &FakeCloud) -> String {
+    let mut text = String::new();
+    for host in 0..HOSTS {
+        let dir = cloud.home(host).join(".podq/agent");
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let file = if path.is_dir() {
+                path.join("trainer.log")
+            } else {
+                path.clone()
+            };
+            let body = std::fs::read_to_string(&file).unwrap_or_default();
+            let lines: Vec<&str> = body.lines().collect();
+            text.push_str(&format!(
+                "== host {host}: {}\n{}\n",
+                file.display(),
+                lines[lines.len().saturating_sub(12)..].join("\n")
+            ));
+        }
+    }
+    text
+}
+
+fn venv_python() -> String {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = std::env::var("PODQ_TEST_PYTHON")
+        .unwrap_or_else(|_| repo.join(".venv/bin/python").display().to_string());
+    assert!(
+        std::path::Path::new(&python).exists(),
+        "no Python with JAX at {python}: run scripts/venv (scripts/test does)"
+    );
+    python
+}
+
+fn committed_steps(dir: &std::path::Path) -> Vec<i64> {
+    let mut steps: Vec<i64> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    steps.sort();
+    steps
+}
+
+/// The real JAX + Orbax example on 4 emulated hosts: 4 processes that meet through
+/// `jax.distributed` at host 0's address and run gloo collectives over the bridge. The
+/// node is preempted with Compute Engine's shutdown notice: every process gets SIGTERM,
+/// JAX's preemption sync point stops them all at one step, Orbax saves it within the
+/// grace, and the run resumes from that save on the recreated node. Then host 2 reboots
+/// mid-run, and the run resumes from the newest committed checkpoint.
+#[tokio::test]
+async fn the_jax_example_on_four_hosts_saves_on_the_shutdown_notice_and_resumes() {
+    let cloud = FakeCloud::new(json!({"node": node("READY", json!({"preemptible": true}))}));
+    let server = Server::start().await;
+    let id = server.submit_one("exp01a", json!({})).await;
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let command = format!(
+        "exec '{}' '{}' --config-path {{config_dir}} --config-name {{experiment}} \
+         checkpoint_path={{checkpoint_dir}} load_checkpoint={{resume_from}}",
+        venv_python(),
+        repo.join("examples/jax-trainer/pretrain.py").display()
+    );
+    let config = cloud.worker_config(
+        &server.url,
+        json!({}),
+        json!({
+            "trainer_command": command,
+            "trainer_env": {
+                "PODQ_EXAMPLE_TOTAL_STEPS": "400",
+                "PODQ_EXAMPLE_CHECKPOINT_EVERY": "100",
+                "PODQ_EXAMPLE_STEP_SLEEP_S": "0.1",
+                "JAX_PLATFORMS": "cpu",
+            },
+            "stop_grace_s": 30,
+            "hang_timeout_s": 240,
+        }),
+    );
+    let (_worker, log) = cloud.worker(&config);
+    const JAX_RUN: std::time::Duration = std::time::Duration::from_secs(400);
+    let kept = server.committed_at_least(&id, 100, JAX_RUN).await;
+    let dir = std::path::PathBuf::from(server.job(&id).await["checkpoint_dir"].as_str().unwrap());
+
+    let notice = Instant::now();
+    cloud.control("preempt-notice", "20");
+    // The stop step's save: a committed step that is not one of the every-100 saves.
+    let (saved, saved_after) = loop {
+        if let Some(step) = committed_steps(&dir).into_iter().find(|s| s % 100 != 0) {
+            break (step, notice.elapsed());
+        }
+        assert!(
+            notice.elapsed() < SHORT,
+            "no save of the stop step within {SHORT:?}; committed {:?}\n{}",
+            committed_steps(&dir),
+            trainer_logs(&cloud)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    // The node reads PREEMPTED once the notice's 20 s are over, then is recreated.
+    eventually(SHORT, "the node preempted", || async {
+        (cloud.state()["node"]["state"] != "READY").then_some(())
+    })
+    .await;
+    let ready = eventually(RUN, "the node READY again", || async {
+        (cloud.state()["node"]["state"] == "READY").then(chrono::Utc::now)
+    })
+    .await;
+    let first_step = eventually(JAX_RUN, "the resumed attempt's first step", || async {
+        let job = server.job(&id).await;
+        let second = attempts(&job).get(1).cloned()?;
+        let start = second["start_step"].as_i64()?;
+        (job["last_step"].as_i64()? > start).then(chrono::Utc::now)
+    })
+    .await;
+    // Host 2 reboots mid-run: its process is gone, the others wait in a collective; the
+    // attempt is lost, not charged, and the run resumes from the newest committed save.
+    let before_reboot = loop {
+        let newest = committed_steps(&dir).into_iter().max().unwrap_or(0);
+        if newest > saved {
+            break newest;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    cloud.control("reboot-2", "3");
+    let job = wait_job(&server, &id, "succeeded", &log).await;
+    let tries = attempts(&job);
+    assert_eq!(tries[0]["outcome"], "preempted", "{job}");
+    assert_eq!(job["failures"], 0, "{job}");
+    assert_eq!(tries.len(), 3, "{job}");
+    assert_eq!(tries[1]["outcome"], "lost", "{job}");
+    let after_reboot = tries[2]["start_step"].as_i64().unwrap();
+    assert!(
+        after_reboot >= before_reboot,
+        "resumed at {after_reboot} after the reboot; {before_reboot} was committed"
+    );
+    let resumed = tries[1]["start_step"].as_i64().unwrap();
+    assert_eq!(resumed, saved, "resumed from the preemption save: {job}");
+    assert!(resumed >= kept, "{job}");
+    let reported = tries[0]["end_step"].as_i64().unwrap_or(resumed);
+    assert_eq!(job["last_step"], 400, "{job}");
+    // READY -> the lease (set-up of the blank hosts, preflight) -> running (config staged,
+    // agents started) -> the first step (the trainer's imports, jax.distributed, restore,
+    // compilation).
+    let at = |key: &str| {
+        chrono::DateTime::parse_from_rfc3339(tries[1][key].as_str().unwrap())
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    };
+    let secs = |d: chrono::TimeDelta| d.num_milliseconds() as f64 / 1000.0;
+    eprintln!(
+        "JAX on 4 emulated hosts: notice -> save of step {saved} committed {:.1}s; steps lost \
+         {}; node READY -> first resumed step {:.1}s (setup and preflight {:.1}s, launch \
+         {:.1}s, trainer start-up {:.1}s)",
+        saved_after.as_secs_f64(),
+        (reported - resumed).max(0),
+        secs(first_step - ready),
+        secs(at("started_at") - ready),
+        secs(at("running_at") - at("started_at")),
+        secs(first_step - at("running_at")),
+    );
+}
+
+/// A maintenance event the hosts come through: nothing is killed, nothing charged, the same
+/// trainers run from start to end.
+#[tokio::test]
+async fn a_maintenance_event_the_hosts_survive_kills_nothing() {
+    let run = running(30, json!({"maintenance_lead_s": 0, "hang_timeout_s": 20})).await;
+    let before = trainers(&run.cloud);
+    let step = run.server.job(&run.id).await["last_step"]
+        .as_i64()
+        .unwrap_or(0);
+    run.cloud.control(
+        "maintenance-notice",
+        r#"{"in_s": 1, "duration_s": 25, "reboot": false}"#,
+    );
+    eventually(SHORT, "the node under maintenance", || async {
+        (run.cloud.state()["node"]["health"] == "UNHEALTHY_MAINTENANCE").then_some(())
+    })
+    .await;
+    let moving = moving_again(&run, step).await;
+    let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
+    report_fault("maintenance the hosts survive", &job, moving);
+    assert_eq!(job["failures"], 0, "{job}");
+    assert_eq!(attempts(&job).len(), 1, "{job}");
+    assert_eq!(trainers(&run.cloud), before, "a trainer was restarted");
+}
+
+/// A maintenance window announced ahead: the run is stopped before it opens with SIGTERM
+/// and the full grace (its preemption save), not charged, and nothing is leased on the pod
+/// until the window (in which the hosts reboot) has passed.
+#[tokio::test]
+async fn a_maintenance_window_ahead_stops_the_run_first_and_leases_after_it() {
+    let run = running(40, json!({"maintenance_lead_s": 600})).await;
+    let notice = Instant::now();
+    run.cloud.control(
+        "maintenance-notice",
+        r#"{"in_s": 6, "duration_s": 6, "reboot": true}"#,
+    );
+    let window_end = chrono::Utc::now() + chrono::TimeDelta::seconds(12);
+    eventually(RUN, "a second attempt running", || async {
+        let job = run.server.job(&run.id).await;
+        let second = attempts(&job).get(1).cloned()?;
+        (job["last_step"].as_i64()? > second["start_step"].as_i64().unwrap_or(0)).then_some(())
+    })
+    .await;
+    let moving = notice.elapsed();
+    let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
+    report_fault(
+        "maintenance window ahead (hosts reboot in it)",
+        &job,
+        moving,
+    );
+    let tries = attempts(&job);
+    assert_eq!(job["failures"], 0, "{job}");
+    assert_eq!(tries[0]["outcome"], "preempted", "{job}");
+    assert!(
+        tries[0]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("maintenance window opens"),
+        "{job}"
+    );
+    // Stopped by SIGTERM, within the grace: the trainers exited 143 themselves.
+    assert_eq!(tries[0]["exit_codes"], json!([143, 143, 143, 143]), "{job}");
+    let leased =
+        chrono::DateTime::parse_from_rfc3339(tries[1]["started_at"].as_str().unwrap()).unwrap();
+    assert!(
+        leased >= window_end - chrono::TimeDelta::seconds(1),
+        "leased at {leased}, before the window ended at {window_end}"
+    );
+}
+
+/// The node is recreated with blank disks while no worker watches; a worker started
+/// without `setup_on_start` still sets the new hosts up before preflight, because the node
+/// is not the one it set up (its id changed).
+#[tokio::test]
+async fn a_node_recreated_while_no_worker_watched_is_set_up_before_preflight() {
+    let cloud = FakeCloud::new(json!({"node": node("READY", json!({"preemptible": true}))}));
+    let server = Server::start().await;
+    let first = server.submit_one("exp01a", json!({})).await;
+    let config = cloud.worker_config(
+        &server.url,
+        json!({}),
+        json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "4"}}),
+    );
+    let (worker, log) = cloud.worker(&config);
+    wait_job(&server, &first, "succeeded", &log).await;
+    drop(worker);
+
+    let gcloud = gcloud_wrapper(&cloud);
+    let zone = format!("--zone={ZONE}");
+    let project = format!("--project={PROJECT}");
+    for args in [
+        vec!["delete", "stable-1", "--quiet"],
+        vec![
+            "create",
+            "stable-1",
+            "--accelerator-type=v4-64",
+            "--version=tpu-ubuntu2204-base",
+            "--preemptible",
+        ],
+    ] {
+        let status = Command::new(&gcloud)
+            .args(["compute", "tpus", "tpu-vm"])
+            .args(&args)
+            .args([&zone, &project])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "{args:?}");
+    }
+    assert!(
+        !cloud.home(0).join("trm").exists(),
+        "the new hosts are blank"
+    );
+
+    let second = server.submit_one("exp01b", json!({})).await;
+    let config = cloud.worker_config(
+        &server.url,
+        json!({"setup_on_start": false}),
+        json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "4"}}),
+    );
+    let (_worker, log) = cloud.worker(&config);
+    let job = wait_job(&server, &second, "succeeded", &log).await;
+    assert_eq!(job["failures"], 0, "{job}");
+    for host in 0..HOSTS {
+        let setups = std::fs::read_to_string(cloud.home(host).join("setup.log")).unwrap();
+        assert_eq!(setups.lines().count(), 1, "host {host}: {setups}");
+    }
 }

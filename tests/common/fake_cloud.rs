@@ -75,6 +75,7 @@ pub fn node(state: &str, scheduling: Value) -> Value {
 pub fn node_of(state: &str, scheduling: Value, hosts: u32) -> Value {
     let mut node = json!({
         "name": format!("projects/{PROJECT}/locations/{ZONE}/nodes/stable-1"),
+        "id": "6140925358375210001",
         "acceleratorType": "v4-64",
         "runtimeVersion": "tpu-ubuntu2204-base",
         "state": state,
@@ -257,6 +258,7 @@ impl FakeCloud {
             "stop_grace_s": 5,
             "status_poll_s": 0.2,
             "hang_timeout_s": 60,
+            "agent_silence_s": 3,
             "metrics_flush_s": 0.3,
             "checkpoint_scan_s": 0.3,
             "lease_wait_s": 2,

@@ -74,6 +74,11 @@ def address(emu, i):
     return "%s.%d" % (emu["subnet"], i + 2)
 
 
+def hostname(i):
+    """A TPU VM host's name is t1v-n-<id>-w-<i>."""
+    return "t1v-n-podqtest-w-%d" % i
+
+
 def bridge(tag):
     return "pq%sbr" % tag
 
@@ -174,11 +179,18 @@ def boot(root, emu, i):
         os.remove(ready)
     except FileNotFoundError:
         pass
+    # Compute Engine's internal DNS resolves every VM's name inside the VPC
+    # (https://cloud.google.com/compute/docs/internal-dns); gloo and JAX look their own
+    # hostname up. /etc/hosts stands for it.
+    with open(os.path.join(d, "etc-hosts"), "w") as f:
+        f.write("127.0.0.1 localhost\n")
+        for h in range(emu["hosts"]):
+            f.write("%s %s\n" % (address(emu, h), hostname(h)))
     log = open(os.path.join(d, "init.log"), "a")
     unshare = subprocess.Popen(
         ["ip", "netns", "exec", netns(emu, i), "unshare", "--pid", "--fork", "--mount",
          "--uts", "--propagation", "private", "--mount-proc", sys.executable,
-         os.path.abspath(__file__), "init", d, "host-%d" % i],
+         os.path.abspath(__file__), "init", d, hostname(i)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     deadline = time.time() + 10
     while not os.path.exists(ready):
@@ -303,6 +315,7 @@ def init(d, hostname):
     sh("mount", "--make-rprivate", "/")
     for private, sub in zip(PRIVATE, ("home", "tmp", "vartmp")):
         sh("mount", "--bind", os.path.join(d, sub), private)
+    sh("mount", "--bind", os.path.join(d, "etc-hosts"), "/etc/hosts")
     socket.sethostname(hostname)
 
     def shutting_down(*_):
