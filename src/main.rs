@@ -41,6 +41,10 @@ enum Command {
     /// Lead one trainer's process group and keep its exit status (started by the agent).
     #[command(hide = true)]
     AgentKeeper(podq_worker::agent::keeper::KeeperArgs),
+    /// Print this binary's build id (the sha256 of its bytes), which the worker compares
+    /// with the agent it would install.
+    #[command(hide = true)]
+    BuildId,
     /// Submit experiments (a group, a list, or all).
     Submit(client::SubmitArgs),
     /// Print the status table.
@@ -171,6 +175,18 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let Command::BuildId = cli.command {
+        return match podq_worker::build::own() {
+            Ok(id) => {
+                println!("{id}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("podq build-id: cannot read this program: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Command::Validate {
         experiments,
         bucket,
@@ -220,7 +236,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             podq_worker::agent::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::AgentKeeper(_) => unreachable!("dispatched before the runtime starts"),
+        Command::AgentKeeper(_) | Command::BuildId => {
+            unreachable!("dispatched before the runtime starts")
+        }
         Command::Submit(args) => client::submit(args).await,
         Command::Status(args) => client::status(args).await,
         Command::Jobs(args) => client::jobs(args).await,

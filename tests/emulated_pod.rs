@@ -688,3 +688,82 @@ async fn a_node_recreated_while_no_worker_watched_is_set_up_before_preflight() {
         assert_eq!(setups.lines().count(), 1, "host {host}: {setups}");
     }
 }
+
+/// No secret in any command line or in gcloud's log: the lease's secret and the trainer's
+/// environment reach the hosts as 0600 files copied with scp, and the worker's record of
+/// the attempt is 0600 too.
+#[tokio::test]
+async fn no_secret_is_in_a_command_line_or_the_gcloud_log() {
+    use std::os::unix::fs::PermissionsExt;
+    let token = "wandb-sekrit-4242";
+    let run = running(
+        20,
+        json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "20", "WANDB_API_KEY": token}}),
+    )
+    .await;
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let record = run.cloud.root().join("state/stable-1.running.json");
+    assert_eq!(mode(&record), 0o600, "{}", record.display());
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    let secret = saved["attempt"]["secret"].as_str().unwrap().to_owned();
+    let lease = saved["attempt"]["lease"]["lease_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Every command line on this machine, the hosts' processes included (their PID
+    // namespaces are children of this one), and every argument gcloud was given.
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(
+            !text.contains(&secret),
+            "the lease secret in a command line: {text}"
+        );
+        assert!(
+            !text.contains(token),
+            "a trainer_env value in a command line: {text}"
+        );
+    }
+    let argv = std::fs::read_to_string(run.cloud.root().join("argv.log")).unwrap();
+    assert!(!argv.contains(&secret) && !argv.contains(token));
+
+    for host in 0..HOSTS {
+        let agent = run.cloud.home(host).join(".podq/agent");
+        assert_eq!(mode(&agent.join(format!("{lease}.secret"))), 0o600);
+        assert_eq!(mode(&agent.join(format!("{lease}.env"))), 0o600);
+        // The trainer has its environment all the same.
+        let environ = run.cloud.on_host(
+            host,
+            "tr '\\0' '\\n' < /proc/$(cat /tmp/podq-trainer-*.pgid)/environ | grep ^WANDB_API_KEY=",
+        );
+        assert_eq!(
+            environ.trim(),
+            format!("WANDB_API_KEY={token}"),
+            "host {host}"
+        );
+    }
+    let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
+    assert_eq!(job["failures"], 0, "{job}");
+}
+
+/// The binary podq installs as the hosts' agent by default (the worker's own) runs on the
+/// TPU VM image, tpu-ubuntu2204-base (Ubuntu 22.04, glibc 2.35): no versioned glibc symbol
+/// it needs is newer.
+#[test]
+fn the_default_agent_binary_needs_no_glibc_newer_than_the_tpu_vm_image_has() {
+    let binary = std::fs::read(PODQ).unwrap();
+    let needed = podq_worker::build::required_glibc(&binary);
+    eprintln!("{PODQ} needs glibc {needed:?}");
+    assert!(
+        needed.is_some(),
+        "a glibc binary names the versions it needs"
+    );
+    assert!(needed <= Some((2, 35)), "needs glibc {needed:?}");
+}

@@ -104,14 +104,14 @@ async fn a_preempted_node_is_recreated_set_up_checked_and_the_run_resumes() {
     // The hosts are staged at once: their calls reach the log in any order.
     scps.sort_by_key(|c| worker_of(c));
     for (host, call) in scps.iter().enumerate() {
-        assert_eq!(call.len(), 10, "{call:?}");
+        // The config and the host's launch file (its environment and the lease's secret,
+        // which never go into a command line) in one copy.
+        assert_eq!(call.len(), 11, "{call:?}");
         assert!(call[4].ends_with("-exp01a.yaml"), "{call:?}");
-        assert!(
-            call[5].starts_with("stable-1:/tmp/podq-stage-") && call[5].ends_with(".yaml"),
-            "{call:?}"
-        );
+        assert!(call[5].ends_with(&format!("-launch-{host}.sh")), "{call:?}");
+        assert_eq!(call[6], "stable-1:/tmp/", "{call:?}");
         assert_eq!(
-            call[6..],
+            call[7..],
             strings(&[
                 "--zone=us-central2-b",
                 "--project=podq-test",
@@ -134,20 +134,33 @@ async fn a_preempted_node_is_recreated_set_up_checked_and_the_run_resumes() {
         assert_eq!(&call[..call.len() - 1], ssh_prefix(*host).as_slice());
         let command = call.last().unwrap();
         for needle in [
+            format!("--pgid-file /tmp/podq-trainer-{lease}.pgid"),
+            "setsid nohup \"$agent\" agent".to_owned(),
+            "--config-path /tmp/podq/configs --config-name exp01a".to_owned(),
+            // The config is checked in the same call, before the agent starts.
+            "sha256sum \"$dir\"/exp01a.yaml".to_owned(),
+            // The environment and the secret come from the launch file copied with scp.
+            format!(". \"$dir\"/{lease}.env"),
+        ] {
+            assert!(command.contains(&needle), "{needle:?} not in {command}");
+        }
+        assert!(!command.contains("export "), "{command}");
+        // The host's launch file, kept 0600 beside the agent's files, holds them.
+        let env_file = cloud.home(*host).join(format!(".podq/agent/{lease}.env"));
+        let env = std::fs::read_to_string(&env_file).unwrap();
+        for needle in [
             format!("export JAX_PROCESS_INDEX={host}\n"),
             "export JAX_PROCESS_COUNT=4\n".to_owned(),
             format!("export PODQ_HOST_INDEX={host}\n"),
             format!("export PODQ_LEASE_ID={lease}\n"),
             format!("export PODQ_JOB_ID={id}\n"),
             format!("export COORDINATOR_ADDRESS={}:", cloud.address(0)),
-            format!("--pgid-file /tmp/podq-trainer-{lease}.pgid"),
-            "setsid nohup \"$agent\" agent".to_owned(),
-            "--config-path /tmp/podq/configs --config-name exp01a".to_owned(),
-            // The config is checked in the same call, before the agent starts.
-            "sha256sum \"$dir\"/exp01a.yaml".to_owned(),
         ] {
-            assert!(command.contains(&needle), "{needle:?} not in {command}");
+            assert!(env.contains(&needle), "{needle:?} not in {env}");
         }
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&env_file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", env_file.display());
     }
     // The first start on each host also moved the copied config into place (the second,
     // after the agent was installed, finds it there).
@@ -220,7 +233,7 @@ async fn a_preempted_node_is_recreated_set_up_checked_and_the_run_resumes() {
     assert!(after[relaunch[0].0]
         .last()
         .unwrap()
-        .contains(&format!("PODQ_LEASE_ID={lease2}")));
+        .contains(&format!("--lease {lease2}")));
     // A recreated node has fresh disks: the setup ran once more, on empty hosts.
     for host in 0..HOSTS {
         let setup_log = std::fs::read_to_string(cloud.home(host).join("setup.log")).unwrap();

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod attempt;
+pub mod build;
 pub mod checkpoints;
 pub mod cli;
 pub mod client;

@@ -85,51 +85,68 @@ podq_pgid() {
 }
 "#;
 
-/// What starting one host's agent needs.
+/// What starting one host's agent needs. Nothing secret: the lease's secret and the
+/// trainer's environment reach the host in a file (`launch_file`), never in the command line
+/// that gcloud logs and `ps` shows.
 pub struct AgentScript<'a> {
     pub agent_path: &'a str,
     pub agent_dir: &'a str,
-    /// The version the agent must report (`podq --version`).
-    pub version: &'a str,
+    /// What `podq build-id` must print on the host (the sha256 of the binary podq installs).
+    pub build_id: &'a str,
     pub worker_url: &'a str,
     pub lease: &'a str,
-    pub secret: &'a str,
     pub host: u32,
-    pub env: &'a BTreeMap<String, String>,
+    /// Where the launch file was copied, when this call brings a new one.
+    pub launch_tmp: Option<&'a str>,
     pub command: &'a str,
 }
 
-/// Starts the lease's agent on one host, detached (`setsid`, `nohup`, no terminal, its
-/// output in a file) so it outlives this ssh call, and returns at once. Prints
-/// `podq-fail agent_version ...` instead when the host's `podq` is missing or another
-/// version. Running it twice starts one agent: the second finds the lease's lock taken.
-/// The trainer's pgid goes to the lease's tag file, which cleanup and preflight read.
-pub fn start_agent(a: &AgentScript) -> String {
-    let mut script = String::new();
-    for (name, value) in a.env {
+/// The host's launch file: the trainer's environment and the lease's secret, sourced by
+/// `start_agent`. Written 0600 here and copied with scp, which keeps the mode.
+pub fn launch_file(env: &BTreeMap<String, String>, secret: &str) -> String {
+    let mut text = String::from("# podq: this host's launch environment (0600)\n");
+    for (name, value) in env {
         if valid_env_name(name) {
-            script.push_str(&format!("export {name}={}\n", quote(value)));
+            text.push_str(&format!("export {name}={}\n", quote(value)));
         } else {
             tracing::warn!(name, "not a valid environment variable name; left out");
         }
     }
+    text.push_str(&format!("podq_secret={}\n", quote(secret)));
+    text
+}
+
+/// Starts the lease's agent on one host, detached (`setsid`, `nohup`, no terminal, its
+/// output in a file) so it outlives this ssh call, and returns at once. Prints
+/// `podq-fail agent_version ...` (and `podq-info glibc <version>`) instead when the host's
+/// `podq` is missing or another build. Running it twice starts one agent: the second finds
+/// the lease's lock taken. The trainer's pgid goes to the lease's tag file, which cleanup
+/// and preflight read.
+pub fn start_agent(a: &AgentScript) -> String {
     let agent = path_word(a.agent_path, None);
     let dir = path_word(a.agent_dir, None);
     let lease = a.lease;
+    let mut script = format!("agent={agent}\ndir={dir}\nmkdir -p \"$dir\"\n");
+    if let Some(tmp) = a.launch_tmp {
+        script.push_str(&format!(
+            "if [ -f {tmp} ]; then mv -f {tmp} \"$dir\"/{lease}.env; fi\n",
+            tmp = quote(tmp)
+        ));
+    }
     script.push_str(&format!(
-        "agent={agent}\n\
-         dir={dir}\n\
-         have=$(\"$agent\" --version 2>/dev/null)\n\
-         if [ \"$have\" != {want} ]; then echo \"podq-fail agent_version the host has ${{have:-no podq}} at $agent, not podq {version}\"; exit 0; fi\n\
-         mkdir -p \"$dir\"\n\
-         (umask 077; printf %s {secret} > \"$dir\"/{lease}.secret)\n\
+        "have=$(\"$agent\" build-id 2>/dev/null)\n\
+         if [ \"$have\" != {want} ]; then echo \"podq-info glibc $(getconf GNU_LIBC_VERSION 2>/dev/null | cut -d' ' -f2)\"; \
+         echo \"podq-fail agent_version the host has ${{have:-no podq build}} at $agent, not {build}\"; exit 0; fi\n\
+         [ -f \"$dir\"/{lease}.env ] || {{ echo \"podq-fail launch_file $dir/{lease}.env is missing\"; exit 0; }}\n\
+         . \"$dir\"/{lease}.env\n\
+         (umask 077; printf %s \"$podq_secret\" > \"$dir\"/{lease}.secret)\n\
+         unset podq_secret\n\
          setsid nohup \"$agent\" agent --worker-url {url} --lease {lease} --host {host} \\\n  \
          --dir \"$dir\" --secret-file \"$dir\"/{lease}.secret --pgid-file {pf} --pid-file {agent_pid} \\\n  \
          --command {command} >> \"$dir\"/{lease}.agent.log 2>&1 < /dev/null &\n\
          echo \"podq-done started the agent of lease {lease} (pid $!)\"",
-        want = quote(&format!("podq {}", a.version)),
-        version = a.version,
-        secret = quote(a.secret),
+        want = quote(a.build_id),
+        build = a.build_id,
         url = quote(a.worker_url),
         host = a.host,
         pf = pgid_file(lease),
@@ -148,7 +165,7 @@ pub fn install_agent(uploaded: &str, agent_path: &str) -> String {
          mkdir -p \"$(dirname \"$path\")\"\n\
          chmod 755 {uploaded}\n\
          mv -f {uploaded} \"$path\"\n\
-         \"$path\" --version",
+         \"$path\" build-id",
         uploaded = quote(uploaded),
     )
 }
@@ -411,14 +428,14 @@ mod tests {
             start_agent(&AgentScript {
                 agent_path: "~/.podq/bin/podq",
                 agent_dir: "~/.podq/agent",
-                version: "0.1.0",
+                build_id: "sha256:ab12",
                 worker_url: "http://10.0.0.2:7433",
                 lease: "l-1",
-                secret: "s3cret",
                 host: 3,
-                env: &env,
+                launch_tmp: Some("/tmp/podq-stage-1-launch-3.sh"),
                 command: "cd ~/x && exec python3 'train.py' a=b",
             }),
+            launch_file(&env, "s3cret"),
             install_agent("/tmp/podq-agent-x", "~/.podq/bin/podq"),
             signal("l-1", false),
             signal("l-1", true),

@@ -79,7 +79,10 @@ impl Runner {
     /// group of its own so everything it starts can be killed together.
     pub fn command(&self, args: &[String]) -> Command {
         let mut cmd = Command::new(&self.program);
-        cmd.args(args)
+        // gcloud logs every command's arguments at DEBUG into files it keeps for 30 days
+        // (calliope/base.py, core/log.py); nothing podq passes needs to outlive the call.
+        cmd.env("CLOUDSDK_CORE_DISABLE_FILE_LOGGING", "1")
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -1,0 +1,79 @@
+//! Which build of podq a binary is, and which glibc it needs: what decides whether the
+//! agent on a TPU host must be replaced, and whether the worker's binary can run there.
+
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+/// A binary's build id: the sha256 of its bytes. Two builds of the same version differ in
+/// it (the crate version does not), and a copy of the same build does not.
+pub fn of_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
+}
+
+/// This program's build id (`podq build-id`).
+pub fn own() -> std::io::Result<String> {
+    of_file(&std::env::current_exe()?)
+}
+
+/// The newest glibc symbol version a dynamically linked binary asks for (`GLIBC_2.34` is
+/// `(2, 34)`), from the version names its dynamic string table holds; `None` for a binary
+/// that needs no glibc (static, musl).
+pub fn required_glibc(binary: &[u8]) -> Option<(u32, u32)> {
+    const TAG: &[u8] = b"GLIBC_";
+    let mut newest = None;
+    let mut at = 0;
+    while let Some(found) = find(&binary[at..], TAG) {
+        let start = at + found + TAG.len();
+        let digits: Vec<u8> = binary[start..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit() || **b == b'.')
+            .copied()
+            .collect();
+        // A version name ends the string: `GLIBC_2.34\0`, not `GLIBC_PRIVATE`.
+        if binary.get(start + digits.len()) == Some(&0) {
+            let text = String::from_utf8_lossy(&digits);
+            let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+            if let (Some(Some(major)), Some(Some(minor))) = (parts.next(), parts.next()) {
+                newest = newest.max(Some((major, minor)));
+            }
+        }
+        at = start;
+    }
+    newest
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `2.35` as `(2, 35)`.
+pub fn parse_glibc(text: &str) -> Option<(u32, u32)> {
+    let mut parts = text.trim().split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_glibc_version_name_is_found() {
+        let table = b"\0libc.so.6\0GLIBC_2.2.5\0GLIBC_2.34\0GLIBC_PRIVATE\0GLIBC_2.17\0";
+        assert_eq!(required_glibc(table), Some((2, 34)));
+        assert_eq!(required_glibc(b"\0no glibc here\0"), None);
+        assert_eq!(parse_glibc("2.35\n"), Some((2, 35)));
+        assert_eq!(parse_glibc(""), None);
+    }
+}
