@@ -421,6 +421,9 @@ async fn preflight_names_the_host_and_the_check_that_failed() {
 async fn a_preempted_spot_node_is_deleted_and_created_again_with_its_spec() {
     let mut lost = node("PREEMPTED", json!({"spot": true}));
     lost["labels"] = json!({"team": "trm"});
+    // Autocheckpoint was on: it is carried through the recreate, on gcloud's alpha track,
+    // the only one whose create takes --autocheckpoint-enabled.
+    lost["autocheckpointEnabled"] = json!(true);
     // The first create finds no capacity; the next one succeeds.
     let cloud = FakeCloud::new(json!({"node": lost, "create_fails": 1, "settle_describes": 2}));
     let server = Server::start().await;
@@ -435,16 +438,18 @@ async fn a_preempted_spot_node_is_deleted_and_created_again_with_its_spec() {
     .await;
     let calls = cloud.calls();
     let delete = tpu_vm("delete", &["--quiet"]);
-    let create = tpu_vm(
+    let mut create = tpu_vm(
         "create",
         &[
             "--accelerator-type=v4-64",
             "--version=tpu-ubuntu2204-base",
             "--spot",
+            "--autocheckpoint-enabled",
             "--network=projects/podq-test/global/networks/default",
             "--labels=team=trm",
         ],
     );
+    create.insert(0, "alpha".into());
     assert_eq!(
         calls.iter().filter(|c| **c == delete).count(),
         1,
@@ -466,6 +471,7 @@ async fn a_preempted_spot_node_is_deleted_and_created_again_with_its_spec() {
     let state = cloud.state();
     assert_eq!(state["node"]["state"], "READY");
     assert_eq!(state["node"]["labels"]["team"], "trm");
+    assert_eq!(state["node"]["autocheckpointEnabled"], true);
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("no more capacity"), "{text}");
 }

@@ -297,6 +297,9 @@ impl GcloudPod {
     fn node_create_args(&self) -> anyhow::Result<(NodeSpec, Vec<String>)> {
         let spec = self.create_spec()?;
         let mut args = self.args("tpu-vm", "create", &self.name);
+        if let Some(track) = spec.release_track() {
+            args.insert(0, track.to_owned());
+        }
         args.extend(spec.create_flags()?);
         args.extend(self.settings.create.extra_args.iter().cloned());
         Ok((spec, args))
@@ -306,6 +309,9 @@ impl GcloudPod {
     fn queued_create_args(&self) -> anyhow::Result<(NodeSpec, Vec<String>)> {
         let spec = self.create_spec()?;
         let mut args = self.args("queued-resources", "create", &self.queued_resource());
+        if let Some(track) = spec.release_track() {
+            args.insert(0, track.to_owned());
+        }
         args.extend(spec.queued_create_flags(&self.name)?);
         args.extend(self.settings.create.extra_args.iter().cloned());
         Ok((spec, args))

@@ -28,6 +28,11 @@
 //! Neither create command has a flag for `networkConfig.canIpForward`: a node that had it
 //! comes back without, and the worker says so.
 //!
+//! `autocheckpointEnabled` (Cloud TPU Autocheckpoint, a preview: the trainer gets SIGTERM
+//! before a maintenance event, https://cloud.google.com/tpu/docs/autocheckpoint) is set by
+//! `--autocheckpoint-enabled`, which only the `alpha` track's create commands take: a node
+//! that had it is recreated with `gcloud alpha ...`.
+//!
 //! The TPU API omits fields at their default value from its JSON (proto3): a node whose
 //! `networkConfig` has no `enableExternalIps` has internal addresses only.
 
@@ -61,6 +66,8 @@ pub struct NodeSpec {
     pub labels: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub data_disks: Vec<DataDisk>,
+    #[serde(skip_serializing_if = "is_false")]
+    pub autocheckpoint_enabled: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -196,9 +203,17 @@ impl NodeSpec {
         lost
     }
 
+    /// The gcloud release track the create calls need: `alpha` for autocheckpoint.
+    pub fn release_track(&self) -> Option<&'static str> {
+        self.autocheckpoint_enabled.then_some("alpha")
+    }
+
     /// The flags both create commands share, in the order of gcloud's reference.
     fn node_flags(&self) -> Vec<String> {
         let mut flags = Vec::new();
+        if self.autocheckpoint_enabled {
+            flags.push("--autocheckpoint-enabled".into());
+        }
         if let Some(network) = &self.network_config {
             if let Some(n) = &network.network {
                 flags.push(format!("--network={n}"));
@@ -377,6 +392,26 @@ mod tests {
       "state": "READY",
       "tags": ["tpu", "allow-ssh"]
     }"##;
+
+    #[test]
+    fn autocheckpoint_is_carried_through_a_recreate_on_the_alpha_track() {
+        let mut node: serde_json::Value = serde_json::from_str(DESCRIBE).unwrap();
+        assert_eq!(NodeSpec::parse(DESCRIBE).unwrap().release_track(), None);
+        node["autocheckpointEnabled"] = serde_json::json!(true);
+        let spec = NodeSpec::parse(&node.to_string()).unwrap();
+        assert_eq!(spec.release_track(), Some("alpha"));
+        assert!(spec
+            .create_flags()
+            .unwrap()
+            .contains(&"--autocheckpoint-enabled".to_owned()));
+        assert!(spec
+            .queued_create_flags("stable-1")
+            .unwrap()
+            .contains(&"--autocheckpoint-enabled".to_owned()));
+        // It survives the spec file a restarted worker reads.
+        let saved = serde_json::to_string(&spec).unwrap();
+        assert!(saved.contains("\"autocheckpointEnabled\":true"), "{saved}");
+    }
 
     #[test]
     fn a_describe_becomes_the_create_call_that_brings_the_node_back() {
