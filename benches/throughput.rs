@@ -510,7 +510,7 @@ impl Report {
         println!(
             "Raw baselines are measured just before and just after the run they serve, and \
              averaged; submits with nobody waiting run on either side of each run with waiters. \
-             Reference figures, not baselines: DESIGN's original 2,000 cycles/s (a cycle of \
+             Reference figures, not baselines: the original design's 2,000 cycles/s (a cycle of \
              lease, heartbeat, finish); Slurm's documented ~500 jobs/s."
         );
         for f in &self.failed {

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// The life of a job. See DESIGN.md section 2.
+/// The life of a job. See docs/architecture.md §2.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
@@ -73,15 +73,21 @@ impl FromStr for JobState {
     }
 }
 
-/// How one attempt of a job ended. See DESIGN.md section 2.
+/// How one attempt of a job ended. See docs/architecture.md §2.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum AttemptOutcome {
+    /// Every host's trainer exited 0.
     Succeeded,
+    /// The pod lost its capacity, or the run was stopped ahead of maintenance. Not charged.
     Preempted,
+    /// A trainer exited non-zero on a healthy pod. Charged to the failure budget.
     Failed,
+    /// No step progress while every host's agent reported. Charged.
     Hung,
+    /// The infrastructure failed the attempt (a silent worker, a launch that could not
+    /// reach or prepare the hosts, a host that restarted under its trainer). Not charged.
     Lost,
     Cancelled,
 }

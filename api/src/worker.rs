@@ -1,4 +1,4 @@
-//! The worker protocol (DESIGN.md 3.2): lease, heartbeat, metrics, checkpoints, finish.
+//! The worker protocol (docs/architecture.md §3.2): lease, heartbeat, metrics, checkpoints, finish.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! `podq-sim-trainer`: a faithful stand-in for the user's JAX trainer (`pretrain_jax.py`),
 //! used by the `local` pod driver, the tests and demos. It keeps the trainer contract of
-//! DESIGN.md 3.3: Hydra-style command line, resolved config checked against its sha256, JAX
+//! docs/architecture.md §3.3: Hydra-style command line, resolved config checked against its sha256, JAX
 //! multi-host lock-step, `PODQ` report lines from process 0, Orbax-shaped checkpoints, the
 //! libtpu lock file, SIGTERM as preemption, and injectable faults. See docs/trainer.md.
 

@@ -1,5 +1,5 @@
 //! Finding checkpoints in the store, by the store's own commit rule rather than the
-//! trainer's word (DESIGN.md 3.4).
+//! trainer's word (docs/architecture.md §3.4).
 //!
 //! The one rule set, for every store (checked against directories real Orbax 0.12 writes,
 //! `tests/orbax.rs`):

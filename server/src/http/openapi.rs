@@ -38,7 +38,7 @@ use crate::AppState;
         (name = "plan", description = "The compute grant and the order that completes the most groups"),
         (name = "schedules", description = "Cron submissions"),
         (name = "webhooks", description = "Notices sent out and their deliveries"),
-        (name = "worker", description = "The worker protocol (DESIGN.md 3.2)"),
+        (name = "worker", description = "The worker protocol (docs/architecture.md §3.2)"),
         (name = "operations", description = "Metrics and this document"),
     )
 )]

@@ -1,4 +1,4 @@
-//! The worker protocol (DESIGN.md 3.2). Every call names its lease; a lease that is no
+//! The worker protocol (docs/architecture.md §3.2). Every call names its lease; a lease that is no
 //! longer the job's live one answers 409 `lease_lost`.
 
 use axum::extract::{Path, State};

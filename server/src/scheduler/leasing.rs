@@ -1,4 +1,4 @@
-//! The lease protocol (DESIGN.md 3.2): handing whole-pod jobs to workers and hearing from
+//! The lease protocol (docs/architecture.md §3.2): handing whole-pod jobs to workers and hearing from
 //! them. Every call after the lease names it and is fenced: a lease that is no longer the
 //! job's live one gets `LeaseLost`.
 

@@ -1,5 +1,5 @@
 //! The `gcloud` driver: a Cloud TPU VM pod slice (`stable-1`, a v4-64 of 8 hosts) driven
-//! through the gcloud CLI, as DESIGN.md 3.5 describes.
+//! through the gcloud CLI, as docs/architecture.md §3.5 describes.
 //!
 //! - state, health and hosts: `gcloud compute tpus tpu-vm describe NAME --format=json`;
 //! - one `gcloud compute tpus tpu-vm ssh NAME --worker=i --command=...` process per host

@@ -88,7 +88,7 @@ pub trait PodDriver: Send + Sync {
         self.status().await
     }
 
-    /// Checks every host can run a job (DESIGN.md 3.6).
+    /// Checks every host can run a job (docs/architecture.md §3.6).
     async fn preflight(&self) -> Preflight;
 
     /// Where the resolved config is written on each host.
