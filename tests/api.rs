@@ -544,12 +544,17 @@ fn refuses_to_start_on_a_catalog_with_errors() {
         .arg(original_configs())
         .output()
         .unwrap();
-    assert!(!output.status.success());
+    assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
+    // `podq validate`'s grouped report: the root cause once, with its count and fix.
     assert!(
-        stderr.contains("the experiment catalog") && stderr.contains("`arch`"),
+        stderr.contains("the experiment catalog")
+            && stderr.contains("error: 67 experiments have no `arch` config group: rename `arch_config/` to `arch/`"),
         "{stderr}"
     );
+    let arch_lines = stderr.lines().filter(|l| l.contains("`arch`")).count();
+    assert_eq!(arch_lines, 1, "one line per root cause: {stderr}");
+    assert!(stderr.contains("podq validate --experiments"), "{stderr}");
 }
 
 #[tokio::test]
@@ -740,6 +745,39 @@ async fn a_body_that_never_comes_is_answered_408_and_changes_nothing() {
         let (status, body) = raw_exchange(&server, &request, Duration::from_secs(30));
         assert_eq!(status, 408, "{path}: {body}");
         assert_eq!(body["error"]["code"], "request_timeout", "{body}");
+    }
+    assert_eq!(server.jobs().await.len(), before);
+}
+
+/// A declared body over the limit is refused from its headers alone: `413`, not the `408`
+/// that waiting for a body that never comes would give.
+#[tokio::test]
+async fn an_oversized_content_length_is_answered_413_before_any_body() {
+    let server = Server::start().await;
+    let before = server.jobs().await.len();
+    for path in [
+        "/api/v1/jobs",
+        "/api/v1/experiments/validate",
+        "/api/v1/grant",
+    ] {
+        let method = if path.ends_with("grant") {
+            "PUT"
+        } else {
+            "POST"
+        };
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: podq\r\nContent-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n{{"
+        );
+        let (status, body) = raw_exchange(&server, &request, Duration::from_secs(30));
+        assert_eq!(status, 413, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "body_too_large", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("10000000000 bytes"),
+            "{body}"
+        );
     }
     assert_eq!(server.jobs().await.len(), before);
 }

@@ -49,23 +49,21 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
     let catalog = Catalog::load(&config.experiments, &config.catalog);
     let errors = catalog.errors();
     if !errors.is_empty() {
-        let list: Vec<String> = errors
-            .iter()
-            .take(20)
-            .map(|f| {
-                let place = match (&f.file, f.line) {
-                    (Some(file), Some(line)) => format!("{file}:{line}: "),
-                    (Some(file), None) => format!("{file}: "),
-                    _ => String::new(),
-                };
-                format!("  {place}{}", f.message)
-            })
+        // The grouped report `podq validate` prints: each root cause once, with its count,
+        // its fix and its first places.
+        let causes: Vec<String> = catalog
+            .summary()
+            .into_iter()
+            .filter(|group| group.severity == podq_api::Severity::Error)
+            .map(|group| group.text)
             .collect();
         bail!(
-            "the experiment catalog in {} has {} errors; fix them (podq validate lists them all):\n{}",
-            config.experiments.display(),
+            "the experiment catalog in {dir} has {} errors from {} causes:\n\n{}\n\n\
+             `podq validate --experiments {dir}` prints the whole report",
             errors.len(),
-            list.join("\n")
+            causes.len(),
+            causes.join("\n"),
+            dir = config.experiments.display(),
         );
     }
     if let Some(parent) = config.db.parent().filter(|p| !p.as_os_str().is_empty()) {

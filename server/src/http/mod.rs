@@ -56,6 +56,7 @@ pub fn router(state: AppState) -> Router {
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             BODY_TIMEOUT,
         ))
+        .layer(axum::middleware::from_fn(extract::refuse_declared_oversize))
         .layer(axum::middleware::from_fn(json_errors::json_errors))
         .with_state(state)
 }
