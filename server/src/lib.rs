@@ -58,10 +58,11 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
             .map(|group| group.text)
             .collect();
         bail!(
-            "the experiment catalog in {dir} has {} errors from {} causes:\n\n{}\n\n\
+            "the experiment catalog in {dir} has {} errors from {} {}:\n\n{}\n\n\
              `podq validate --experiments {dir}` prints the whole report",
             errors.len(),
             causes.len(),
+            if causes.len() == 1 { "cause" } else { "causes" },
             causes.join("\n"),
             dir = config.experiments.display(),
         );

@@ -12,6 +12,7 @@ pub mod live;
 mod plan;
 pub mod planner;
 pub mod policy;
+mod read_cache;
 mod reads;
 mod reaper;
 pub mod schedules;
@@ -47,6 +48,14 @@ pub struct Scheduler {
     /// A job's newest step, each time a metrics batch lands (for live views).
     progress: tokio::sync::broadcast::Sender<Progress>,
     telemetry: Arc<Telemetry>,
+    /// Status, the grant line and the default plan, made once per commit.
+    read_cache: ReadCaches,
+}
+
+struct ReadCaches {
+    queue: read_cache::ReadCache<reads::QueueView>,
+    grant: read_cache::ReadCache<Option<podq_api::GrantOutlook>>,
+    plan: read_cache::ReadCache<podq_api::Plan>,
 }
 
 /// A job reached `step`.
@@ -70,7 +79,14 @@ impl Scheduler {
         for (accelerator, at) in store::leases::backoff_ends(store.reader()).await? {
             waiters.leasable_at(&accelerator, at);
         }
+        let commits = store.commits();
+        let read_cache = ReadCaches {
+            queue: read_cache::ReadCache::new(commits.clone()),
+            grant: read_cache::ReadCache::new(commits.clone()),
+            plan: read_cache::ReadCache::new(commits),
+        };
         Ok(Scheduler {
+            read_cache,
             store,
             catalog,
             config,

@@ -25,7 +25,13 @@ struct Gathered {
 impl Scheduler {
     /// The plan against `deadline` (default: the grant's end).
     pub async fn plan(&self, deadline: Option<DateTime<Utc>>) -> Result<Plan> {
-        self.project(deadline, true).await.map(|(plan, _)| plan)
+        if deadline.is_some() {
+            return self.project(deadline, true).await.map(|(plan, _)| plan);
+        }
+        self.read_cache
+            .plan
+            .get_or(|| async { self.project(None, true).await.map(|(plan, _)| plan) })
+            .await
     }
 
     /// The status line: the grant's end and what fits under today's order.

@@ -11,28 +11,65 @@ use super::{Result, Scheduler};
 use crate::store::views::{self, ActiveRun};
 use crate::store::{goodput, jobs, ms_to_datetime, now_ms, parse_uuid, pods};
 
+/// What status reads from the database: made once per commit (`read_cache`), merged with
+/// the live leases on every read.
+#[derive(Clone)]
+pub(super) struct QueueView {
+    counts: BTreeMap<String, i64>,
+    /// Runs on a pod (leased, running): few, and their step moves between commits.
+    on_pods: Vec<ActiveRun>,
+    /// The pod-hours the queued runs still need.
+    queued_hours: f64,
+    goodput: podq_api::Goodput,
+}
+
 impl Scheduler {
     pub async fn status(&self) -> Result<Status> {
         let mut status = self.status_without_grant().await?;
-        status.grant = self.grant_outlook().await?;
+        status.grant = self
+            .read_cache
+            .grant
+            .get_or(|| self.grant_outlook())
+            .await?;
         Ok(status)
     }
 
-    /// Status without the grant line, which projects the whole catalog: `/metrics` scrapes
-    /// need none of it.
-    async fn status_without_grant(&self) -> Result<Status> {
+    async fn queue_view(&self) -> Result<QueueView> {
         let db = self.store.reader();
         let mut counts: BTreeMap<String, i64> = JobState::ALL
             .iter()
             .map(|s| (s.as_str().to_owned(), 0))
             .collect();
         counts.extend(jobs::counts_by_state(db).await?);
-        let runs = views::active_runs(db).await?;
+        let now = now_ms();
+        let mut on_pods = Vec::new();
+        let mut queued_hours = 0.0;
+        for run in views::active_runs(db).await? {
+            if run.state == "queued" {
+                let rate =
+                    forecast::step_rate(run.first_step, run.first_step_at, run.end_step, now);
+                queued_hours += remaining(&run, run.end_step.or(run.last_step), rate);
+            } else {
+                on_pods.push(run);
+            }
+        }
+        Ok(QueueView {
+            counts,
+            on_pods,
+            queued_hours,
+            goodput: goodput::total(db).await?,
+        })
+    }
+
+    /// Status without the grant line, which projects the whole catalog: `/metrics` scrapes
+    /// need none of it.
+    async fn status_without_grant(&self) -> Result<Status> {
+        let view = self.read_cache.queue.get_or(|| self.queue_view()).await?;
         let now = now_ms();
         let live = self.live.all();
         let mut running = Vec::new();
-        let mut queue_hours = 0.0;
-        for run in &runs {
+        let mut queue_hours = view.queued_hours;
+        for run in &view.on_pods {
             let lease = live.iter().find(|(_, l)| l.job_id == run.id);
             let step = lease
                 .and_then(|(_, l)| l.step)
@@ -41,29 +78,27 @@ impl Scheduler {
             let steps_per_s =
                 forecast::step_rate(run.first_step, run.first_step_at, run.end_step, now);
             queue_hours += remaining(run, step, steps_per_s);
-            if run.state != "queued" {
-                running.push(RunningJob {
-                    job_id: parse_uuid(&run.id)?,
-                    experiment: run.experiment.clone(),
-                    state: run.state.clone(),
-                    pod: lease.map(|(_, l)| l.pod.clone()),
-                    attempt: run.attempts,
-                    step,
-                    total_steps: run.total_steps,
-                    steps_per_s,
-                });
-            }
+            running.push(RunningJob {
+                job_id: parse_uuid(&run.id)?,
+                experiment: run.experiment.clone(),
+                state: run.state.clone(),
+                pod: lease.map(|(_, l)| l.pod.clone()),
+                attempt: run.attempts,
+                step,
+                total_steps: run.total_steps,
+                steps_per_s,
+            });
         }
         let queue_eta = (queue_hours > 0.0)
             .then(|| Utc::now() + ChronoDuration::seconds((queue_hours * 3600.0) as i64));
         Ok(Status {
             now: Utc::now(),
-            jobs: counts,
+            jobs: view.counts,
             running,
             pods: self.pods().await?,
             queue_hours,
             queue_eta,
-            goodput: goodput::total(db).await?,
+            goodput: view.goodput,
             grant: None,
         })
     }

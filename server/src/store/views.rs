@@ -6,7 +6,7 @@ use sqlx::SqlitePool;
 use super::StoreError;
 
 /// A run that is on a pod or waiting for one, with its current attempt's progress.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ActiveRun {
     pub id: String,
     pub experiment: String,
