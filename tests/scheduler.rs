@@ -257,6 +257,22 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition() {
             .await
             .unwrap();
             assert_eq!(maintained, computed, "after {when}");
+            let fresh: (i64, f64) = sqlx::query_as("SELECT n, hours FROM fresh_queue")
+                .fetch_one(store.reader())
+                .await
+                .unwrap();
+            let counted: (i64, f64) = sqlx::query_as(
+                "SELECT COUNT(*), COALESCE(SUM(est_hours), 0.0) FROM jobs \
+                 WHERE state = 'queued' AND same_as IS NULL AND last_step IS NULL",
+            )
+            .fetch_one(store.reader())
+            .await
+            .unwrap();
+            assert_eq!(fresh.0, counted.0, "fresh queue after {when}");
+            assert!(
+                (fresh.1 - counted.1).abs() < 1e-6,
+                "fresh hours after {when}: {fresh:?} {counted:?}"
+            );
         }
     };
     check("submitting the suite").await;

@@ -43,7 +43,7 @@ impl Scheduler {
         counts.extend(jobs::counts_by_state(db).await?);
         let now = now_ms();
         let mut on_pods = Vec::new();
-        let mut queued_hours = 0.0;
+        let (_, mut queued_hours) = views::fresh_queue(db).await?;
         for run in views::active_runs(db).await? {
             if run.state == "queued" {
                 let rate =

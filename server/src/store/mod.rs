@@ -360,7 +360,9 @@ mod tests {
     async fn the_hot_reads_use_indexes() {
         let (store, _dir) = scratch_store().await;
         let queries = [
-            ("active runs", super::views::ACTIVE_RUNS),
+            ("runs on pods", super::views::RUNS_ON_PODS),
+            ("progressed queue", super::views::PROGRESSED_QUEUE),
+            ("fresh queue", super::views::FRESH_QUEUE),
             ("any leasable", super::leases::ANY_LEASABLE),
             ("open attempts", super::goodput::OPEN_ATTEMPTS),
             ("job events", super::jobs::JOB_EVENTS),

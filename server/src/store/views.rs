@@ -24,21 +24,52 @@ pub struct ActiveRun {
     pub linked: Option<String>,
 }
 
-/// Runs (not linked jobs) that are leased, running or queued: on a pod first, then in lease
-/// order (priority, then submission).
-pub(crate) const ACTIVE_RUNS: &str =
-    "SELECT j.id, j.experiment, j.group_name, j.state, j.priority, j.attempts, j.est_hours, \
+/// The columns of an `ActiveRun`, from `jobs j` and its open attempt `a`.
+macro_rules! active_run_select {
+    () => {
+        "SELECT j.id, j.experiment, j.group_name, j.state, j.priority, j.attempts, j.est_hours, \
          j.last_step, j.total_steps, a.first_step, a.first_step_at, a.end_step, \
          (SELECT group_concat(l.experiment, ',') FROM jobs l \
             WHERE l.same_as = j.id AND l.link_cancelled = 0) AS linked \
          FROM jobs j LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt = j.attempts \
-           AND a.ended_at IS NULL \
-         WHERE j.same_as IS NULL AND j.state IN ('leased', 'running', 'queued') \
-         ORDER BY j.state = 'queued', j.priority DESC, j.seq";
-
-pub async fn active_runs(db: &SqlitePool) -> Result<Vec<ActiveRun>, StoreError> {
-    Ok(sqlx::query_as(ACTIVE_RUNS).fetch_all(db).await?)
+           AND a.ended_at IS NULL "
+    };
 }
+
+/// Runs (not linked jobs) on a pod (leased or running), in lease order.
+pub(crate) const RUNS_ON_PODS: &str = concat!(
+    active_run_select!(),
+    "WHERE j.same_as IS NULL AND j.state IN ('leased', 'running') ORDER BY j.priority DESC, j.seq"
+);
+
+/// Queued runs that made progress before (preempted, failed, lost), in lease order, on
+/// their own partial index: a deep queue is mostly runs that never reported a step, which
+/// status needs only the sum of (`FRESH_QUEUE`).
+pub(crate) const PROGRESSED_QUEUE: &str = concat!(
+    active_run_select!(),
+    "WHERE j.state = 'queued' AND j.same_as IS NULL AND j.last_step IS NOT NULL \
+     ORDER BY j.priority DESC, j.seq"
+);
+
+/// Runs on a pod, then queued runs that made progress.
+pub async fn active_runs(db: &SqlitePool) -> Result<Vec<ActiveRun>, StoreError> {
+    let mut runs: Vec<ActiveRun> = sqlx::query_as(RUNS_ON_PODS).fetch_all(db).await?;
+    runs.extend(
+        sqlx::query_as::<_, ActiveRun>(PROGRESSED_QUEUE)
+            .fetch_all(db)
+            .await?,
+    );
+    Ok(runs)
+}
+
+/// How many queued runs never reported a step, and the pod-hours they are estimated at:
+/// kept by triggers (migration 0006), one row whatever the depth of the queue.
+pub(crate) const FRESH_QUEUE: &str = "SELECT n, hours FROM fresh_queue WHERE id = 1";
+
+pub async fn fresh_queue(db: &SqlitePool) -> Result<(i64, f64), StoreError> {
+    Ok(sqlx::query_as(FRESH_QUEUE).fetch_one(db).await?)
+}
+
 
 /// A job as the grant plan needs it, with its latest attempt that reported steps.
 #[derive(Debug, Clone, sqlx::FromRow)]
