@@ -70,7 +70,6 @@ pub async fn fresh_queue(db: &SqlitePool) -> Result<(i64, f64), StoreError> {
     Ok(sqlx::query_as(FRESH_QUEUE).fetch_one(db).await?)
 }
 
-
 /// A job as the grant plan needs it, with its latest attempt that reported steps.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct PlanJob {
