@@ -34,6 +34,15 @@ fn ssh(cloud: &FakeCloud, host: u32, command: &str) -> (i32, String, String) {
     )
 }
 
+/// A worker config for short simulated runs (5 s), with `gcloud` settings merged in.
+fn short_runs(cloud: &FakeCloud, server: &Server, gcloud: Value) -> std::path::PathBuf {
+    cloud.worker_config(
+        &server.url,
+        gcloud,
+        json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "5"}}),
+    )
+}
+
 /// The trainer of the only lease on each host, as (host, pgid in the host's numbering).
 fn trainers(cloud: &FakeCloud) -> Vec<(u32, i32)> {
     trainer_groups(cloud).into_iter().collect()
@@ -128,11 +137,7 @@ async fn a_run_succeeds_on_the_emulated_hosts_with_agents_calling_the_bridge() {
     let cloud = FakeCloud::new(json!({"node": node("READY", json!({"preemptible": true}))}));
     let server = Server::start().await;
     let id = server.submit_one("exp01a", json!({})).await;
-    let config = cloud.worker_config(
-        &server.url,
-        json!({}),
-        json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "6"}}),
-    );
+    let config = short_runs(&cloud, &server, json!({}));
     let (_worker, log) = cloud.worker(&config);
     let job = wait_job(&server, &id, "succeeded", &log).await;
     assert_eq!(job["failures"], 0, "{job}");
@@ -258,6 +263,16 @@ fn report_fault(fault: &str, job: &Value, moving: std::time::Duration) {
     );
 }
 
+/// Waits until a second attempt has trained past the step it resumed from.
+async fn second_attempt_moving(run: &Running) {
+    eventually(RUN, "a second attempt running", || async {
+        let job = run.server.job(&run.id).await;
+        let second = attempts(&job).get(1).cloned()?;
+        (job["last_step"].as_i64()? > second["start_step"].as_i64().unwrap_or(0)).then_some(())
+    })
+    .await;
+}
+
 fn kill_agent(cloud: &FakeCloud, host: u32) {
     cloud.on_host(host, "kill -KILL $(cat /tmp/podq-agent-*.pid)");
 }
@@ -301,12 +316,7 @@ async fn a_rebooted_host_costs_no_failure_and_the_run_resumes() {
     let kept = run.server.committed_at_least(&run.id, 1, RUN).await;
     run.cloud.control("reboot-2", "3");
     let fault = Instant::now();
-    eventually(RUN, "a second attempt running", || async {
-        let job = run.server.job(&run.id).await;
-        let second = attempts(&job).get(1).cloned()?;
-        (job["last_step"].as_i64()? > second["start_step"].as_i64().unwrap_or(0)).then_some(())
-    })
-    .await;
+    second_attempt_moving(&run).await;
     let moving = fault.elapsed();
     let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
     report_fault("host 2 rebooted", &job, moving);
@@ -335,12 +345,7 @@ async fn a_preemption_with_its_shutdown_notice_resumes_on_a_recreated_blank_node
     let kept = run.server.committed_at_least(&run.id, 1, RUN).await;
     let notice = Instant::now();
     run.cloud.control("preempt-notice", "3");
-    eventually(RUN, "a second attempt running", || async {
-        let job = run.server.job(&run.id).await;
-        let second = attempts(&job).get(1).cloned()?;
-        (job["last_step"].as_i64()? > second["start_step"].as_i64().unwrap_or(0)).then_some(())
-    })
-    .await;
+    second_attempt_moving(&run).await;
     let moving = notice.elapsed();
     let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
     report_fault("preemption with a 3 s shutdown notice", &job, moving);
@@ -372,11 +377,7 @@ async fn os_login_replaces_the_user_and_the_home_follows() {
     }));
     let server = Server::start().await;
     let id = server.submit_one("exp01a", json!({})).await;
-    let config = cloud.worker_config(
-        &server.url,
-        json!({"user": "kellen"}),
-        json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "6"}}),
-    );
+    let config = short_runs(&cloud, &server, json!({"user": "kellen"}));
     let (_worker, log) = cloud.worker(&config);
     let job = wait_job(&server, &id, "succeeded", &log).await;
     assert_eq!(job["failures"], 0, "{job}");
@@ -597,12 +598,7 @@ async fn a_maintenance_window_ahead_stops_the_run_first_and_leases_after_it() {
         r#"{"in_s": 6, "duration_s": 6, "reboot": true}"#,
     );
     let window_end = chrono::Utc::now() + chrono::TimeDelta::seconds(12);
-    eventually(RUN, "a second attempt running", || async {
-        let job = run.server.job(&run.id).await;
-        let second = attempts(&job).get(1).cloned()?;
-        (job["last_step"].as_i64()? > second["start_step"].as_i64().unwrap_or(0)).then_some(())
-    })
-    .await;
+    second_attempt_moving(&run).await;
     let moving = notice.elapsed();
     let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
     report_fault(
@@ -638,11 +634,7 @@ async fn a_node_recreated_while_no_worker_watched_is_set_up_before_preflight() {
     let cloud = FakeCloud::new(json!({"node": node("READY", json!({"preemptible": true}))}));
     let server = Server::start().await;
     let first = server.submit_one("exp01a", json!({})).await;
-    let config = cloud.worker_config(
-        &server.url,
-        json!({}),
-        json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "4"}}),
-    );
+    let config = short_runs(&cloud, &server, json!({}));
     let (worker, log) = cloud.worker(&config);
     wait_job(&server, &first, "succeeded", &log).await;
     drop(worker);
@@ -675,11 +667,7 @@ async fn a_node_recreated_while_no_worker_watched_is_set_up_before_preflight() {
     );
 
     let second = server.submit_one("exp01b", json!({})).await;
-    let config = cloud.worker_config(
-        &server.url,
-        json!({"setup_on_start": false}),
-        json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "4"}}),
-    );
+    let config = short_runs(&cloud, &server, json!({"setup_on_start": false}));
     let (_worker, log) = cloud.worker(&config);
     let job = wait_job(&server, &second, "succeeded", &log).await;
     assert_eq!(job["failures"], 0, "{job}");
