@@ -20,7 +20,9 @@ A host is:
   (ROOT/hosts/host-<i>/{home,tmp,vartmp}), so the test can look at them from outside. A
   reboot empties tmp and vartmp and keeps home (Compute Engine keeps the boot disk across a
   reset, https://cloud.google.com/compute/docs/instances/instance-life-cycle#reset; /tmp is
-  a tmpfs cleared at boot on the TPU VM images); a recreated node has new, empty disks.
+  a tmpfs cleared at boot on the TPU VM images); a recreated node has new, empty disks. A
+  checkout that lies under one of them (a clone in /tmp) is mounted back at its own path,
+  so the hosts still find the build and the venv, as real hosts find their code.
 
 Commands run in a fresh login environment: HOME, USER, LOGNAME, PATH, LANG and SHELL, and
 nothing of the caller's, which is what sshd gives a session.
@@ -91,11 +93,16 @@ def can_emulate():
     for tool in ("ip", "unshare", "nsenter"):
         if not shutil.which(tool):
             return "the emulated pod needs `%s` (Debian's iproute2 and util-linux)" % tool
+    return None
+
+
+def checkout_hidden():
+    """The checkout, when it lies under a directory each host has its own of (a clone in
+    /tmp): the hosts must still see it (its binaries, the venv, the tests' shared data)."""
     checkout = os.path.dirname(os.path.dirname(HERE))
     for private in PRIVATE:
         if checkout == private or checkout.startswith(private + "/"):
-            return ("the checkout %s is under %s, which every emulated host has its own of: "
-                    "clone it elsewhere" % (checkout, private))
+            return checkout
     return None
 
 
@@ -313,8 +320,17 @@ def init(d, hostname):
     detach from their ssh session and end up here, as under systemd), and on SIGUSR1 sends
     SIGTERM to every process of the host, as a shutdown does."""
     sh("mount", "--make-rprivate", "/")
+    checkout = checkout_hidden()
+    if checkout:
+        # Kept aside on /mnt (in this mount namespace only) while the private directories
+        # go over it, then put back at its own path.
+        sh("mount", "--bind", checkout, "/mnt")
     for private, sub in zip(PRIVATE, ("home", "tmp", "vartmp")):
         sh("mount", "--bind", os.path.join(d, sub), private)
+    if checkout:
+        os.makedirs(checkout, exist_ok=True)
+        sh("mount", "--bind", "/mnt", checkout)
+        sh("umount", "/mnt")
     sh("mount", "--bind", os.path.join(d, "etc-hosts"), "/etc/hosts")
     socket.sethostname(hostname)
 
