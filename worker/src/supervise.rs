@@ -177,6 +177,11 @@ impl Hosts {
         self.hub.silent(&self.lease, silence)
     }
 
+    /// For each host whose trainer has not ended, how long since any of its agents called.
+    pub fn quiet(&self) -> Vec<(u32, Duration)> {
+        self.hub.quiet(&self.lease)
+    }
+
     /// Starts a new agent on `host` for a silent one. The agent adopts the running trainer
     /// (or reports its exit) and starts nothing: a second agent of a lease finds the first
     /// one's lock, and an agent that finds the lease's trainer never starts another.

@@ -65,6 +65,9 @@ struct HostSlot {
     contacted: bool,
     /// The agent's last call, or when the slot was made (or its agent restarted).
     heard: std::time::Instant,
+    /// The last call of any agent of this host, or when the slot was made: restarts do not
+    /// move it.
+    called: std::time::Instant,
 }
 
 impl Default for HostSlot {
@@ -74,6 +77,7 @@ impl Default for HostSlot {
             exit: None,
             contacted: false,
             heard: std::time::Instant::now(),
+            called: std::time::Instant::now(),
         }
     }
 }
@@ -157,6 +161,21 @@ impl AgentHub {
                         let host = &slot.hosts[*h as usize];
                         host.exit.is_none() && host.heard.elapsed() >= silence
                     })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// For each host whose trainer has not ended: how long since any of its agents called.
+    pub fn quiet(&self, lease: &str) -> Vec<(u32, std::time::Duration)> {
+        self.slots()
+            .get(lease)
+            .map(|slot| {
+                slot.hosts
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, h)| h.exit.is_none())
+                    .map(|(i, h)| (i as u32, h.called.elapsed()))
                     .collect()
             })
             .unwrap_or_default()
@@ -278,6 +297,7 @@ impl AgentHub {
         }
         host.contacted = true;
         host.heard = std::time::Instant::now();
+        host.called = host.heard;
         let Some((lines, exits)) = &slot.streams else {
             return Ok(SyncAnswer {
                 ack: request.end,

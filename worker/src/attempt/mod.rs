@@ -229,8 +229,6 @@ async fn attempt(
     let mut last_step: Option<i64> = None;
     let mut last_progress = tokio::time::Instant::now();
     let began = tokio::time::Instant::now();
-    // Since when each host's agent has been silent, across the new agents started for it.
-    let mut silent_since: BTreeMap<u32, tokio::time::Instant> = BTreeMap::new();
     let mut maintenance_since: Option<tokio::time::Instant> = None;
     let mut poll = tokio::time::interval(settings.status_poll);
     let stop = loop {
@@ -328,19 +326,15 @@ async fn attempt(
                 // trainer's fault: its reports have nowhere to go. One that stays silent
                 // through new agents for the hang timeout is given up on.
                 let silent = hosts.silent(settings.agent_silence);
-                let now = tokio::time::Instant::now();
-                silent_since.retain(|host, _| silent.contains(host));
-                for host in &silent {
-                    silent_since.entry(*host).or_insert(now - settings.agent_silence);
-                }
-                if let Some((host, since)) = silent_since
-                    .iter()
-                    .find(|(_, since)| since.elapsed() >= settings.hang_timeout)
+                if let Some((host, quiet)) = hosts
+                    .quiet()
+                    .into_iter()
+                    .find(|(_, quiet)| *quiet >= settings.hang_timeout)
                 {
                     break Stop::AgentsGone(format!(
                         "host {host}'s agent has not called for {}s, nor any agent started \
                          there since; not charged",
-                        since.elapsed().as_secs()
+                        quiet.as_secs()
                     ));
                 }
                 if !silent.is_empty() {
