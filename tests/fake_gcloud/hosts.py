@@ -174,9 +174,13 @@ def init_pid(root, i):
 
 
 def boot(root, emu, i):
-    """Starts host i if it is down; returns once it takes commands."""
+    """Starts host i if it is down; returns once it takes commands. A pod being torn down
+    boots nothing: a gcloud call the killed worker left running must not bring a host back
+    after its teardown."""
     if init_pid(root, i):
         return
+    if os.path.exists(os.path.join(root, "torn-down")):
+        fail("the emulated pod at %s is torn down" % root)
     d = host_dir(root, i)
     for sub in ("home", "tmp", "vartmp"):
         os.makedirs(os.path.join(d, sub), exist_ok=True)
@@ -286,9 +290,28 @@ def teardown(root):
         emu = None
     if not emu:
         return
+    open(os.path.join(root, "torn-down"), "w").close()
     for i in range(64):
         halt(root, i)
+    kill_inits(lambda host_dir: host_dir.startswith(os.path.join(root, "hosts") + "/"))
     remove(emu["owner"], emu["tag"])
+
+
+def kill_inits(whose):
+    """SIGKILL to every host init whose host directory `whose` accepts: the whole host goes."""
+    for proc in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            args = open(proc, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        for k in range(len(args) - 2):
+            if args[k].endswith(b"hosts.py") and args[k + 1] == b"init":
+                if whose(args[k + 2].decode(errors="replace")):
+                    try:
+                        os.kill(int(proc.split("/")[2]), signal.SIGKILL)
+                    except (OSError, ValueError):
+                        pass
+                break
 
 
 def remove(owner, tag):
@@ -305,7 +328,10 @@ def remove(owner, tag):
 
 
 def sweep():
-    """Removes the pods of test processes that are gone (a test killed before its Drop)."""
+    """Removes the pods of test processes that are gone (a test killed before its Drop), and
+    hosts whose directory is gone with their test's."""
+    kill_inits(lambda host_dir: not os.path.exists(
+        os.path.join(os.path.dirname(os.path.dirname(host_dir)), "state.json")))
     seen = set()
     for path in glob.glob("/run/netns/%s-*" % PREFIX):
         m = re.match(r"%s-(\d+)-([0-9a-f]+)-h\d+$" % PREFIX, os.path.basename(path))
