@@ -19,7 +19,7 @@ pub fn experiments_dir() -> PathBuf {
 }
 
 /// The study's original configs as the user wrote them (a copy of
-/// `shared/reference/kellen-configs`, kept in the repository so no test reads outside it).
+/// the study's reference material, kept in the repository so no test reads outside it).
 pub fn original_configs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kellen-configs")
 }
