@@ -352,7 +352,12 @@ def init(d, hostname):
         # go over it, then put back at its own path.
         sh("mount", "--bind", checkout, "/mnt")
     for private, sub in zip(PRIVATE, ("home", "tmp", "vartmp")):
-        sh("mount", "--bind", os.path.join(d, sub), private)
+        source = os.path.join(d, sub)
+        if checkout and source.startswith(checkout + "/"):
+            # Once /tmp is mounted over, a host directory inside the hidden checkout is
+            # reachable only through its copy on /mnt.
+            source = "/mnt" + source[len(checkout):]
+        sh("mount", "--bind", source, private)
     if checkout:
         os.makedirs(checkout, exist_ok=True)
         sh("mount", "--bind", "/mnt", checkout)
