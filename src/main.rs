@@ -102,6 +102,9 @@ pub struct ServerArgs {
         default_value = "gs://sculptor-tpu-experiments"
     )]
     pub bucket: String,
+    /// The accelerator type of an experiment whose group names none in its `group.yaml`.
+    #[arg(long, env = "PODQ_ACCELERATOR", default_value = "v4-64")]
+    pub accelerator: String,
     /// Bearer token for state-changing user calls.
     #[arg(long, env = "PODQ_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -136,8 +139,15 @@ pub struct ServerArgs {
 impl ServerArgs {
     pub fn config(&self) -> anyhow::Result<ServerConfig> {
         let mut config = ServerConfig::new(self.listen, self.db.clone(), self.experiments.clone());
+        if !podq_server::catalog::is_accelerator_type(&self.accelerator) {
+            anyhow::bail!(
+                "--accelerator {:?} is not an accelerator type: name one such as v4-64",
+                self.accelerator
+            );
+        }
         config.catalog = CatalogOptions {
             bucket: self.bucket.clone(),
+            accelerator: self.accelerator.clone(),
             ..CatalogOptions::default()
         };
         config.admin_token = self.admin_token.clone().filter(|t| !t.is_empty());

@@ -94,6 +94,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         // Checkpoints go to a local directory standing in for the GCS bucket, named by a
         // plain path: Orbax (etils.epath) takes `gs://...` or a path, and fails on `file://`.
         bucket: data_dir.join("bucket").display().to_string(),
+        // The simulated pod below is a v4-64, as the study's `stable-1` is.
+        accelerator: "v4-64".into(),
         admin_token: args.admin_token.clone(),
         worker_token: args.worker_token.clone(),
         lease_ttl_s: args.lease_ttl_s,
@@ -123,7 +125,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let pod_root = data_dir.join("pod");
     let driver = Arc::new(LocalPod::new(
         "stable-1",
-        "v4-64",
+        &config.catalog.accelerator,
         args.hosts,
         &pod_root,
         Duration::from_secs(3),

@@ -755,3 +755,123 @@ fn the_default_agent_binary_needs_no_glibc_newer_than_the_tpu_vm_image_has() {
     );
     assert!(needed <= Some((2, 35)), "needs glibc {needed:?}");
 }
+
+/// A copy of the repository's catalog in which `group` runs on `accelerator`.
+fn catalog_with_accelerator(group: &str, accelerator: &str) -> tempfile::TempDir {
+    let dir = common::shared_tempdir();
+    common::gcs::copy_tree(&common::experiments_dir(), dir.path());
+    let docs = dir.path().join(format!("groups/{group}/group.yaml"));
+    let mut text = std::fs::read_to_string(&docs).unwrap();
+    text.push_str(&format!("accelerator: {accelerator}\n"));
+    std::fs::write(docs, text).unwrap();
+    dir
+}
+
+/// Issue 16, item 4: a v4-64 of 8 hosts and a v4-32 of 4, each with its own worker, take
+/// only the jobs of their own accelerator type, and the plan and status show both.
+#[tokio::test]
+async fn two_pods_take_the_jobs_of_their_own_accelerator_type() {
+    let big = FakeCloud::new(json!({"node": named_node("stable-1", "v4-64", HOSTS)}));
+    let small = FakeCloud::with_hosts(json!({"node": named_node("stable-2", "v4-32", 4)}), 4);
+    let catalog = catalog_with_accelerator("exp02a-l-cycles", "v4-32");
+    let server = Server::start_with(common::ServerOptions {
+        experiments: catalog.path().to_owned(),
+        ..common::ServerOptions::default()
+    })
+    .await;
+    // Two v4-64 runs and one v4-32 run: the v4-32 pod, idle once its run ends, must leave
+    // the second v4-64 run to the v4-64 pod.
+    let big_runs = [
+        server.submit_one("exp01a", json!({})).await,
+        server.submit_one("exp01b", json!({})).await,
+    ];
+    let small_run = server.submit_one("exp02a_01", json!({})).await;
+    assert_eq!(server.job(&small_run).await["accelerator"], "v4-32");
+    assert_eq!(server.job(&big_runs[0]).await["accelerator"], "v4-64");
+
+    let run_secs = json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "4"}});
+    let big_config = big.worker_config(&server.url, json!({}), run_secs.clone());
+    let mut small_top = run_secs;
+    small_top["pod"] = json!("stable-2");
+    small_top["accelerator"] = json!("v4-32");
+    let small_config = small.worker_config(&server.url, json!({}), small_top);
+    let (_big_worker, big_log) = big.worker(&big_config);
+    let (_small_worker, small_log) = small.worker(&small_config);
+
+    let small_job = wait_job(&server, &small_run, "succeeded", &small_log).await;
+    let pods_of = |job: &Value| -> Vec<String> {
+        attempts(job)
+            .iter()
+            .map(|a| a["pod"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(pods_of(&small_job), ["stable-2"], "{small_job}");
+    for id in &big_runs {
+        let job = wait_job(&server, id, "succeeded", &big_log).await;
+        assert_eq!(pods_of(&job), ["stable-1"], "{job}");
+    }
+    // Every v4-32 host ran the trainer; the v4-64's hosts 4 to 7 exist only there.
+    for host in 0..4 {
+        assert!(
+            small.home(host).join(".podq/bin/podq").exists(),
+            "host {host}"
+        );
+    }
+
+    let (code, status) = server.get("/status").await;
+    assert_eq!(code, 200, "{status}");
+    let mut pods: Vec<(String, String, u64)> = status["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_owned(),
+                p["accelerator"].as_str().unwrap().to_owned(),
+                p["hosts"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    pods.sort();
+    assert_eq!(
+        pods,
+        [
+            ("stable-1".to_owned(), "v4-64".to_owned(), u64::from(HOSTS)),
+            ("stable-2".to_owned(), "v4-32".to_owned(), 4)
+        ]
+    );
+    let (code, plan) = server.get("/plan").await;
+    assert_eq!(code, 200, "{plan}");
+    let pools: Vec<(String, u64)> = plan["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["accelerator"].as_str().unwrap().to_owned(),
+                p["pods"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pools,
+        [("v4-32".to_owned(), 1), ("v4-64".to_owned(), 1)],
+        "{}",
+        plan["pools"]
+    );
+    // The v4-32 group's runs still to go are its pool's, none of the suite's others: four,
+    // as its baseline row (exp02a_03) shares exp01c's run, which the v4-64 trains.
+    let small_pool = &plan["pools"][0];
+    assert_eq!(small_pool["runs_to_go"], 4, "{}", plan["pools"]);
+    let text = server
+        .client
+        .get(server.api("/plan"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("v4-32: 1 pod(s)"), "{text}");
+    assert!(text.contains("v4-64: 1 pod(s)"), "{text}");
+}

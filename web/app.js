@@ -680,6 +680,12 @@ function renderPlan(plan) {
   notes.push(`${fmtNum(plan.total_hours)} pod-hours to go on ${plan.pods} pod${plan.pods === 1 ? "" : "s"}` +
     (plan.capacity_hours !== null && plan.capacity_hours !== undefined ? `, ${fmtNum(plan.capacity_hours)} before the deadline` : "") +
     (plan.overhead_factor > 1.001 ? `, ×${plan.overhead_factor.toFixed(2)} for preemptions` : "") + ".");
+  if (plan.pools && plan.pools.length > 1) {
+    // Each accelerator type's runs go only to its own pods.
+    notes.push(plan.pools.map((p) => `${p.accelerator}: ${p.pods} pod${p.pods === 1 ? "" : "s"}, ` +
+      `${p.runs_to_go} runs, ${fmtNum(p.total_hours)} pod-hours to go` +
+      (p.capacity_hours !== null && p.capacity_hours !== undefined ? `, ${fmtNum(p.capacity_hours)} of capacity` : "")).join("; ") + ".");
+  }
   $("plan-notes").textContent = notes.join(" ");
   const same = JSON.stringify(plan.current.runs.map((r) => r.experiment)) === JSON.stringify(plan.recommended.runs.map((r) => r.experiment));
   $("plan-apply").disabled = same;

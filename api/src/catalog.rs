@@ -86,6 +86,9 @@ pub struct ExperimentSummary {
     pub group: String,
     pub config_sha256: String,
     pub est_hours: f64,
+    /// The accelerator type of the pods that may lease it: its group's `accelerator`, or the
+    /// server's `--accelerator`.
+    pub accelerator: String,
     pub checkpoint_dir: String,
     pub docs: ExperimentDocs,
     pub findings: Vec<Finding>,

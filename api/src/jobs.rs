@@ -211,6 +211,8 @@ pub struct Job {
     pub not_before: Option<DateTime<Utc>>,
     /// Why the job is in its state, when there is something to say (held, failed, cancelled).
     pub message: Option<String>,
+    /// Only a pod of this accelerator type leases the job.
+    pub accelerator: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -66,10 +66,12 @@ pub struct Plan {
     /// nothing claims to fit or not to fit.
     pub deadline: Option<DateTime<Utc>>,
     pub grant: Option<Grant>,
-    /// Pods the projection spreads the runs over (at least 1).
+    /// Pods the projection spreads the runs over (at least 1 of each accelerator type).
     pub pods: usize,
-    /// Pod-hours left before the deadline on all pods, capped by the grant's budget.
+    /// Pod-hours left before the deadline on all pods, capped by the grant's budgets.
     pub capacity_hours: Option<f64>,
+    /// The same by accelerator type: each type's runs play out on its own pods only.
+    pub pools: Vec<PoolPlan>,
     /// Pod-hours still to go over every run of the catalog.
     pub total_hours: f64,
     /// Each estimate is multiplied by this to cover preemptions and restarts: 1 / the
@@ -83,6 +85,24 @@ pub struct Plan {
     /// The order that completes the most whole groups before the deadline.
     pub recommended: Projection,
     pub groups: Vec<GroupPlan>,
+}
+
+/// The pods of one accelerator type in the plan.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PoolPlan {
+    pub accelerator: String,
+    /// Pods of this type the server knows (at least 1: a type with none yet is planned as if
+    /// one will come).
+    pub pods: usize,
+    /// What the grant's budget for this type has left; null without one.
+    pub budget_hours_left: Option<f64>,
+    /// Pod-hours left for waiting runs of this type; null without a deadline or budget.
+    pub capacity_hours: Option<f64>,
+    /// Pod-hours still to go over this type's runs.
+    pub total_hours: f64,
+    /// Runs of this type not done yet (on a pod, queued, or not submitted).
+    pub runs_to_go: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

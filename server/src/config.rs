@@ -16,8 +16,6 @@ pub struct ServerConfig {
     pub admin_token: Option<String>,
     /// Bearer token for the worker protocol. None: no check (loopback only).
     pub worker_token: Option<String>,
-    /// The accelerator type jobs are submitted for.
-    pub accelerator: String,
     /// A lease not heartbeated for this long is reaped as `lost`.
     pub lease_ttl: Duration,
     /// How often workers are asked to heartbeat.
@@ -42,7 +40,6 @@ impl ServerConfig {
             catalog: CatalogOptions::default(),
             admin_token: None,
             worker_token: None,
-            accelerator: "v4-64".into(),
             lease_ttl: Duration::from_secs(60),
             heartbeat: Duration::from_secs(10),
             backoff_base: Duration::from_secs(60),
@@ -65,7 +62,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("bucket", &self.catalog.bucket)
             .field("admin_token", &redact(&self.admin_token))
             .field("worker_token", &redact(&self.worker_token))
-            .field("accelerator", &self.accelerator)
+            .field("accelerator", &self.catalog.accelerator)
             .field("lease_ttl", &self.lease_ttl)
             .field("heartbeat", &self.heartbeat)
             .field(

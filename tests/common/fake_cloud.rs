@@ -94,6 +94,14 @@ pub fn node_of(state: &str, scheduling: Value, hosts: u32) -> Value {
     node
 }
 
+/// A READY node of another name and accelerator type, with `hosts` network endpoints.
+pub fn named_node(name: &str, accelerator: &str, hosts: u32) -> Value {
+    let mut node = node_of("READY", json!({"preemptible": true}), hosts);
+    node["name"] = json!(format!("projects/{PROJECT}/locations/{ZONE}/nodes/{name}"));
+    node["acceleratorType"] = json!(accelerator);
+    node
+}
+
 impl FakeCloud {
     pub fn new(state: Value) -> FakeCloud {
         FakeCloud::with_hosts(state, HOSTS)

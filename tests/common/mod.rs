@@ -82,6 +82,8 @@ impl Drop for Process {
 pub struct ServerOptions {
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// The catalog: the repository's `experiments/` unless a test brings its own.
+    pub experiments: PathBuf,
 }
 
 impl Default for ServerOptions {
@@ -98,6 +100,7 @@ impl Default for ServerOptions {
                 "4".into(),
             ],
             env: Vec::new(),
+            experiments: experiments_dir(),
         }
     }
 }
@@ -391,7 +394,7 @@ fn spawn_server(dir: &Path, port: u16, options: &ServerOptions) -> (Process, Str
         .arg("--db")
         .arg(dir.join("podq.db"))
         .arg("--experiments")
-        .arg(experiments_dir())
+        .arg(&options.experiments)
         .arg("--bucket")
         .arg(dir.join("bucket"))
         .args(&options.args)

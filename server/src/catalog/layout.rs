@@ -9,7 +9,7 @@ use podq_api::ExperimentDocs;
 use serde::Deserialize;
 
 use super::source::{line_of, line_of_key};
-use super::{error_at, yaml_stems, Candidate, Catalog, CatalogOptions, Group};
+use super::{error_at, is_accelerator_type, yaml_stems, Candidate, Catalog, CatalogOptions, Group};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -23,6 +23,9 @@ struct GroupFile {
     metrics_to_watch: Vec<String>,
     baseline_row: String,
     planned_hours: f64,
+    /// The accelerator type of the group's runs; the server's `--accelerator` when absent.
+    #[serde(default)]
+    accelerator: Option<String>,
     experiments: serde_yaml::Mapping,
     #[serde(default)]
     #[allow(dead_code)]
@@ -34,6 +37,9 @@ struct GroupFile {
 struct ExperimentRow {
     summary: String,
     est_hours: Option<f64>,
+    /// This run's accelerator type, over the group's.
+    #[serde(default)]
+    accelerator: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -120,6 +126,19 @@ impl Catalog {
                 metrics_to_watch: doc.metrics_to_watch.clone(),
                 is_baseline_row: doc.baseline_row == name,
             };
+            let group_accelerator = match &doc.accelerator {
+                Some(a) if !is_accelerator_type(a) => {
+                    self.file_findings.push(invalid_accelerator(
+                        a,
+                        &group_rel,
+                        &text,
+                        "accelerator",
+                    ));
+                    options.accelerator.clone()
+                }
+                Some(a) => a.clone(),
+                None => options.accelerator.clone(),
+            };
             let mut names = Vec::new();
             for (key, row) in &doc.experiments {
                 let Some(name) = key.as_str() else {
@@ -156,6 +175,16 @@ impl Catalog {
                     ));
                     continue;
                 }
+                let accelerator = match row.accelerator {
+                    Some(a) if !is_accelerator_type(&a) => {
+                        let key = format!("experiments.{name}.accelerator");
+                        self.file_findings
+                            .push(invalid_accelerator(&a, &group_rel, &text, &key));
+                        group_accelerator.clone()
+                    }
+                    Some(a) => a,
+                    None => group_accelerator.clone(),
+                };
                 names.push(name.to_owned());
                 candidates.push(Candidate {
                     name: name.to_owned(),
@@ -163,6 +192,7 @@ impl Catalog {
                     file,
                     docs: docs_of(row.summary, name),
                     est_hours: row.est_hours.unwrap_or(options.default_est_hours),
+                    accelerator,
                     project_name: Some(doc.project_name.clone()),
                     legacy: false,
                     listed: true,
@@ -192,6 +222,7 @@ impl Catalog {
                     file: PathBuf::from(file),
                     docs: docs_of(String::new(), &stray),
                     est_hours: options.default_est_hours,
+                    accelerator: group_accelerator.clone(),
                     project_name: Some(doc.project_name.clone()),
                     legacy: false,
                     listed: false,
@@ -244,4 +275,15 @@ fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, (String, 
             e.location().map(|l| l.line() as u32),
         )
     })
+}
+
+fn invalid_accelerator(value: &str, group_rel: &str, text: &str, key: &str) -> podq_api::Finding {
+    let mut finding = error_at(
+        "invalid_accelerator",
+        format!("`{key}: {value}` is not an accelerator type"),
+        group_rel,
+        line_of_key(text, key),
+    );
+    finding.fix = Some("name a Cloud TPU accelerator type, such as `v4-64` or `v4-32`".into());
+    finding
 }

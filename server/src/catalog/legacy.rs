@@ -33,6 +33,7 @@ impl Catalog {
                 file,
                 docs: ExperimentDocs::default(),
                 est_hours: options.default_est_hours,
+                accelerator: options.accelerator.clone(),
                 project_name,
                 legacy: true,
                 listed: true,

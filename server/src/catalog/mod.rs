@@ -30,6 +30,7 @@ pub use findings::summarize;
 pub use hash::sha256_canonical;
 pub use resolve::validate_document;
 use resolve::{fill_lines, resolve};
+
 use source::SourceFiles;
 
 /// Settings that shape how experiments resolve.
@@ -37,8 +38,9 @@ use source::SourceFiles;
 pub struct CatalogOptions {
     /// Where checkpoints go: `<bucket>/checkpoints/<group>/<experiment>`.
     pub bucket: String,
-    /// Devices of the target pod; the global batch must divide evenly among them.
-    pub devices: u32,
+    /// The accelerator type an experiment runs on when its group does not say: a pod of this
+    /// type leases it, and the global batch must divide evenly among its devices.
+    pub accelerator: String,
     /// Hours an experiment is planned to take when its group does not say.
     pub default_est_hours: f64,
 }
@@ -47,10 +49,41 @@ impl Default for CatalogOptions {
     fn default() -> Self {
         CatalogOptions {
             bucket: "gs://sculptor-tpu-experiments".into(),
-            devices: 32,
+            accelerator: "v4-64".into(),
             default_est_hours: 40.0,
         }
     }
+}
+
+/// The JAX devices of a Cloud TPU accelerator type, 0 when the type is not one podq knows
+/// (the batch check is then skipped). The number after the dash counts TensorCores for v2,
+/// v3, v4 and v5p, and chips for v5e and v6e; JAX sees one device per core on v2 and v3 and
+/// one per chip on the others (v4 and v5p chips are megacore). Source: Cloud TPU's "TPU
+/// versions" pages (cloud.google.com/tpu/docs/v4, /v5p, /v5e, /v6e, /system-architecture-tpu-vm).
+pub fn devices_of(accelerator: &str) -> u32 {
+    let Some((version, count)) = accelerator.rsplit_once('-') else {
+        return 0;
+    };
+    let Ok(count) = count.parse::<u32>() else {
+        return 0;
+    };
+    match version {
+        "v2" | "v3" | "v5litepod" | "v6e" => count,
+        "v4" | "v5p" => count / 2,
+        _ => 0,
+    }
+}
+
+/// Whether `name` reads as an accelerator type: a version, a dash and a count (`v4-32`).
+pub fn is_accelerator_type(name: &str) -> bool {
+    name.rsplit_once('-').is_some_and(|(version, count)| {
+        !version.is_empty()
+            && version
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && !count.is_empty()
+            && count.chars().all(|c| c.is_ascii_digit())
+    })
 }
 
 /// One resolved experiment.
@@ -65,6 +98,8 @@ pub struct Experiment {
     /// The same, also without the keys the trainer never reads.
     pub trainer_sha256: String,
     pub est_hours: f64,
+    /// The accelerator type of the pods that may lease it (`v4-64`, `v4-32`, ...).
+    pub accelerator: String,
     pub checkpoint_dir: String,
     pub docs: ExperimentDocs,
     pub findings: Vec<Finding>,
@@ -78,6 +113,7 @@ impl Experiment {
             group: self.group.clone(),
             config_sha256: self.config_sha256.clone(),
             est_hours: self.est_hours,
+            accelerator: self.accelerator.clone(),
             checkpoint_dir: self.checkpoint_dir.clone(),
             docs: self.docs.clone(),
             findings: self.findings.clone(),
@@ -112,6 +148,7 @@ struct Candidate {
     file: PathBuf,
     docs: ExperimentDocs,
     est_hours: f64,
+    accelerator: String,
     project_name: Option<String>,
     legacy: bool,
     /// False for a file in a group directory that its `group.yaml` does not list: it is
@@ -396,5 +433,60 @@ mod tests {
                 ("invalid_value", Some(stray), Some(6)),
             ]
         );
+    }
+
+    const EXP02A: &str = "groups/exp02a-l-cycles/group.yaml";
+
+    #[test]
+    fn a_group_names_its_accelerator_and_the_batch_divides_among_its_devices() {
+        let dir = suite_copy();
+        append(dir.path(), EXP02A, "accelerator: v4-32\n");
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        assert!(errors(&catalog).is_empty(), "{:?}", errors(&catalog));
+        let accelerator = |name: &str| catalog.experiment(name).unwrap().accelerator.clone();
+        assert_eq!(accelerator("exp02a_01"), "v4-32");
+        assert_eq!(accelerator("exp01a"), "v4-64", "the server's default");
+
+        // The suite's global batch of 6144 does not divide among a v5litepod-4096's 4096
+        // devices.
+        let dir = suite_copy();
+        append(dir.path(), EXP02A, "accelerator: v5litepod-4096\n");
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        assert!(
+            errors(&catalog)
+                .iter()
+                .any(|f| f.message.contains("4096 devices")),
+            "{:?}",
+            errors(&catalog)
+        );
+    }
+
+    #[test]
+    fn an_accelerator_that_is_not_a_type_is_an_error_at_its_line() {
+        let dir = suite_copy();
+        append(dir.path(), EXP02A, "accelerator: big pod\n");
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        let finding = errors(&catalog)
+            .into_iter()
+            .find(|f| f.code == "invalid_accelerator")
+            .expect("an invalid_accelerator finding");
+        assert_eq!(finding.file.as_deref(), Some(EXP02A));
+        assert!(finding.line.is_some(), "{finding:?}");
+        assert!(finding.message.contains("big pod"), "{finding:?}");
+    }
+
+    #[test]
+    fn devices_follow_each_tpu_generation() {
+        assert_eq!(devices_of("v4-64"), 32);
+        assert_eq!(devices_of("v4-32"), 16);
+        assert_eq!(devices_of("v5p-128"), 64);
+        assert_eq!(devices_of("v3-8"), 8);
+        assert_eq!(devices_of("v5litepod-16"), 16);
+        assert_eq!(devices_of("v6e-256"), 256);
+        assert_eq!(devices_of("gpu-8"), 0, "unknown: no batch check");
+        assert!(is_accelerator_type("v5litepod-16"));
+        assert!(!is_accelerator_type("v4"));
+        assert!(!is_accelerator_type("V4-64"));
+        assert!(!is_accelerator_type("v4-"));
     }
 }

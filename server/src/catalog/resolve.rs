@@ -9,7 +9,9 @@ use serde_json::{Map, Value};
 
 use super::hydra::{ComposeError, Composer, Provenance};
 use super::source::{self, line_of_key, SourceFiles};
-use super::{findings, schema, sha256_canonical, Candidate, CatalogOptions, Experiment};
+use super::{
+    devices_of, findings, schema, sha256_canonical, Candidate, CatalogOptions, Experiment,
+};
 
 pub(super) fn resolve(
     files: &mut SourceFiles,
@@ -30,6 +32,7 @@ pub(super) fn resolve(
         config_sha256: String::new(),
         trainer_sha256: String::new(),
         est_hours: c.est_hours,
+        accelerator: c.accelerator.clone(),
         checkpoint_dir: checkpoint_dir.clone(),
         docs: c.docs,
         findings: Vec::new(),
@@ -85,7 +88,7 @@ pub(super) fn resolve(
     // Where the architecture went when it is not under `arch`: a defaults entry of another
     // name (the user's `arch_config: ...`). That key is the missing `arch`, not an extra key.
     let misplaced = misplaced_arch_group(&config);
-    for issue in schema::validate(&mut config, options.devices) {
+    for issue in schema::validate(&mut config, devices_of(&c.accelerator)) {
         let (mut file, mut line) = locate(files, &provenance, &issue.key, &source_file);
         let mut message = issue.message;
         let mut fix = None;
@@ -325,6 +328,7 @@ pub fn validate_document(
         file: request_file,
         docs: ExperimentDocs::default(),
         est_hours: options.default_est_hours,
+        accelerator: options.accelerator.clone(),
         project_name: None,
         legacy: false,
         listed: true,

@@ -163,6 +163,24 @@ impl Table for Plan {
             "{} pod(s){capacity}; {:.0} pod-hours to go; estimates x{:.2} for preemptions",
             self.pods, self.total_hours, self.overhead_factor
         );
+        // With more than one accelerator type, each type's pods and hours are their own.
+        if self.pools.len() > 1 {
+            for pool in &self.pools {
+                let budget = pool
+                    .budget_hours_left
+                    .map(|b| format!(", {b:.0} of its budget left"))
+                    .unwrap_or_default();
+                let capacity = pool
+                    .capacity_hours
+                    .map(|c| format!(", {c:.0} pod-hours of capacity"))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "  {}: {} pod(s){capacity}{budget}; {} runs, {:.0} pod-hours to go",
+                    pool.accelerator, pool.pods, pool.runs_to_go, pool.total_hours
+                );
+            }
+        }
         let sources: Vec<String> = self
             .estimates
             .iter()

@@ -43,7 +43,7 @@ impl Scheduler {
             })
             .await?;
         if job.same_as.is_none() {
-            self.waiters.leasable(&self.config.accelerator, 1);
+            self.waiters.leasable(&job.accelerator, 1);
         }
         Ok(job)
     }

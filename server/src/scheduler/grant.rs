@@ -73,14 +73,20 @@ impl Scheduler {
         })
     }
 
-    /// The server's accelerator and every pod's.
+    /// Every pod's accelerator and every experiment's.
     async fn known_accelerators(&self) -> Result<Vec<String>> {
         let mut known: Vec<String> = pods::list(self.store.reader())
             .await?
             .into_iter()
             .map(|p| p.accelerator)
             .collect();
-        known.push(self.config.accelerator.clone());
+        known.extend(
+            self.catalog
+                .experiments
+                .iter()
+                .map(|e| e.accelerator.clone()),
+        );
+        known.push(self.config.catalog.accelerator.clone());
         known.sort();
         known.dedup();
         Ok(known)

@@ -347,7 +347,8 @@ impl Scheduler {
                             .await?;
                         }
                     }
-                    let requeued = (decision.state == JobState::Queued).then_some(not_before);
+                    let requeued = (decision.state == JobState::Queued)
+                        .then(|| (holder.accelerator.clone(), not_before));
                     Ok::<_, SchedulerError>((
                         FinishResponse {
                             job_state: decision.state,
@@ -370,8 +371,8 @@ impl Scheduler {
             }
         }
         match requeued {
-            Some(Some(at)) => self.waiters.leasable_at(&self.config.accelerator, at),
-            Some(None) => self.waiters.leasable(&self.config.accelerator, 1),
+            Some((accelerator, Some(at))) => self.waiters.leasable_at(&accelerator, at),
+            Some((accelerator, None)) => self.waiters.leasable(&accelerator, 1),
             None => {}
         }
         Ok(answer)

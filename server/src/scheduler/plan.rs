@@ -2,15 +2,15 @@
 //! projecting it (`planner.rs`), and applying the recommended order.
 
 use std::cmp::Reverse;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
-use podq_api::{EstimateSource, GrantOutlook, Plan, PlanApplied, SubmitRequest};
+use podq_api::{EstimateSource, GrantOutlook, Plan, PlanApplied, PoolPlan, SubmitRequest};
 
 use super::forecast::{self, Progress};
 use super::grant::check_deadline;
-use super::planner::{self, Group, Limits, Phase, Run};
+use super::planner::{self, Group, Limits, Phase, Pool, Run};
 use super::{submit, Result, Scheduler};
 use crate::store::views::{self, PlanJob};
 use crate::store::{goodput, grant, jobs, now_ms, parse_uuid, pods};
@@ -73,7 +73,6 @@ impl Scheduler {
                 (run.job_id.map(|id| id.to_string()), to_submit, priority)
             })
             .collect();
-        let accelerator = self.config.accelerator.clone();
         let (submitted, reprioritised) = self
             .store
             .write(move |conn| {
@@ -111,7 +110,7 @@ impl Scheduler {
                                     ..SubmitRequest::default()
                                 };
                                 let answer =
-                                    submit::submit(conn, &experiments, &req, &accelerator).await?;
+                                    submit::submit(conn, &experiments, &req).await?;
                                 submitted.extend(answer.created.into_iter().map(|c| c.experiment));
                                 submitted.extend(answer.linked.into_iter().map(|l| l.experiment));
                             }
@@ -122,10 +121,7 @@ impl Scheduler {
                 .boxed()
             })
             .await?;
-        self.waiters.leasable(
-            &self.config.accelerator,
-            order.iter().filter(|r| r.job_id.is_none()).count(),
-        );
+        self.wake_for(submitted.iter().map(String::as_str));
         let plan = if submitted.is_empty() && reprioritised == 0 {
             plan
         } else {
@@ -151,18 +147,25 @@ impl Scheduler {
         let grant = self.grant().await?;
         let deadline = deadline.or(grant.as_ref().map(|g| g.end));
         let db = self.store.reader();
-        let budget_hours = match grant
-            .as_ref()
-            .and_then(|g| Some((g, *g.pod_hours.get(&self.config.accelerator)?)))
-        {
-            Some((g, budget)) => {
-                let used =
-                    grant::hours_used(db, &self.config.accelerator, g.start.timestamp_millis())
-                        .await?;
-                Some((budget - used).max(0.0))
+        let Gathered { runs, groups } = self.gather(now_ms()).await?;
+        let mut pools: BTreeMap<String, Pool> = runs
+            .iter()
+            .map(|r| (r.accelerator.clone(), Pool::default()))
+            .collect();
+        let mut pod_counts: BTreeMap<String, usize> = BTreeMap::new();
+        for pod in pods::list(db).await? {
+            *pod_counts.entry(pod.accelerator).or_default() += 1;
+        }
+        for (accelerator, count) in pod_counts {
+            pools.entry(accelerator).or_default().pods = count.max(1);
+        }
+        if let Some(g) = &grant {
+            for (accelerator, budget) in &g.pod_hours {
+                let used = grant::hours_used(db, accelerator, g.start.timestamp_millis()).await?;
+                pools.entry(accelerator.clone()).or_default().budget_hours =
+                    Some((budget - used).max(0.0));
             }
-            None => None,
-        };
+        }
         let totals = goodput::total(db).await?;
         let overhead_factor = totals
             .ratio
@@ -170,11 +173,9 @@ impl Scheduler {
         let limits = Limits {
             now,
             deadline,
-            pods: usize::try_from(pods::count(db).await?).unwrap_or(0).max(1),
-            budget_hours,
+            pools,
             overhead_factor,
         };
-        let Gathered { runs, groups } = self.gather(now_ms()).await?;
         let planned = planner::plan(&runs, &groups, &limits, recommend);
         let mut estimates = std::collections::BTreeMap::new();
         for run in &runs {
@@ -184,7 +185,31 @@ impl Scheduler {
                 .unwrap_or_default();
             *estimates.entry(key).or_insert(0) += 1;
         }
-        let has_limit = deadline.is_some() || budget_hours.is_some();
+        let has_limit = limits.has_limit();
+        let capacity = planner::capacity_by_pool(&runs, &limits, &[]);
+        let pool_plans = limits
+            .pools
+            .iter()
+            .map(|(accelerator, pool)| {
+                let to_go: Vec<&Run> = runs
+                    .iter()
+                    .filter(|r| &r.accelerator == accelerator)
+                    .filter(|r| matches!(r.phase, Phase::OnPod | Phase::Waiting))
+                    .collect();
+                PoolPlan {
+                    accelerator: accelerator.clone(),
+                    pods: pool.pods,
+                    budget_hours_left: pool.budget_hours,
+                    capacity_hours: has_limit
+                        .then(|| capacity.get(accelerator).copied().unwrap_or(0.0)),
+                    total_hours: to_go
+                        .iter()
+                        .map(|r| r.remaining_hours * overhead_factor)
+                        .sum(),
+                    runs_to_go: to_go.len(),
+                }
+            })
+            .collect();
         let order = planned
             .recommended
             .runs
@@ -197,8 +222,9 @@ impl Scheduler {
                 now,
                 deadline,
                 grant,
-                pods: limits.pods,
-                capacity_hours: has_limit.then(|| planner::capacity_hours(&runs, &limits, &[])),
+                pods: limits.pools.values().map(|p| p.pods).sum::<usize>().max(1),
+                capacity_hours: has_limit.then(|| capacity.values().sum()),
+                pools: pool_plans,
                 total_hours: runs
                     .iter()
                     .filter(|r| matches!(r.phase, Phase::OnPod | Phase::Waiting))
@@ -260,6 +286,7 @@ impl Scheduler {
                             remaining_hours: e.est_hours,
                             estimate: EstimateSource::Catalog,
                             also_finishes: Vec::new(),
+                            accelerator: e.accelerator.clone(),
                         });
                         let i = runs.len() - 1;
                         run_of_config.insert(e.config_sha256.clone(), i);
@@ -326,5 +353,6 @@ fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
             _ => EstimateSource::Catalog,
         },
         also_finishes: Vec::new(),
+        accelerator: job.accelerator.clone(),
     })
 }

@@ -10,6 +10,7 @@
 //! choice by smallest added cost is used and the plan says so in docs.
 
 use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Duration, Utc};
 use podq_api::{EstimateSource, GroupPlan, PlannedRun, Projection};
@@ -45,6 +46,8 @@ pub struct Run {
     pub remaining_hours: f64,
     pub estimate: EstimateSource,
     pub also_finishes: Vec<String>,
+    /// Only pods of this accelerator type run it.
+    pub accelerator: String,
 }
 
 #[derive(Debug, Clone)]
@@ -54,15 +57,44 @@ pub struct Group {
     pub runs: Vec<usize>,
 }
 
-#[derive(Debug, Clone, Copy)]
+/// The pods of one accelerator type: a run plays out only on its own type's pods, and spends
+/// only its own type's budget.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pool {
+    /// At least 1: a type with no pod yet is planned as if one will come.
+    pub pods: usize,
+    /// Pod-hours the grant's budget for this type has left, if it has one.
+    pub budget_hours: Option<f64>,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool {
+            pods: 1,
+            budget_hours: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
 pub struct Limits {
     pub now: DateTime<Utc>,
     pub deadline: Option<DateTime<Utc>>,
-    pub pods: usize,
-    /// Pod-hours the grant's budget has left, if it has one.
-    pub budget_hours: Option<f64>,
+    /// By accelerator type.
+    pub pools: BTreeMap<String, Pool>,
     /// Every estimate is multiplied by this (preemption overhead).
     pub overhead_factor: f64,
+}
+
+impl Limits {
+    pub fn pool(&self, accelerator: &str) -> Pool {
+        self.pools.get(accelerator).copied().unwrap_or_default()
+    }
+
+    /// Whether anything can fail to fit: a deadline or a budget.
+    pub fn has_limit(&self) -> bool {
+        self.deadline.is_some() || self.pools.values().any(|p| p.budget_hours.is_some())
+    }
 }
 
 pub struct Planned {
@@ -87,10 +119,14 @@ struct Timeline {
 
 impl Timeline {
     fn play(runs: &[Run], order: &[usize], limits: &Limits) -> Timeline {
-        let mut lanes = vec![limits.now; limits.pods.max(1)];
-        let mut spent = 0.0;
+        let mut pools: HashMap<&str, (Vec<DateTime<Utc>>, f64)> = HashMap::new();
         let mut slots = vec![None; runs.len()];
         for &i in order {
+            let accelerator = runs[i].accelerator.as_str();
+            let pool = limits.pool(accelerator);
+            let (lanes, spent) = pools
+                .entry(accelerator)
+                .or_insert_with(|| (vec![limits.now; pool.pods.max(1)], 0.0));
             let hours = runs[i].remaining_hours * limits.overhead_factor;
             let (lane, start) = lanes
                 .iter()
@@ -100,9 +136,9 @@ impl Timeline {
                 .unwrap_or((0, limits.now));
             let end = start + Duration::seconds((hours * 3600.0).round() as i64);
             lanes[lane] = end;
-            spent += hours;
+            *spent += hours;
             let fits = limits.deadline.is_none_or(|d| end <= d)
-                && limits.budget_hours.is_none_or(|b| spent <= b + 1e-9);
+                && pool.budget_hours.is_none_or(|b| *spent <= b + 1e-9);
             slots[i] = Some((start, end, fits));
         }
         Timeline { slots }
@@ -166,7 +202,7 @@ pub fn plan(runs: &[Run], groups: &[Group], limits: &Limits, recommend: bool) ->
         on_pod.iter().chain(&recommended_waiting).copied().collect();
     let recommended = Timeline::play(runs, &recommended_order, limits);
 
-    let has_deadline = limits.deadline.is_some() || limits.budget_hours.is_some();
+    let has_deadline = limits.has_limit();
     let project = |timeline: &Timeline, order: &[usize]| {
         let (whole, fit) = timeline.score(runs, groups);
         let mut listed: Vec<usize> = order.to_vec();
@@ -204,18 +240,33 @@ pub fn plan(runs: &[Run], groups: &[Group], limits: &Limits, recommend: bool) ->
     }
 }
 
-/// Pod-hours the waiting runs can have: until the deadline on every pod, less what the runs
-/// on a pod still need, capped by the budget.
+/// Pod-hours the waiting runs can have, by accelerator type: until the deadline on every pod
+/// of the type, less what its runs on a pod still need, capped by the type's budget. Every
+/// type a run or a pool names is there.
+pub fn capacity_by_pool(runs: &[Run], limits: &Limits, on_pod: &[usize]) -> BTreeMap<String, f64> {
+    let mut busy: BTreeMap<String, f64> = limits.pools.keys().map(|a| (a.clone(), 0.0)).collect();
+    for run in runs {
+        busy.entry(run.accelerator.clone()).or_insert(0.0);
+    }
+    for &i in on_pod {
+        *busy.entry(runs[i].accelerator.clone()).or_insert(0.0) +=
+            runs[i].remaining_hours * limits.overhead_factor;
+    }
+    busy.into_iter()
+        .map(|(accelerator, busy)| {
+            let pool = limits.pool(&accelerator);
+            let by_deadline = limits.deadline.map_or(f64::INFINITY, |d| {
+                (d - limits.now).num_seconds().max(0) as f64 / 3600.0 * pool.pods.max(1) as f64
+            });
+            let by_budget = pool.budget_hours.unwrap_or(f64::INFINITY);
+            (accelerator, (by_deadline.min(by_budget) - busy).max(0.0))
+        })
+        .collect()
+}
+
+/// [`capacity_by_pool`] summed over the types.
 pub fn capacity_hours(runs: &[Run], limits: &Limits, on_pod: &[usize]) -> f64 {
-    let busy: f64 = on_pod
-        .iter()
-        .map(|&i| runs[i].remaining_hours * limits.overhead_factor)
-        .sum();
-    let by_deadline = limits.deadline.map_or(f64::INFINITY, |d| {
-        (d - limits.now).num_seconds().max(0) as f64 / 3600.0 * limits.pods.max(1) as f64
-    });
-    let by_budget = limits.budget_hours.unwrap_or(f64::INFINITY);
-    (by_deadline.min(by_budget) - busy).max(0.0)
+    capacity_by_pool(runs, limits, on_pod).values().sum()
 }
 
 fn planned_run(run: &Run, slot: Option<Slot>, limits: &Limits, has_deadline: bool) -> PlannedRun {
@@ -309,12 +360,12 @@ fn recommended_order(
             waiting.to_vec()
         }
     };
-    if limits.deadline.is_none() && limits.budget_hours.is_none() {
+    if !limits.has_limit() {
         // Nothing to fit into: finish groups as early as possible, cheapest first.
         return order_for(&candidates);
     }
     if candidates.len() <= EXACT_GROUPS {
-        let capacity = capacity_hours(runs, limits, on_pod);
+        let capacity = capacity_by_pool(runs, limits, on_pod);
         let mut best: Option<(Rank, Vec<usize>)> = None;
         let mut needed = vec![false; runs.len()];
         for mask in 0u32..(1 << candidates.len()) {
@@ -329,11 +380,15 @@ fn recommended_order(
                     needed[i] = runs[i].phase == Phase::Waiting;
                 }
             }
-            let hours: f64 = (0..runs.len())
-                .filter(|&i| needed[i])
-                .map(|i| runs[i].remaining_hours * limits.overhead_factor)
-                .sum();
-            if hours > capacity + 1e-9 {
+            let mut hours: HashMap<&str, f64> = HashMap::new();
+            for i in (0..runs.len()).filter(|&i| needed[i]) {
+                *hours.entry(runs[i].accelerator.as_str()).or_insert(0.0) +=
+                    runs[i].remaining_hours * limits.overhead_factor;
+            }
+            if hours
+                .iter()
+                .any(|(a, h)| *h > capacity.get(*a).copied().unwrap_or(f64::INFINITY) + 1e-9)
+            {
                 continue;
             }
             let (rank, order) = score(&chosen);
@@ -380,6 +435,7 @@ mod tests {
             remaining_hours: hours,
             estimate: EstimateSource::Catalog,
             also_finishes: Vec::new(),
+            accelerator: "v4-64".into(),
         }
     }
 
@@ -388,8 +444,7 @@ mod tests {
         Limits {
             now,
             deadline: Some(now + Duration::hours(hours)),
-            pods: 1,
-            budget_hours: None,
+            pools: BTreeMap::from([("v4-64".to_owned(), Pool::default())]),
             overhead_factor: 1.0,
         }
     }
@@ -475,10 +530,64 @@ mod tests {
     fn the_budget_caps_what_fits_like_the_deadline() {
         let (runs, groups) = suite();
         let mut capped = limits(10_000);
-        capped.budget_hours = Some(80.0);
+        capped.pools.get_mut("v4-64").unwrap().budget_hours = Some(80.0);
         assert_eq!(
             plan(&runs, &groups, &capped, true).recommended.groups_fit,
             Some(2)
+        );
+    }
+
+    #[test]
+    fn each_accelerator_type_plays_out_on_its_own_pods_and_budget() {
+        // Two 40 h runs on v4-64 and two on v4-32, one pod of each, 80 h to the deadline:
+        // side by side everything fits; on one pool the last two would end at 160 h.
+        let mut runs = vec![
+            run("big1", "big", 40.0, 1),
+            run("big2", "big", 40.0, 2),
+            run("small1", "small", 40.0, 3),
+            run("small2", "small", 40.0, 4),
+        ];
+        for small in &mut runs[2..] {
+            small.accelerator = "v4-32".into();
+        }
+        let groups = vec![
+            Group {
+                name: "big".into(),
+                runs: vec![0, 1],
+            },
+            Group {
+                name: "small".into(),
+                runs: vec![2, 3],
+            },
+        ];
+        let mut two_pools = limits(80);
+        two_pools.pools.insert("v4-32".into(), Pool::default());
+        let planned = plan(&runs, &groups, &two_pools, true);
+        assert_eq!(planned.current.groups_fit, Some(2));
+        let small2 = planned
+            .current
+            .runs
+            .iter()
+            .find(|r| r.experiment == "small2")
+            .unwrap();
+        assert_eq!((small2.end - two_pools.now).num_hours(), 80);
+        assert_eq!(capacity_hours(&runs, &two_pools, &[]), 160.0);
+
+        // The v4-32 budget is its own: 40 pod-hours fit one of its runs, and none of v4-64's.
+        two_pools.pools.get_mut("v4-32").unwrap().budget_hours = Some(40.0);
+        let planned = plan(&runs, &groups, &two_pools, true);
+        let fits = |name: &str| {
+            planned
+                .current
+                .runs
+                .iter()
+                .find(|r| r.experiment == name)
+                .unwrap()
+                .fits_deadline
+        };
+        assert_eq!(
+            [fits("big1"), fits("big2"), fits("small1"), fits("small2")],
+            [Some(true), Some(true), Some(true), Some(false)]
         );
     }
 }

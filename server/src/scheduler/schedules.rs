@@ -389,14 +389,13 @@ impl Scheduler {
                 Vec::new()
             }
         };
-        let accelerator = self.config.accelerator.clone();
         let next = next_after(&schedule.cron, Utc::now());
         let id = schedule.id.clone();
         let answer = self
             .store
             .write(move |conn| {
                 async move {
-                    let answer = submit::submit(conn, &experiments, &req, &accelerator).await?;
+                    let answer = submit::submit(conn, &experiments, &req).await?;
                     sqlx::query(
                         "UPDATE schedules SET last_run_at = ?, next_run_at = ? WHERE id = ?",
                     )
@@ -420,8 +419,7 @@ impl Scheduler {
                 .boxed()
             })
             .await?;
-        self.waiters
-            .leasable(&self.config.accelerator, answer.created.len());
+        self.wake_for(answer.created.iter().map(|c| c.experiment.as_str()));
         tracing::info!(schedule = %schedule.id, created = answer.created.len(), skipped = answer.skipped.len(), "schedule fired");
         Ok(())
     }

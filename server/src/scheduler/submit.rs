@@ -139,17 +139,29 @@ impl Scheduler {
     ) -> Result<SubmitResponse> {
         let experiments: Vec<Experiment> =
             select(&self.catalog, &req)?.into_iter().cloned().collect();
-        let accelerator = self.config.accelerator.clone();
         let answer = self
             .idempotent_write(key, move |conn| {
-                async move { submit(conn, &experiments, &req, &accelerator).await }.boxed()
+                async move { submit(conn, &experiments, &req).await }.boxed()
             })
             .await?;
         if !answer.dry_run {
-            self.waiters
-                .leasable(&self.config.accelerator, answer.created.len());
+            self.wake_for(answer.created.iter().map(|c| c.experiment.as_str()));
         }
         Ok(answer)
+    }
+
+    /// Wakes one waiting pod of each experiment's accelerator per experiment whose job was
+    /// just made leasable.
+    pub(super) fn wake_for<'a>(&self, experiments: impl Iterator<Item = &'a str>) {
+        for name in experiments {
+            let accelerator = self
+                .catalog
+                .experiment(name)
+                .map_or(self.config.catalog.accelerator.as_str(), |e| {
+                    e.accelerator.as_str()
+                });
+            self.waiters.leasable(accelerator, 1);
+        }
     }
 }
 
@@ -159,7 +171,6 @@ pub async fn submit(
     conn: &mut SqliteConnection,
     experiments: &[Experiment],
     req: &SubmitRequest,
-    accelerator: &str,
 ) -> Result<SubmitResponse> {
     let mut answer = SubmitResponse {
         dry_run: req.dry_run,
@@ -210,7 +221,6 @@ pub async fn submit(
                 run.as_ref().map(|r| (r.0, r.1.as_str())),
                 priority,
                 max_failures,
-                accelerator,
             )
             .await?;
             Some(id)
@@ -248,7 +258,6 @@ async fn insert(
     run: Option<(Option<Uuid>, &str)>,
     priority: i64,
     max_failures: i64,
-    accelerator: &str,
 ) -> Result<()> {
     let config_json = serde_json::to_string(&e.config)
         .map_err(|err| StoreError::Corrupt(format!("the config of {}: {err}", e.name)))?;
@@ -270,7 +279,7 @@ async fn insert(
             experiment: &e.name,
             group: &e.group,
             priority,
-            accelerator,
+            accelerator: &e.accelerator,
             config_json: &config_json,
             config_sha256: &e.config_sha256,
             est_hours: e.est_hours,

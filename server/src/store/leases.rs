@@ -184,6 +184,7 @@ pub struct LeaseHolder {
     pub cancel_requested: bool,
     pub resume_step: Option<i64>,
     pub lease_pod: Option<String>,
+    pub accelerator: String,
     pub start_step: Option<i64>,
     pub first_step: Option<i64>,
     pub end_step: Option<i64>,
@@ -197,7 +198,7 @@ pub async fn holder(
 ) -> Result<Option<LeaseHolder>, StoreError> {
     Ok(sqlx::query_as(
         "SELECT j.id, j.attempts, j.failures, j.max_failures, j.stalled_attempts, \
-         j.cancel_requested, j.resume_step, j.lease_pod, \
+         j.cancel_requested, j.resume_step, j.lease_pod, j.accelerator, \
          a.start_step, a.first_step, a.end_step, \
          EXISTS (SELECT 1 FROM checkpoints c WHERE c.job_id = j.id \
            AND c.attempt = j.attempts AND c.committed = 1) AS new_checkpoint \

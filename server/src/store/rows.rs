@@ -10,7 +10,7 @@ use super::{ms_to_datetime, StoreError};
 /// The columns of `job_view`, in the order every job query selects them.
 pub const JOB_COLUMNS: &str = "id, seq, experiment, group_name, state, priority, submitted_at, \
     updated_at, config_sha256, checkpoint_dir, resume_from, last_step, total_steps, attempts, \
-    failures, max_failures, preemptions, same_as, not_before, message, run_id, est_hours";
+    failures, max_failures, preemptions, same_as, not_before, message, run_id, est_hours, accelerator";
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct JobRow {
@@ -38,6 +38,7 @@ pub struct JobRow {
     /// The job whose attempts, metrics and checkpoints this job shows (itself unless linked).
     pub run_id: String,
     pub est_hours: f64,
+    pub accelerator: String,
 }
 
 pub fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
@@ -70,6 +71,7 @@ impl JobRow {
             same_as: self.same_as.as_deref().map(parse_uuid).transpose()?,
             not_before: self.not_before.map(ms_to_datetime),
             message: self.message,
+            accelerator: self.accelerator,
         })
     }
 }

@@ -84,6 +84,7 @@ pub struct PlanJob {
     pub last_step: Option<i64>,
     pub total_steps: Option<i64>,
     pub config_sha256: String,
+    pub accelerator: String,
     pub first_step: Option<i64>,
     pub first_step_at: Option<i64>,
     pub end_step: Option<i64>,
@@ -92,7 +93,7 @@ pub struct PlanJob {
 
 const PLAN_JOB: &str = "SELECT j.id, j.seq, j.experiment, j.group_name, j.state, j.priority, \
      j.same_as, j.est_hours, j.last_step, j.total_steps, j.config_sha256, \
-     a.first_step, a.first_step_at, a.end_step, a.ended_at FROM jobs j \
+     j.accelerator, a.first_step, a.first_step_at, a.end_step, a.ended_at FROM jobs j \
      LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt = (SELECT MAX(attempt) FROM attempts \
        WHERE job_id = j.id AND first_step IS NOT NULL)";
 
