@@ -134,6 +134,10 @@ pub struct ServerArgs {
     /// Also serve /metrics on this address (it is always served on --listen).
     #[arg(long, env = "PODQ_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Trainer log lines kept per attempt and host; the oldest are dropped first.
+    #[arg(long, env = "PODQ_LOG_LINES_PER_HOST", default_value_t = 20_000,
+          value_parser = clap::value_parser!(i64).range(100..=10_000_000))]
+    pub log_lines_per_host: i64,
 }
 
 impl ServerArgs {
@@ -161,6 +165,7 @@ impl ServerArgs {
             config.webhooks = podq_server::webhooks::load_config(file)?;
         }
         config.metrics_listen = self.metrics_listen;
+        config.log_lines_per_host = self.log_lines_per_host;
         Ok(config)
     }
 }

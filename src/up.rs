@@ -105,6 +105,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         deadline: args.deadline,
         webhooks: args.webhooks.clone(),
         metrics_listen: args.metrics_listen,
+        log_lines_per_host: 20_000,
     };
     let config = server.config()?;
 

@@ -605,3 +605,76 @@ fn a_failed_attempt_shows_its_reason_in_the_jobs_table() {
         browser.close().await;
     });
 }
+
+#[test]
+fn a_running_jobs_log_follows_live_per_host_with_search() {
+    run(async {
+        let server = Server::start().await;
+        let id = server.submit_one("exp01a", json!({})).await;
+        let _worker = server.worker(
+            "pod-g",
+            2,
+            &[
+                "--trainer-env",
+                "PODQ_SIM_RUN_SECS=300",
+                "--trainer-env",
+                "PODQ_SIM_LOG_LINES_PER_S=5",
+            ],
+        );
+        server.wait_state(&id, "running", RUN).await;
+
+        let browser = Browser::launch().await;
+        let page = browser.open(&format!("{}/#job={id}", server.url)).await;
+        wait_live(&page).await;
+        let count = "document.querySelectorAll('#detail-log .log-line').length";
+        let first: u64 = page
+            .wait_for(
+                SHOW,
+                "log lines in the job's panel",
+                &format!("{count} || null"),
+            )
+            .await;
+        // It follows: more lines arrive without a reload, from both hosts.
+        page.wait_for::<bool>(
+            RUN,
+            "more lines from both hosts",
+            &format!(
+                "{count} > {first} + 4 && \
+                 document.querySelector('#detail-log .log-line[data-host=\"0\"]') !== null && \
+                 document.querySelector('#detail-log .log-line[data-host=\"1\"]') !== null"
+            ),
+        )
+        .await;
+        // One host, then a search: every line shown is host 1's and matches.
+        page.set_value("#log-host", "1").await;
+        page.wait_for::<bool>(
+            RUN,
+            "host 1's lines only",
+            "(() => { const l = [...document.querySelectorAll('#detail-log .log-line')]; \
+             return l.length > 0 && l.every((e) => e.dataset.host === '1'); })()",
+        )
+        .await;
+        page.set_value("#log-grep", "chatter line [0-9]*7 ").await;
+        page.wait_for::<bool>(
+            RUN,
+            "only matching lines",
+            "(() => { const l = [...document.querySelectorAll('#detail-log .log-line')]; \
+             return l.length > 0 && l.every((e) => e.dataset.host === '1' && /chatter line [0-9]*7 /.test(e.textContent)); })()",
+        )
+        .await;
+        // A bad pattern says why in the panel, and shows nothing.
+        page.set_value("#log-grep", "(").await;
+        page.wait_for::<bool>(
+            SHOW,
+            "the pattern's error",
+            "document.getElementById('log-status').textContent.includes('grep') && \
+             document.querySelectorAll('#detail-log .log-line').length === 0",
+        )
+        .await;
+        let _: Value = page
+            .eval("document.getElementById('detail-log').scrollIntoView() ?? null")
+            .await;
+        page.screenshot("log-view").await;
+        browser.close().await;
+    });
+}

@@ -91,6 +91,30 @@ pub struct MetricsAck {
     pub accepted: usize,
 }
 
+/// One line a host's trainer printed, as the worker forwards it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HostLogLine {
+    /// The host's index in the pod (its `--worker` number).
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    pub host: u32,
+    /// The line's byte offset in that host's output for this attempt: a line sent again
+    /// (after a worker restart) has the same offset and is stored once.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    pub offset: u64,
+    /// When the worker received it.
+    pub at: DateTime<Utc>,
+    /// Without its newline.
+    pub text: String,
+}
+
+/// `POST /api/v1/leases/{lease_id}/logs`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LogBatch {
+    pub lines: Vec<HostLogLine>,
+}
+
 /// A checkpoint the worker found in the store.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -29,6 +29,8 @@ pub struct ServerConfig {
     pub webhooks: Vec<crate::webhooks::WebhookConfig>,
     /// Serve `/metrics` on this address too (it is always on the main one).
     pub metrics_listen: Option<SocketAddr>,
+    /// Trainer log lines kept per attempt and host; older ones are dropped first.
+    pub log_lines_per_host: i64,
 }
 
 impl ServerConfig {
@@ -47,6 +49,7 @@ impl ServerConfig {
             deadline: None,
             webhooks: Vec::new(),
             metrics_listen: None,
+            log_lines_per_host: 20_000,
         }
     }
 }

@@ -61,6 +61,7 @@ pub struct Telemetry {
     pub leases_granted: Counter,
     pub requests: Family<RouteLabels, Histogram>,
     pub metric_points: Counter,
+    pub log_lines: Counter,
     pub job_step: Family<JobLabels, Gauge>,
     pub job_steps_per_second: Family<JobLabels, FloatGauge>,
     pub pods: Family<PodLabels, Gauge>,
@@ -84,6 +85,7 @@ impl Telemetry {
                 Histogram::new(exponential_buckets(0.001, 2.0, 17))
             }),
             metric_points: Counter::default(),
+            log_lines: Counter::default(),
             job_step: Family::default(),
             job_steps_per_second: Family::default(),
             pods: Family::default(),
@@ -118,6 +120,11 @@ impl Telemetry {
             "metric_points_ingested",
             "Metric values stored from workers",
             t.metric_points.clone(),
+        );
+        registry.register(
+            "log_lines_ingested",
+            "Trainer log lines stored from workers (lines sent again are not counted)",
+            t.log_lines.clone(),
         );
         registry.register(
             "job_step",

@@ -157,6 +157,7 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
         return Err(train::injected_crash("crash", process.index));
     }
 
+    chatter(std::env::var("PODQ_SIM_LOG_LINES_PER_S").ok());
     let trainer = Trainer {
         reporter: Reporter::new(process.index),
         process,
@@ -222,4 +223,31 @@ mod tests {
         assert_eq!(pick(None, Some(None), Some("/file/step_10".into())), None);
         assert_eq!(pick(None, None, Some("null".into())), None);
     }
+}
+
+/// With `PODQ_SIM_LOG_LINES_PER_S=N`, prints N numbered log lines a second on stderr for as
+/// long as the process lives, as a chatty real trainer does (tqdm, per-batch losses): what
+/// live logs are tested and measured with. Each line carries the time it was printed
+/// (`printed_ms=`), so a reader can measure delivery.
+fn chatter(rate: Option<String>) {
+    let Some(rate) = rate
+        .and_then(|r| r.trim().parse::<f64>().ok())
+        .filter(|r| *r > 0.0)
+    else {
+        return;
+    };
+    let period = std::time::Duration::from_secs_f64(1.0 / rate);
+    std::thread::spawn(move || {
+        let origin = std::time::Instant::now();
+        for n in 1u64.. {
+            let due = origin + period.mul_f64(n as f64);
+            if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let printed_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            log!("chatter line {n} printed_ms={printed_ms}");
+        }
+    });
 }

@@ -5,11 +5,11 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use podq_api::{Attempt, Event, Job, JobDetail, JobList};
+use podq_api::{Attempt, Event, Job, JobDetail, JobList, JobLogs};
 use reqwest::Method;
 
 use super::table::{or_dash, short, time, Table};
-use super::{encode, with_query, Client, ServerAddress};
+use super::{emit, encode, with_query, Client, ServerAddress};
 
 /// The largest page the server gives.
 const MAX_PAGE: u32 = 1000;
@@ -58,10 +58,25 @@ pub struct LogsArgs {
     address: ServerAddress,
     /// A job id, or an experiment name for that experiment's newest job.
     job: String,
-    /// The attempt whose log tail to print (1 is the first) [default: the newest attempt
-    /// that has one].
+    /// Only this attempt (1 is the first) [default: every attempt].
     #[arg(long)]
     attempt: Option<i64>,
+    /// Only this host (0 is the first), or `all`.
+    #[arg(long, default_value = "all")]
+    host: String,
+    /// Keep printing lines as they arrive, across attempts, until the job succeeds, fails,
+    /// is cancelled or held.
+    #[arg(long, short = 'f')]
+    follow: bool,
+    /// Only lines since an RFC 3339 time or an age (`90s`, `10m`, `2h`, `1d`).
+    #[arg(long)]
+    since: Option<String>,
+    /// Only lines matching this regular expression.
+    #[arg(long)]
+    grep: Option<String>,
+    /// Only the newest N lines (then, with --follow, every new one).
+    #[arg(long)]
+    tail: Option<i64>,
 }
 
 pub async fn jobs(args: JobsArgs) -> anyhow::Result<ExitCode> {
@@ -323,13 +338,81 @@ fn hours(seconds: f64) -> String {
 
 pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     let client = Client::new(&args.address);
-    let detail = detail(&client, &args.job).await?;
+    let mut query: Vec<(&str, String)> = vec![("host", args.host.clone())];
+    for (key, value) in [("since", &args.since), ("grep", &args.grep)] {
+        if let Some(value) = value {
+            query.push((key, value.clone()));
+        }
+    }
+    if let Some(attempt) = args.attempt {
+        query.push(("attempt", attempt.to_string()));
+    }
+    if let Some(tail) = args.tail {
+        query.push(("tail", "true".into()));
+        query.push(("limit", tail.to_string()));
+    }
+    let path = format!("/jobs/{}/logs", encode(&args.job));
+    if args.follow {
+        query.push(("follow", "true".into()));
+        let request = client.request(Method::GET, &with_query(&path, &query));
+        let mut response = client
+            .stream(request.header("accept", "text/plain"))
+            .await?;
+        while let Some(chunk) = response.chunk().await? {
+            emit(&String::from_utf8_lossy(&chunk))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.tail.is_none() {
+        query.push(("limit", "10000".into()));
+    }
+    let mut printed_drops = false;
+    let mut printed_any = false;
+    loop {
+        let page: JobLogs = client
+            .json(client.request(Method::GET, &with_query(&path, &query)))
+            .await?;
+        if !printed_drops {
+            // Said once, on stderr, so stdout is the log alone.
+            for dropped in &page.dropped {
+                eprintln!(
+                    "podq: attempt {} host {}: {} older lines dropped (the server keeps the newest {} per attempt and host)",
+                    dropped.attempt, dropped.host, dropped.lines, page.kept_per_host
+                );
+            }
+            printed_drops = true;
+        }
+        let mut text = String::new();
+        for line in &page.lines {
+            text.push_str(&format!(
+                "[attempt {} host {}] {}\n",
+                line.attempt, line.host, line.text
+            ));
+        }
+        emit(&text)?;
+        printed_any |= !page.lines.is_empty() || !page.dropped.is_empty();
+        if !page.more || args.tail.is_some() {
+            break;
+        }
+        query.retain(|(key, _)| *key != "after");
+        query.push(("after", page.next_after.to_string()));
+    }
+    if !printed_any && args.host == "all" && args.grep.is_none() && args.since.is_none() {
+        // No line was forwarded (a worker older than live logs): the tail each attempt
+        // kept when it ended.
+        return log_tail(&client, &args).await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn log_tail(client: &Client, args: &LogsArgs) -> anyhow::Result<ExitCode> {
+    let detail = detail(client, &args.job).await?;
     let job = &detail.job;
     let attempt = choose_attempt(&detail.attempts, args.attempt)
         .map_err(|why| anyhow::anyhow!("{} (job {}): {why}", job.experiment, job.id))?;
     let Some(tail) = attempt.log_tail.as_deref().filter(|t| !t.is_empty()) else {
         let why = if attempt.ended_at.is_none() {
-            "is still running; its log tail is kept when it ends"
+            "has printed nothing yet"
         } else {
             "ended with no log lines"
         };
@@ -341,7 +424,7 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     };
     // The header on stderr, so stdout is the log alone.
     eprintln!(
-        "== {} (job {}) attempt {} on {}: {} ==",
+        "== {} (job {}) attempt {} on {}: {} (its last lines, kept when it ended) ==",
         job.experiment,
         job.id,
         attempt.attempt,

@@ -97,6 +97,12 @@ impl Client {
         Ok(response.text().await?)
     }
 
+    /// Sends and answers the response to read as it arrives (`chunk()`), or fails with the
+    /// server's error.
+    pub async fn stream(&self, request: RequestBuilder) -> anyhow::Result<Response> {
+        self.send(request).await
+    }
+
     async fn send(&self, request: RequestBuilder) -> anyhow::Result<Response> {
         let response = request.send().await.map_err(|e| {
             anyhow::anyhow!(

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use podq_api::{
     CheckpointsBatch, ErrorBody, FinishRequest, FinishResponse, HeartbeatRequest,
-    HeartbeatResponse, Lease, LeaseRequest, MetricsBatch, PodReport, WorkerEvent, WorkerEvents,
+    HeartbeatResponse, Lease, LeaseRequest, LogBatch, MetricsBatch, PodReport, WorkerEvent,
+    WorkerEvents,
 };
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
@@ -146,6 +147,16 @@ impl ServerClient {
     pub async fn metrics(&self, lease: Uuid, batch: &MetricsBatch) -> Result<(), CallError> {
         self.post::<_, serde_json::Value>(
             &format!("/leases/{lease}/metrics"),
+            batch,
+            Duration::from_secs(30),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn logs(&self, lease: Uuid, batch: &LogBatch) -> Result<(), CallError> {
+        self.post::<_, serde_json::Value>(
+            &format!("/leases/{lease}/logs"),
             batch,
             Duration::from_secs(30),
         )

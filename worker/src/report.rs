@@ -1,17 +1,22 @@
 //! Sends what an attempt produces to the server: metric batches (every `flush` or every
-//! `max_points`, whichever comes first) and checkpoints found in the store. Nothing is
-//! dropped while the server is away: unsent points stay buffered and calls are retried.
+//! `max_points`, whichever comes first), the hosts' log lines (every `flush`) and
+//! checkpoints found in the store. Nothing is dropped while the server is away: unsent
+//! points stay buffered and calls are retried; log lines are held up to a cap.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use podq_api::{CheckpointReport, CheckpointsBatch, MetricStep, MetricsBatch};
+use podq_api::{CheckpointReport, CheckpointsBatch, LogBatch, MetricStep, MetricsBatch};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::checkpoints::CheckpointStore;
 use crate::client::{CallError, ServerClient};
+use crate::supervise::LogTail;
+
+/// Log lines per call at most.
+const LOG_BATCH: usize = 5_000;
 
 pub enum Report {
     Metrics {
@@ -34,6 +39,7 @@ pub async fn run(
     client: ServerClient,
     lease: Uuid,
     store: Option<CheckpointStore>,
+    log: LogTail,
     settings: ReporterSettings,
     mut reports: mpsc::UnboundedReceiver<Report>,
     lease_lost: CancellationToken,
@@ -58,12 +64,57 @@ pub async fn run(
                 }
                 None => break,
             },
-            _ = flush_timer.tick() => send_metrics(&client, lease, &mut buffer, &mut points, &lease_lost).await,
+            _ = flush_timer.tick() => {
+                send_logs(&client, lease, &log, &lease_lost).await;
+                send_metrics(&client, lease, &mut buffer, &mut points, &lease_lost).await;
+            }
             _ = scan_timer.tick() => scan(&client, lease, store.as_ref(), &mut reported, &lease_lost).await,
         }
     }
+    send_logs(&client, lease, &log, &lease_lost).await;
     send_metrics(&client, lease, &mut buffer, &mut points, &lease_lost).await;
     scan(&client, lease, store.as_ref(), &mut reported, &lease_lost).await;
+}
+
+/// Sends every line the hosts printed since the last call, in batches.
+async fn send_logs(
+    client: &ServerClient,
+    lease: Uuid,
+    log: &LogTail,
+    lease_lost: &CancellationToken,
+) {
+    loop {
+        if lease_lost.is_cancelled() {
+            return;
+        }
+        let (lines, dropped) = log.take_unsent(LOG_BATCH);
+        if dropped > 0 {
+            tracing::warn!(%lease, dropped, "log lines dropped while the server was away");
+        }
+        if lines.is_empty() {
+            return;
+        }
+        let full = lines.len() == LOG_BATCH;
+        let batch = LogBatch { lines };
+        match client.logs(lease, &batch).await {
+            Ok(()) => {}
+            Err(CallError::LeaseLost(message)) => {
+                tracing::warn!(%lease, "{message}");
+                lease_lost.cancel();
+                return;
+            }
+            Err(CallError::Shutdown) => {
+                log.put_back(batch.lines);
+                return;
+            }
+            Err(e) => {
+                tracing::error!(%lease, error = %e, "log batch refused; dropping it");
+            }
+        }
+        if !full {
+            return;
+        }
+    }
 }
 
 async fn send_metrics(

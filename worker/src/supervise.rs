@@ -8,6 +8,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
+use podq_api::HostLogLine;
+
 use crate::agent::hub::{AgentHub, HostEnded, HostLine};
 use crate::agent::wire::StopCommand;
 use crate::events::{parse_line, TrainerEvent};
@@ -47,30 +49,73 @@ impl HostExit {
     }
 }
 
-/// The last lines the hosts printed, for the attempt's log tail.
+/// What the hosts printed: the last lines, for the attempt's log tail, and every line not
+/// yet sent to the server (the reporter takes them each flush).
 #[derive(Clone, Default)]
 pub struct LogTail {
-    lines: Arc<Mutex<VecDeque<String>>>,
+    inner: Arc<Mutex<LogLines>>,
+}
+
+#[derive(Default)]
+struct LogLines {
+    tail: VecDeque<String>,
+    unsent: VecDeque<HostLogLine>,
+    /// Lines dropped from `unsent` while the server could not take them.
+    dropped: u64,
 }
 
 const LOG_TAIL_LINES: usize = 200;
+/// Lines held for the server while it is away, at most: about 10 minutes of 8 hosts
+/// printing 50 lines a second. The oldest go first, as on the server.
+const UNSENT_LINES: usize = 250_000;
 
 impl LogTail {
-    fn push(&self, line: String) {
-        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
-        if lines.len() == LOG_TAIL_LINES {
-            lines.pop_front();
+    fn push(&self, host: u32, offset: u64, text: String) {
+        let mut lines = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if lines.tail.len() == LOG_TAIL_LINES {
+            lines.tail.pop_front();
         }
-        lines.push_back(line);
+        lines.tail.push_back(format!("[host {host}] {text}"));
+        if lines.unsent.len() == UNSENT_LINES {
+            lines.unsent.pop_front();
+            lines.dropped += 1;
+        }
+        lines.unsent.push_back(HostLogLine {
+            host,
+            offset,
+            at: chrono::Utc::now(),
+            text,
+        });
     }
 
     pub fn text(&self) -> String {
-        let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        let lines = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         lines
+            .tail
             .iter()
             .map(String::as_str)
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// Up to `max` of the lines not sent yet, oldest first, and how many were dropped
+    /// since the last call because the server was away too long.
+    pub fn take_unsent(&self, max: usize) -> (Vec<HostLogLine>, u64) {
+        let mut lines = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let n = lines.unsent.len().min(max);
+        let taken = lines.unsent.drain(..n).collect();
+        (taken, std::mem::take(&mut lines.dropped))
+    }
+
+    /// Puts back lines a call could not deliver, ahead of any that came since.
+    pub fn put_back(&self, batch: Vec<HostLogLine>) {
+        let mut lines = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let room = UNSENT_LINES.saturating_sub(lines.unsent.len());
+        let oldest = batch.len().saturating_sub(room);
+        lines.dropped += oldest as u64;
+        for line in batch.into_iter().skip(oldest).rev() {
+            lines.unsent.push_front(line);
+        }
     }
 }
 
@@ -311,7 +356,7 @@ async fn read_lines(
     log: LogTail,
     events: mpsc::UnboundedSender<TrainerEvent>,
 ) {
-    while let Some(HostLine { host, line }) = lines.recv().await {
+    while let Some(HostLine { host, offset, line }) = lines.recv().await {
         if host == 0 {
             match parse_line(&line) {
                 Some(Ok(event)) => {
@@ -322,6 +367,6 @@ async fn read_lines(
                 None => {}
             }
         }
-        log.push(format!("[host {host}] {line}"));
+        log.push(host, offset, line);
     }
 }

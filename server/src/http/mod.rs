@@ -7,6 +7,7 @@ mod experiments;
 mod extract;
 mod jobs;
 mod json_errors;
+mod logs;
 mod metrics;
 mod negotiate;
 mod openapi;
@@ -79,6 +80,7 @@ fn documented(state: &AppState) -> OpenApiRouter<AppState> {
     let api = OpenApiRouter::new()
         .merge(experiments::routes())
         .merge(jobs::read_routes())
+        .merge(logs::routes())
         .merge(schedules::read_routes())
         .merge(status::routes())
         .merge(stream::routes())

@@ -7,7 +7,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use podq_api::{
     CheckpointsBatch, ErrorBody, FinishRequest, FinishResponse, HeartbeatRequest,
-    HeartbeatResponse, Lease, LeaseRequest, MetricsAck, MetricsBatch, PodReport, WorkerEvents,
+    HeartbeatResponse, Lease, LeaseRequest, LogBatch, MetricsAck, MetricsBatch, PodReport,
+    WorkerEvents,
 };
 
 use super::error::ApiError;
@@ -23,6 +24,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(report))
         .routes(routes!(heartbeat))
         .routes(routes!(metrics))
+        .routes(routes!(logs))
         .routes(routes!(checkpoints))
         .routes(routes!(events))
         .routes(routes!(finish))
@@ -129,6 +131,31 @@ async fn metrics(
 ) -> Result<Json<MetricsAck>, ApiError> {
     let accepted = state.scheduler.record_metrics(id, req).await?;
     Ok(Json(MetricsAck { accepted }))
+}
+
+#[utoipa::path(
+    post,
+    path = "/leases/{id}/logs",
+    tag = "worker",
+    summary = "A batch of the hosts' log lines",
+    description = "Lines every host's trainer printed, as they arrive. A line sent again (same host and offset) is stored once; the server keeps the newest `--log-lines-per-host` per attempt and host. A line longer than 16 KiB is cut, and the cut is marked.",
+    params(("id" = uuid::Uuid, Path, description = "The lease")),
+    request_body = LogBatch,
+    responses(
+        (status = 200, description = "How many lines were new", body = MetricsAck),
+        (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
+    ),
+    security(("worker_token" = [])),
+)]
+async fn logs(
+    State(state): State<AppState>,
+    PathUuid(id): PathUuid,
+    JsonBody(req, _): JsonBody<LogBatch>,
+) -> Result<Json<MetricsAck>, ApiError> {
+    let accepted = state.scheduler.record_logs(id, req).await?;
+    Ok(Json(MetricsAck {
+        accepted: usize::try_from(accepted).unwrap_or(usize::MAX),
+    }))
 }
 
 #[utoipa::path(

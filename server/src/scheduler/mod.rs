@@ -9,6 +9,7 @@ pub mod forecast;
 mod grant;
 mod leasing;
 pub mod live;
+pub mod logs;
 mod plan;
 pub mod planner;
 pub mod policy;

@@ -13,6 +13,7 @@ pub mod grant;
 pub mod idempotency;
 pub mod jobs;
 pub mod leases;
+pub mod logs;
 pub mod metrics;
 pub mod pods;
 mod rows;

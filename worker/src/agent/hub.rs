@@ -24,6 +24,9 @@ use super::wire::{AgentExit, StopCommand, SyncAnswer, SyncRequest, PROTOCOL, SYN
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostLine {
     pub host: u32,
+    /// Where the line starts in the host's output for the lease, in bytes: the same line
+    /// pushed again (after a worker restart) has the same offset.
+    pub offset: u64,
     pub line: String,
 }
 
@@ -308,11 +311,15 @@ impl AgentHub {
         // Only the chunk that starts where our copy ends is taken: anything else is a
         // resend of what we have, or comes after a gap the agent will fill from `ack`.
         if request.offset == host.offset && request.end > request.offset {
-            for line in request.data.lines() {
+            let mut offset = request.offset;
+            for piece in request.data.split_inclusive('\n') {
+                let line = piece.strip_suffix('\n').unwrap_or(piece);
                 let _ = lines.send(HostLine {
                     host: request.host,
-                    line: line.to_owned(),
+                    offset,
+                    line: line.strip_suffix('\r').unwrap_or(line).to_owned(),
                 });
+                offset += piece.len() as u64;
             }
             host.offset = request.end;
         }

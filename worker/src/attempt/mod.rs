@@ -216,6 +216,7 @@ async fn attempt(
         client.clone(),
         lease_id,
         store,
+        hosts.log.clone(),
         ReporterSettings {
             flush: settings.metrics_flush,
             max_points: settings.metrics_max_points,

@@ -1,0 +1,281 @@
+//! Trainer logs: the lines workers forward from every host while an attempt runs, kept per
+//! attempt and host up to a cap, and read back by job with filters.
+
+use futures::FutureExt;
+use podq_api::{JobLogs, JobState, LogBatch, LogDropped, LogLine};
+use regex::Regex;
+use uuid::Uuid;
+
+use super::{Result, Scheduler, SchedulerError};
+use crate::store::leases as sql;
+use crate::store::logs::{self, LogFilter};
+use crate::store::{jobs, ms_to_datetime, pods};
+
+/// A line longer than this is cut (a progress bar redrawn without newlines can be
+/// megabytes); the cut is marked.
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
+
+/// Lines read from the store per step while filtering by `grep`, and at most per request:
+/// a search over a long log answers a partial page with `more` rather than read it all.
+const SCAN_STEP: i64 = 2_000;
+const SCAN_MAX: i64 = 100_000;
+
+/// What to read of a job's log.
+#[derive(Debug, Clone, Default)]
+pub struct LogQuery {
+    pub attempt: Option<i64>,
+    pub host: Option<u32>,
+    pub since_ms: Option<i64>,
+    pub grep: Option<Regex>,
+    /// Lines after this id (the previous page's `next_after`); `None` for the start, or,
+    /// with `tail`, for the newest lines.
+    pub after: Option<i64>,
+    /// With no `after`: only the newest `limit` matching lines, as `tail -n` does.
+    pub tail: bool,
+    pub limit: i64,
+}
+
+/// The job a log read is about: the run whose attempts printed the lines.
+#[derive(Debug, Clone)]
+pub struct LogSubject {
+    pub job_id: Uuid,
+    pub run_id: String,
+    /// No attempt will start without a person: a follower stops once it has every line.
+    pub settled: bool,
+}
+
+impl Scheduler {
+    /// Stores a batch of log lines of the lease's attempt; answers how many were new.
+    pub async fn record_logs(&self, lease_id: Uuid, mut batch: LogBatch) -> Result<u64> {
+        if self.live.get(lease_id).is_none() {
+            return Err(SchedulerError::LeaseLost(lease_id));
+        }
+        for line in &mut batch.lines {
+            cut_long_line(&mut line.text);
+        }
+        let cap = self.config.log_lines_per_host;
+        let new = self
+            .store
+            .write(move |conn| {
+                async move {
+                    let (job_id, attempt) = sql::fence(conn, lease_id)
+                        .await?
+                        .ok_or(SchedulerError::LeaseLost(lease_id))?;
+                    Ok::<_, SchedulerError>(
+                        logs::insert_lines(conn, &job_id, attempt, &batch.lines, cap).await?,
+                    )
+                }
+                .boxed()
+            })
+            .await?;
+        self.telemetry.log_lines.inc_by(new);
+        Ok(new)
+    }
+
+    /// The job `id` as its log sees it; checks that the query's attempt and host exist.
+    pub async fn log_subject(&self, id: Uuid, query: &LogQuery) -> Result<LogSubject> {
+        let db = self.store.reader();
+        let row = jobs::get_job(db, &id.to_string())
+            .await?
+            .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
+        let attempts = jobs::attempts(db, &row.run_id).await?;
+        if let Some(wanted) = query.attempt {
+            if !attempts.iter().any(|a| a.attempt == wanted) {
+                let numbers: Vec<i64> = attempts.iter().map(|a| a.attempt).collect();
+                let message = if numbers.is_empty() {
+                    format!(
+                        "{} has no attempt {wanted}: none has started yet",
+                        row.experiment
+                    )
+                } else {
+                    format!(
+                        "{} has no attempt {wanted}; its attempts are {}",
+                        row.experiment,
+                        numbers
+                            .iter()
+                            .map(i64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                };
+                return Err(SchedulerError::invalid("unknown_attempt", message)
+                    .with_details(serde_json::json!({ "attempts": numbers })));
+            }
+        }
+        if let Some(host) = query.host {
+            // The hosts of the pods its attempts ran on (every pod's before any attempt).
+            let pods = pods::list(db).await?;
+            let hosts = pods
+                .iter()
+                .filter(|p| attempts.is_empty() || attempts.iter().any(|a| a.pod == p.name))
+                .map(|p| p.hosts)
+                .max();
+            if let Some(hosts) = hosts.filter(|&n| i64::from(host) >= n) {
+                return Err(SchedulerError::invalid(
+                    "unknown_host",
+                    format!(
+                        "there is no host {host}: {}'s pod has hosts 0 to {}",
+                        row.experiment,
+                        hosts - 1
+                    ),
+                )
+                .with_details(serde_json::json!({ "hosts": hosts })));
+            }
+        }
+        let state = row.state()?;
+        Ok(LogSubject {
+            job_id: id,
+            run_id: row.run_id,
+            settled: matches!(
+                state,
+                JobState::Succeeded | JobState::Failed | JobState::Cancelled | JobState::Held
+            ),
+        })
+    }
+
+    /// A page of the log of `subject` (from [`Scheduler::log_subject`]).
+    pub async fn job_logs(&self, subject: &LogSubject, query: &LogQuery) -> Result<JobLogs> {
+        let db = self.store.reader();
+        let filter = LogFilter {
+            attempt: query.attempt,
+            host: query.host,
+            since_ms: query.since_ms,
+        };
+        let limit = query.limit.max(1);
+        let matches =
+            |row: &logs::LogRow| query.grep.as_ref().is_none_or(|re| re.is_match(&row.text));
+        let (rows, next_after, more) = match query.after {
+            // The newest lines, as `tail -n` shows them.
+            None if query.tail => {
+                let read = if query.grep.is_some() {
+                    SCAN_MAX
+                } else {
+                    limit
+                };
+                let newest = logs::newest(db, &subject.run_id, &filter, read).await?;
+                let next_after = newest.first().map_or(0, |r| r.id);
+                let mut rows: Vec<logs::LogRow> = newest
+                    .into_iter()
+                    .filter(|r| matches(r))
+                    .take(limit as usize)
+                    .collect();
+                rows.reverse();
+                (rows, next_after, false)
+            }
+            after => {
+                let mut after = after.unwrap_or(0);
+                let mut rows = Vec::new();
+                let mut scanned = 0;
+                let mut more = false;
+                'scan: loop {
+                    let step = if query.grep.is_some() {
+                        SCAN_STEP
+                    } else {
+                        limit + 1
+                    };
+                    let page = logs::page(db, &subject.run_id, &filter, after, step).await?;
+                    let exhausted = (page.len() as i64) < step;
+                    scanned += page.len() as i64;
+                    for row in page {
+                        if !matches(&row) {
+                            after = row.id;
+                            continue;
+                        }
+                        if rows.len() as i64 == limit {
+                            more = true;
+                            break 'scan;
+                        }
+                        after = row.id;
+                        rows.push(row);
+                    }
+                    if exhausted {
+                        break;
+                    }
+                    if scanned >= SCAN_MAX {
+                        more = true;
+                        break;
+                    }
+                }
+                (rows, after, more)
+            }
+        };
+        let lines = rows
+            .into_iter()
+            .map(|row| LogLine {
+                id: row.id,
+                attempt: row.attempt,
+                host: u32::try_from(row.host).unwrap_or_default(),
+                at: ms_to_datetime(row.at),
+                text: row.text,
+            })
+            .collect();
+        let dropped = logs::dropped(db, &subject.run_id)
+            .await?
+            .into_iter()
+            .filter(|(attempt, host, _)| {
+                query.attempt.is_none_or(|a| a == *attempt)
+                    && query.host.is_none_or(|h| i64::from(h) == *host)
+            })
+            .map(|(attempt, host, lines)| LogDropped {
+                attempt,
+                host: u32::try_from(host).unwrap_or_default(),
+                lines,
+            })
+            .collect();
+        Ok(JobLogs {
+            job_id: subject.job_id,
+            next_after,
+            lines,
+            more,
+            dropped,
+            kept_per_host: self.config.log_lines_per_host,
+        })
+    }
+
+    /// Whether the job's run still may print: false once no attempt will start without a
+    /// person. A follower reads once more after this turns false, then stops.
+    pub async fn log_may_grow(&self, subject: &LogSubject) -> Result<bool> {
+        let row = jobs::get_job(self.store.reader(), &subject.job_id.to_string())
+            .await?
+            .ok_or_else(|| SchedulerError::UnknownJob(subject.job_id.to_string()))?;
+        Ok(!matches!(
+            row.state()?,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled | JobState::Held
+        ))
+    }
+
+    /// Changes each time the store commits: a log follower waits on it.
+    pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.store.commits()
+    }
+}
+
+/// Cuts `text` to [`MAX_LINE_BYTES`] at a character boundary and says so.
+fn cut_long_line(text: &mut String) {
+    if text.len() <= MAX_LINE_BYTES {
+        return;
+    }
+    let mut end = MAX_LINE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = text.len() - end;
+    text.truncate(end);
+    text.push_str(&format!(" [... {cut} more bytes cut by podq]"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_line_is_cut_at_a_character_boundary_and_says_so() {
+        let mut text = "é".repeat(MAX_LINE_BYTES);
+        cut_long_line(&mut text);
+        assert!(text.len() < MAX_LINE_BYTES + 64, "{}", text.len());
+        assert!(text.ends_with(&format!(" [... {} more bytes cut by podq]", MAX_LINE_BYTES)));
+        let mut short = "loss 0.25".to_owned();
+        cut_long_line(&mut short);
+        assert_eq!(short, "loss 0.25");
+    }
+}

@@ -1,0 +1,205 @@
+//! Trainer log lines per job, attempt and host, kept to a cap per attempt and host with the
+//! oldest dropped first (migration 0007).
+
+use std::collections::BTreeMap;
+
+use podq_api::HostLogLine;
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+
+use super::StoreError;
+
+/// Stores the lines of one attempt of `job_id` and trims each host to `cap` lines. A line
+/// already stored (same host and offset) or already dropped (below the host's floor) is
+/// skipped. Answers how many lines were new.
+pub async fn insert_lines(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    attempt: i64,
+    lines: &[HostLogLine],
+    cap: i64,
+) -> Result<u64, StoreError> {
+    let mut floors: BTreeMap<u32, i64> = BTreeMap::new();
+    for host in lines.iter().map(|l| l.host) {
+        if floors.contains_key(&host) {
+            continue;
+        }
+        let floor: i64 = sqlx::query_scalar(
+            "SELECT floor FROM log_counts WHERE job_id = ? AND attempt = ? AND host = ?",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(host)
+        .fetch_optional(&mut *conn)
+        .await?
+        .unwrap_or(0);
+        floors.insert(host, floor);
+    }
+    // In the batch's order, which is the order the worker received them in.
+    let lines: Vec<&HostLogLine> = lines
+        .iter()
+        .filter(|l| i64::try_from(l.offset).is_ok_and(|o| o >= floors[&l.host]))
+        .collect();
+    let mut inserted: BTreeMap<u32, i64> = BTreeMap::new();
+    // 6 variables a row; SQLite allows 32766 per statement.
+    for chunk in lines.chunks(5000) {
+        let mut insert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO log_lines (job_id, attempt, host, offset, at, text) ",
+        );
+        insert.push_values(chunk, |mut row, line| {
+            row.push_bind(job_id)
+                .push_bind(attempt)
+                .push_bind(line.host)
+                .push_bind(line.offset as i64)
+                .push_bind(line.at.timestamp_millis())
+                .push_bind(line.text.as_str());
+        });
+        // Only the rows inserted come back: a line already stored is skipped.
+        insert.push(" ON CONFLICT (job_id, attempt, host, offset) DO NOTHING RETURNING host");
+        for host in insert
+            .build_query_scalar::<u32>()
+            .fetch_all(&mut *conn)
+            .await?
+        {
+            *inserted.entry(host).or_default() += 1;
+        }
+    }
+    let mut new = 0;
+    for (host, count) in inserted {
+        new += count as u64;
+        let kept: i64 = sqlx::query_scalar(
+            "INSERT INTO log_counts (job_id, attempt, host, kept, dropped, floor) \
+             VALUES (?1, ?2, ?3, ?4, 0, 0) \
+             ON CONFLICT (job_id, attempt, host) DO UPDATE SET kept = kept + excluded.kept \
+             RETURNING kept",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(host)
+        .bind(count)
+        .fetch_one(&mut *conn)
+        .await?;
+        if kept > cap {
+            trim(conn, job_id, attempt, host, kept - cap).await?;
+        }
+    }
+    Ok(new)
+}
+
+/// Drops the `excess` oldest lines of one attempt and host, and raises the floor below
+/// which a resent line is not stored again.
+async fn trim(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    attempt: i64,
+    host: u32,
+    excess: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "DELETE FROM log_lines WHERE id IN (SELECT id FROM log_lines \
+         WHERE job_id = ?1 AND attempt = ?2 AND host = ?3 ORDER BY offset LIMIT ?4)",
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .bind(host)
+    .bind(excess)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE log_counts SET kept = kept - ?4, dropped = dropped + ?4, \
+         floor = COALESCE((SELECT MIN(offset) FROM log_lines \
+           WHERE job_id = ?1 AND attempt = ?2 AND host = ?3), floor) \
+         WHERE job_id = ?1 AND attempt = ?2 AND host = ?3",
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .bind(host)
+    .bind(excess)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LogRow {
+    pub id: i64,
+    pub attempt: i64,
+    pub host: i64,
+    pub at: i64,
+    pub text: String,
+}
+
+/// Which lines of a job to read.
+#[derive(Debug, Clone, Default)]
+pub struct LogFilter {
+    pub attempt: Option<i64>,
+    pub host: Option<u32>,
+    /// Lines that arrived at or after this time (ms since the epoch).
+    pub since_ms: Option<i64>,
+}
+
+/// Up to `limit` lines of `job_id` after the cursor `after`, in arrival order. Seeks the
+/// job's lines by arrival (`log_lines_by_arrival`); the filter narrows within them.
+pub async fn page(
+    db: &SqlitePool,
+    job_id: &str,
+    filter: &LogFilter,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<LogRow>, StoreError> {
+    let mut query = QueryBuilder::<Sqlite>::new(
+        "SELECT id, attempt, host, at, text FROM log_lines WHERE job_id = ",
+    );
+    query.push_bind(job_id).push(" AND id > ").push_bind(after);
+    push_filter(&mut query, filter);
+    query.push(" ORDER BY id LIMIT ").push_bind(limit);
+    Ok(query.build_query_as().fetch_all(db).await?)
+}
+
+/// The newest `limit` lines of `job_id`, newest first.
+pub async fn newest(
+    db: &SqlitePool,
+    job_id: &str,
+    filter: &LogFilter,
+    limit: i64,
+) -> Result<Vec<LogRow>, StoreError> {
+    let mut query = QueryBuilder::<Sqlite>::new(
+        "SELECT id, attempt, host, at, text FROM log_lines WHERE job_id = ",
+    );
+    query.push_bind(job_id);
+    push_filter(&mut query, filter);
+    query.push(" ORDER BY id DESC LIMIT ").push_bind(limit);
+    Ok(query.build_query_as().fetch_all(db).await?)
+}
+
+fn push_filter(query: &mut QueryBuilder<Sqlite>, filter: &LogFilter) {
+    if let Some(attempt) = filter.attempt {
+        query.push(" AND attempt = ").push_bind(attempt);
+    }
+    if let Some(host) = filter.host {
+        query.push(" AND host = ").push_bind(host);
+    }
+    if let Some(since) = filter.since_ms {
+        query.push(" AND at >= ").push_bind(since);
+    }
+}
+
+/// (attempt, host, lines dropped) of `job_id`, where any were.
+pub async fn dropped(db: &SqlitePool, job_id: &str) -> Result<Vec<(i64, i64, i64)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT attempt, host, dropped FROM log_counts WHERE job_id = ? AND dropped > 0 \
+         ORDER BY attempt, host",
+    )
+    .bind(job_id)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Lines kept over every job: what the logs hold.
+pub async fn total_kept(db: &SqlitePool) -> Result<i64, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT COALESCE(SUM(kept), 0) FROM log_counts")
+            .fetch_one(db)
+            .await?,
+    )
+}
