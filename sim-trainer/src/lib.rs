@@ -157,7 +157,7 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
         return Err(train::injected_crash("crash", process.index));
     }
 
-    chatter(std::env::var("PODQ_SIM_LOG_LINES_PER_S").ok());
+    let chatty = chatter(std::env::var("PODQ_SIM_LOG_LINES_PER_S").ok());
     let trainer = Trainer {
         reporter: Reporter::new(process.index),
         process,
@@ -168,6 +168,7 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
         latest_committed,
         faults,
         run_secs: args.run_secs,
+        stamp_metrics: chatty,
     };
     let result = trainer.run(start);
     // Released only once training is over, successful or not.
@@ -228,13 +229,13 @@ mod tests {
 /// With `PODQ_SIM_LOG_LINES_PER_S=N`, prints N numbered log lines a second on stderr for as
 /// long as the process lives, as a chatty real trainer does (tqdm, per-batch losses): what
 /// live logs are tested and measured with. Each line carries the time it was printed
-/// (`printed_ms=`), so a reader can measure delivery.
-fn chatter(rate: Option<String>) {
+/// (`printed_ms=`), so a reader can measure delivery. Answers whether it chatters.
+fn chatter(rate: Option<String>) -> bool {
     let Some(rate) = rate
         .and_then(|r| r.trim().parse::<f64>().ok())
         .filter(|r| *r > 0.0)
     else {
-        return;
+        return false;
     };
     let period = std::time::Duration::from_secs_f64(1.0 / rate);
     std::thread::spawn(move || {
@@ -244,10 +245,15 @@ fn chatter(rate: Option<String>) {
             if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
                 std::thread::sleep(wait);
             }
-            let printed_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis());
-            log!("chatter line {n} printed_ms={printed_ms}");
+            log!("chatter line {n} printed_ms={}", now_ms());
         }
     });
+    true
+}
+
+/// Milliseconds since the epoch.
+pub(crate) fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
 }

@@ -27,6 +27,9 @@ pub struct Trainer {
     pub latest_committed: Option<u64>,
     pub faults: Faults,
     pub run_secs: f64,
+    /// Adds `sim/printed_ms` (when the line was printed) to each train report, so metric
+    /// delivery can be measured as log delivery is (`PODQ_SIM_LOG_LINES_PER_S`).
+    pub stamp_metrics: bool,
 }
 
 impl Trainer {
@@ -68,7 +71,11 @@ impl Trainer {
 
             self.group.barrier(&format!("step {step}"))?;
             if log_point {
-                self.report_metrics(step, &self.curves.train(step))?;
+                let mut values = self.curves.train(step);
+                if self.stamp_metrics {
+                    values.push(("sim/printed_ms", crate::now_ms() as f64));
+                }
+                self.report_metrics(step, &values)?;
             }
             if eval {
                 self.report_metrics(step, &self.curves.eval(step))?;

@@ -147,13 +147,10 @@ pub async fn page(
     after: i64,
     limit: i64,
 ) -> Result<Vec<LogRow>, StoreError> {
-    let mut query = QueryBuilder::<Sqlite>::new(
-        "SELECT id, attempt, host, at, text FROM log_lines WHERE job_id = ",
-    );
-    query.push_bind(job_id).push(" AND id > ").push_bind(after);
-    push_filter(&mut query, filter);
-    query.push(" ORDER BY id LIMIT ").push_bind(limit);
-    Ok(query.build_query_as().fetch_all(db).await?)
+    Ok(select_lines("", job_id, filter, Some(after), limit)
+        .build_query_as()
+        .fetch_all(db)
+        .await?)
 }
 
 /// The newest `limit` lines of `job_id`, newest first.
@@ -163,16 +160,27 @@ pub async fn newest(
     filter: &LogFilter,
     limit: i64,
 ) -> Result<Vec<LogRow>, StoreError> {
-    let mut query = QueryBuilder::<Sqlite>::new(
-        "SELECT id, attempt, host, at, text FROM log_lines WHERE job_id = ",
-    );
-    query.push_bind(job_id);
-    push_filter(&mut query, filter);
-    query.push(" ORDER BY id DESC LIMIT ").push_bind(limit);
-    Ok(query.build_query_as().fetch_all(db).await?)
+    Ok(select_lines("", job_id, filter, None, limit)
+        .build_query_as()
+        .fetch_all(db)
+        .await?)
 }
 
-fn push_filter(query: &mut QueryBuilder<Sqlite>, filter: &LogFilter) {
+/// After `after` in arrival order, or without it the newest first.
+fn select_lines(
+    prefix: &str,
+    job_id: &str,
+    filter: &LogFilter,
+    after: Option<i64>,
+    limit: i64,
+) -> QueryBuilder<Sqlite> {
+    let mut query = QueryBuilder::<Sqlite>::new(format!(
+        "{prefix}SELECT id, attempt, host, at, text FROM log_lines WHERE job_id = "
+    ));
+    query.push_bind(job_id.to_owned());
+    if let Some(after) = after {
+        query.push(" AND id > ").push_bind(after);
+    }
     if let Some(attempt) = filter.attempt {
         query.push(" AND attempt = ").push_bind(attempt);
     }
@@ -182,6 +190,12 @@ fn push_filter(query: &mut QueryBuilder<Sqlite>, filter: &LogFilter) {
     if let Some(since) = filter.since_ms {
         query.push(" AND at >= ").push_bind(since);
     }
+    query.push(match after {
+        Some(_) => " ORDER BY id LIMIT ",
+        None => " ORDER BY id DESC LIMIT ",
+    });
+    query.push_bind(limit);
+    query
 }
 
 /// (attempt, host, lines dropped) of `job_id`, where any were.
@@ -202,4 +216,38 @@ pub async fn total_kept(db: &SqlitePool) -> Result<i64, StoreError> {
             .fetch_one(db)
             .await?,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_support::{assert_uses_indexes, scratch_store};
+
+    #[tokio::test]
+    async fn every_log_read_seeks_the_jobs_lines_in_arrival_order() {
+        let (store, _dir) = scratch_store().await;
+        let filters = [
+            LogFilter::default(),
+            LogFilter {
+                attempt: Some(2),
+                host: Some(3),
+                since_ms: Some(1),
+            },
+        ];
+        for filter in &filters {
+            for after in [Some(0), None] {
+                let plan: Vec<(i64, i64, i64, String)> =
+                    select_lines("EXPLAIN QUERY PLAN ", "job", filter, after, 10)
+                        .build_query_as()
+                        .fetch_all(store.reader())
+                        .await
+                        .unwrap();
+                assert_uses_indexes(
+                    &format!("log lines {filter:?} after {after:?}"),
+                    &plan,
+                    true,
+                );
+            }
+        }
+    }
 }
