@@ -178,9 +178,16 @@ async fn jobs_page_by_keyset_and_filters_name_their_total() {
     assert_eq!(status, 200, "{detail}");
     assert_eq!(detail["goodput"]["kept_s"], 0.0);
 
-    let (status, both) = server.get("/jobs?after=3&offset=3").await;
-    assert_eq!(status, 400, "{both}");
-    assert_eq!(both["error"]["code"], "invalid_query");
+    // Both a cursor and an offset: the offset counts from the cursor.
+    let (_, all) = server.get("/jobs?limit=1000").await;
+    let seq_of = |job: &Value| job["id"].clone();
+    let first = all["jobs"][0].clone();
+    let (status, both) = server.get("/jobs?after=0&offset=2&limit=1").await;
+    assert_eq!(status, 200, "{both}");
+    assert_eq!(seq_of(&both["jobs"][0]), seq_of(&all["jobs"][2]), "{first}");
+    let (status, negative) = server.get("/jobs?offset=-1").await;
+    assert_eq!(status, 400, "{negative}");
+    assert_eq!(negative["error"]["code"], "invalid_query");
 }
 
 #[tokio::test]
@@ -342,12 +349,12 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let (status, answer) = server
         .send(Method::POST, "/experiments/validate", bomb, &[])
         .await;
-    assert_error(status, &answer, 400, "invalid_yaml");
+    assert_error(status, &answer, 422, "invalid_yaml");
     let deep = format!("a: {}1{}\n", "[".repeat(1000), "]".repeat(1000));
     let (status, answer) = server
         .send(Method::POST, "/experiments/validate", deep, &[])
         .await;
-    assert_error(status, &answer, 400, "invalid_yaml");
+    assert_error(status, &answer, 422, "invalid_yaml");
     let (status, answer) = server
         .send(
             Method::POST,
@@ -641,7 +648,7 @@ async fn schedules_submit_when_their_cron_fires() {
             json!({"cron": "61 * * * *", "submit": {"group": "exp07-precision"}}),
         )
         .await;
-    assert_error(status, &answer, 400, "invalid_cron");
+    assert_error(status, &answer, 422, "invalid_cron");
     let (status, answer) = server
         .post(
             "/schedules",

@@ -169,7 +169,7 @@ async fn bad_log_queries_say_what_exists_and_change_nothing() {
     let (code, body) = logs(&server, "?attempt=3").await;
     assert_eq!(
         (code, body["error"]["code"].as_str()),
-        (400, Some("unknown_attempt")),
+        (404, Some("unknown_attempt")),
         "{body}"
     );
     assert!(
@@ -189,11 +189,12 @@ async fn bad_log_queries_say_what_exists_and_change_nothing() {
     assert_eq!(status, 200, "{lease}");
     let lease_id = lease["lease_id"].as_str().unwrap();
     for (query, code, error) in [
-        ("?attempt=2", 400, "unknown_attempt"),
-        ("?host=2", 400, "unknown_host"),
+        ("?attempt=2", 404, "unknown_attempt"),
+        ("?host=2", 404, "unknown_host"),
         ("?host=one", 400, "invalid_query"),
-        ("?grep=(", 400, "invalid_grep"),
-        ("?since=yesterday", 400, "invalid_since"),
+        ("?grep=(", 422, "invalid_grep"),
+        ("?since=yesterday", 422, "invalid_since"),
+        ("?since=2026-11-24%2008:00:00Z", 422, "invalid_since"),
         ("?limit=0", 400, "invalid_query"),
         ("?color=red", 400, "invalid_query"),
     ] {

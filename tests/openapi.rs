@@ -247,8 +247,9 @@ async fn every_documented_operation_is_routed() {
 }
 
 /// schemathesis generates requests from the document: no answer is a server error, and every
-/// answer's status, content type and body are what the document says. The event stream never
-/// ends, so it is left out. The first run sends the admin token, which the worker protocol
+/// answer's status, content type and body are what the document says, with `--checks all`
+/// (a request the document allows is taken, one it forbids is refused) and the stateful
+/// phase. The event stream and a log's follow stream do not end, so they are left out. The first run sends the admin token, which the worker protocol
 /// refuses (403, documented); the second sends the worker token to the worker protocol, all
 /// but the lease long poll, which would spend up to `wait_s` per case.
 #[tokio::test(flavor = "multi_thread")]
@@ -264,7 +265,12 @@ async fn schemathesis_finds_no_server_error_or_schema_violation() {
     schemathesis(
         &server,
         ADMIN_TOKEN,
-        &["--exclude-path", "/api/v1/events/stream"],
+        &[
+            "--exclude-path",
+            "/api/v1/events/stream",
+            "--exclude-path",
+            "/api/v1/jobs/{id}/logs/follow",
+        ],
     )
     .await;
     schemathesis(
@@ -289,17 +295,20 @@ async fn schemathesis(server: &Server, token: &str, filters: &[&str]) {
     );
     let url = format!("{}/api/v1/openapi.json", server.url);
     let header = format!("Authorization: Bearer {token}");
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/schemathesis.toml");
     let mut args = vec![
+        "--config-file",
+        config,
         "run",
         &url,
         "--header",
         &header,
         "--checks",
-        "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+        "all",
         "--max-examples",
         "10",
         "--phases",
-        "examples,coverage,fuzzing",
+        "examples,coverage,fuzzing,stateful",
         "--seed",
         "1",
         // One worker: Hypothesis on Python 3.11 can fail in its own code ("AST constructor

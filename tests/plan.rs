@@ -173,37 +173,43 @@ async fn a_bad_grant_or_deadline_is_refused_and_changes_nothing() {
     let soon = (Utc::now() + Duration::days(2)).to_rfc3339();
     let later = (Utc::now() + Duration::days(5)).to_rfc3339();
     let cases = [
-        (json!({"end": past}), "deadline_passed"),
-        (json!({"start": later, "end": soon}), "invalid_grant"),
-        (
-            json!({"end": soon, "pod_hours": {"v4-64": -1.0}}),
-            "invalid_grant",
-        ),
+        // Well-formed but impossible now: 422.
+        (json!({"end": past}), 422, "deadline_passed"),
+        (json!({"start": later, "end": soon}), 422, "invalid_grant"),
         (
             json!({"end": soon, "pod_hours": {"v5p-128": 10.0}}),
+            422,
             "unknown_accelerator",
         ),
-        (json!({"end": "next tuesday"}), "invalid_body"),
-        (json!({"end": soon, "budget": 3}), "invalid_body"),
+        // What the document forbids: 400.
+        (
+            json!({"end": soon, "pod_hours": {"v4-64": -1.0}}),
+            400,
+            "invalid_grant",
+        ),
+        (json!({"end": "next tuesday"}), 400, "invalid_body"),
+        (json!({"end": soon.replace('T', " ")}), 400, "invalid_body"),
+        (json!({"end": soon, "budget": 3}), 400, "invalid_body"),
     ];
-    for (body, code) in cases {
+    for (body, expected, code) in cases {
         let (status, answer) = put_grant(&server, body.clone()).await;
-        assert_eq!(status, 400, "{body} -> {answer}");
+        assert_eq!(status, expected, "{body} -> {answer}");
         assert_eq!(answer["error"]["code"], code, "{body} -> {answer}");
     }
     let (_, after) = server.get("/grant").await;
     assert_eq!(before, after, "a refused grant changes nothing");
 
-    for (query, code) in [
-        ("?deadline=tomorrow", "invalid_query"),
+    for (query, expected, code) in [
+        ("?deadline=tomorrow", 400, "invalid_query"),
         (
             &*format!("?deadline={}", past.replace('+', "%2B")),
+            422,
             "deadline_passed",
         ),
-        ("?until=2030-01-01T00:00:00Z", "invalid_query"),
+        ("?until=2030-01-01T00:00:00Z", 400, "invalid_query"),
     ] {
         let (status, answer) = server.get(&format!("/plan{query}")).await;
-        assert_eq!(status, 400, "{query} -> {answer}");
+        assert_eq!(status, expected, "{query} -> {answer}");
         assert_eq!(answer["error"]["code"], code, "{query} -> {answer}");
     }
     // A deadline in the query is honoured, not ignored.

@@ -293,7 +293,7 @@ async fn cron_errors_speak_of_the_five_fields_written() {
         ),
     ] {
         let (status, answer) = schedule(cron).await;
-        assert_eq!(status, 400, "{cron}: {answer}");
+        assert_eq!(status, 422, "{cron}: {answer}");
         assert_eq!(answer["error"]["code"], "invalid_cron", "{answer}");
         assert_eq!(answer["error"]["message"], message.as_str(), "{answer}");
     }

@@ -321,7 +321,9 @@ pub struct JobDetail {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PatchJobRequest {
+    /// Absent or null changes nothing, and a patch that changes nothing is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub priority: Option<i64>,
 }
 
@@ -389,7 +391,12 @@ impl Goodput {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleRequest {
-    /// Standard 5-field cron (`min hour day month weekday`, UTC), or 6/7 fields with seconds.
+    /// Standard 5-field cron (`min hour day month weekday`, UTC), or 6/7 fields with seconds,
+    /// or a shorthand (`@daily`). A field out of range is 422 `invalid_cron`.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = r"^\s*(@[A-Za-z]+|\S+(\s+\S+){4,6})\s*$", max_length = 200)
+    )]
     pub cron: String,
     pub submit: SubmitRequest,
     #[serde(default = "enabled_by_default")]

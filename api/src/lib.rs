@@ -11,6 +11,7 @@ pub mod plan;
 pub mod pods;
 pub mod status;
 pub mod study;
+pub mod time;
 pub mod trainer;
 pub mod webhooks;
 pub mod worker;

@@ -13,9 +13,14 @@ use uuid::Uuid;
 #[serde(deny_unknown_fields)]
 pub struct GrantRequest {
     /// When the grant began; pod time used since then counts against `pod_hours`. Default: now.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::time::optional_rfc3339"
+    )]
     pub start: Option<DateTime<Utc>>,
     /// When it ends: the plan's deadline. Must be in the future and after `start`.
+    #[serde(deserialize_with = "crate::time::rfc3339")]
     pub end: DateTime<Utc>,
     /// Optional pod-hour budget per accelerator type (e.g. `{"v4-64": 720}`).
     #[serde(default)]

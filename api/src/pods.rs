@@ -25,6 +25,7 @@ pub struct PodDescription {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Preflight {
     pub passed: bool,
+    #[serde(default, deserialize_with = "crate::time::optional_rfc3339")]
     pub at: Option<DateTime<Utc>>,
     /// One entry per failed check.
     #[serde(default)]

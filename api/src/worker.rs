@@ -103,6 +103,7 @@ pub struct HostLogLine {
     #[cfg_attr(feature = "openapi", schema(minimum = 0))]
     pub offset: u64,
     /// When the worker received it.
+    #[serde(deserialize_with = "crate::time::rfc3339")]
     pub at: DateTime<Utc>,
     /// Without its newline.
     pub text: String,

@@ -199,33 +199,6 @@ fn warn_not_loaded(uri: &str, reason: &str) {
     log!("WARNING: could not load checkpoint {uri}: {reason}; starting from step 0");
 }
 
-#[cfg(test)]
-mod tests {
-    use super::pick;
-
-    fn some(s: &str) -> Option<Option<String>> {
-        Some(Some(s.to_owned()))
-    }
-
-    #[test]
-    fn command_line_beats_environment_beats_config() {
-        let file = Some("gs://bucket/ckpt".to_owned());
-        assert_eq!(
-            pick(some("/cli"), some("/env"), file.clone()),
-            Some("/cli".into())
-        );
-        assert_eq!(pick(None, some("/env"), file.clone()), Some("/env".into()));
-        assert_eq!(pick(None, None, file.clone()), file);
-    }
-
-    #[test]
-    fn an_explicit_null_wins_too() {
-        assert_eq!(pick(Some(None), some("file:///env/step_10"), None), None);
-        assert_eq!(pick(None, Some(None), Some("/file/step_10".into())), None);
-        assert_eq!(pick(None, None, Some("null".into())), None);
-    }
-}
-
 /// With `PODQ_SIM_LOG_LINES_PER_S=N`, prints N numbered log lines a second on stderr for as
 /// long as the process lives, as a chatty real trainer does (tqdm, per-batch losses): what
 /// live logs are tested and measured with. Each line carries the time it was printed
@@ -256,4 +229,31 @@ pub(crate) fn now_ms() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick;
+
+    fn some(s: &str) -> Option<Option<String>> {
+        Some(Some(s.to_owned()))
+    }
+
+    #[test]
+    fn command_line_beats_environment_beats_config() {
+        let file = Some("gs://bucket/ckpt".to_owned());
+        assert_eq!(
+            pick(some("/cli"), some("/env"), file.clone()),
+            Some("/cli".into())
+        );
+        assert_eq!(pick(None, some("/env"), file.clone()), Some("/env".into()));
+        assert_eq!(pick(None, None, file.clone()), file);
+    }
+
+    #[test]
+    fn an_explicit_null_wins_too() {
+        assert_eq!(pick(Some(None), some("file:///env/step_10"), None), None);
+        assert_eq!(pick(None, Some(None), Some("/file/step_10".into())), None);
+        assert_eq!(pick(None, None, Some("null".into())), None);
+    }
 }

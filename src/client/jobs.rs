@@ -353,8 +353,7 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     }
     let path = format!("/jobs/{}/logs", encode(&args.job));
     if args.follow {
-        query.push(("follow", "true".into()));
-        let request = client.request(Method::GET, &with_query(&path, &query));
+        let request = client.request(Method::GET, &with_query(&format!("{path}/follow"), &query));
         let mut response = client
             .stream(request.header("accept", "text/plain"))
             .await?;

@@ -114,6 +114,20 @@ impl From<SchedulerError> for ApiError {
                     None => error,
                 }
             }
+            SchedulerError::Unprocessable { code, details, .. } => {
+                let error = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, message);
+                match details {
+                    Some(details) => error.with_details(details),
+                    None => error,
+                }
+            }
+            SchedulerError::Missing { code, details, .. } => {
+                let error = ApiError::new(StatusCode::NOT_FOUND, code, message);
+                match details {
+                    Some(details) => error.with_details(details),
+                    None => error,
+                }
+            }
             SchedulerError::IdempotencyKeyReused => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency_key_reused",

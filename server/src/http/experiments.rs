@@ -125,11 +125,11 @@ async fn groups(State(state): State<AppState>) -> Result<Json<Vec<GroupSummary>>
     path = "/experiments/validate",
     tag = "catalog",
     summary = "Dry-run a YAML experiment document; stores nothing",
-    description = "The body is resolved as if it were an experiment file of the catalog. 400 `invalid_yaml` when it is not YAML; 422 `invalid_config` with `details.findings` and `details.summary` when it does not resolve to a config the trainer accepts.",
+    description = "The body is resolved as if it were an experiment file of the catalog. 400 when it is not UTF-8 text; 422 `invalid_yaml` when it is not YAML or not a mapping, 422 `invalid_config` with `details.findings` and `details.summary` when it does not resolve to a config the trainer accepts.",
     request_body(content = String, content_type = "text/yaml", description = "An experiment file"),
     responses(
         (status = 200, description = "The resolved config and any warnings", body = ValidateResponse),
-        (status = 422, description = "`invalid_config`: errors, in `details.findings` and `details.summary`", body = ErrorBody),
+        (status = 422, description = "`invalid_yaml` (not YAML, or not a mapping) or `invalid_config`: errors, in `details.findings` and `details.summary`", body = ErrorBody),
     ),
 )]
 async fn validate(
@@ -166,7 +166,8 @@ async fn validate(
     let summary = catalog::summarize(&findings);
     let Some(experiment) = experiment else {
         let first = findings.first();
-        return Err(ApiError::bad_request(
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_yaml",
             first.map_or("the body is not valid YAML".to_owned(), |f| {
                 f.message.clone()

@@ -27,15 +27,45 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let bytes = read_body(req, state).await?;
         let digest = BodyDigest(hex::encode(Sha256::digest(&bytes)));
-        let value = serde_json::from_slice(&bytes).map_err(|e| {
+        let refused = |e: serde_json::Error| {
             let code = if e.is_syntax() || e.is_eof() {
                 "malformed_json"
             } else {
                 "invalid_body"
             };
             ApiError::bad_request(code, format!("request body: {e}"))
-        })?;
+        };
+        let value = match serde_json::from_slice(&bytes) {
+            Ok(value) => value,
+            // JSON Schema's `integer` (what the document says) includes `3.0`; serde's
+            // integers do not. Such a body is read again with whole floats as integers.
+            Err(e) if e.is_data() && e.to_string().contains("floating point") => {
+                let mut tree: serde_json::Value =
+                    serde_json::from_slice(&bytes).map_err(refused)?;
+                whole_floats_as_integers(&mut tree);
+                serde_json::from_value(tree).map_err(refused)?
+            }
+            Err(e) => return Err(refused(e)),
+        };
         Ok(JsonBody(value, digest))
+    }
+}
+
+/// Every float with no fractional part within ±2^53 becomes that integer.
+fn whole_floats_as_integers(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64() {
+                // Only where every integer is exact (2^53): a larger float was rounded
+                // already, and may stand for a number out of range.
+                if f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0 {
+                    *value = serde_json::Value::from(f as i64);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(whole_floats_as_integers),
+        serde_json::Value::Object(fields) => fields.values_mut().for_each(whole_floats_as_integers),
+        _ => {}
     }
 }
 
@@ -180,11 +210,14 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
                 let key = value
                     .to_str()
                     .ok()
-                    .filter(|k| !k.is_empty() && k.len() <= 200)
+                    .filter(|k| {
+                        (1..=200).contains(&k.len())
+                            && k.bytes().all(|b| b.is_ascii_graphic())
+                    })
                     .ok_or_else(|| {
                         ApiError::bad_request(
                             "invalid_idempotency_key",
-                            "Idempotency-Key must be 1 to 200 visible ASCII characters",
+                            "Idempotency-Key must be 1 to 200 visible ASCII characters, without spaces",
                         )
                     })?;
                 Ok(IdempotencyKey(Some(key.to_owned())))

@@ -47,7 +47,7 @@ const JOB_ID: &str = "A job's uuid, or an experiment name: that experiment's new
     tag = "jobs",
     summary = "Submit a group, a list of experiments or all",
     description = "Exactly one of `group`, `experiments`, `all`. An experiment or config that already has a job is skipped or linked unless `force`. With `Idempotency-Key`, a retry of the same request answers the first answer.",
-    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters; the same key with another body is 422")),
+    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters; the same key with another body is 422", pattern = "^[!-~]{1,200}$")),
     request_body = SubmitRequest,
     responses(
         (status = 201, description = "Jobs were created or linked", body = SubmitResponse),
@@ -92,16 +92,18 @@ struct ListQuery {
     /// Only jobs in this state.
     #[param(value_type = Option<JobState>)]
     state: Option<String>,
-    /// Only this group's jobs.
+    /// Only this group's jobs (the document lists the catalog's groups).
+    #[param(min_length = 1)]
     group: Option<String>,
-    /// Only this experiment's jobs.
+    /// Only this experiment's jobs (the document lists the catalog's experiments).
+    #[param(min_length = 1)]
     experiment: Option<String>,
     /// Page size (default 100).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
     /// The previous page's `next_after`.
     after: Option<i64>,
-    /// Skip this many (not with `after`).
+    /// Skip this many (after `after`, when both are given).
     #[param(minimum = 0)]
     offset: Option<i64>,
 }
@@ -146,13 +148,13 @@ async fn list(
             "limit must be between 1 and 1000",
         ));
     }
-    if q.after.is_some() && q.offset.is_some() {
+    if q.offset.is_some_and(|o| o < 0) {
         return Err(ApiError::bad_request(
             "invalid_query",
-            "give `after` (the `next_after` of the previous page) or `offset`, not both",
+            "offset must be 0 or more",
         ));
     }
-    let offset = q.offset.unwrap_or(0).max(0);
+    let offset = q.offset.unwrap_or(0);
     let filter = JobFilter {
         state: job_state,
         group: q.group,
@@ -374,7 +376,7 @@ async fn job_metrics(
     path = "/jobs/{id}/cancel",
     tag = "jobs",
     summary = "Cancel a job; a running one is stopped on its pod",
-    params(("id" = String, Path, description = JOB_ID), ("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters")),
+    params(("id" = String, Path, description = JOB_ID), ("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters; the same key with another request is 422", pattern = "^[!-~]{1,200}$")),
     responses(
         (status = 200, description = "The job, cancelled", body = Job),
         (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
@@ -397,7 +399,7 @@ async fn cancel(
     path = "/jobs/{id}/requeue",
     tag = "jobs",
     summary = "Requeue a failed, cancelled or held job",
-    params(("id" = String, Path, description = JOB_ID), ("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters")),
+    params(("id" = String, Path, description = JOB_ID), ("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters; the same key with another request is 422", pattern = "^[!-~]{1,200}$")),
     responses(
         (status = 200, description = "The job, requeued", body = Job),
         (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),

@@ -1,5 +1,5 @@
-//! `GET /jobs/{id}/logs`: what every host's trainer printed, by attempt and host, as a page
-//! or followed live. The lines arrive from workers through `POST /leases/{id}/logs`.
+//! `GET /jobs/{id}/logs`: what every host's trainer printed, by attempt and host, as a page;
+//! `/logs/follow` streams it live. The lines arrive from workers through `POST /leases/{id}/logs`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
@@ -31,7 +31,9 @@ const MAX_LIMIT: i64 = 10_000;
 const FOLLOW_RECHECK: Duration = Duration::from_secs(2);
 
 pub fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(logs))
+    OpenApiRouter::new()
+        .routes(routes!(logs))
+        .routes(routes!(follow))
 }
 
 #[derive(Deserialize, Default, utoipa::IntoParams)]
@@ -46,7 +48,9 @@ struct LogsQuery {
     host: Option<String>,
     /// Only lines that arrived since: an RFC 3339 time, or an age such as `90s`, `10m`,
     /// `2h` or `1d`.
-    #[param(pattern = "^([0-9]{1,9}[smhd]|[0-9]{4}-.+)$")]
+    #[param(
+        pattern = "^([0-9]{1,9}[smhd]|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2}))$"
+    )]
     since: Option<String>,
     /// Only lines matching this regular expression (Rust `regex` syntax).
     #[param(min_length = 1, max_length = 1000)]
@@ -59,10 +63,6 @@ struct LogsQuery {
     limit: Option<i64>,
     /// Without `after`: the newest `limit` lines instead of the oldest.
     tail: Option<bool>,
-    /// Keep the answer open and send lines as they arrive, across the attempt's end and
-    /// the next attempt's start, until the job settles (succeeded, failed, cancelled or
-    /// held). Text lines, or NDJSON `LogLine`s when JSON is asked for.
-    follow: Option<bool>,
 }
 
 #[utoipa::path(
@@ -70,16 +70,16 @@ struct LogsQuery {
     path = "/jobs/{id}/logs",
     tag = "jobs",
     summary = "What the trainer printed on every host",
-    description = "Lines in arrival order, each with its attempt and host. As text (the default, for curl) one line each, `[attempt N host H] text`; as JSON a `JobLogs` page. The server keeps the newest lines of each attempt and host (`kept_per_host`); `dropped` says where older ones went.",
+    description = "Lines in arrival order, each with its attempt and host. As text (the default, for curl) one line each, `[attempt N host H] text`; as JSON a `JobLogs` page. The server keeps the newest lines of each attempt and host (`kept_per_host`); `dropped` says where older ones went. `/logs/follow` streams them.",
     params(("id" = String, Path, description = "A job's uuid, or an experiment name: that experiment's newest job"), LogsQuery),
     responses(
         (
             status = 200,
-            description = "A page of lines (JSON), the lines (text), or with `follow` a stream of them (text, or NDJSON `LogLine`s)",
-            content((JobLogs = "application/json"), (String = "text/plain"), (String = "application/x-ndjson")),
+            description = "A page of lines (JSON), or the lines (text)",
+            content((JobLogs = "application/json"), (String = "text/plain")),
         ),
-        (status = 400, description = "`unknown_attempt`, `unknown_host` (with what exists), `invalid_grep`, `invalid_since`, `invalid_query`", body = ErrorBody),
-        (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
+        (status = 404, description = "`not_found` (no such job or experiment), `unknown_attempt` or `unknown_host` (with what exists)", body = ErrorBody),
+        (status = 422, description = "`invalid_grep` (not a regular expression), `invalid_since` (no such time)", body = ErrorBody),
     ),
 )]
 async fn logs(
@@ -88,21 +88,10 @@ async fn logs(
     headers: HeaderMap,
     QueryParams(q): QueryParams<LogsQuery>,
 ) -> Result<Response, ApiError> {
-    let follow = q.follow.unwrap_or(false);
     let query = parse(q, Utc::now())?;
     let subject = state.scheduler.log_subject(id, &query).await?;
-    let json = wants_json(&headers);
-    if follow {
-        return Ok(follow_stream(
-            state.scheduler.clone(),
-            state.shutdown.clone(),
-            subject,
-            query,
-            json,
-        ));
-    }
     let page = state.scheduler.job_logs(&subject, &query).await?;
-    if json {
+    if wants_json(&headers) {
         return Ok(Json(page).into_response());
     }
     let mut text = String::new();
@@ -116,6 +105,40 @@ async fn logs(
         text.push_str(&as_text(line));
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+#[utoipa::path(
+    get,
+    path = "/jobs/{id}/logs/follow",
+    tag = "jobs",
+    summary = "Follow what the trainer prints on every host",
+    description = "The lines the same query would page through, then each new one as it arrives, across the attempt's end and the next attempt's start, until the job settles (succeeded, failed, cancelled or held). Text lines `[attempt N host H] text`, or NDJSON `LogLine`s when the request's `Accept` names `application/json`. With `tail`, it starts from the newest `limit` lines.",
+    params(("id" = String, Path, description = "A job's uuid, or an experiment name: that experiment's newest job"), LogsQuery),
+    responses(
+        (
+            status = 200,
+            description = "The stream, open until the job settles",
+            content((String = "text/plain"), (LogLine = "application/x-ndjson")),
+        ),
+        (status = 404, description = "`not_found` (no such job or experiment), `unknown_attempt` or `unknown_host` (with what exists)", body = ErrorBody),
+        (status = 422, description = "`invalid_grep` (not a regular expression), `invalid_since` (no such time)", body = ErrorBody),
+    ),
+)]
+async fn follow(
+    State(state): State<AppState>,
+    JobRef(id): JobRef,
+    headers: HeaderMap,
+    QueryParams(q): QueryParams<LogsQuery>,
+) -> Result<Response, ApiError> {
+    let query = parse(q, Utc::now())?;
+    let subject = state.scheduler.log_subject(id, &query).await?;
+    Ok(follow_stream(
+        state.scheduler.clone(),
+        state.shutdown.clone(),
+        subject,
+        query,
+        wants_json(&headers),
+    ))
 }
 
 fn parse(q: LogsQuery, now: DateTime<Utc>) -> Result<LogQuery, ApiError> {
@@ -156,8 +179,15 @@ fn parse(q: LogsQuery, now: DateTime<Utc>) -> Result<LogQuery, ApiError> {
         .grep
         .as_deref()
         .map(|pattern| {
-            if pattern.is_empty() {
+            if pattern.chars().count() > 1000 {
                 return Err(ApiError::bad_request(
+                    "invalid_query",
+                    "grep is at most 1000 characters",
+                ));
+            }
+            if pattern.is_empty() {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
                     "invalid_grep",
                     "grep is empty: leave it out to see every line",
                 ));
@@ -165,7 +195,13 @@ fn parse(q: LogsQuery, now: DateTime<Utc>) -> Result<LogQuery, ApiError> {
             regex::RegexBuilder::new(pattern)
                 .size_limit(1 << 20)
                 .build()
-                .map_err(|e| ApiError::bad_request("invalid_grep", format!("grep: {e}")))
+                .map_err(|e| {
+                    ApiError::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "invalid_grep",
+                        format!("grep: {e}"),
+                    )
+                })
         })
         .transpose()?;
     Ok(LogQuery {
@@ -182,11 +218,12 @@ fn parse(q: LogsQuery, now: DateTime<Utc>) -> Result<LogQuery, ApiError> {
 /// `since` as ms since the epoch: an RFC 3339 time, or an age before `now` (`90s`, `10m`,
 /// `2h`, `1d`).
 fn parse_since(since: &str, now: DateTime<Utc>) -> Result<i64, ApiError> {
-    if let Ok(time) = DateTime::parse_from_rfc3339(since) {
+    if let Ok(time) = podq_api::time::parse_rfc3339(since) {
         return Ok(time.timestamp_millis());
     }
     let invalid = || {
-        ApiError::bad_request(
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_since",
             format!(
                 "since must be an RFC 3339 time (2026-11-24T08:00:00Z) or an age such as 90s, 10m, 2h or 1d, got `{since}`"

@@ -51,7 +51,7 @@ pub fn router(state: AppState) -> Router {
             trace::observe,
         ))
         .fallback(not_found)
-        .layer(Extension(openapi::Document::new(document)))
+        .layer(Extension(openapi::Document::new(document, &state.catalog)))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         // A client that announces a body and does not send it must not hold a task open.
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(

@@ -20,6 +20,9 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use serde_json::json;
+
+use crate::catalog::Catalog;
 use crate::AppState;
 
 /// The document's fixed parts; the paths and schemas come from the routers.
@@ -82,7 +85,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 pub struct Document(Arc<String>);
 
 impl Document {
-    pub fn new(mut openapi: utoipa::openapi::OpenApi) -> Self {
+    pub fn new(mut openapi: utoipa::openapi::OpenApi, catalog: &Catalog) -> Self {
         openapi.info.version = env!("CARGO_PKG_VERSION").to_owned();
         for item in openapi.paths.paths.values_mut() {
             for operation in [
@@ -106,9 +109,93 @@ impl Document {
                 add_shared_errors(operation);
             }
         }
-        Document(Arc::new(
-            openapi.to_json().expect("the OpenAPI document serialises"),
-        ))
+        let mut document = serde_json::to_value(&openapi).expect("the OpenAPI document serialises");
+        describe_checks(&mut document, catalog);
+        Document(Arc::new(document.to_string()))
+    }
+}
+
+/// What the server checks that the types alone cannot say, written into the document so a
+/// client generated from it sends only what the server takes: the catalog's group and
+/// experiment names (fixed while the server runs), exactly one selection in a submission,
+/// a patch that changes something, and a grant's budgets of 0 or more.
+fn describe_checks(document: &mut serde_json::Value, catalog: &Catalog) {
+    let groups: Vec<&str> = catalog.groups.iter().map(|g| g.name.as_str()).collect();
+    let experiments: Vec<&str> = catalog
+        .experiments
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    tighten_formats(document);
+    let schemas = &mut document["components"]["schemas"];
+    let submit = &mut schemas["SubmitRequest"];
+    if submit.is_object() {
+        let mut group_values: Vec<serde_json::Value> = groups.iter().map(|g| json!(g)).collect();
+        group_values.push(serde_json::Value::Null);
+        submit["properties"]["group"]["enum"] = json!(group_values);
+        submit["properties"]["all"] = json!({"enum": [true, null]});
+        let list = &mut submit["properties"]["experiments"];
+        list["minItems"] = json!(1);
+        list["items"] = json!({"type": "string", "enum": experiments});
+        submit["properties"]["max_failures"]["maximum"] =
+            json!(crate::scheduler::submit::MAX_MAX_FAILURES);
+        // Exactly one of them, given and not null (`all` only as true).
+        submit["oneOf"] = json!([
+            {"required": ["group"], "properties": {"group": {"type": "string"}}},
+            {"required": ["experiments"], "properties": {"experiments": {"type": "array"}}},
+            {"required": ["all"], "properties": {"all": {"const": true}}},
+        ]);
+    }
+    // A patch that changes nothing is refused (utoipa 5 writes `min_properties` as
+    // `maxProperties`, so it is set here).
+    let patch = &mut schemas["PatchJobRequest"];
+    if patch.is_object() {
+        patch["minProperties"] = json!(1);
+    }
+    let grant = &mut schemas["GrantRequest"];
+    if grant.is_object() {
+        grant["properties"]["pod_hours"]["additionalProperties"] =
+            json!({"type": "number", "minimum": 0});
+    }
+    if let Some(operation) = document["paths"]["/api/v1/jobs"]["get"].as_object_mut() {
+        for parameter in operation
+            .get_mut("parameters")
+            .and_then(|p| p.as_array_mut())
+            .into_iter()
+            .flatten()
+        {
+            let names: &[&str] = match parameter["name"].as_str() {
+                Some("group") => &groups,
+                Some("experiment") => &experiments,
+                _ => continue,
+            };
+            parameter["schema"] = json!({"type": "string", "enum": names});
+        }
+    }
+}
+
+/// An RFC 3339 date and time, as `podq_api::time` reads one.
+const RFC_3339: &str = "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
+
+/// utoipa writes a `u32` as `int32` with a minimum of 0, which reads as at most 2^31 - 1;
+/// the server takes up to 2^32 - 1. A `date-time` gets the pattern the server enforces.
+fn tighten_formats(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(fields) => {
+            if fields.get("format").and_then(|f| f.as_str()) == Some("int32")
+                && fields.get("minimum").and_then(|m| m.as_f64()) == Some(0.0)
+            {
+                fields.insert("format".into(), json!("uint32"));
+                fields.entry("maximum").or_insert(json!(u32::MAX));
+            }
+            // In OpenAPI 3.1 a `format` only annotates; the server takes RFC 3339 only.
+            if fields.get("format").and_then(|f| f.as_str()) == Some("date-time") {
+                fields.entry("pattern").or_insert(json!(RFC_3339));
+            }
+            fields.values_mut().for_each(tighten_formats);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(tighten_formats),
+        _ => {}
     }
 }
 

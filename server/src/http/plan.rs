@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use podq_api::{Grant, GrantRequest, Plan, PlanApplied, PlannedRun};
+use podq_api::{ErrorBody, Grant, GrantRequest, Plan, PlanApplied, PlannedRun};
 use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -44,14 +44,8 @@ impl PlanQuery {
         self.deadline
             .as_deref()
             .map(|d| {
-                DateTime::parse_from_rfc3339(d)
-                    .map(|d| d.with_timezone(&Utc))
-                    .map_err(|e| {
-                        ApiError::bad_request(
-                            "invalid_query",
-                            format!("deadline `{d}` is not an RFC 3339 time such as 2026-12-23T00:00:00Z: {e}"),
-                        )
-                    })
+                podq_api::time::parse_rfc3339(d)
+                    .map_err(|e| ApiError::bad_request("invalid_query", format!("deadline {e}")))
             })
             .transpose()
     }
@@ -64,11 +58,14 @@ impl PlanQuery {
     summary = "The queue in run order with projected start and end, against the deadline",
     description = "Today's order and the recommended one (the most whole groups before the deadline). JSON when the request's `Accept` names `application/json`; otherwise (curl's `*/*`) a plain-text table.",
     params(PlanQuery),
-    responses((
-        status = 200,
-        description = "The plan",
-        content((Plan = "application/json"), (String = "text/plain")),
-    )),
+    responses(
+        (
+            status = 200,
+            description = "The plan",
+            content((Plan = "application/json"), (String = "text/plain")),
+        ),
+        (status = 422, description = "`deadline_passed`: the deadline asked for is not in the future", body = ErrorBody),
+    ),
 )]
 async fn plan(
     State(state): State<AppState>,
@@ -86,7 +83,10 @@ async fn plan(
     summary = "Apply the recommended order",
     description = "Submits the experiments the recommended order includes and sets priorities to follow it.",
     params(PlanQuery),
-    responses((status = 200, description = "What applying did, and the plan after it", body = PlanApplied)),
+    responses(
+        (status = 200, description = "What applying did, and the plan after it", body = PlanApplied),
+        (status = 422, description = "`deadline_passed`: the deadline asked for is not in the future", body = ErrorBody),
+    ),
     security(("admin_token" = [])),
 )]
 async fn apply(
@@ -113,7 +113,11 @@ async fn grant(State(state): State<AppState>) -> Result<Json<Option<Grant>>, Api
     tag = "plan",
     summary = "Set the compute grant",
     request_body = GrantRequest,
-    responses((status = 200, description = "The grant as stored", body = Grant)),
+    description = "`end` must be in the future and after `start`; each budget names an accelerator a pod or an experiment uses.",
+    responses(
+        (status = 200, description = "The grant as stored", body = Grant),
+        (status = 422, description = "`deadline_passed`, `invalid_grant` (it ends before it starts), `unknown_accelerator` (with the known ones)", body = ErrorBody),
+    ),
     security(("admin_token" = [])),
 )]
 async fn set_grant(

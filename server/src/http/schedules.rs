@@ -37,11 +37,12 @@ async fn list(State(state): State<AppState>) -> Result<Json<Vec<Schedule>>, ApiE
     path = "/schedules",
     tag = "schedules",
     summary = "Submit on a cron schedule",
-    description = "`cron` is 5-field `minute hour day-of-month month day-of-week` in UTC (day-of-week 0-7, 0 and 7 Sunday; names JAN-DEC, SUN-SAT), or @hourly, @daily, @weekly, @monthly, @yearly; a 6-field form with leading seconds is also accepted. A bad expression is 400 `invalid_cron` naming the field.",
+    description = "`cron` is 5-field `minute hour day-of-month month day-of-week` in UTC (day-of-week 0-7, 0 and 7 Sunday; names JAN-DEC, SUN-SAT), or @hourly, @daily, @weekly, @monthly, @yearly; a 6-field form with leading seconds is also accepted. A bad expression is 422 `invalid_cron` naming the field.",
     request_body = ScheduleRequest,
     responses(
         (status = 201, description = "The schedule", body = Schedule),
         (status = 404, description = "`not_found`: an unknown group or experiment to submit", body = ErrorBody),
+        (status = 422, description = "`invalid_cron`: the wrong number of fields, a field out of range or a bad name", body = ErrorBody),
     ),
     security(("admin_token" = [])),
 )]

@@ -50,7 +50,7 @@ fn check_pod_name(name: &str) -> Result<(), ApiError> {
     tag = "worker",
     summary = "Long-poll for a lease",
     description = "Registers or refreshes the pod and waits up to `wait_s` for a job it may run.",
-    params(("name" = String, Path, description = "The pod: 1 to 63 letters, digits, `-` or `_`")),
+    params(("name" = String, Path, description = "The pod: 1 to 63 letters, digits, `-` or `_`", pattern = "^[A-Za-z0-9_-]{1,63}$")),
     request_body = LeaseRequest,
     responses(
         (status = 200, description = "A lease: run this attempt", body = Lease),
@@ -75,7 +75,7 @@ async fn lease(
     path = "/pods/{name}/report",
     tag = "worker",
     summary = "Report the pod's state, health, preflight or recovery",
-    params(("name" = String, Path, description = "The pod: 1 to 63 letters, digits, `-` or `_`")),
+    params(("name" = String, Path, description = "The pod: 1 to 63 letters, digits, `-` or `_`", pattern = "^[A-Za-z0-9_-]{1,63}$")),
     request_body = PodReport,
     responses((status = 204, description = "Recorded")),
     security(("worker_token" = [])),

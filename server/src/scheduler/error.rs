@@ -33,6 +33,21 @@ pub enum SchedulerError {
         message: String,
         details: Option<serde_json::Value>,
     },
+    /// Well-formed and as the document allows, but impossible now: a deadline that has
+    /// passed, a cron field out of range, a budget for an accelerator nothing uses.
+    #[error("{message}")]
+    Unprocessable {
+        code: &'static str,
+        message: String,
+        details: Option<serde_json::Value>,
+    },
+    /// A part of an existing resource that does not exist (an attempt or host of a job).
+    #[error("{message}")]
+    Missing {
+        code: &'static str,
+        message: String,
+        details: Option<serde_json::Value>,
+    },
     #[error("this Idempotency-Key was used with a different request body")]
     IdempotencyKeyReused,
     #[error(transparent)]
@@ -48,9 +63,35 @@ impl SchedulerError {
         }
     }
 
+    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
+        SchedulerError::Unprocessable {
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    pub fn missing(code: &'static str, message: impl Into<String>) -> Self {
+        SchedulerError::Missing {
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+
     pub fn with_details(self, value: serde_json::Value) -> Self {
         match self {
             SchedulerError::Invalid { code, message, .. } => SchedulerError::Invalid {
+                code,
+                message,
+                details: Some(value),
+            },
+            SchedulerError::Unprocessable { code, message, .. } => SchedulerError::Unprocessable {
+                code,
+                message,
+                details: Some(value),
+            },
+            SchedulerError::Missing { code, message, .. } => SchedulerError::Missing {
                 code,
                 message,
                 details: Some(value),

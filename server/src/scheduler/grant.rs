@@ -35,7 +35,7 @@ impl Scheduler {
         let start = req.start.unwrap_or(now);
         check_deadline(req.end, now)?;
         if req.end <= start {
-            return Err(SchedulerError::invalid(
+            return Err(SchedulerError::unprocessable(
                 "invalid_grant",
                 format!("the grant ends ({}) before it starts ({start})", req.end),
             ));
@@ -43,7 +43,7 @@ impl Scheduler {
         let known = self.known_accelerators().await?;
         for (accelerator, hours) in &req.pod_hours {
             if !known.contains(accelerator) {
-                return Err(SchedulerError::invalid(
+                return Err(SchedulerError::unprocessable(
                     "unknown_accelerator",
                     format!("no pod or job uses the accelerator `{accelerator}`"),
                 )
@@ -96,7 +96,7 @@ impl Scheduler {
 /// A deadline the plan can measure against: one that has not passed.
 pub fn check_deadline(deadline: DateTime<Utc>, now: DateTime<Utc>) -> Result<()> {
     if deadline <= now {
-        return Err(SchedulerError::invalid(
+        return Err(SchedulerError::unprocessable(
             "deadline_passed",
             format!("the deadline {deadline} has already passed (it is {now} now)"),
         ));

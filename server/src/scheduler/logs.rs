@@ -98,7 +98,7 @@ impl Scheduler {
                             .join(", ")
                     )
                 };
-                return Err(SchedulerError::invalid("unknown_attempt", message)
+                return Err(SchedulerError::missing("unknown_attempt", message)
                     .with_details(serde_json::json!({ "attempts": numbers })));
             }
         }
@@ -111,7 +111,7 @@ impl Scheduler {
                 .map(|p| p.hosts)
                 .max();
             if let Some(hosts) = hosts.filter(|&n| i64::from(host) >= n) {
-                return Err(SchedulerError::invalid(
+                return Err(SchedulerError::missing(
                     "unknown_host",
                     format!(
                         "there is no host {host}: {}'s pod has hosts 0 to {}",

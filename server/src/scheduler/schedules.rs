@@ -92,7 +92,9 @@ const NEEDS_FIVE: &str = "cron needs 5: minute hour day-of-month month day-of-we
 /// of the `cron` crate's own dialect; the crate then gets the values spelled out (its day of
 /// week counts 1-7 from Sunday).
 pub fn parse_cron(expr: &str) -> Result<cron::Schedule> {
-    let invalid = |message: String| SchedulerError::invalid("invalid_cron", message);
+    // The document's pattern admits the expression's shape; what is wrong with it now is a
+    // value (out of range, a bad name), which no schema can say.
+    let invalid = |message: String| SchedulerError::unprocessable("invalid_cron", message);
     let trimmed = expr.trim();
     let written = if trimmed.starts_with('@') {
         SHORTHANDS

@@ -16,7 +16,7 @@ use crate::store::jobs::{self, NewJob};
 use crate::store::{parse_uuid, StoreError};
 
 pub const DEFAULT_MAX_FAILURES: u32 = 3;
-const MAX_MAX_FAILURES: u32 = 100;
+pub const MAX_MAX_FAILURES: u32 = 100;
 
 /// The experiments a request names, in catalog order, or why the request is wrong.
 pub fn select<'c>(catalog: &'c Catalog, req: &SubmitRequest) -> Result<Vec<&'c Experiment>> {
