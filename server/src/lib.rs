@@ -21,18 +21,7 @@ use catalog::Catalog;
 use scheduler::Scheduler;
 use store::Store;
 
-/// Everything a request handler can reach.
-#[derive(Clone)]
-pub struct AppState {
-    pub store: Store,
-    pub catalog: Arc<Catalog>,
-    pub config: Arc<ServerConfig>,
-    pub scheduler: Arc<Scheduler>,
-    /// Cancelled when the server shuts down: long-lived answers (the event stream) end then.
-    pub shutdown: CancellationToken,
-    /// Where webhook notices go.
-    pub webhooks: Arc<Vec<webhooks::Receiver>>,
-}
+pub use http::AppState;
 
 /// Loads the catalog (refusing one with errors), opens the store and checks the listen
 /// address is safe for the tokens configured.
@@ -80,7 +69,6 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
     let config = Arc::new(config);
     let scheduler = Scheduler::load(store.clone(), catalog.clone(), config.clone()).await?;
     Ok(AppState {
-        store,
         catalog,
         config,
         scheduler: Arc::new(scheduler),
@@ -103,7 +91,7 @@ pub async fn serve(
     let reaper = tokio::spawn(state.scheduler.clone().run_reaper(shutdown.clone()));
     let cron = tokio::spawn(state.scheduler.clone().run_schedules(shutdown.clone()));
     let notices = tokio::spawn(webhooks::deliver(
-        state.store.clone(),
+        state.scheduler.store().clone(),
         state.webhooks.as_ref().clone(),
         state.scheduler.telemetry().clone(),
         shutdown.clone(),

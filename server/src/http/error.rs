@@ -7,7 +7,7 @@ use axum::Json;
 use podq_api::{ErrorBody, ErrorDetail};
 
 use crate::scheduler::SchedulerError;
-use crate::store::{FromCommitFailure, StoreError};
+use crate::scheduler::{self, StoreFailure};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -45,47 +45,25 @@ impl ApiError {
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            // Bad data in the store is not a reason to retry: it needs a person.
-            StoreError::Corrupt(_) => {
-                tracing::error!(alarm = true, error = %e, "the store holds data podq cannot read");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "store_corrupt",
-                    "the server found data it cannot read; an operator must look at its log",
-                )
-            }
-            StoreError::WritePanicked | StoreError::Migrate(_) => {
-                tracing::error!(alarm = true, error = %e, "internal store failure");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "the server failed unexpectedly; nothing was changed; an operator must look at its log",
-                )
-            }
-            StoreError::Database(_) | StoreError::WriterStopped => {
-                tracing::error!(error = %e, "store failure");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store_unavailable",
-                    "the database could not complete the request; nothing was changed, try again",
-                )
-            }
+impl From<StoreFailure> for ApiError {
+    fn from(failure: StoreFailure) -> Self {
+        match failure {
+            StoreFailure::Corrupt => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "store_corrupt",
+                "the server found data it cannot read; an operator must look at its log",
+            ),
+            StoreFailure::Internal => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the server failed unexpectedly; nothing was changed; an operator must look at its log",
+            ),
+            StoreFailure::Unavailable => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "the database could not complete the request; nothing was changed, try again",
+            ),
         }
-    }
-}
-
-impl From<sqlx::Error> for ApiError {
-    fn from(e: sqlx::Error) -> Self {
-        ApiError::from(StoreError::from(e))
-    }
-}
-
-impl FromCommitFailure for ApiError {
-    fn commit_failed(message: String) -> Self {
-        ApiError::from(StoreError::commit_failed(message))
     }
 }
 
@@ -133,7 +111,7 @@ impl From<SchedulerError> for ApiError {
                 "idempotency_key_reused",
                 message,
             ),
-            SchedulerError::Store(e) => ApiError::from(e),
+            SchedulerError::Store(e) => ApiError::from(scheduler::store_failure(&e)),
         }
     }
 }

@@ -1,7 +1,5 @@
 //! The catalog: experiments, groups, and dry-run validation of a config.
 
-use std::collections::BTreeMap;
-
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -15,7 +13,6 @@ use utoipa_axum::routes;
 use super::error::ApiError;
 use super::extract::read_body;
 use crate::catalog::{self, source::MAX_YAML_BYTES};
-use crate::store::jobs::counts_by_group_and_state;
 use crate::AppState;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -97,10 +94,7 @@ async fn study(
     responses((status = 200, description = "Every group, in catalog order", body = Vec<GroupSummary>)),
 )]
 async fn groups(State(state): State<AppState>) -> Result<Json<Vec<GroupSummary>>, ApiError> {
-    let mut counts: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
-    for (group, job_state, n) in counts_by_group_and_state(state.store.reader()).await? {
-        counts.entry(group).or_default().insert(job_state, n);
-    }
+    let mut counts = state.scheduler.counts_by_group().await?;
     Ok(Json(
         state
             .catalog

@@ -10,8 +10,6 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use crate::names;
-use crate::store::jobs as store_jobs;
-use crate::store::parse_uuid;
 use crate::AppState;
 
 /// A JSON body. The Content-Type is not required, so `curl -d '{...}'` works as typed.
@@ -159,11 +157,8 @@ impl FromRequestParts<AppState> for JobRef {
             axum::extract::Path::from_request_parts(parts, state)
                 .await
                 .map_err(|e| ApiError::bad_request("invalid_path", e.to_string()))?;
-        if let Ok(id) = Uuid::parse_str(&raw) {
+        if let Some(id) = state.scheduler.job_id_of(&raw).await? {
             return Ok(JobRef(id));
-        }
-        if let Some(id) = store_jobs::newest_job_of_experiment(state.store.reader(), &raw).await? {
-            return Ok(JobRef(parse_uuid(&id)?));
         }
         if state.catalog.experiment(&raw).is_some() {
             return Err(ApiError::not_found(format!(

@@ -4,21 +4,17 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use podq_api::{
-    Attempt, Checkpoint, ErrorBody, Event, Job, JobDetail, JobList, JobMetrics, JobState,
-    PatchJobRequest, SubmitRequest, SubmitResponse,
+    Checkpoint, ErrorBody, Event, Job, JobDetail, JobList, JobMetrics, JobState, PatchJobRequest,
+    SubmitRequest, SubmitResponse,
 };
 use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use uuid::Uuid;
 
 use super::error::ApiError;
 use super::extract::{BodyDigest, IdempotencyKey, JobRef, JsonBody, QueryParams};
 use crate::names;
 use crate::scheduler;
-use crate::store::checkpoints as store_checkpoints;
-use crate::store::jobs::{self as store_jobs, JobFilter};
-use crate::store::{goodput, metrics, JobRow};
 use crate::AppState;
 
 pub fn read_routes() -> OpenApiRouter<AppState> {
@@ -122,25 +118,6 @@ async fn list(
     QueryParams(q): QueryParams<ListQuery>,
 ) -> Result<Json<JobList>, ApiError> {
     let job_state = q.state.as_deref().map(parse_state).transpose()?;
-    // A name no job can have is a mistake to point out, not an empty list.
-    if let Some(group) = &q.group {
-        if state.catalog.group(group).is_none()
-            && !store_jobs::group_has_jobs(state.store.reader(), group).await?
-        {
-            return Err(scheduler::submit::unknown_group(&state.catalog, group).into());
-        }
-    }
-    if let Some(experiment) = &q.experiment {
-        if state.catalog.experiment(experiment).is_none()
-            && store_jobs::newest_job_of_experiment(state.store.reader(), experiment)
-                .await?
-                .is_none()
-        {
-            return Err(
-                scheduler::submit::unknown_experiments(&state.catalog, &[experiment]).into(),
-            );
-        }
-    }
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::bad_request(
@@ -154,29 +131,15 @@ async fn list(
             "offset must be 0 or more",
         ));
     }
-    let offset = q.offset.unwrap_or(0);
-    let filter = JobFilter {
+    let query = scheduler::JobsQuery {
         state: job_state,
         group: q.group,
         experiment: q.experiment,
         limit,
         after: q.after,
-        offset,
+        offset: q.offset.unwrap_or(0),
     };
-    let (rows, total) = store_jobs::list_jobs(state.store.reader(), &filter).await?;
-    let next_after = (rows.len() as i64 == limit)
-        .then(|| rows.last().map(|r| r.seq))
-        .flatten();
-    Ok(Json(JobList {
-        jobs: rows
-            .into_iter()
-            .map(JobRow::into_api)
-            .collect::<Result<_, _>>()?,
-        total,
-        limit,
-        offset,
-        next_after,
-    }))
+    Ok(Json(state.scheduler.jobs(query).await?))
 }
 
 /// A job state by name, or a 400 that lists them with the closest one.
@@ -196,12 +159,6 @@ fn parse_state(name: &str) -> Result<JobState, ApiError> {
     })
 }
 
-async fn job_row(state: &AppState, id: Uuid) -> Result<JobRow, ApiError> {
-    store_jobs::get_job(state.store.reader(), &id.to_string())
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no job {id}")))
-}
-
 #[utoipa::path(
     get,
     path = "/jobs/{id}",
@@ -217,28 +174,7 @@ async fn detail(
     State(state): State<AppState>,
     JobRef(id): JobRef,
 ) -> Result<Json<JobDetail>, ApiError> {
-    let row = job_row(&state, id).await?;
-    let run_id = row.run_id.clone();
-    let db = state.store.reader();
-    let attempts = store_jobs::attempts(db, &run_id)
-        .await?
-        .into_iter()
-        .map(|a| a.into_api())
-        .collect::<Result<Vec<Attempt>, _>>()?;
-    let checkpoints = store_checkpoints::of_job(db, &run_id)
-        .await?
-        .into_iter()
-        .map(Checkpoint::from)
-        .collect();
-    let latest_metrics = store_jobs::latest_metrics(db, &run_id).await?;
-    let goodput = goodput::of_run(db, &run_id).await?;
-    Ok(Json(JobDetail {
-        job: row.into_api()?,
-        attempts,
-        checkpoints,
-        latest_metrics,
-        goodput,
-    }))
+    Ok(Json(state.scheduler.job_detail(id).await?))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -267,31 +203,13 @@ async fn events(
     JobRef(id): JobRef,
     QueryParams(q): QueryParams<EventsQuery>,
 ) -> Result<Json<Vec<Event>>, ApiError> {
-    let row = job_row(&state, id).await?;
     let limit = q.limit.unwrap_or(500).clamp(1, 5000);
-    let mut events: Vec<Event> =
-        store_jobs::job_events(state.store.reader(), &row.id, q.after.unwrap_or(0), limit)
-            .await?
-            .into_iter()
-            .map(|e| e.into_api())
-            .collect::<Result<_, _>>()?;
-    if row.run_id != row.id {
-        // A linked job's timeline includes the run it shares.
-        let run: Vec<Event> = store_jobs::job_events(
-            state.store.reader(),
-            &row.run_id,
-            q.after.unwrap_or(0),
-            limit,
-        )
-        .await?
-        .into_iter()
-        .map(|e| e.into_api())
-        .collect::<Result<_, _>>()?;
-        events.extend(run);
-        events.sort_by_key(|e| e.id);
-        events.truncate(limit as usize);
-    }
-    Ok(Json(events))
+    Ok(Json(
+        state
+            .scheduler
+            .job_events(id, q.after.unwrap_or(0), limit)
+            .await?,
+    ))
 }
 
 #[utoipa::path(
@@ -309,14 +227,7 @@ async fn checkpoints(
     State(state): State<AppState>,
     JobRef(id): JobRef,
 ) -> Result<Json<Vec<Checkpoint>>, ApiError> {
-    let row = job_row(&state, id).await?;
-    Ok(Json(
-        store_checkpoints::of_job(state.store.reader(), &row.run_id)
-            .await?
-            .into_iter()
-            .map(Checkpoint::from)
-            .collect(),
-    ))
+    Ok(Json(state.scheduler.job_checkpoints(id).await?))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -346,7 +257,6 @@ async fn job_metrics(
     JobRef(id): JobRef,
     QueryParams(q): QueryParams<MetricsQuery>,
 ) -> Result<Json<JobMetrics>, ApiError> {
-    let row = job_row(&state, id).await?;
     let max_points = q.max_points.unwrap_or(2000);
     if !(2..=100_000).contains(&max_points) {
         return Err(ApiError::bad_request(
@@ -361,14 +271,9 @@ async fn job_metrics(
             .map(str::to_owned)
             .collect()
     });
-    let series = metrics::downsampled(
-        state.store.reader(),
-        &row.run_id,
-        names.as_deref(),
-        max_points,
-    )
-    .await?;
-    Ok(Json(JobMetrics { job_id: id, series }))
+    Ok(Json(
+        state.scheduler.job_metrics(id, names, max_points).await?,
+    ))
 }
 
 #[utoipa::path(

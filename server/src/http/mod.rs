@@ -13,6 +13,7 @@ mod negotiate;
 mod openapi;
 mod plan;
 mod schedules;
+mod state;
 mod status;
 mod stream;
 mod trace;
@@ -28,7 +29,7 @@ use axum::{Extension, Router};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::AppState;
+pub use state::AppState;
 
 /// Largest JSON body accepted (a metrics batch of a few thousand points fits).
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -97,7 +98,7 @@ fn documented(state: &AppState) -> OpenApiRouter<AppState> {
 async fn readyz(
     axum::extract::State(state): axum::extract::State<AppState>,
 ) -> Result<&'static str, error::ApiError> {
-    tokio::time::timeout(Duration::from_secs(2), state.store.ping())
+    tokio::time::timeout(Duration::from_secs(2), state.scheduler.ping())
         .await
         .map_err(|_| {
             error::ApiError::new(

@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -24,8 +25,7 @@ use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::QueryParams;
-use crate::scheduler::Progress;
-use crate::store::{jobs, Store};
+use crate::scheduler::{Progress, Scheduler};
 use crate::AppState;
 
 /// Events read per wake-up at most; the rest follow at once.
@@ -67,12 +67,12 @@ async fn stream(
         .or(q.after);
     let cursor = match resume {
         Some(after) => after,
-        None => jobs::last_event_id(state.store.reader()).await?,
+        None => state.scheduler.last_event_id().await?,
     };
     let tail = Tail {
         shutdown: state.shutdown.clone(),
-        store: state.store.clone(),
-        commits: state.store.commits(),
+        scheduler: state.scheduler.clone(),
+        commits: state.scheduler.commits(),
         progress: state.scheduler.progress(),
         cursor,
         pending: VecDeque::new(),
@@ -87,7 +87,7 @@ async fn stream(
 struct Tail {
     /// Ends the stream when the server shuts down; graceful shutdown waits for every answer.
     shutdown: CancellationToken,
-    store: Store,
+    scheduler: Arc<Scheduler>,
     commits: watch::Receiver<u64>,
     progress: broadcast::Receiver<Progress>,
     cursor: i64,
@@ -123,23 +123,23 @@ impl Tail {
 
     /// Queues the events committed after the cursor; true if there were any.
     async fn read_new(&mut self) -> bool {
-        let rows = match jobs::recent_events(self.store.reader(), self.cursor, BATCH).await {
-            Ok(rows) => rows,
+        let events = match self.scheduler.events_after(self.cursor, BATCH).await {
+            Ok(events) => events,
             Err(e) => {
                 tracing::warn!(error = %e, "the event stream could not read events");
                 return false;
             }
         };
-        let found = !rows.is_empty();
-        for row in rows {
-            self.cursor = row.id;
-            let id = row.id.to_string();
-            match row.into_api() {
-                Ok(event) => match SseEvent::default().event("event").id(id).json_data(&event) {
-                    Ok(sse) => self.pending.push_back(sse),
-                    Err(e) => tracing::warn!(error = %e, "an event did not serialise"),
-                },
-                Err(e) => tracing::error!(alarm = true, error = %e, "an event row is unreadable"),
+        let found = !events.is_empty();
+        for event in events {
+            self.cursor = event.id;
+            match SseEvent::default()
+                .event("event")
+                .id(event.id.to_string())
+                .json_data(&event)
+            {
+                Ok(sse) => self.pending.push_back(sse),
+                Err(e) => tracing::warn!(error = %e, "an event did not serialise"),
             }
         }
         found

@@ -9,7 +9,6 @@ use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::QueryParams;
-use crate::store::{ms_to_datetime, webhooks as outbox, StoreError};
 use crate::webhooks::redacted;
 use crate::AppState;
 
@@ -27,25 +26,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     responses((status = 200, description = "Every webhook", body = Vec<Webhook>)),
 )]
 async fn list(State(state): State<AppState>) -> Result<Json<Vec<Webhook>>, ApiError> {
-    let rows = outbox::list(state.store.reader()).await?;
-    let hooks = rows
-        .into_iter()
-        .map(|row| {
-            Ok(Webhook {
-                id: row.id,
-                url: redacted(&row.url),
-                format: row.format,
-                events: serde_json::from_str(&row.kinds_json)
-                    .map_err(|e| StoreError::Corrupt(format!("webhook kinds: {e}")))?,
-                enabled: row.enabled,
-                pending: row.pending,
-                delivered: row.delivered,
-                oldest_pending_attempts: row.head_attempts,
-                last_error: row.last_error,
-            })
-        })
-        .collect::<Result<_, StoreError>>()?;
-    Ok(Json(hooks))
+    Ok(Json(state.scheduler.webhooks(redacted).await?))
 }
 
 #[derive(Deserialize, Default, utoipa::IntoParams)]
@@ -81,19 +62,10 @@ async fn deliveries(
             "limit must be between 1 and 1000",
         ));
     }
-    let rows = outbox::deliveries(state.store.reader(), q.webhook, q.pending, limit).await?;
     Ok(Json(
-        rows.into_iter()
-            .map(|r| Delivery {
-                id: r.id,
-                webhook_id: r.webhook_id,
-                event_id: r.event_id,
-                kind: r.kind,
-                attempts: r.attempts,
-                next_attempt_at: ms_to_datetime(r.next_attempt_at),
-                delivered_at: r.delivered_at.map(ms_to_datetime),
-                last_error: r.last_error,
-            })
-            .collect(),
+        state
+            .scheduler
+            .webhook_deliveries(q.webhook, q.pending, limit)
+            .await?,
     ))
 }

@@ -128,3 +128,32 @@ impl FromCommitFailure for SchedulerError {
 }
 
 pub type Result<T, E = SchedulerError> = std::result::Result<T, E>;
+
+/// What a store error means for the one who asked, without its details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// Data podq cannot read: retrying will not help, a person must look.
+    Corrupt,
+    /// podq itself failed (a panic, a migration): nothing was changed.
+    Internal,
+    /// The database could not answer now: nothing was changed, try again.
+    Unavailable,
+}
+
+/// Classifies `e` and logs it once, at the level it deserves.
+pub fn store_failure(e: &StoreError) -> StoreFailure {
+    match e {
+        StoreError::Corrupt(_) => {
+            tracing::error!(alarm = true, error = %e, "the store holds data podq cannot read");
+            StoreFailure::Corrupt
+        }
+        StoreError::WritePanicked | StoreError::Migrate(_) => {
+            tracing::error!(alarm = true, error = %e, "internal store failure");
+            StoreFailure::Internal
+        }
+        StoreError::Database(_) | StoreError::WriterStopped => {
+            tracing::error!(error = %e, "store failure");
+            StoreFailure::Unavailable
+        }
+    }
+}

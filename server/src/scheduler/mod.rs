@@ -4,9 +4,11 @@
 //! [`SchedulerError`] it may get back.
 
 pub mod control;
+mod cron_dialect;
 mod error;
 pub mod forecast;
 mod grant;
+mod job_reads;
 mod leasing;
 pub mod live;
 pub mod logs;
@@ -28,7 +30,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sqlx::sqlite::SqliteConnection;
 
-pub use error::{Result, SchedulerError};
+pub use error::{store_failure, Result, SchedulerError, StoreFailure};
+pub use job_reads::JobsQuery;
 pub use live::{LiveLease, LiveLeases};
 pub use reaper::Reaped;
 
@@ -101,6 +104,12 @@ impl Scheduler {
 
     pub fn telemetry(&self) -> &Arc<Telemetry> {
         &self.telemetry
+    }
+
+    /// For the webhook deliverer, which drains its own outbox. Handlers read through the
+    /// scheduler's methods.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
     }
 
     /// Jobs' progress as metrics arrive. A receiver that falls behind skips ahead.

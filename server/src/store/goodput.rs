@@ -91,13 +91,13 @@ pub async fn total(db: &SqlitePool) -> Result<Goodput, StoreError> {
 }
 
 /// Goodput of one run: its ended attempts as stored, its open one computed now.
-pub async fn of_run(db: &SqlitePool, job_id: &str) -> Result<Goodput, StoreError> {
+pub async fn of_run(db: &mut SqliteConnection, job_id: &str) -> Result<Goodput, StoreError> {
     let (kept_s, lost_s, overhead_s, kept_steps): (f64, f64, f64, i64) = sqlx::query_as(
         "SELECT COALESCE(SUM(kept_s), 0.0), COALESCE(SUM(lost_s), 0.0), COALESCE(SUM(overhead_s), 0.0), \
          COALESCE(SUM(kept_steps), 0) FROM attempts WHERE job_id = ? AND ended_at IS NOT NULL",
     )
     .bind(job_id)
-    .fetch_one(db)
+    .fetch_one(&mut *db)
     .await?;
     let mut g = Goodput {
         kept_s,
@@ -110,11 +110,11 @@ pub async fn of_run(db: &SqlitePool, job_id: &str) -> Result<Goodput, StoreError
         "SELECT {ATTEMPT_TIMES} FROM attempts WHERE job_id = ? AND ended_at IS NULL"
     )))
     .bind(job_id)
-    .fetch_all(db)
+    .fetch_all(&mut *db)
     .await?;
     let now = now_ms();
     for attempt in &open {
-        g.add(&of_attempt(db, attempt, now).await?);
+        g.add(&of_attempt(&mut *db, attempt, now).await?);
     }
     g.finish();
     Ok(g)

@@ -17,6 +17,7 @@ pub mod logs;
 pub mod metrics;
 pub mod pods;
 mod rows;
+pub mod schedules;
 pub mod views;
 pub mod webhooks;
 

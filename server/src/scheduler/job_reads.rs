@@ -1,0 +1,229 @@
+//! The read side for jobs and what hangs off them: the one door through which the HTTP
+//! layer reads them (it imports nothing of `store/`).
+
+use std::collections::BTreeMap;
+
+use podq_api::{
+    Checkpoint, Delivery, Event, Job, JobDetail, JobList, JobMetrics, JobState, Webhook,
+};
+use uuid::Uuid;
+
+use super::{submit, Result, Scheduler, SchedulerError};
+use crate::store::jobs::{self, JobFilter};
+use crate::store::{checkpoints, metrics, ms_to_datetime, parse_uuid, webhooks, StoreError};
+
+/// `GET /jobs`'s filters and page, as the HTTP layer parsed them.
+#[derive(Debug, Clone, Default)]
+pub struct JobsQuery {
+    pub state: Option<JobState>,
+    pub group: Option<String>,
+    pub experiment: Option<String>,
+    pub limit: i64,
+    pub after: Option<i64>,
+    pub offset: i64,
+}
+
+impl Scheduler {
+    /// The job `raw` names: its uuid, or an experiment's newest job. `None` when neither.
+    pub async fn job_id_of(&self, raw: &str) -> Result<Option<Uuid>> {
+        if let Ok(id) = Uuid::parse_str(raw) {
+            return Ok(Some(id));
+        }
+        Ok(jobs::newest_job_of_experiment(self.store.reader(), raw)
+            .await?
+            .map(|id| parse_uuid(&id))
+            .transpose()?)
+    }
+
+    pub async fn job(&self, id: Uuid) -> Result<Job> {
+        Ok(jobs::get_job(self.store.reader(), &id.to_string())
+            .await?
+            .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?
+            .into_api()?)
+    }
+
+    /// A job with its run's attempts, checkpoints, latest metrics and goodput, read in one
+    /// transaction so the parts agree.
+    pub async fn job_detail(&self, id: Uuid) -> Result<JobDetail> {
+        let detail = jobs::detail(self.store.reader(), &id.to_string())
+            .await?
+            .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
+        Ok(JobDetail {
+            job: detail.job.into_api()?,
+            attempts: detail
+                .attempts
+                .into_iter()
+                .map(|a| a.into_api())
+                .collect::<std::result::Result<_, StoreError>>()?,
+            checkpoints: detail
+                .checkpoints
+                .into_iter()
+                .map(Checkpoint::from)
+                .collect(),
+            latest_metrics: detail.latest_metrics,
+            goodput: detail.goodput,
+        })
+    }
+
+    /// A page of jobs. A group or experiment no job can have (not in the catalog, never
+    /// submitted) is a mistake to point out, not an empty list.
+    pub async fn jobs(&self, query: JobsQuery) -> Result<JobList> {
+        let db = self.store.reader();
+        if let Some(group) = &query.group {
+            if self.catalog.group(group).is_none() && !jobs::group_has_jobs(db, group).await? {
+                return Err(submit::unknown_group(&self.catalog, group));
+            }
+        }
+        if let Some(experiment) = &query.experiment {
+            if self.catalog.experiment(experiment).is_none()
+                && jobs::newest_job_of_experiment(db, experiment)
+                    .await?
+                    .is_none()
+            {
+                return Err(submit::unknown_experiments(&self.catalog, &[experiment]));
+            }
+        }
+        let filter = JobFilter {
+            state: query.state,
+            group: query.group,
+            experiment: query.experiment,
+            limit: query.limit,
+            after: query.after,
+            offset: query.offset,
+        };
+        let (rows, total) = jobs::list_jobs(db, &filter).await?;
+        let next_after = (rows.len() as i64 == filter.limit)
+            .then(|| rows.last().map(|r| r.seq))
+            .flatten();
+        Ok(JobList {
+            jobs: rows
+                .into_iter()
+                .map(|r| r.into_api())
+                .collect::<std::result::Result<_, StoreError>>()?,
+            total,
+            limit: filter.limit,
+            offset: filter.offset,
+            next_after,
+        })
+    }
+
+    /// The job's timeline after `after`; a linked job's includes the run it shares.
+    pub async fn job_events(&self, id: Uuid, after: i64, limit: i64) -> Result<Vec<Event>> {
+        let db = self.store.reader();
+        let row = jobs::get_job(db, &id.to_string())
+            .await?
+            .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
+        let mut rows = jobs::job_events(db, &row.id, after, limit).await?;
+        if row.run_id != row.id {
+            rows.extend(jobs::job_events(db, &row.run_id, after, limit).await?);
+            rows.sort_by_key(|e| e.id);
+            rows.truncate(usize::try_from(limit).unwrap_or(0));
+        }
+        Ok(rows
+            .into_iter()
+            .map(|e| e.into_api())
+            .collect::<std::result::Result<_, StoreError>>()?)
+    }
+
+    pub async fn job_checkpoints(&self, id: Uuid) -> Result<Vec<Checkpoint>> {
+        let db = self.store.reader();
+        let row = jobs::get_job(db, &id.to_string())
+            .await?
+            .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
+        Ok(checkpoints::of_job(db, &row.run_id)
+            .await?
+            .into_iter()
+            .map(Checkpoint::from)
+            .collect())
+    }
+
+    /// The run's metric series (`names`, or all), each downsampled to `max_points`.
+    pub async fn job_metrics(
+        &self,
+        id: Uuid,
+        names: Option<Vec<String>>,
+        max_points: i64,
+    ) -> Result<JobMetrics> {
+        let db = self.store.reader();
+        let row = jobs::get_job(db, &id.to_string())
+            .await?
+            .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
+        let series = metrics::downsampled(db, &row.run_id, names.as_deref(), max_points).await?;
+        Ok(JobMetrics { job_id: id, series })
+    }
+
+    /// Jobs per group and state, every state there is.
+    pub async fn counts_by_group(&self) -> Result<BTreeMap<String, BTreeMap<String, i64>>> {
+        let mut counts: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+        for (group, state, n) in jobs::counts_by_group_and_state(self.store.reader()).await? {
+            counts.entry(group).or_default().insert(state, n);
+        }
+        Ok(counts)
+    }
+
+    /// The newest timeline event's id (0 before any): where a live follower starts.
+    pub async fn last_event_id(&self) -> Result<i64> {
+        Ok(jobs::last_event_id(self.store.reader()).await?)
+    }
+
+    /// Up to `limit` timeline events after `after`, as (id, event).
+    pub async fn events_after(&self, after: i64, limit: i64) -> Result<Vec<Event>> {
+        let mut events = Vec::new();
+        for row in jobs::recent_events(self.store.reader(), after, limit).await? {
+            match row.into_api() {
+                Ok(event) => events.push(event),
+                Err(e) => tracing::error!(alarm = true, error = %e, "an event row is unreadable"),
+            }
+        }
+        Ok(events)
+    }
+
+    /// The configured webhooks with their outbox counts; `redact` hides each URL's secret.
+    pub async fn webhooks(&self, redact: impl Fn(&str) -> String) -> Result<Vec<Webhook>> {
+        let rows = webhooks::list(self.store.reader()).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                Ok(Webhook {
+                    id: row.id,
+                    url: redact(&row.url),
+                    format: row.format,
+                    events: serde_json::from_str(&row.kinds_json)
+                        .map_err(|e| StoreError::Corrupt(format!("webhook kinds: {e}")))?,
+                    enabled: row.enabled,
+                    pending: row.pending,
+                    delivered: row.delivered,
+                    oldest_pending_attempts: row.head_attempts,
+                    last_error: row.last_error,
+                })
+            })
+            .collect::<std::result::Result<_, StoreError>>()?)
+    }
+
+    pub async fn webhook_deliveries(
+        &self,
+        webhook: Option<i64>,
+        pending: bool,
+        limit: i64,
+    ) -> Result<Vec<Delivery>> {
+        let rows = webhooks::deliveries(self.store.reader(), webhook, pending, limit).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Delivery {
+                id: r.id,
+                webhook_id: r.webhook_id,
+                event_id: r.event_id,
+                kind: r.kind,
+                attempts: r.attempts,
+                next_attempt_at: ms_to_datetime(r.next_attempt_at),
+                delivered_at: r.delivered_at.map(ms_to_datetime),
+                last_error: r.last_error,
+            })
+            .collect())
+    }
+
+    /// Whether the store answers (for `/readyz`).
+    pub async fn ping(&self) -> Result<()> {
+        Ok(self.store.ping().await?)
+    }
+}
