@@ -361,15 +361,17 @@ mod tests {
     #[tokio::test]
     async fn the_hot_reads_use_indexes() {
         let (store, _dir) = scratch_store().await;
+        // `ordered`: the rows come in the index's order, not sorted after reading all of
+        // them (runs on pods are at most one per pod, so their sort costs nothing).
         let queries = [
-            ("runs on pods", super::views::RUNS_ON_PODS),
-            ("progressed queue", super::views::PROGRESSED_QUEUE),
-            ("fresh queue", super::views::FRESH_QUEUE),
-            ("any leasable", super::leases::ANY_LEASABLE),
-            ("open attempts", super::goodput::OPEN_ATTEMPTS),
-            ("job events", super::jobs::JOB_EVENTS),
+            ("runs on pods", super::views::RUNS_ON_PODS, false),
+            ("progressed queue", super::views::PROGRESSED_QUEUE, true),
+            ("fresh queue", super::views::FRESH_QUEUE, false),
+            ("any leasable", super::leases::ANY_LEASABLE, false),
+            ("open attempts", super::goodput::OPEN_ATTEMPTS, false),
+            ("job events", super::jobs::JOB_EVENTS, false),
         ];
-        for (what, sql) in queries {
+        for (what, sql, ordered) in queries {
             let explain = format!("EXPLAIN QUERY PLAN {sql}");
             let mut query =
                 sqlx::query_as::<_, (i64, i64, i64, String)>(sqlx::AssertSqlSafe(explain));
@@ -377,7 +379,7 @@ mod tests {
                 query = query.bind(0_i64);
             }
             let plan = query.fetch_all(store.reader()).await.unwrap();
-            assert_uses_indexes(what, &plan, false);
+            assert_uses_indexes(what, &plan, ordered);
         }
     }
 }
