@@ -863,15 +863,7 @@ async fn two_pods_take_the_jobs_of_their_own_accelerator_type() {
     // as its baseline row (exp02a_03) shares exp01c's run, which the v4-64 trains.
     let small_pool = &plan["pools"][0];
     assert_eq!(small_pool["runs_to_go"], 4, "{}", plan["pools"]);
-    let text = server
-        .client
-        .get(server.api("/plan"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.text("/plan").await;
     assert!(text.contains("v4-32: 1 pod(s)"), "{text}");
     assert!(text.contains("v4-64: 1 pod(s)"), "{text}");
 }

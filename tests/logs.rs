@@ -128,15 +128,7 @@ async fn every_hosts_lines_are_live_and_a_follower_keeps_going_across_attempts()
     }
     let (_, future) = logs(&server, "?since=2099-01-01T00:00:00Z").await;
     assert_eq!(future["lines"], json!([]), "{future}");
-    let text = server
-        .client
-        .get(server.api("/jobs/exp07a/logs?tail=true&limit=3"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.text("/jobs/exp07a/logs?tail=true&limit=3").await;
     assert_eq!(text.lines().count(), 3, "{text}");
     assert!(text.lines().all(|l| l.starts_with("[attempt ")), "{text}");
 
@@ -313,15 +305,7 @@ async fn each_host_keeps_its_newest_lines_up_to_the_cap_and_says_what_it_dropped
     let (_, host1) = logs(&server, "?host=1").await;
     assert_eq!(host1["lines"].as_array().unwrap().len(), 40);
     assert_eq!(host1["dropped"], json!([]));
-    let text = server
-        .client
-        .get(server.api("/jobs/exp07a/logs?host=0"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.text("/jobs/exp07a/logs?host=0").await;
     assert!(
         text.starts_with("[attempt 1 host 0] ... 150 older lines dropped"),
         "{}",

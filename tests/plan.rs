@@ -112,15 +112,7 @@ async fn a_thirty_day_grant_on_the_real_suite() {
     assert_eq!(baseline["fits_deadline"], true, "the shared baseline runs");
 
     // A person reads the same as a table.
-    let table = server
-        .client
-        .get(server.api("/plan"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let table = server.text("/plan").await;
     assert!(table.contains("whole groups"), "{table}");
     assert!(
         table.contains("3 of 14") && table.contains("6 of 14"),
@@ -143,15 +135,7 @@ async fn a_thirty_day_grant_on_the_real_suite() {
         status_json["grant"]
     );
     assert_eq!(status_json["jobs"]["queued"], 67);
-    let status_table = server
-        .client
-        .get(server.api("/status"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let status_table = server.text("/status").await;
     assert!(
         status_table.contains("18 of 54 runs, 6 of 14 groups fit"),
         "{status_table}"

@@ -179,6 +179,18 @@ impl Server {
         )
     }
 
+    /// GET as curl does (`Accept: */*`): the plain-text answer.
+    pub async fn text(&self, path: &str) -> String {
+        self.client
+            .get(self.api(path))
+            .send()
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .expect("body")
+    }
+
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.send(reqwest::Method::POST, path, body.to_string(), &[])
             .await

@@ -88,8 +88,7 @@ async fn logs(
     headers: HeaderMap,
     QueryParams(q): QueryParams<LogsQuery>,
 ) -> Result<Response, ApiError> {
-    let query = parse(q, Utc::now())?;
-    let subject = state.scheduler.log_subject(id, &query).await?;
+    let (subject, query) = subject_of(&state, id, q).await?;
     let page = state.scheduler.job_logs(&subject, &query).await?;
     if wants_json(&headers) {
         return Ok(Json(page).into_response());
@@ -130,8 +129,7 @@ async fn follow(
     headers: HeaderMap,
     QueryParams(q): QueryParams<LogsQuery>,
 ) -> Result<Response, ApiError> {
-    let query = parse(q, Utc::now())?;
-    let subject = state.scheduler.log_subject(id, &query).await?;
+    let (subject, query) = subject_of(&state, id, q).await?;
     Ok(follow_stream(
         state.scheduler.clone(),
         state.shutdown.clone(),
@@ -139,6 +137,17 @@ async fn follow(
         query,
         wants_json(&headers),
     ))
+}
+
+/// The query, checked, and the job it reads (whose attempt and host must exist).
+async fn subject_of(
+    state: &AppState,
+    id: uuid::Uuid,
+    q: LogsQuery,
+) -> Result<(LogSubject, LogQuery), ApiError> {
+    let query = parse(q, Utc::now())?;
+    let subject = state.scheduler.log_subject(id, &query).await?;
+    Ok((subject, query))
 }
 
 fn parse(q: LogsQuery, now: DateTime<Utc>) -> Result<LogQuery, ApiError> {
