@@ -15,8 +15,11 @@ use crate::checkpoints::CheckpointStore;
 use crate::client::{CallError, ServerClient};
 use crate::supervise::LogTail;
 
-/// Log lines per call at most.
+/// Log lines per call at most, and about this much text: well under the server's 4 MiB
+/// body limit, so a batch is never refused for its size.
 const LOG_BATCH: usize = 5_000;
+const LOG_BATCH_BYTES: usize = 1024 * 1024;
+const LOG_BATCHES_PER_FLUSH: usize = 8;
 
 pub enum Report {
     Metrics {
@@ -76,25 +79,27 @@ pub async fn run(
     scan(&client, lease, store.as_ref(), &mut reported, &lease_lost).await;
 }
 
-/// Sends every line the hosts printed since the last call, in batches.
+/// Sends the lines the hosts printed since the last call, in batches: at most
+/// `LOG_BATCHES_PER_FLUSH` of them, so a backlog (a worker that reattached and takes every
+/// host's log again) does not hold up metrics; the rest go at the next flush.
 async fn send_logs(
     client: &ServerClient,
     lease: Uuid,
     log: &LogTail,
     lease_lost: &CancellationToken,
 ) {
-    loop {
+    for _ in 0..LOG_BATCHES_PER_FLUSH {
         if lease_lost.is_cancelled() {
             return;
         }
-        let (lines, dropped) = log.take_unsent(LOG_BATCH);
+        let (lines, dropped) = log.take_unsent(LOG_BATCH, LOG_BATCH_BYTES);
         if dropped > 0 {
             tracing::warn!(%lease, dropped, "log lines dropped while the server was away");
         }
         if lines.is_empty() {
             return;
         }
-        let full = lines.len() == LOG_BATCH;
+        let more = log.has_unsent();
         let batch = LogBatch { lines };
         match client.logs(lease, &batch).await {
             Ok(()) => {}
@@ -111,7 +116,7 @@ async fn send_logs(
                 tracing::error!(%lease, error = %e, "log batch refused; dropping it");
             }
         }
-        if !full {
+        if !more {
             return;
         }
     }

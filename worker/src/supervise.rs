@@ -65,12 +65,24 @@ struct LogLines {
 }
 
 const LOG_TAIL_LINES: usize = 200;
+/// A longer line is cut before it is held or sent (a progress bar redrawn without a
+/// newline can be megabytes); the server cuts at the same length.
+const MAX_LINE_BYTES: usize = 16 * 1024;
 /// Lines held for the server while it is away, at most: about 10 minutes of 8 hosts
 /// printing 50 lines a second. The oldest go first, as on the server.
 const UNSENT_LINES: usize = 250_000;
 
 impl LogTail {
-    fn push(&self, host: u32, offset: u64, text: String) {
+    fn push(&self, host: u32, offset: u64, mut text: String) {
+        if text.len() > MAX_LINE_BYTES {
+            let mut end = MAX_LINE_BYTES;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            let cut = text.len() - end;
+            text.truncate(end);
+            text.push_str(&format!(" [... {cut} more bytes cut by podq]"));
+        }
         let mut lines = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if lines.tail.len() == LOG_TAIL_LINES {
             lines.tail.pop_front();
@@ -98,13 +110,33 @@ impl LogTail {
             .join("\n")
     }
 
-    /// Up to `max` of the lines not sent yet, oldest first, and how many were dropped
-    /// since the last call because the server was away too long.
-    pub fn take_unsent(&self, max: usize) -> (Vec<HostLogLine>, u64) {
+    /// The lines not sent yet, oldest first, up to `max_lines` and about `max_bytes` of
+    /// text (at least one line), and how many were dropped since the last call because the
+    /// server was away too long.
+    pub fn take_unsent(&self, max_lines: usize, max_bytes: usize) -> (Vec<HostLogLine>, u64) {
         let mut lines = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let n = lines.unsent.len().min(max);
+        let mut bytes = 0;
+        let n = lines
+            .unsent
+            .iter()
+            .take(max_lines)
+            .take_while(|line| {
+                bytes += line.text.len() + 64;
+                bytes <= max_bytes
+            })
+            .count()
+            .max(usize::from(!lines.unsent.is_empty()));
         let taken = lines.unsent.drain(..n).collect();
         (taken, std::mem::take(&mut lines.dropped))
+    }
+
+    pub fn has_unsent(&self) -> bool {
+        !self
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unsent
+            .is_empty()
     }
 
     /// Puts back lines a call could not deliver, ahead of any that came since.
@@ -368,5 +400,36 @@ async fn read_lines(
             }
         }
         log.push(host, offset, line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsent_lines_go_oldest_first_in_batches_bounded_by_size_and_come_back_in_order() {
+        let log = LogTail::default();
+        for n in 0..10u64 {
+            log.push(1, n * 100, format!("line {n} {}", "x".repeat(90)));
+        }
+        // Each line counts its text (97 bytes) and 64 for its framing: 500 bytes take 3.
+        let (first, dropped) = log.take_unsent(100, 500);
+        assert_eq!((first.len(), dropped), (3, 0));
+        assert_eq!(first[0].offset, 0);
+        log.put_back(first);
+        let (all, _) = log.take_unsent(100, usize::MAX);
+        let offsets: Vec<u64> = all.iter().map(|l| l.offset).collect();
+        assert_eq!(offsets, (0..10).map(|n| n * 100).collect::<Vec<_>>());
+        // One line is always taken, however long.
+        log.push(0, 0, "y".repeat(MAX_LINE_BYTES * 2));
+        let (long, _) = log.take_unsent(100, 10);
+        assert_eq!(long.len(), 1);
+        assert!(long[0].text.len() < MAX_LINE_BYTES + 64);
+        assert!(long[0]
+            .text
+            .ends_with(&format!("[... {MAX_LINE_BYTES} more bytes cut by podq]")));
+        assert!(!log.has_unsent());
+        assert!(log.text().contains("[host 1] line 9"));
     }
 }
