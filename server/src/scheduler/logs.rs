@@ -40,8 +40,14 @@ pub struct LogQuery {
 pub struct LogSubject {
     pub job_id: Uuid,
     pub run_id: String,
-    /// No attempt will start without a person: a follower stops once it has every line.
-    pub settled: bool,
+}
+
+/// No attempt will start without a person: a follower stops once it has every line.
+fn settled(state: JobState) -> bool {
+    matches!(
+        state,
+        JobState::Succeeded | JobState::Failed | JobState::Cancelled | JobState::Held
+    )
 }
 
 impl Scheduler {
@@ -122,14 +128,9 @@ impl Scheduler {
                 .with_details(serde_json::json!({ "hosts": hosts })));
             }
         }
-        let state = row.state()?;
         Ok(LogSubject {
             job_id: id,
             run_id: row.run_id,
-            settled: matches!(
-                state,
-                JobState::Succeeded | JobState::Failed | JobState::Cancelled | JobState::Held
-            ),
         })
     }
 
@@ -238,10 +239,7 @@ impl Scheduler {
         let row = jobs::get_job(self.store.reader(), &subject.job_id.to_string())
             .await?
             .ok_or_else(|| SchedulerError::UnknownJob(subject.job_id.to_string()))?;
-        Ok(!matches!(
-            row.state()?,
-            JobState::Succeeded | JobState::Failed | JobState::Cancelled | JobState::Held
-        ))
+        Ok(!settled(row.state()?))
     }
 
     /// Changes each time the store commits: a log follower waits on it.
