@@ -10,7 +10,7 @@
 //! choice by smallest added cost is used and the plan says so in docs.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 use podq_api::{EstimateSource, GroupPlan, PlannedRun, Projection};
@@ -119,14 +119,21 @@ struct Timeline {
 
 impl Timeline {
     fn play(runs: &[Run], order: &[usize], limits: &Limits) -> Timeline {
-        let mut pools: HashMap<&str, (Vec<DateTime<Utc>>, f64)> = HashMap::new();
+        // A pool's lanes, spent hours and limits, found by a short linear search: there
+        // are one or two accelerator types, and this runs once per candidate order.
+        let mut pools: Vec<(&str, Vec<DateTime<Utc>>, f64, Pool)> = Vec::new();
         let mut slots = vec![None; runs.len()];
         for &i in order {
             let accelerator = runs[i].accelerator.as_str();
-            let pool = limits.pool(accelerator);
-            let (lanes, spent) = pools
-                .entry(accelerator)
-                .or_insert_with(|| (vec![limits.now; pool.pods.max(1)], 0.0));
+            let k = match pools.iter().position(|(name, ..)| *name == accelerator) {
+                Some(k) => k,
+                None => {
+                    let pool = limits.pool(accelerator);
+                    pools.push((accelerator, vec![limits.now; pool.pods.max(1)], 0.0, pool));
+                    pools.len() - 1
+                }
+            };
+            let (_, lanes, spent, pool) = &mut pools[k];
             let hours = runs[i].remaining_hours * limits.overhead_factor;
             let (lane, start) = lanes
                 .iter()
@@ -365,7 +372,20 @@ fn recommended_order(
         return order_for(&candidates);
     }
     if candidates.len() <= EXACT_GROUPS {
+        // Each run's pool as an index, and each pool's capacity, once for every choice.
         let capacity = capacity_by_pool(runs, limits, on_pod);
+        let pool_names: Vec<&String> = capacity.keys().collect();
+        let pool_of: Vec<usize> = runs
+            .iter()
+            .map(|r| {
+                pool_names
+                    .iter()
+                    .position(|name| **name == r.accelerator)
+                    .unwrap_or(0)
+            })
+            .collect();
+        let pool_capacity: Vec<f64> = capacity.values().copied().collect();
+        let mut hours = vec![0.0; pool_capacity.len()];
         let mut best: Option<(Rank, Vec<usize>)> = None;
         let mut needed = vec![false; runs.len()];
         for mask in 0u32..(1 << candidates.len()) {
@@ -380,14 +400,14 @@ fn recommended_order(
                     needed[i] = runs[i].phase == Phase::Waiting;
                 }
             }
-            let mut hours: HashMap<&str, f64> = HashMap::new();
+            hours.iter_mut().for_each(|h| *h = 0.0);
             for i in (0..runs.len()).filter(|&i| needed[i]) {
-                *hours.entry(runs[i].accelerator.as_str()).or_insert(0.0) +=
-                    runs[i].remaining_hours * limits.overhead_factor;
+                hours[pool_of[i]] += runs[i].remaining_hours * limits.overhead_factor;
             }
             if hours
                 .iter()
-                .any(|(a, h)| *h > capacity.get(*a).copied().unwrap_or(f64::INFINITY) + 1e-9)
+                .zip(&pool_capacity)
+                .any(|(h, capacity)| *h > capacity + 1e-9)
             {
                 continue;
             }
