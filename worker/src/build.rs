@@ -7,6 +7,30 @@ use sha2::{Digest, Sha256};
 
 /// A binary's build id: the sha256 of its bytes. Two builds of the same version differ in
 /// it (the crate version does not), and a copy of the same build does not.
+/// A file's build id, hashed again only when its size or modification time changes: the
+/// agent binary is checked on every launch, and hashing it each time cost 0.1-0.3 s, while an
+/// operator replacing it under a running worker must still be noticed.
+#[derive(Default)]
+pub struct BuildIdCache(
+    std::sync::Mutex<Option<(std::path::PathBuf, u64, std::time::SystemTime, String)>>,
+);
+
+impl BuildIdCache {
+    pub fn of_file(&self, path: &Path) -> std::io::Result<String> {
+        let meta = std::fs::metadata(path)?;
+        let (len, modified) = (meta.len(), meta.modified()?);
+        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((p, l, m, id)) = cached.as_ref() {
+            if p == path && *l == len && *m == modified {
+                return Ok(id.clone());
+            }
+        }
+        let id = of_file(path)?;
+        *cached = Some((path.to_owned(), len, modified, id.clone()));
+        Ok(id)
+    }
+}
+
 pub fn of_file(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
     let mut file = std::fs::File::open(path)?;
@@ -67,6 +91,22 @@ pub fn parse_glibc(text: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cached_build_id_follows_the_file() {
+        let path = std::env::temp_dir().join(format!("podq-build-id-{}", std::process::id()));
+        std::fs::write(&path, b"one build").unwrap();
+        let cache = BuildIdCache::default();
+        let first = cache.of_file(&path).unwrap();
+        assert_eq!(first, of_file(&path).unwrap());
+        assert_eq!(cache.of_file(&path).unwrap(), first);
+        // Replaced by another build (another size): hashed again.
+        std::fs::write(&path, b"another, longer build").unwrap();
+        let second = cache.of_file(&path).unwrap();
+        assert_ne!(second, first);
+        assert_eq!(second, of_file(&path).unwrap());
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn the_newest_glibc_version_name_is_found() {

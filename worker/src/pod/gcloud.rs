@@ -62,6 +62,8 @@ pub struct GcloudPod {
     setup_state: setup_state::SetupState,
     /// Unknown states and health values already logged.
     warned: Mutex<HashSet<String>>,
+    /// The agent binary's build id, hashed once per version of the file.
+    agent_build_id: crate::build::BuildIdCache,
 }
 
 impl GcloudPod {
@@ -113,6 +115,7 @@ impl GcloudPod {
             held: Mutex::new(None),
             setup_state,
             warned: Mutex::new(HashSet::new()),
+            agent_build_id: Default::default(),
         })
     }
 

@@ -77,7 +77,9 @@ impl GcloudPod {
             Some(path) => PathBuf::from(path),
             None => std::env::current_exe().context("cannot find this program's path")?,
         };
-        let id = crate::build::of_file(&binary)
+        let id = self
+            .agent_build_id
+            .of_file(&binary)
             .with_context(|| format!("cannot read the agent binary {}", binary.display()))?;
         Ok((binary, id))
     }
