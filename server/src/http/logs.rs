@@ -317,6 +317,8 @@ fn follow_stream(
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
+                // The client left: nothing to wait for.
+                _ = tx.closed() => return,
                 changed = commits.changed() => if changed.is_err() { return },
                 _ = tokio::time::sleep(FOLLOW_RECHECK) => {}
             }
