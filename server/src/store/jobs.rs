@@ -363,6 +363,37 @@ pub async fn set_priority(
     Ok(())
 }
 
+/// A job with its run's attempts, checkpoints, latest metric values and goodput.
+pub struct DetailRows {
+    pub job: JobRow,
+    pub attempts: Vec<AttemptRow>,
+    pub checkpoints: Vec<super::rows::CheckpointRow>,
+    pub latest_metrics: BTreeMap<String, api::MetricValue>,
+    pub goodput: api::Goodput,
+}
+
+/// Everything a job's detail shows, read in one transaction so the parts are of one moment
+/// (an attempt ending between two reads would otherwise show in one and not the other).
+pub async fn detail(db: &SqlitePool, id: &str) -> Result<Option<DetailRows>, StoreError> {
+    let mut tx = db.begin().await?;
+    let Some(job) = get_job(&mut *tx, id).await? else {
+        return Ok(None);
+    };
+    let run = job.run_id.clone();
+    let attempts = attempts(&mut *tx, &run).await?;
+    let checkpoints = super::checkpoints::of_job(&mut *tx, &run).await?;
+    let latest_metrics = latest_metrics(&mut *tx, &run).await?;
+    let goodput = super::goodput::of_run(&mut tx, &run).await?;
+    tx.rollback().await?;
+    Ok(Some(DetailRows {
+        job,
+        attempts,
+        checkpoints,
+        latest_metrics,
+        goodput,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,35 +458,4 @@ mod tests {
             }
         }
     }
-}
-
-/// A job with its run's attempts, checkpoints, latest metric values and goodput.
-pub struct DetailRows {
-    pub job: JobRow,
-    pub attempts: Vec<AttemptRow>,
-    pub checkpoints: Vec<super::rows::CheckpointRow>,
-    pub latest_metrics: BTreeMap<String, api::MetricValue>,
-    pub goodput: api::Goodput,
-}
-
-/// Everything a job's detail shows, read in one transaction so the parts are of one moment
-/// (an attempt ending between two reads would otherwise show in one and not the other).
-pub async fn detail(db: &SqlitePool, id: &str) -> Result<Option<DetailRows>, StoreError> {
-    let mut tx = db.begin().await?;
-    let Some(job) = get_job(&mut *tx, id).await? else {
-        return Ok(None);
-    };
-    let run = job.run_id.clone();
-    let attempts = attempts(&mut *tx, &run).await?;
-    let checkpoints = super::checkpoints::of_job(&mut *tx, &run).await?;
-    let latest_metrics = latest_metrics(&mut *tx, &run).await?;
-    let goodput = super::goodput::of_run(&mut tx, &run).await?;
-    tx.rollback().await?;
-    Ok(Some(DetailRows {
-        job,
-        attempts,
-        checkpoints,
-        latest_metrics,
-        goodput,
-    }))
 }
