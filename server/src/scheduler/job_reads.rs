@@ -166,7 +166,8 @@ impl Scheduler {
         Ok(jobs::last_event_id(self.store.reader()).await?)
     }
 
-    /// Up to `limit` timeline events after `after`, as (id, event).
+    /// Up to `limit` timeline events after the event id `after`, oldest first; a row that
+    /// cannot be read is logged as an alarm and left out.
     pub async fn events_after(&self, after: i64, limit: i64) -> Result<Vec<Event>> {
         let mut events = Vec::new();
         for row in jobs::recent_events(self.store.reader(), after, limit).await? {
