@@ -349,13 +349,16 @@ impl Hosts {
             if !pod_gone {
                 self.wait_all(AGENT_ANSWER).await;
             }
+            // Neither its agent nor the driver's kill answered: the host itself is gone
+            // (restarted or down), which is how a reboot looks when another host's crash,
+            // caused by it, was seen first.
             for host in self.running() {
-                tracing::warn!(lease = %self.lease, host, "no agent answered; the host counts as ended");
+                tracing::warn!(lease = %self.lease, host, "no agent answered; the host counts as gone");
                 self.exits[host as usize] = Some(HostExit {
                     host,
                     code: None,
                     signal: None,
-                    vanished: false,
+                    vanished: true,
                 });
             }
         }

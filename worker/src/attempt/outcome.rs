@@ -80,6 +80,13 @@ pub fn classify(o: &Observed) -> Option<(AttemptOutcome, String)> {
                     AttemptOutcome::Lost,
                     format!("{}; stopped the others; not charged", exit.describe()),
                 )
+            } else if let Some(gone) = o.exits.iter().flatten().find(|e| e.vanished) {
+                // A host going away breaks the others' collectives (JAX aborts them): the
+                // crash seen first is its consequence, not the trainer's fault.
+                (
+                    AttemptOutcome::Lost,
+                    format!("{}, and {}; not charged", exit.describe(), gone.describe()),
+                )
             } else if terminated_from_outside(std::slice::from_ref(&Some(*exit))) {
                 (
                     AttemptOutcome::Lost,
@@ -204,6 +211,7 @@ mod tests {
             ("a trainer crashed on a healthy pod", Stop::HostEnded(crash), vec![ok, Some(crash)], Some(&ready), &killed, Some(Failed)),
             ("a trainer ended as the pod was preempted", Stop::HostEnded(crash), vec![Some(crash)], Some(&preempted), &none, Some(Preempted)),
             ("a host restarted under its trainer", Stop::HostEnded(rebooted), vec![ok, Some(rebooted)], Some(&ready), &killed, Some(Lost)),
+            ("another host's abort seen before the restart", Stop::HostEnded(exit(0, None, Some(6)).unwrap()), vec![exit(0, None, Some(6)), Some(rebooted)], Some(&ready), &killed, Some(Lost)),
             ("every trainer saved on a shutdown notice", Stop::AllExited, vec![exit(0, Some(143), None), exit(1, Some(143), None)], Some(&ready), &none, Some(Lost)),
             ("the same, once the node said so", Stop::AllExited, vec![exit(0, Some(143), None), exit(1, None, Some(15))], Some(&preempted), &none, Some(Preempted)),
             ("one trainer killed by the shutdown", Stop::HostEnded(exit(1, None, Some(15)).unwrap()), vec![exit(1, None, Some(15))], Some(&ready), &none, Some(Lost)),
