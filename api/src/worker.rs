@@ -91,6 +91,24 @@ pub struct MetricsAck {
     pub accepted: usize,
 }
 
+/// A log line longer than this is cut, by the worker and again by the server (a progress bar
+/// redrawn without newlines can be megabytes).
+pub const MAX_LOG_LINE_BYTES: usize = 16 * 1024;
+
+/// Cuts `text` to [`MAX_LOG_LINE_BYTES`] at a character boundary and says so.
+pub fn cut_long_log_line(text: &mut String) {
+    if text.len() <= MAX_LOG_LINE_BYTES {
+        return;
+    }
+    let mut end = MAX_LOG_LINE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = text.len() - end;
+    text.truncate(end);
+    text.push_str(&format!(" [... {cut} more bytes cut by podq]"));
+}
+
 /// One line a host's trainer printed, as the worker forwards it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -65,24 +65,16 @@ struct LogLines {
 }
 
 const LOG_TAIL_LINES: usize = 200;
-/// A longer line is cut before it is held or sent (a progress bar redrawn without a
-/// newline can be megabytes); the server cuts at the same length.
-const MAX_LINE_BYTES: usize = 16 * 1024;
+#[cfg(test)]
+use podq_api::MAX_LOG_LINE_BYTES as MAX_LINE_BYTES;
 /// Lines held for the server while it is away, at most: about 10 minutes of 8 hosts
 /// printing 50 lines a second. The oldest go first, as on the server.
 const UNSENT_LINES: usize = 250_000;
 
 impl LogTail {
     fn push(&self, host: u32, offset: u64, mut text: String) {
-        if text.len() > MAX_LINE_BYTES {
-            let mut end = MAX_LINE_BYTES;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            let cut = text.len() - end;
-            text.truncate(end);
-            text.push_str(&format!(" [... {cut} more bytes cut by podq]"));
-        }
+        // Cut before it is held or sent, at the length the server cuts at.
+        podq_api::cut_long_log_line(&mut text);
         let mut lines = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if lines.tail.len() == LOG_TAIL_LINES {
             lines.tail.pop_front();

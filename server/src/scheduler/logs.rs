@@ -11,9 +11,7 @@ use crate::store::leases as sql;
 use crate::store::logs::{self, LogFilter};
 use crate::store::{jobs, ms_to_datetime, pods};
 
-/// A line longer than this is cut (a progress bar redrawn without newlines can be
-/// megabytes); the cut is marked.
-pub const MAX_LINE_BYTES: usize = 16 * 1024;
+pub use podq_api::MAX_LOG_LINE_BYTES as MAX_LINE_BYTES;
 
 /// Lines read from the store per step while filtering by `grep`, and at most per request:
 /// a search over a long log answers a partial page with `more` rather than read it all.
@@ -57,7 +55,7 @@ impl Scheduler {
             return Err(SchedulerError::LeaseLost(lease_id));
         }
         for line in &mut batch.lines {
-            cut_long_line(&mut line.text);
+            podq_api::cut_long_log_line(&mut line.text);
         }
         let cap = self.config.log_lines_per_host;
         let new = self
@@ -248,20 +246,6 @@ impl Scheduler {
     }
 }
 
-/// Cuts `text` to [`MAX_LINE_BYTES`] at a character boundary and says so.
-fn cut_long_line(text: &mut String) {
-    if text.len() <= MAX_LINE_BYTES {
-        return;
-    }
-    let mut end = MAX_LINE_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let cut = text.len() - end;
-    text.truncate(end);
-    text.push_str(&format!(" [... {cut} more bytes cut by podq]"));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,11 +253,11 @@ mod tests {
     #[test]
     fn a_long_line_is_cut_at_a_character_boundary_and_says_so() {
         let mut text = "é".repeat(MAX_LINE_BYTES);
-        cut_long_line(&mut text);
+        podq_api::cut_long_log_line(&mut text);
         assert!(text.len() < MAX_LINE_BYTES + 64, "{}", text.len());
         assert!(text.ends_with(&format!(" [... {} more bytes cut by podq]", MAX_LINE_BYTES)));
         let mut short = "loss 0.25".to_owned();
-        cut_long_line(&mut short);
+        podq_api::cut_long_log_line(&mut short);
         assert_eq!(short, "loss 0.25");
     }
 }
