@@ -3,6 +3,7 @@
 //! job's state, or the lease's fence). The HTTP layer parses, calls one method and maps the
 //! [`SchedulerError`] it may get back.
 
+pub mod advice;
 pub mod control;
 mod cron_dialect;
 mod error;

@@ -7,6 +7,7 @@
     stop = podq_trainer.watch_for_stop()                           # after jax.distributed.initialize
     ...
     podq_trainer.report_metrics(step, metrics)                     # only process 0 prints
+    every = podq_trainer.checkpoint_interval(default=5000)         # podq's advice, if any
     podq_trainer.report_checkpoint(step, step_dir)                 # after the save is committed
     if stop.reached(step): save, wait, report; sys.exit(podq_trainer.EXIT_STOPPED)
 
@@ -14,6 +15,7 @@ No dependencies beyond the standard library; JAX is imported only by ``watch_for
 when it has already been imported by the trainer.
 """
 
+from .interval import checkpoint_interval
 from .paths import TMP_MARKER, ResumePoint, checkpoint_dir, orbax_path, resume_point
 from .report import report_checkpoint, report_metrics
 from .stop import EXIT_STOPPED, StopSignal, watch_for_stop
@@ -24,6 +26,7 @@ __all__ = [
     "StopSignal",
     "TMP_MARKER",
     "checkpoint_dir",
+    "checkpoint_interval",
     "orbax_path",
     "report_checkpoint",
     "report_metrics",
