@@ -138,6 +138,18 @@ pub struct ServerArgs {
     #[arg(long, env = "PODQ_LOG_LINES_PER_HOST", default_value_t = 20_000,
           value_parser = clap::value_parser!(i64).range(100..=10_000_000))]
     pub log_lines_per_host: i64,
+    /// Mean hours between a pod's interruptions (preemptions, lost or hung attempts) assumed
+    /// before it has history; the checkpoint advice starts from it.
+    #[arg(long, env = "PODQ_PRIOR_MTBF_H", default_value_t = 24.0,
+          value_parser = positive_hours)]
+    pub prior_mtbf_h: f64,
+}
+
+fn positive_hours(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(h) if h.is_finite() && h > 0.0 && h <= 24.0 * 365.0 => Ok(h),
+        _ => Err(format!("{text:?} is not a number of hours above 0 and at most a year")),
+    }
 }
 
 impl ServerArgs {
@@ -166,6 +178,7 @@ impl ServerArgs {
         }
         config.metrics_listen = self.metrics_listen;
         config.log_lines_per_host = self.log_lines_per_host;
+        config.prior_mtbf = Duration::from_secs_f64(self.prior_mtbf_h * 3600.0);
         Ok(config)
     }
 }

@@ -106,6 +106,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         webhooks: args.webhooks.clone(),
         metrics_listen: args.metrics_listen,
         log_lines_per_host: 20_000,
+        prior_mtbf_h: 24.0,
     };
     let config = server.config()?;
 

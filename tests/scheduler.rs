@@ -79,6 +79,8 @@ fn finished(outcome: AttemptOutcome) -> FinishRequest {
         end_step: None,
         log_tail: None,
         message: None,
+        phases: None,
+        stopping_s: None,
     }
 }
 

@@ -79,9 +79,15 @@ pub struct Plan {
     pub pools: Vec<PoolPlan>,
     /// Pod-hours still to go over every run of the catalog.
     pub total_hours: f64,
-    /// Each estimate is multiplied by this to cover preemptions and restarts: 1 / the
-    /// goodput ratio measured so far, or 1.0 before any attempt ended.
+    /// Each estimate is multiplied by this to cover the time around training (setup,
+    /// start-up, stopping): (kept + overhead) / kept over the attempts so far, or 1.0 before
+    /// any. Work redone after interruptions is each run's `expected_waste_hours` instead.
     pub overhead_factor: f64,
+    /// Over the runs still to go: hours expected to be redone after interruptions.
+    pub expected_waste_hours: f64,
+    /// Pod-hours the advised checkpoint intervals would save over the runs still to go.
+    pub pod_hours_saved_by_advice: f64,
+    pub scenarios: Vec<PlanScenario>,
     /// Runs whose estimate is measured, from the catalog, or done.
     pub estimates: BTreeMap<String, usize>,
     /// Running runs, then queued ones in lease order, then experiments not submitted yet in
@@ -139,6 +145,26 @@ pub struct PlannedRun {
     pub fits_deadline: Option<bool>,
     /// Other experiments with the identical training config, which finish with this run.
     pub also_finishes: Vec<String>,
+    /// Of `remaining_hours`: work expected to be redone after interruptions, at the run's
+    /// checkpoint interval and its pod type's interruption rate (Young/Daly, first order).
+    pub expected_waste_hours: f64,
+    /// The checkpoint interval that would waste the least; null for a run that is done or
+    /// whose steps are unknown.
+    pub checkpoint_advice: Option<crate::CheckpointAdvice>,
+}
+
+/// What fits under other assumptions, each played out in the recommended order.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PlanScenario {
+    /// `no_interruptions` (no work redone), `configured_intervals` (the plan itself) or
+    /// `advised_intervals` (every run at its advised checkpoint interval).
+    pub name: String,
+    pub expected_waste_hours: f64,
+    pub total_hours: f64,
+    /// Null without a deadline.
+    pub runs_fit: Option<usize>,
+    pub groups_fit: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

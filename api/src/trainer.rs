@@ -37,6 +37,28 @@ pub fn total_steps_of_config(config: &serde_json::Value) -> Option<u64> {
     total_steps(epochs, total_groups(data_path)?, batch)
 }
 
+/// The steps between two evaluations of a resolved config (`eval_interval` epochs).
+pub fn steps_per_eval(config: &serde_json::Value) -> Option<u64> {
+    let interval = config.get("eval_interval")?.as_u64()?;
+    let batch = config.get("global_batch_size")?.as_u64()?;
+    let data_path = config.get("data_paths")?.as_array()?.first()?.as_str()?;
+    total_steps(interval, total_groups(data_path)?, batch).filter(|s| *s > 0)
+}
+
+/// Where a config has TRM save, in steps: every evaluation with `checkpoint_every_eval`,
+/// otherwise only at the end (the whole run).
+pub fn config_checkpoint_interval(config: &serde_json::Value) -> Option<u64> {
+    let every_eval = config
+        .get("checkpoint_every_eval")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    if every_eval {
+        steps_per_eval(config)
+    } else {
+        total_steps_of_config(config)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,5 +76,17 @@ mod tests {
         assert_eq!(total_groups("gs://b/data/other"), None);
         assert_eq!(total_steps(50_000, 1000, 6144), Some(8138));
         assert_eq!(total_steps(1, 1, 0), None);
+    }
+
+    #[test]
+    fn a_config_saves_at_each_evaluation_or_only_at_the_end() {
+        let mut config = serde_json::json!({
+            "epochs": 50_000, "eval_interval": 5_000, "global_batch_size": 6144,
+            "data_paths": ["gs://b/data/sudoku-extreme-1k-aug-1000"],
+            "checkpoint_every_eval": true,
+        });
+        assert_eq!(config_checkpoint_interval(&config), Some(813));
+        config["checkpoint_every_eval"] = false.into();
+        assert_eq!(config_checkpoint_interval(&config), Some(8138));
     }
 }

@@ -38,6 +38,10 @@ pub struct Lease {
     /// out to be missing or incomplete.
     #[serde(default)]
     pub fallback_checkpoints: Vec<String>,
+    /// Under `checkpoint_interval: auto`, the advised interval in steps, which the worker
+    /// passes to every host's trainer as `PODQ_CHECKPOINT_INTERVAL_STEPS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_interval_steps: Option<u64>,
     pub lease_ttl_s: u64,
     pub heartbeat_s: u64,
 }
@@ -62,6 +66,36 @@ pub struct HeartbeatRequest {
     pub hosts_alive: Vec<bool>,
 }
 
+/// The time a trainer reported spending, this attempt, in what only it can see: its
+/// `PODQ {"event":"phase"}` lines (`podq_trainer.phase`), timed by the worker as they arrive.
+/// Totals for the attempt so far, so a report sent twice changes nothing.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TrainerPhases {
+    /// Compiling the first step (XLA).
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    pub compile_s: f64,
+    /// Restoring the checkpoint it resumed from.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    pub restore_s: f64,
+    /// The blocking part of its checkpoint saves (an async save's background commit is not
+    /// counted: training goes on during it).
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    pub save_s: f64,
+    /// Saves whose end was seen.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    pub saves: u32,
+}
+
+impl TrainerPhases {
+    /// Refuses what no trainer can have reported: negative or non-finite times.
+    pub fn is_valid(&self) -> bool {
+        [self.compile_s, self.restore_s, self.save_s]
+            .iter()
+            .all(|s| s.is_finite() && *s >= 0.0)
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeartbeatResponse {
@@ -83,6 +117,9 @@ pub struct MetricStep {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricsBatch {
     pub points: Vec<MetricStep>,
+    /// What the trainer reported of its phases so far in this attempt, when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<TrainerPhases>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -180,6 +217,12 @@ pub struct FinishRequest {
     pub log_tail: Option<String>,
     #[serde(default)]
     pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<TrainerPhases>,
+    /// From the worker's decision to stop (a notice, a cancel, a host's end) to the finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    pub stopping_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

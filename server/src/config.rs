@@ -31,6 +31,9 @@ pub struct ServerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// Trainer log lines kept per attempt and host; older ones are dropped first.
     pub log_lines_per_host: i64,
+    /// The mean time between interruptions assumed for a pod type before it has history
+    /// (checkpoint advice, issue 19); it counts as one interruption's worth of observation.
+    pub prior_mtbf: Duration,
 }
 
 impl ServerConfig {
@@ -50,6 +53,7 @@ impl ServerConfig {
             webhooks: Vec::new(),
             metrics_listen: None,
             log_lines_per_host: 20_000,
+            prior_mtbf: Duration::from_secs(24 * 3600),
         }
     }
 }

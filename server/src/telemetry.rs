@@ -47,6 +47,15 @@ pub struct PodLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodTimeLabels {
+    /// `grant`, `pod` or `group`.
+    pub scope: String,
+    /// The pod's or group's name; empty for the grant.
+    pub name: String,
+    pub cause: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     pub kind: String,
 }
@@ -66,6 +75,7 @@ pub struct Telemetry {
     pub job_steps_per_second: Family<JobLabels, FloatGauge>,
     pub pods: Family<PodLabels, Gauge>,
     pub goodput_seconds: Family<KindLabel, FloatGauge>,
+    pub pod_time_seconds: Family<PodTimeLabels, FloatGauge>,
     pub write_queue: Gauge,
     pub write_batch: Histogram,
     pub webhook_deliveries: Family<OutcomeLabel, Counter>,
@@ -90,6 +100,7 @@ impl Telemetry {
             job_steps_per_second: Family::default(),
             pods: Family::default(),
             goodput_seconds: Family::default(),
+            pod_time_seconds: Family::default(),
             write_queue: store.queue,
             write_batch: store.batch,
             webhook_deliveries: Family::default(),
@@ -145,6 +156,12 @@ impl Telemetry {
             "goodput_seconds",
             "Pod time of every run: kept progress, lost work, overhead",
             t.goodput_seconds.clone(),
+        );
+        registry.register(
+            "pod_time_seconds",
+            "Pod time by cause (provisioning, setup, startup, restore, productive, save, wasted, \
+             stopping, idle), for the grant (scope=\"grant\") and each pod and group",
+            t.pod_time_seconds.clone(),
         );
         registry.register(
             "store_write_queue",

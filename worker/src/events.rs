@@ -15,6 +15,28 @@ pub enum TrainerEvent {
         step: i64,
         uri: String,
     },
+    /// The start or end of something only the trainer sees (`podq_trainer.phase`).
+    Phase {
+        phase: TrainerPhase,
+        edge: PhaseEdge,
+        #[serde(default)]
+        step: Option<i64>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrainerPhase {
+    Compile,
+    Restore,
+    Save,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PhaseEdge {
+    Start,
+    End,
 }
 
 pub const PREFIX: &str = "PODQ ";
@@ -49,6 +71,18 @@ mod tests {
         assert!(matches!(
             checkpoint,
             Some(Ok(TrainerEvent::Checkpoint { step: 5000, .. }))
+        ));
+        assert_eq!(
+            parse_line(r#"PODQ {"event":"phase","phase":"save","edge":"end","step":5000}"#),
+            Some(Ok(TrainerEvent::Phase {
+                phase: TrainerPhase::Save,
+                edge: PhaseEdge::End,
+                step: Some(5000)
+            }))
+        );
+        assert!(matches!(
+            parse_line(r#"PODQ {"event":"phase","phase":"lunch","edge":"start"}"#),
+            Some(Err(_))
         ));
         assert_eq!(parse_line("step 10 loss 0.5"), None);
         assert!(matches!(parse_line("PODQ {not json"), Some(Err(_))));

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod client;
 pub mod daemon;
 pub mod events;
+pub mod phases;
 pub mod pod;
 pub mod procs;
 pub mod report;

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use podq_api::{CheckpointReport, CheckpointsBatch, LogBatch, MetricStep, MetricsBatch};
+use podq_api::{
+    CheckpointReport, CheckpointsBatch, LogBatch, MetricStep, MetricsBatch, TrainerPhases,
+};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -28,6 +30,8 @@ pub enum Report {
     },
     /// The trainer said it saved one: look at the store now rather than at the next scan.
     CheckpointHint,
+    /// The trainer's phase totals changed: they ride the next metrics batch.
+    Phases(TrainerPhases),
 }
 
 pub struct ReporterSettings {
@@ -47,7 +51,7 @@ pub async fn run(
     mut reports: mpsc::UnboundedReceiver<Report>,
     lease_lost: CancellationToken,
 ) {
-    let mut buffer: Vec<MetricStep> = Vec::new();
+    let mut buffer = Pending::default();
     let mut points = 0usize;
     let mut reported: HashSet<(i64, bool)> = HashSet::new();
     let mut flush_timer = tokio::time::interval(settings.flush);
@@ -57,11 +61,12 @@ pub async fn run(
             report = reports.recv() => match report {
                 Some(Report::Metrics { step, values }) => {
                     points += values.len();
-                    buffer.push(MetricStep { step, values });
+                    buffer.points.push(MetricStep { step, values });
                     if points >= settings.max_points {
                         send_metrics(&client, lease, &mut buffer, &mut points, &lease_lost).await;
                     }
                 }
+                Some(Report::Phases(phases)) => buffer.phases = Some(phases),
                 Some(Report::CheckpointHint) => {
                     scan(&client, lease, store.as_ref(), &mut reported, &lease_lost).await;
                 }
@@ -122,18 +127,26 @@ async fn send_logs(
     }
 }
 
+/// What waits for the next metrics call.
+#[derive(Default)]
+struct Pending {
+    points: Vec<MetricStep>,
+    phases: Option<TrainerPhases>,
+}
+
 async fn send_metrics(
     client: &ServerClient,
     lease: Uuid,
-    buffer: &mut Vec<MetricStep>,
+    buffer: &mut Pending,
     points: &mut usize,
     lease_lost: &CancellationToken,
 ) {
-    if buffer.is_empty() || lease_lost.is_cancelled() {
+    if (buffer.points.is_empty() && buffer.phases.is_none()) || lease_lost.is_cancelled() {
         return;
     }
     let batch = MetricsBatch {
-        points: std::mem::take(buffer),
+        points: std::mem::take(&mut buffer.points),
+        phases: buffer.phases.take(),
     };
     match client.metrics(lease, &batch).await {
         Ok(()) => *points = 0,
@@ -141,7 +154,10 @@ async fn send_metrics(
             tracing::warn!(%lease, "{message}");
             lease_lost.cancel();
         }
-        Err(CallError::Shutdown) => *buffer = batch.points,
+        Err(CallError::Shutdown) => {
+            buffer.points = batch.points;
+            buffer.phases = batch.phases;
+        }
         Err(e) => {
             tracing::error!(%lease, error = %e, "metrics batch refused; dropping it");
             *points = 0;

@@ -9,7 +9,10 @@ use podq_api::ExperimentDocs;
 use serde::Deserialize;
 
 use super::source::{line_of, line_of_key};
-use super::{error_at, is_accelerator_type, yaml_stems, Candidate, Catalog, CatalogOptions, Group};
+use super::{
+    error_at, is_accelerator_type, yaml_stems, Candidate, Catalog, CatalogOptions, CheckpointInterval,
+    Group,
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,6 +29,9 @@ struct GroupFile {
     /// The accelerator type of the group's runs; the server's `--accelerator` when absent.
     #[serde(default)]
     accelerator: Option<String>,
+    /// `auto` or steps, for the group's runs; over the suite's.
+    #[serde(default)]
+    checkpoint_interval: Option<serde_yaml::Value>,
     experiments: serde_yaml::Mapping,
     #[serde(default)]
     #[allow(dead_code)]
@@ -40,6 +46,9 @@ struct ExperimentRow {
     /// This run's accelerator type, over the group's.
     #[serde(default)]
     accelerator: Option<String>,
+    /// This run's checkpoint interval, over the group's.
+    #[serde(default)]
+    checkpoint_interval: Option<serde_yaml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -49,6 +58,9 @@ struct SuiteFile {
     #[serde(default)]
     #[allow(dead_code)]
     description: Option<String>,
+    /// `auto` or steps, for every run of the suite.
+    #[serde(default)]
+    checkpoint_interval: Option<serde_yaml::Value>,
 }
 
 impl Catalog {
@@ -63,6 +75,7 @@ impl Catalog {
             .collect();
         dirs.sort();
         let suite_path = self.root.join("suite.yaml");
+        let mut suite_interval = CheckpointInterval::Config;
         if suite_path.is_file() {
             let text = std::fs::read_to_string(&suite_path).unwrap_or_default();
             match read_yaml::<SuiteFile>(&suite_path) {
@@ -87,6 +100,13 @@ impl Catalog {
                             line_of(&text, listed),
                         ));
                     }
+                    suite_interval = self.interval_of(
+                        suite.checkpoint_interval.as_ref(),
+                        suite_interval,
+                        "suite.yaml",
+                        &text,
+                        "checkpoint_interval",
+                    );
                     dirs.retain(|d| suite.groups.contains(d));
                     dirs.sort_by_key(|d| suite.groups.iter().position(|g| g == d));
                 }
@@ -139,6 +159,13 @@ impl Catalog {
                 Some(a) => a.clone(),
                 None => options.accelerator.clone(),
             };
+            let group_interval = self.interval_of(
+                doc.checkpoint_interval.as_ref(),
+                suite_interval,
+                &group_rel,
+                &text,
+                "checkpoint_interval",
+            );
             let mut names = Vec::new();
             for (key, row) in &doc.experiments {
                 let Some(name) = key.as_str() else {
@@ -185,6 +212,13 @@ impl Catalog {
                     Some(a) => a,
                     None => group_accelerator.clone(),
                 };
+                let checkpoint_interval = self.interval_of(
+                    row.checkpoint_interval.as_ref(),
+                    group_interval,
+                    &group_rel,
+                    &text,
+                    &format!("experiments.{name}.checkpoint_interval"),
+                );
                 names.push(name.to_owned());
                 candidates.push(Candidate {
                     name: name.to_owned(),
@@ -193,6 +227,7 @@ impl Catalog {
                     docs: docs_of(row.summary, name),
                     est_hours: row.est_hours.unwrap_or(options.default_est_hours),
                     accelerator,
+                    checkpoint_interval,
                     project_name: Some(doc.project_name.clone()),
                     legacy: false,
                     listed: true,
@@ -223,6 +258,7 @@ impl Catalog {
                     docs: docs_of(String::new(), &stray),
                     est_hours: options.default_est_hours,
                     accelerator: group_accelerator.clone(),
+                    checkpoint_interval: group_interval,
                     project_name: Some(doc.project_name.clone()),
                     legacy: false,
                     listed: false,
@@ -275,6 +311,30 @@ fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, (String, 
             e.location().map(|l| l.line() as u32),
         )
     })
+}
+
+impl Catalog {
+    /// A `checkpoint_interval` value, or `inherited` when absent; a bad one is an error at its
+    /// line and falls back to `inherited`.
+    fn interval_of(
+        &mut self,
+        value: Option<&serde_yaml::Value>,
+        inherited: CheckpointInterval,
+        file: &str,
+        text: &str,
+        key: &str,
+    ) -> CheckpointInterval {
+        let Some(value) = value else {
+            return inherited;
+        };
+        CheckpointInterval::parse(value).unwrap_or_else(|message| {
+            let line = line_of_key(text, key);
+            let mut finding = error_at("invalid_checkpoint_interval", message, file, line);
+            finding.fix = Some("write `checkpoint_interval: auto` or a number of steps".into());
+            self.file_findings.push(finding);
+            inherited
+        })
+    }
 }
 
 fn invalid_accelerator(value: &str, group_rel: &str, text: &str, key: &str) -> podq_api::Finding {

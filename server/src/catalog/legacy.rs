@@ -34,6 +34,7 @@ impl Catalog {
                 docs: ExperimentDocs::default(),
                 est_hours: options.default_est_hours,
                 accelerator: options.accelerator.clone(),
+                checkpoint_interval: super::CheckpointInterval::Config,
                 project_name,
                 legacy: true,
                 listed: true,

@@ -74,6 +74,40 @@ pub fn devices_of(accelerator: &str) -> u32 {
     }
 }
 
+/// When a run saves checkpoints (issue 19): `checkpoint_interval` in `suite.yaml`, a
+/// `group.yaml` or one experiment's row there, the narrowest winning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CheckpointInterval {
+    /// As its trainer config says (TRM: at each evaluation with `checkpoint_every_eval`).
+    #[default]
+    Config,
+    /// At the interval podq advises (`auto`), given to each attempt's trainer.
+    Auto,
+    /// Every this many steps, given to each attempt's trainer.
+    Steps(u64),
+}
+
+impl CheckpointInterval {
+    /// `auto` or a positive number of steps.
+    pub fn parse(value: &serde_yaml::Value) -> Result<CheckpointInterval, String> {
+        match value {
+            serde_yaml::Value::String(s) if s == "auto" => Ok(CheckpointInterval::Auto),
+            serde_yaml::Value::Number(n) => match n.as_u64() {
+                Some(steps) if steps > 0 => Ok(CheckpointInterval::Steps(steps)),
+                _ => Err(format!("`checkpoint_interval: {n}` is not a positive number of steps")),
+            },
+            other => Err(format!(
+                "`checkpoint_interval` is `auto` or a positive number of steps, not {}",
+                serde_yaml::to_string(other).unwrap_or_default().trim()
+            )),
+        }
+    }
+
+    pub fn is_auto(self) -> bool {
+        self == CheckpointInterval::Auto
+    }
+}
+
 /// Whether `name` reads as an accelerator type: a version, a dash and a count (`v4-32`).
 pub fn is_accelerator_type(name: &str) -> bool {
     name.rsplit_once('-').is_some_and(|(version, count)| {
@@ -100,6 +134,7 @@ pub struct Experiment {
     pub est_hours: f64,
     /// The accelerator type of the pods that may lease it (`v4-64`, `v4-32`, ...).
     pub accelerator: String,
+    pub checkpoint_interval: CheckpointInterval,
     pub checkpoint_dir: String,
     pub docs: ExperimentDocs,
     pub findings: Vec<Finding>,
@@ -149,6 +184,7 @@ struct Candidate {
     docs: ExperimentDocs,
     est_hours: f64,
     accelerator: String,
+    checkpoint_interval: CheckpointInterval,
     project_name: Option<String>,
     legacy: bool,
     /// False for a file in a group directory that its `group.yaml` does not list: it is

@@ -12,6 +12,7 @@ mod metrics;
 mod negotiate;
 mod openapi;
 mod plan;
+mod pod_time;
 mod schedules;
 mod state;
 mod status;
@@ -87,6 +88,7 @@ fn documented(state: &AppState) -> OpenApiRouter<AppState> {
         .merge(stream::routes())
         .merge(webhooks::routes())
         .merge(plan::read_routes())
+        .merge(pod_time::routes())
         .merge(openapi::routes())
         .merge(admin)
         .merge(worker);

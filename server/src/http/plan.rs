@@ -164,8 +164,9 @@ impl Table for Plan {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "{} pod(s){capacity}; {:.0} pod-hours to go; estimates x{:.2} for preemptions",
-            self.pods, self.total_hours, self.overhead_factor
+            "{} pod(s){capacity}; {:.0} pod-hours to go, {:.0} of them work redone after \
+             interruptions; estimates x{:.2} for setup and start-up",
+            self.pods, self.total_hours, self.expected_waste_hours, self.overhead_factor
         );
         // With more than one accelerator type, each type's pods and hours are their own.
         if self.pools.len() > 1 {
@@ -216,6 +217,28 @@ impl Table for Plan {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
+            "CHECKPOINT INTERVALS: the advised ones (Young/Daly) would save {:.1} pod-hours",
+            self.pod_hours_saved_by_advice
+        );
+        let _ = writeln!(
+            out,
+            "{:<22} {:>12} {:>11} {:>12} {:>11}",
+            "ASSUMING", "WASTE HOURS", "HOURS", "RUNS FIT", "GROUPS FIT"
+        );
+        for s in &self.scenarios {
+            let _ = writeln!(
+                out,
+                "{:<22} {:>12.1} {:>11.0} {:>12} {:>11}",
+                s.name.replace('_', " "),
+                s.expected_waste_hours,
+                s.total_hours,
+                of(s.runs_fit, runs),
+                of(s.groups_fit, groups)
+            );
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
             "{:<28} {:>4} {:>4}  {:<18} {:<18}",
             "GROUP", "RUNS", "DONE", "TODAY (ENDS)", "RECOMMENDED (ENDS)"
         );
@@ -237,8 +260,8 @@ impl Table for Plan {
         );
         let _ = writeln!(
             out,
-            "{:>3} {:<22} {:<28} {:<13} {:>6} {:<8} {:<12} FITS",
-            "#", "EXPERIMENT", "GROUP", "STATE", "HOURS", "ESTIMATE", "ENDS"
+            "{:>3} {:<22} {:<28} {:<13} {:>6} {:<8} {:<12} {:<4} CHECKPOINT EVERY (ADVISED)",
+            "#", "EXPERIMENT", "GROUP", "STATE", "HOURS", "ESTIMATE", "ENDS", "FITS"
         );
         for (i, r) in self.recommended.runs.iter().enumerate() {
             let _ = writeln!(out, "{:>3} {}", i + 1, row(r));
@@ -257,8 +280,15 @@ fn row(r: &PlannedRun) -> String {
     } else {
         format!(" (+ {})", r.also_finishes.join(", "))
     };
+    let interval = r.checkpoint_advice.as_ref().map_or_else(String::new, |a| {
+        let auto = if a.auto { ", auto" } else { "" };
+        format!(
+            "{} steps ({}{auto}, saves {:.1} h)",
+            a.interval_steps_now, a.interval_steps_advised, a.pod_hours_saved
+        )
+    });
     format!(
-        "{:<22} {:<28} {:<13} {:>6.1} {:<8} {:<12} {}{also}",
+        "{:<22} {:<28} {:<13} {:>6.1} {:<8} {:<12} {:<4} {interval}{also}",
         r.experiment,
         r.group,
         r.state,

@@ -14,19 +14,99 @@
 //! The waste of an interval τ, per unit of useful time, to first order: C/τ spent saving,
 //! plus (τ + C)/2 redone on average after each failure, i.e. (τ + C)/(2M).
 
-/// The failure rate podq assumes for a pod before it has history: one preemption a day
-/// (the study's planning figure for preemptible v4, issue 19). It weighs as this many
-/// failures' worth of observation, so a few real ones move the estimate.
+use podq_api::trainer::config_checkpoint_interval;
+use podq_api::CheckpointAdvice;
+
+use crate::catalog::CheckpointInterval;
+
+/// The failure rate podq assumes for a pod before it has history, unless the server is told
+/// otherwise (`--prior-mtbf-h`): one preemption a day (the study's planning figure for
+/// preemptible v4, issue 19). It weighs as this many failures' worth of observation, so a
+/// few real ones move the estimate.
 pub const PRIOR_MTBF_S: f64 = 24.0 * 3600.0;
 pub const PRIOR_WEIGHT_FAILURES: f64 = 1.0;
+
+/// The save cost assumed for a run whose trainer has not reported a save's timing: a
+/// TRM-sized model (~7 M parameters) saves in seconds (issue 19).
+pub const ASSUMED_SAVE_COST_S: f64 = 10.0;
 
 /// The pod's mean time between failures: observed pod time over observed failures, with the
 /// prior counted as `PRIOR_WEIGHT_FAILURES` failures over as many prior MTBFs (a
 /// gamma-Poisson estimate: with no history it is the prior; with much it is the data).
-pub fn mtbf_s(observed_pod_s: f64, failures: u64) -> f64 {
-    let time = observed_pod_s.max(0.0) + PRIOR_WEIGHT_FAILURES * PRIOR_MTBF_S;
+pub fn mtbf_s(observed_pod_s: f64, failures: u64, prior_mtbf_s: f64) -> f64 {
+    let time = observed_pod_s.max(0.0) + PRIOR_WEIGHT_FAILURES * prior_mtbf_s.max(1.0);
     let events = failures as f64 + PRIOR_WEIGHT_FAILURES;
     time / events
+}
+
+/// What podq knows of a run when it advises it.
+pub struct RunFacts<'a> {
+    pub config: &'a serde_json::Value,
+    pub setting: CheckpointInterval,
+    pub total_steps: Option<i64>,
+    pub last_step: Option<i64>,
+    pub est_hours: f64,
+    /// Seconds per step of kept training, once the run has some.
+    pub measured_step_s: Option<f64>,
+    /// Its trainer's mean blocking save, once it reported one.
+    pub reported_save_cost_s: Option<f64>,
+    pub mtbf_s: f64,
+}
+
+/// The run's step time: measured once it trained, else its estimate over its steps.
+pub fn step_s(facts: &RunFacts) -> Option<f64> {
+    let total = facts.total_steps.filter(|t| *t > 0)? as f64;
+    facts
+        .measured_step_s
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .or_else(|| Some(facts.est_hours * 3600.0 / total))
+        .filter(|s| *s > 0.0)
+}
+
+/// The interval the run saves at, in steps, before any advice.
+pub fn interval_steps_configured(facts: &RunFacts) -> Option<u64> {
+    match facts.setting {
+        CheckpointInterval::Steps(steps) => Some(steps),
+        _ => config_checkpoint_interval(facts.config)
+            .or(facts.total_steps.and_then(|t| u64::try_from(t).ok())),
+    }
+}
+
+/// The Young/Daly advice for a run; `None` without a step count to advise in.
+pub fn for_run(facts: &RunFacts) -> Option<CheckpointAdvice> {
+    let step_s = step_s(facts)?;
+    let total = facts.total_steps? as f64;
+    let remaining_steps = (total - facts.last_step.unwrap_or(0) as f64).max(0.0);
+    let remaining_hours = remaining_steps * step_s / 3600.0;
+    let (save_cost_s, source) = match facts.reported_save_cost_s {
+        Some(c) if c.is_finite() && c >= 0.0 => (c, "trainer"),
+        _ => (ASSUMED_SAVE_COST_S, "assumed"),
+    };
+    let auto = facts.setting.is_auto();
+    let advised = advise(1, step_s, save_cost_s, facts.mtbf_s, 0.0).interval_steps_advised;
+    let now = if auto {
+        advised
+    } else {
+        interval_steps_configured(facts)?
+    };
+    let advice = advise(now, step_s, save_cost_s, facts.mtbf_s, remaining_hours);
+    Some(CheckpointAdvice {
+        interval_steps_now: advice.interval_steps_now,
+        interval_steps_advised: advice.interval_steps_advised,
+        save_cost_s,
+        mtbf_s: facts.mtbf_s,
+        pod_hours_saved: advice.pod_hours_saved,
+        auto,
+        save_cost_source: source.to_owned(),
+    })
+}
+
+/// Hours of work expected to be redone after interruptions over `remaining_hours` of
+/// training saving every `interval_s`: (τ + C)/(2M) per hour, the second term of
+/// [`waste_fraction`] (the saves themselves are already in the run's step time).
+pub fn expected_redo_hours(remaining_hours: f64, interval_s: f64, save_cost_s: f64, mtbf_s: f64) -> f64 {
+    let (t, c, m) = (interval_s.max(1.0), save_cost_s.max(0.0), mtbf_s.max(1.0));
+    remaining_hours.max(0.0) * (t + c) / (2.0 * m)
 }
 
 /// Daly's optimum interval between the ends of saves, in seconds.
@@ -112,9 +192,9 @@ mod tests {
 
     #[test]
     fn the_mtbf_starts_at_the_prior_and_follows_the_history() {
-        assert_eq!(mtbf_s(0.0, 0), PRIOR_MTBF_S);
+        assert_eq!(mtbf_s(0.0, 0, PRIOR_MTBF_S), PRIOR_MTBF_S);
         // Ten days of pod time and 20 preemptions: close to half a day.
-        let m = mtbf_s(10.0 * 86_400.0, 20);
+        let m = mtbf_s(10.0 * 86_400.0, 20, PRIOR_MTBF_S);
         assert!((0.5 * 86_400.0..0.6 * 86_400.0).contains(&m), "{m}");
     }
 
@@ -130,5 +210,44 @@ mod tests {
         // Already at the optimum: nothing to save.
         let at = advise(advice.interval_steps_advised, step_s, 10.0, 86_400.0, 720.0);
         assert!(at.pod_hours_saved < 0.01, "{at:?}");
+    }
+
+    fn baseline() -> serde_json::Value {
+        serde_json::json!({
+            "epochs": 50_000, "eval_interval": 5_000, "global_batch_size": 6144,
+            "data_paths": ["gs://b/data/sudoku-extreme-1k-aug-1000"],
+            "checkpoint_every_eval": true,
+        })
+    }
+
+    #[test]
+    fn a_run_is_advised_from_its_config_its_estimate_and_the_pod() {
+        let config = baseline();
+        let facts = RunFacts {
+            config: &config,
+            setting: CheckpointInterval::Config,
+            total_steps: Some(8138),
+            last_step: None,
+            est_hours: 40.0,
+            measured_step_s: None,
+            reported_save_cost_s: None,
+            mtbf_s: PRIOR_MTBF_S,
+        };
+        let advice = for_run(&facts).unwrap();
+        // Every eval: 813 steps of 17.7 s, four hours; advised ~22 minutes.
+        assert_eq!(advice.interval_steps_now, 813);
+        assert!((70..80).contains(&advice.interval_steps_advised), "{advice:?}");
+        assert_eq!(advice.save_cost_source, "assumed");
+        assert!(advice.pod_hours_saved > 2.0, "{advice:?}");
+        // Under `auto` the run already follows the advice: nothing left to save.
+        let auto = for_run(&RunFacts {
+            setting: CheckpointInterval::Auto,
+            reported_save_cost_s: Some(2.0),
+            ..facts
+        })
+        .unwrap();
+        assert_eq!(auto.interval_steps_now, auto.interval_steps_advised);
+        assert_eq!(auto.pod_hours_saved, 0.0);
+        assert_eq!(auto.save_cost_source, "trainer");
     }
 }

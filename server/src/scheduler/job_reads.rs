@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use podq_api::{
-    Checkpoint, Delivery, Event, Job, JobDetail, JobList, JobMetrics, JobState, Webhook,
+    Checkpoint, Delivery, Event, Job, JobDetail, JobList, JobMetrics, JobState, PodTime, Webhook,
 };
 use uuid::Uuid;
 
@@ -48,12 +48,20 @@ impl Scheduler {
         let detail = jobs::detail(self.store.reader(), &id.to_string())
             .await?
             .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
+        let advice = self.advice(&detail.job, &detail.goodput, &detail.advice);
+        let mut run_time = PodTime::default();
+        for time in detail.pod_time.values() {
+            run_time.add(time);
+        }
         Ok(JobDetail {
             job: detail.job.into_api()?,
             attempts: detail
                 .attempts
                 .into_iter()
-                .map(|a| a.into_api())
+                .map(|a| {
+                    let time = detail.pod_time.get(&a.attempt).copied().unwrap_or_default();
+                    a.into_api(time)
+                })
                 .collect::<std::result::Result<_, StoreError>>()?,
             checkpoints: detail
                 .checkpoints
@@ -62,6 +70,8 @@ impl Scheduler {
                 .collect(),
             latest_metrics: detail.latest_metrics,
             goodput: detail.goodput,
+            pod_time: run_time,
+            checkpoint_advice: advice,
         })
     }
 

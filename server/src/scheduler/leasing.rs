@@ -16,7 +16,7 @@ use super::policy::{self, AttemptProgress, JobBudget};
 use super::{LiveLease, Result, Scheduler, SchedulerError};
 use crate::store::jobs::insert_event;
 use crate::store::leases::{self as sql, AttemptEnd, JobAfter};
-use crate::store::{checkpoints, metrics, now_ms, parse_uuid, pods, StoreError};
+use crate::store::{checkpoints, metrics, now_ms, parse_uuid, pod_time, pods, StoreError};
 
 const MAX_WAIT: Duration = Duration::from_secs(60);
 const DEFAULT_WAIT: Duration = Duration::from_secs(20);
@@ -94,6 +94,14 @@ impl Scheduler {
             return Ok(None);
         };
         self.telemetry.leases_granted.inc();
+        // The job is claimed: a failed read must not lose the lease, only the advice.
+        let checkpoint_interval_steps = self
+            .interval_for_attempt(&claimed.id, &claimed.experiment)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(job = %claimed.id, error = %e, "no checkpoint interval for this attempt");
+                None
+            });
         let lease = Lease {
             lease_id,
             job_id: parse_uuid(&claimed.id)?,
@@ -108,6 +116,7 @@ impl Scheduler {
             resume_from: claimed.resume_from,
             resume_step: claimed.resume_step,
             fallback_checkpoints: claimed.fallback_checkpoints,
+            checkpoint_interval_steps,
             lease_ttl_s: self.config.lease_ttl.as_secs(),
             heartbeat_s: self.config.heartbeat.as_secs().max(1),
         };
@@ -173,6 +182,12 @@ impl Scheduler {
         if self.live.get(lease_id).is_none() {
             return Err(SchedulerError::LeaseLost(lease_id));
         }
+        if batch.phases.as_ref().is_some_and(|p| !p.is_valid()) {
+            return Err(SchedulerError::invalid(
+                "invalid_phases",
+                "phases: times must be finite and 0 or more",
+            ));
+        }
         let accepted: usize = batch.points.iter().map(|p| p.values.len()).sum();
         let stored = accepted as u64;
         let max_step = batch.points.iter().map(|p| p.step).max();
@@ -183,6 +198,9 @@ impl Scheduler {
                         .await?
                         .ok_or(SchedulerError::LeaseLost(lease_id))?;
                     metrics::insert_points(conn, &job_id, attempt, &batch).await?;
+                    if let Some(phases) = &batch.phases {
+                        pod_time::record_phases(conn, &lease_id.to_string(), phases).await?;
+                    }
                     Ok::<_, SchedulerError>(())
                 }
                 .boxed()
@@ -249,6 +267,13 @@ impl Scheduler {
     /// Ends the attempt and applies the retry policy. Repeating a finish that was already
     /// applied answers the same and changes nothing.
     pub async fn finish(&self, lease_id: Uuid, req: FinishRequest) -> Result<FinishResponse> {
+        let stopping_valid = req.stopping_s.is_none_or(|s| s.is_finite() && s >= 0.0);
+        if !stopping_valid || req.phases.as_ref().is_some_and(|p| !p.is_valid()) {
+            return Err(SchedulerError::invalid(
+                "invalid_phases",
+                "phases and stopping_s: times must be finite and 0 or more",
+            ));
+        }
         self.end_lease(lease_id, req).await
     }
 
@@ -321,6 +346,8 @@ impl Scheduler {
                             exit_codes_json,
                             log_tail,
                             message: req.message.as_deref(),
+                            phases: req.phases,
+                            stopping_s: req.stopping_s,
                         },
                         &JobAfter {
                             state: decision.state.as_str(),
@@ -413,6 +440,8 @@ pub(super) fn lost(message: impl Into<String>) -> FinishRequest {
         end_step: None,
         log_tail: None,
         message: Some(message.into()),
+        phases: None,
+        stopping_s: None,
     }
 }
 

@@ -14,6 +14,7 @@ mod leasing;
 pub mod live;
 pub mod logs;
 mod plan;
+mod pod_time;
 pub mod planner;
 pub mod policy;
 mod read_cache;

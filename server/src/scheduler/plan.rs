@@ -6,11 +6,14 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
-use podq_api::{EstimateSource, GrantOutlook, Plan, PlanApplied, PoolPlan, SubmitRequest};
+use podq_api::{
+    EstimateSource, GrantOutlook, Plan, PlanApplied, PlanScenario, PoolPlan, SubmitRequest,
+};
 
 use super::forecast::{self, Progress};
 use super::grant::check_deadline;
 use super::planner::{self, Group, Limits, Phase, Pool, Run};
+use super::pod_time::ExpectedWaste;
 use super::{submit, Result, Scheduler};
 use crate::store::views::{self, PlanJob};
 use crate::store::{goodput, grant, jobs, now_ms, parse_uuid, pods};
@@ -147,7 +150,8 @@ impl Scheduler {
         let grant = self.grant().await?;
         let deadline = deadline.or(grant.as_ref().map(|g| g.end));
         let db = self.store.reader();
-        let Gathered { runs, groups } = self.gather(now_ms()).await?;
+        let Gathered { mut runs, groups } = self.gather(now_ms()).await?;
+        let waste = self.expect_waste(&mut runs).await?;
         let mut pools: BTreeMap<String, Pool> = runs
             .iter()
             .map(|r| (r.accelerator.clone(), Pool::default()))
@@ -167,9 +171,12 @@ impl Scheduler {
             }
         }
         let totals = goodput::total(db).await?;
-        let overhead_factor = totals
-            .ratio
-            .map_or(1.0, |r| (1.0 / r.max(1e-3)).clamp(1.0, 3.0));
+        // Lost work is modelled per run (`expected_waste_hours`); the factor covers the rest.
+        let overhead_factor = if totals.kept_s > 0.0 {
+            ((totals.kept_s + totals.overhead_s) / totals.kept_s).clamp(1.0, 3.0)
+        } else {
+            1.0
+        };
         let limits = Limits {
             now,
             deadline,
@@ -177,6 +184,7 @@ impl Scheduler {
             overhead_factor,
         };
         let planned = planner::plan(&runs, &groups, &limits, recommend);
+        let scenarios = scenarios(&runs, &groups, &limits, &planned.recommended, &waste);
         let mut estimates = std::collections::BTreeMap::new();
         for run in &runs {
             let key = serde_json::to_value(run.estimate)
@@ -231,6 +239,9 @@ impl Scheduler {
                     .map(|r| r.remaining_hours * overhead_factor)
                     .sum(),
                 overhead_factor,
+                expected_waste_hours: waste.configured,
+                pod_hours_saved_by_advice: (waste.configured - waste.advised).max(0.0),
+                scenarios,
                 estimates,
                 current: planned.current,
                 recommended: planned.recommended,
@@ -287,6 +298,8 @@ impl Scheduler {
                             estimate: EstimateSource::Catalog,
                             also_finishes: Vec::new(),
                             accelerator: e.accelerator.clone(),
+                            expected_waste_hours: 0.0,
+                            checkpoint_advice: None,
                         });
                         let i = runs.len() - 1;
                         run_of_config.insert(e.config_sha256.clone(), i);
@@ -354,5 +367,55 @@ fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
         },
         also_finishes: Vec::new(),
         accelerator: job.accelerator.clone(),
+        expected_waste_hours: 0.0,
+        checkpoint_advice: None,
     })
+}
+
+/// What fits without interruptions, as planned, and with every run at its advised interval.
+fn scenarios(
+    runs: &[Run],
+    groups: &[Group],
+    limits: &Limits,
+    planned: &podq_api::Projection,
+    waste: &ExpectedWaste,
+) -> Vec<PlanScenario> {
+    let to_go_hours = |runs: &[Run]| -> f64 {
+        runs.iter()
+            .filter(|r| matches!(r.phase, Phase::OnPod | Phase::Waiting))
+            .map(|r| r.remaining_hours * limits.overhead_factor)
+            .sum()
+    };
+    let play = |name: &str, runs: &[Run], expected_waste_hours: f64| {
+        let projection = planner::plan(runs, groups, limits, true).recommended;
+        PlanScenario {
+            name: name.to_owned(),
+            expected_waste_hours,
+            total_hours: to_go_hours(runs),
+            runs_fit: projection.runs_fit,
+            groups_fit: projection.groups_fit,
+        }
+    };
+    let adjusted = |change: &dyn Fn(usize, &Run) -> f64| -> Vec<Run> {
+        runs.iter()
+            .enumerate()
+            .map(|(i, r)| Run {
+                remaining_hours: (r.remaining_hours + change(i, r)).max(0.0),
+                ..r.clone()
+            })
+            .collect()
+    };
+    let none = adjusted(&|_, r| -r.expected_waste_hours);
+    let advised = adjusted(&|i, _| waste.advised_change[i]);
+    vec![
+        play("no_interruptions", &none, 0.0),
+        PlanScenario {
+            name: "configured_intervals".into(),
+            expected_waste_hours: waste.configured,
+            total_hours: to_go_hours(runs),
+            runs_fit: planned.runs_fit,
+            groups_fit: planned.groups_fit,
+        },
+        play("advised_intervals", &advised, waste.advised),
+    ]
 }

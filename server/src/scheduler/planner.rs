@@ -48,6 +48,10 @@ pub struct Run {
     pub also_finishes: Vec<String>,
     /// Only pods of this accelerator type run it.
     pub accelerator: String,
+    /// Of `remaining_hours`: work expected to be redone after interruptions, at the run's
+    /// checkpoint interval and its pod type's interruption rate.
+    pub expected_waste_hours: f64,
+    pub checkpoint_advice: Option<podq_api::CheckpointAdvice>,
 }
 
 #[derive(Debug, Clone)]
@@ -295,6 +299,8 @@ fn planned_run(run: &Run, slot: Option<Slot>, limits: &Limits, has_deadline: boo
         end,
         fits_deadline: fits.filter(|_| has_deadline),
         also_finishes: run.also_finishes.clone(),
+        expected_waste_hours: run.expected_waste_hours,
+        checkpoint_advice: run.checkpoint_advice.clone(),
     }
 }
 
@@ -445,6 +451,8 @@ mod tests {
 
     fn run(experiment: &str, group: &str, hours: f64, order: i64) -> Run {
         Run {
+            expected_waste_hours: 0.0,
+            checkpoint_advice: None,
             job_id: None,
             experiment: experiment.into(),
             group: group.into(),

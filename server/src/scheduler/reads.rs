@@ -144,7 +144,7 @@ impl Scheduler {
     /// Sets the gauges of state from the database and the live leases, then answers the
     /// whole registry in Prometheus' text format.
     pub async fn metrics_text(&self) -> Result<String> {
-        use crate::telemetry::{JobLabels, KindLabel, PodLabels, StateLabel};
+        use crate::telemetry::{JobLabels, KindLabel, PodLabels, PodTimeLabels, StateLabel};
         let t = &self.telemetry;
         let db = self.store.reader();
         t.jobs.clear();
@@ -191,6 +191,22 @@ impl Scheduler {
             t.goodput_seconds
                 .get_or_create(&KindLabel { kind: kind.into() })
                 .set(seconds);
+        }
+        let pod_time = self.pod_time().await?;
+        t.pod_time_seconds.clear();
+        let scopes = std::iter::once(("grant", String::new(), &pod_time.grant))
+            .chain(pod_time.pods.iter().map(|(n, t)| ("pod", n.clone(), t)))
+            .chain(pod_time.groups.iter().map(|(n, t)| ("group", n.clone(), t)));
+        for (scope, name, time) in scopes {
+            for (cause, seconds) in time.causes() {
+                t.pod_time_seconds
+                    .get_or_create(&PodTimeLabels {
+                        scope: scope.into(),
+                        name: name.clone(),
+                        cause: cause.into(),
+                    })
+                    .set(seconds);
+            }
         }
         Ok(t.encode())
     }

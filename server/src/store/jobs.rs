@@ -370,6 +370,28 @@ pub struct DetailRows {
     pub checkpoints: Vec<super::rows::CheckpointRow>,
     pub latest_metrics: BTreeMap<String, api::MetricValue>,
     pub goodput: api::Goodput,
+    /// Each attempt's pod time, by attempt number.
+    pub pod_time: BTreeMap<i64, api::PodTime>,
+    pub advice: AdviceInputs,
+}
+
+/// What the checkpoint advice needs of a run beyond the job row.
+pub struct AdviceInputs {
+    pub reported_save_cost_s: Option<f64>,
+    /// Pod time in attempts on the run's pod type, and how many were interrupted.
+    pub history: (f64, u64),
+}
+
+/// The advice inputs of `run` on `accelerator`.
+pub async fn advice_inputs(
+    conn: &mut SqliteConnection,
+    run: &str,
+    accelerator: &str,
+) -> Result<AdviceInputs, StoreError> {
+    Ok(AdviceInputs {
+        reported_save_cost_s: super::pod_time::reported_save_cost(&mut *conn, run).await?,
+        history: super::pod_time::interruption_history(&mut *conn, accelerator).await?,
+    })
 }
 
 /// Everything a job's detail shows, read in one transaction so the parts are of one moment
@@ -384,6 +406,8 @@ pub async fn detail(db: &SqlitePool, id: &str) -> Result<Option<DetailRows>, Sto
     let checkpoints = super::checkpoints::of_job(&mut *tx, &run).await?;
     let latest_metrics = latest_metrics(&mut *tx, &run).await?;
     let goodput = super::goodput::of_run(&mut tx, &run).await?;
+    let pod_time = super::pod_time::of_run(&mut tx, &run).await?;
+    let advice = advice_inputs(&mut tx, &run, &job.accelerator).await?;
     tx.rollback().await?;
     Ok(Some(DetailRows {
         job,
@@ -391,6 +415,8 @@ pub async fn detail(db: &SqlitePool, id: &str) -> Result<Option<DetailRows>, Sto
         checkpoints,
         latest_metrics,
         goodput,
+        pod_time,
+        advice,
     }))
 }
 

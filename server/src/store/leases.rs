@@ -7,6 +7,7 @@ use sqlx::SqlitePool;
 use uuid::Uuid;
 
 use super::jobs::insert_event;
+use super::pod_time::PodActivity;
 use super::{now_ms, StoreError};
 
 pub(crate) const ANY_LEASABLE: &str =
@@ -93,6 +94,7 @@ pub async fn claim(
     .bind(claimed.resume_step)
     .execute(&mut *conn)
     .await?;
+    super::pod_time::pod_ledger(conn, pod, PodActivity::Leased, now).await?;
     if let Some(resume_step) = claimed.resume_step {
         claimed.fallback_checkpoints = sqlx::query_scalar(
             "SELECT uri FROM checkpoints WHERE job_id = ? AND committed = 1 AND step < ? \
@@ -217,6 +219,8 @@ pub struct AttemptEnd<'a> {
     pub exit_codes_json: String,
     pub log_tail: &'a str,
     pub message: Option<&'a str>,
+    pub phases: Option<podq_api::TrainerPhases>,
+    pub stopping_s: Option<f64>,
 }
 
 /// What the job becomes when its attempt ends.
@@ -240,10 +244,14 @@ pub async fn end_attempt(
 ) -> Result<(), StoreError> {
     let now = now_ms();
     let lease = lease_id.to_string();
+    if let Some(phases) = &end.phases {
+        super::pod_time::record_phases(conn, &lease, phases).await?;
+    }
     sqlx::query(
         "UPDATE attempts SET ended_at = ?, running_at = COALESCE(running_at, first_step_at), \
          outcome = ?, start_step = COALESCE(?, start_step), \
-         end_step = COALESCE(end_step, ?), exit_codes_json = ?, log_tail = ?, message = ? \
+         end_step = COALESCE(end_step, ?), exit_codes_json = ?, log_tail = ?, message = ?, \
+         stopping_s = ? \
          WHERE lease_id = ?",
     )
     .bind(now)
@@ -253,10 +261,17 @@ pub async fn end_attempt(
     .bind(&end.exit_codes_json)
     .bind(end.log_tail)
     .bind(end.message)
+    .bind(end.stopping_s)
     .bind(&lease)
     .execute(&mut *conn)
     .await?;
     super::goodput::settle_attempt(conn, &lease).await?;
+    super::pod_time::settle_attempt(conn, &lease).await?;
+    let pod: String = sqlx::query_scalar("SELECT pod FROM attempts WHERE lease_id = ?")
+        .bind(&lease)
+        .fetch_one(&mut *conn)
+        .await?;
+    super::pod_time::pod_ledger(conn, &pod, PodActivity::Between, now).await?;
     sqlx::query(
         "UPDATE jobs SET state = ?, lease_id = NULL, lease_pod = NULL, cancel_requested = 0, \
          failures = ?, stalled_attempts = ?, preemptions = preemptions + ?, not_before = ?, \

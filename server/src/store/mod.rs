@@ -15,6 +15,7 @@ pub mod jobs;
 pub mod leases;
 pub mod logs;
 pub mod metrics;
+pub mod pod_time;
 pub mod pods;
 mod rows;
 pub mod schedules;
@@ -124,6 +125,13 @@ impl Store {
             tracing::info!(
                 attempts = settled,
                 "stored the goodput of attempts that ended before it was kept per attempt"
+            );
+        }
+        let settled = pod_time::settle_unsettled(&mut writer).await?;
+        if settled > 0 {
+            tracing::info!(
+                attempts = settled,
+                "split the pod time of attempts that ended before it was kept by cause"
             );
         }
         let readers = SqlitePoolOptions::new()

@@ -4,6 +4,7 @@ use podq_api::{PodDescription, Preflight};
 use sqlx::sqlite::SqliteConnection;
 use sqlx::SqlitePool;
 
+use super::pod_time::PodActivity;
 use super::{now_ms, StoreError};
 
 /// Writes the pod's description; answers the state and health it had before, if it was known.
@@ -40,6 +41,16 @@ pub async fn upsert(
     .bind(now_ms())
     .execute(&mut *conn)
     .await?;
+    // READY, healthy enough to take work and with nothing to wait for, or not.
+    let usable = desc.state == "READY"
+        && desc.recovery.is_none()
+        && desc.preflight.as_ref().is_none_or(|p| p.passed);
+    let activity = if usable {
+        PodActivity::Ready
+    } else {
+        PodActivity::Recovering
+    };
+    super::pod_time::pod_ledger(conn, pod, activity, now_ms()).await?;
     Ok(before)
 }
 

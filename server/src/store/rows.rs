@@ -94,7 +94,7 @@ pub struct AttemptRow {
 }
 
 impl AttemptRow {
-    pub fn into_api(self) -> Result<api::Attempt, StoreError> {
+    pub fn into_api(self, pod_time: api::PodTime) -> Result<api::Attempt, StoreError> {
         Ok(api::Attempt {
             attempt: self.attempt,
             lease_id: parse_uuid(&self.lease_id)?,
@@ -120,6 +120,7 @@ impl AttemptRow {
                 .unwrap_or_default(),
             message: self.message,
             log_tail: self.log_tail,
+            pod_time,
         })
     }
 }

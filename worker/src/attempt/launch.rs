@@ -207,5 +207,9 @@ fn trainer_env(
     ] {
         env.insert(key.to_owned(), value);
     }
+    // Only under `checkpoint_interval: auto`: the trainer keeps its own interval otherwise.
+    if let Some(steps) = lease.checkpoint_interval_steps {
+        env.insert("PODQ_CHECKPOINT_INTERVAL_STEPS".to_owned(), steps.to_string());
+    }
     env
 }

@@ -19,6 +19,7 @@ use crate::agent::new_secret;
 use crate::checkpoints::CheckpointStore;
 use crate::client::ServerClient;
 use crate::events::TrainerEvent;
+use crate::phases::PhaseClock;
 use crate::pod::{AgentStart, PodDriver};
 use crate::report::{self, Report, ReporterSettings};
 use crate::running::RunningAttempt;
@@ -202,6 +203,8 @@ async fn attempt(
                         end_step: None,
                         log_tail: None,
                         message: Some(message),
+                        phases: None,
+                        stopping_s: None,
                     });
                 }
             }
@@ -231,6 +234,7 @@ async fn attempt(
     let mut last_progress = tokio::time::Instant::now();
     let began = tokio::time::Instant::now();
     let mut maintenance_since: Option<tokio::time::Instant> = None;
+    let mut phases = PhaseClock::default();
     let mut poll = tokio::time::interval(settings.status_poll);
     let stop = loop {
         tokio::select! {
@@ -271,6 +275,13 @@ async fn attempt(
                 Some(TrainerEvent::Checkpoint { .. }) => {
                     last_progress = tokio::time::Instant::now();
                     let _ = report_tx.send(Report::CheckpointHint);
+                }
+                // A phase line is a sign of life: a long compile or save is not a hang.
+                Some(TrainerEvent::Phase { phase, edge, .. }) => {
+                    last_progress = tokio::time::Instant::now();
+                    if phases.note(phase, edge, last_progress) {
+                        let _ = report_tx.send(Report::Phases(phases.totals()));
+                    }
                 }
                 None => {}
             },
@@ -353,6 +364,7 @@ async fn attempt(
             }
         }
     };
+    let stop_decided = tokio::time::Instant::now();
     if matches!(stop, Stop::Shutdown) && settings.detach_on_shutdown {
         hosts.detach();
         reporter.abort();
@@ -368,9 +380,13 @@ async fn attempt(
     hosts.drain_lines().await;
     // Lines already printed still count.
     while let Ok(event) = events_rx.try_recv() {
-        if let TrainerEvent::Metrics { step, values } = event {
-            last_step = Some(last_step.map_or(step, |l| l.max(step)));
-            let _ = report_tx.send(Report::Metrics { step, values });
+        match event {
+            TrainerEvent::Metrics { step, values } => {
+                last_step = Some(last_step.map_or(step, |l| l.max(step)));
+                let _ = report_tx.send(Report::Metrics { step, values });
+            }
+            // Lines drained now arrived earlier: timing them now would stretch them.
+            TrainerEvent::Phase { .. } | TrainerEvent::Checkpoint { .. } => {}
         }
     }
     drop(report_tx);
@@ -409,6 +425,8 @@ async fn attempt(
         end_step: last_step,
         log_tail: Some(hosts.log.text()),
         message: Some(message),
+        phases: Some(phases.totals()),
+        stopping_s: Some(stop_decided.elapsed().as_secs_f64()),
     })
 }
 

@@ -1,0 +1,182 @@
+//! Where the pod time went and the checkpoint interval that would waste the least of it
+//! (issue 19): the reads behind `GET /pod-time`, the job detail's split and advice, and
+//! the interval an attempt under `checkpoint_interval: auto` is given.
+
+use podq_api::{CheckpointAdvice, Goodput, JobState, PodTimeReport};
+
+use super::advice::{self, RunFacts};
+use super::{Result, Scheduler};
+use crate::catalog::CheckpointInterval;
+use crate::store::jobs::{self, AdviceInputs};
+use crate::store::{goodput, pod_time, JobRow, StoreError};
+
+impl Scheduler {
+    /// The run's checkpoint setting, as the catalog says now: a change to `suite.yaml`
+    /// reaches the run's next attempt.
+    pub(super) fn interval_setting(&self, experiment: &str) -> CheckpointInterval {
+        self.catalog
+            .experiment(experiment)
+            .map_or(CheckpointInterval::Config, |e| e.checkpoint_interval)
+    }
+
+    /// Young/Daly advice for a run that has not ended.
+    pub(super) fn advice(
+        &self,
+        job: &JobRow,
+        goodput: &Goodput,
+        inputs: &AdviceInputs,
+    ) -> Option<CheckpointAdvice> {
+        let state: JobState = job.state.parse().ok()?;
+        if state.is_terminal() {
+            return None;
+        }
+        let config = self
+            .catalog
+            .experiment(&job.experiment)
+            .map(|e| e.config.clone())?;
+        let (observed_s, interruptions) = inputs.history;
+        advice::for_run(&RunFacts {
+            config: &config,
+            setting: self.interval_setting(&job.experiment),
+            total_steps: job.total_steps,
+            last_step: job.last_step,
+            est_hours: job.est_hours,
+            measured_step_s: (goodput.kept_steps > 0)
+                .then(|| goodput.kept_s / goodput.kept_steps as f64),
+            reported_save_cost_s: inputs.reported_save_cost_s,
+            mtbf_s: advice::mtbf_s(
+                observed_s,
+                interruptions,
+                self.config.prior_mtbf.as_secs_f64(),
+            ),
+        })
+    }
+
+    /// The interval to give a new attempt of `job_id`: the advised one under `auto`, the
+    /// set one under a number of steps, none when the trainer keeps its own.
+    pub(super) async fn interval_for_attempt(
+        &self,
+        job_id: &str,
+        experiment: &str,
+    ) -> Result<Option<u64>> {
+        match self.interval_setting(experiment) {
+            CheckpointInterval::Config => Ok(None),
+            CheckpointInterval::Steps(steps) => Ok(Some(steps)),
+            CheckpointInterval::Auto => {
+                let id = job_id.to_owned();
+                let mut conn = self.store.reader().acquire().await.map_err(StoreError::from)?;
+                let Some(job) = jobs::get_job(&mut *conn, &id).await? else {
+                    return Ok(None);
+                };
+                let run = goodput::of_run(&mut conn, &id).await?;
+                let inputs = jobs::advice_inputs(&mut conn, &id, &job.accelerator).await?;
+                Ok(self
+                    .advice(&job, &run, &inputs)
+                    .map(|a| a.interval_steps_advised))
+            }
+        }
+    }
+
+    /// Pod time for the grant, each pod and each group, up to now.
+    pub async fn pod_time(&self) -> Result<PodTimeReport> {
+        let mut conn = self
+            .store
+            .reader()
+            .acquire()
+            .await
+            .map_err(StoreError::from)?;
+        let totals = pod_time::totals(&mut conn).await?;
+        Ok(PodTimeReport {
+            grant: totals.all,
+            pods: totals.pods,
+            groups: totals.groups,
+        })
+    }
+}
+
+/// The plan's expected waste over the runs still to go, at their checkpoint intervals and at
+/// the advised ones.
+#[derive(Debug, Default)]
+pub(super) struct ExpectedWaste {
+    pub configured: f64,
+    pub advised: f64,
+    /// Per run, what its hours change by at the advised interval.
+    pub advised_change: Vec<f64>,
+}
+
+impl Scheduler {
+    /// Adds to each run still to go the work it is expected to redo after interruptions
+    /// (Young/Daly to first order: (τ + C)/2 per interruption, one per MTBF of its pod type),
+    /// and notes its checkpoint advice.
+    pub(super) async fn expect_waste(
+        &self,
+        runs: &mut [super::planner::Run],
+    ) -> Result<ExpectedWaste> {
+        use super::planner::Phase;
+        let db = self.store.reader();
+        let prior = self.config.prior_mtbf.as_secs_f64();
+        let mut mtbf_of: std::collections::HashMap<String, f64> = Default::default();
+        let mut waste = ExpectedWaste {
+            advised_change: vec![0.0; runs.len()],
+            ..ExpectedWaste::default()
+        };
+        for (i, run) in runs.iter_mut().enumerate() {
+            if !matches!(run.phase, Phase::OnPod | Phase::Waiting) {
+                continue;
+            }
+            let Some(experiment) = self.catalog.experiment(&run.experiment) else {
+                continue;
+            };
+            let Some(total) = podq_api::trainer::total_steps_of_config(&experiment.config)
+                .and_then(|t| i64::try_from(t).ok())
+                .filter(|t| *t > 0)
+            else {
+                continue;
+            };
+            let mtbf_s = match mtbf_of.get(&run.accelerator) {
+                Some(m) => *m,
+                None => {
+                    let (observed, n) =
+                        pod_time::interruption_history(db, &run.accelerator).await?;
+                    let m = advice::mtbf_s(observed, n, prior);
+                    mtbf_of.insert(run.accelerator.clone(), m);
+                    m
+                }
+            };
+            let reported_save_cost_s = match run.job_id {
+                Some(id) => pod_time::reported_save_cost(db, &id.to_string()).await?,
+                None => None,
+            };
+            let estimate_step_s = experiment.est_hours * 3600.0 / total as f64;
+            let remaining_steps = (run.remaining_hours * 3600.0 / estimate_step_s).round() as i64;
+            let facts = RunFacts {
+                config: &experiment.config,
+                setting: experiment.checkpoint_interval,
+                total_steps: Some(total),
+                last_step: Some((total - remaining_steps).max(0)),
+                est_hours: experiment.est_hours,
+                measured_step_s: None,
+                reported_save_cost_s,
+                mtbf_s,
+            };
+            let Some(advice) = advice::for_run(&facts) else {
+                continue;
+            };
+            let (c, m) = (advice.save_cost_s, advice.mtbf_s);
+            let hours = run.remaining_hours;
+            let now_s = advice.interval_steps_now as f64 * estimate_step_s;
+            let advised_s = advice.interval_steps_advised as f64 * estimate_step_s;
+            let redo_now = advice::expected_redo_hours(hours, now_s, c, m);
+            // At the advised interval the run also saves more (or less) often.
+            let at_advised = advice::expected_redo_hours(hours, advised_s, c, m)
+                + hours * (c / advised_s.max(1.0) - c / now_s.max(1.0));
+            run.expected_waste_hours = redo_now;
+            run.remaining_hours += redo_now;
+            run.checkpoint_advice = Some(advice);
+            waste.configured += redo_now;
+            waste.advised += at_advised;
+            waste.advised_change[i] = at_advised - redo_now;
+        }
+        Ok(waste)
+    }
+}

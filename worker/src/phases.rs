@@ -1,0 +1,73 @@
+//! Times the trainer's phase lines (`PODQ {"event":"phase"}`) as they arrive: the worker's
+//! clock, not the trainer's, so a host with a wrong clock cannot skew them.
+
+use std::collections::HashMap;
+
+use podq_api::TrainerPhases;
+use tokio::time::Instant;
+
+use crate::events::{PhaseEdge, TrainerPhase};
+
+#[derive(Default)]
+pub struct PhaseClock {
+    open: HashMap<TrainerPhase, Instant>,
+    totals: TrainerPhases,
+}
+
+impl PhaseClock {
+    /// Notes one edge. An end without its start (the worker restarted in between) and a
+    /// second start (the first never ended) count nothing for the lost part.
+    pub fn note(&mut self, phase: TrainerPhase, edge: PhaseEdge, at: Instant) -> bool {
+        match edge {
+            PhaseEdge::Start => {
+                self.open.insert(phase, at);
+                false
+            }
+            PhaseEdge::End => {
+                let Some(started) = self.open.remove(&phase) else {
+                    return false;
+                };
+                let seconds = at.saturating_duration_since(started).as_secs_f64();
+                match phase {
+                    TrainerPhase::Compile => self.totals.compile_s += seconds,
+                    TrainerPhase::Restore => self.totals.restore_s += seconds,
+                    TrainerPhase::Save => {
+                        self.totals.save_s += seconds;
+                        self.totals.saves += 1;
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    pub fn totals(&self) -> TrainerPhases {
+        self.totals
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn pairs_each_end_with_its_start_and_ignores_orphans() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut clock = PhaseClock::default();
+        assert!(!clock.note(TrainerPhase::Save, PhaseEdge::End, at(1)));
+        clock.note(TrainerPhase::Compile, PhaseEdge::Start, at(0));
+        clock.note(TrainerPhase::Save, PhaseEdge::Start, at(10));
+        assert!(clock.note(TrainerPhase::Save, PhaseEdge::End, at(13)));
+        assert!(clock.note(TrainerPhase::Compile, PhaseEdge::End, at(20)));
+        clock.note(TrainerPhase::Save, PhaseEdge::Start, at(30));
+        clock.note(TrainerPhase::Save, PhaseEdge::End, at(32));
+        let totals = clock.totals();
+        assert_eq!(
+            (totals.compile_s, totals.save_s, totals.saves),
+            (20.0, 5.0, 2)
+        );
+        assert_eq!(totals.restore_s, 0.0);
+    }
+}
