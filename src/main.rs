@@ -148,7 +148,9 @@ pub struct ServerArgs {
 fn positive_hours(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(h) if h.is_finite() && h > 0.0 && h <= 24.0 * 365.0 => Ok(h),
-        _ => Err(format!("{text:?} is not a number of hours above 0 and at most a year")),
+        _ => Err(format!(
+            "{text:?} is not a number of hours above 0 and at most a year"
+        )),
     }
 }
 

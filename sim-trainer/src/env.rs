@@ -1,6 +1,7 @@
 //! What the worker and JAX put in the environment of every host's trainer.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::cli::optional_value;
 use crate::fatal::Fatal;
@@ -36,6 +37,13 @@ pub struct Environment {
     pub jax: JaxProcess,
     pub lockfile: PathBuf,
     pub fault: Option<String>,
+    /// `PODQ_CHECKPOINT_INTERVAL_STEPS`: podq's advised save interval (issue 19), replacing the
+    /// config's checkpoint rule; set only under `checkpoint_interval: auto`.
+    pub checkpoint_interval_steps: Option<u64>,
+    /// `PODQ_SIM_SAVE_S`: how long each save blocks training; `None` keeps the default.
+    pub save_time: Option<Duration>,
+    /// Problems that are not worth failing for, to log once the log prefix is set.
+    pub warnings: Vec<String>,
 }
 
 impl Environment {
@@ -61,6 +69,11 @@ impl Environment {
                 "COORDINATOR_ADDRESS (host:port of process 0) is required when JAX_PROCESS_COUNT > 1",
             ));
         }
+        let mut warnings = Vec::new();
+        let checkpoint_interval_steps = checkpoint_interval(&var).unwrap_or_else(|warning| {
+            warnings.push(warning);
+            None
+        });
         Ok(Self {
             job_id: non_empty("PODQ_JOB_ID"),
             attempt: non_empty("PODQ_ATTEMPT"),
@@ -78,7 +91,47 @@ impl Environment {
             lockfile: non_empty("PODQ_SIM_LOCKFILE")
                 .map_or_else(|| PathBuf::from(DEFAULT_LOCKFILE), PathBuf::from),
             fault: non_empty("PODQ_SIM_FAULT"),
+            checkpoint_interval_steps,
+            save_time: parse_seconds(&var, "PODQ_SIM_SAVE_S")?,
+            warnings,
         })
+    }
+}
+
+/// The rule of the Python SDK's `checkpoint_interval(default)`: a bad value is ignored with
+/// a warning (the `Err`), because a trainer must not stop saving over a bad environment.
+fn checkpoint_interval(var: &impl Fn(&str) -> Option<String>) -> Result<Option<u64>, String> {
+    const NAME: &str = "PODQ_CHECKPOINT_INTERVAL_STEPS";
+    let Some(raw) = var(NAME).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match raw.trim().parse::<u64>() {
+        Ok(steps) if steps >= 1 => Ok(Some(steps)),
+        _ => Err(format!(
+            "{NAME}={raw:?} is not a whole number of steps of at least 1; \
+             keeping the config's checkpoints"
+        )),
+    }
+}
+
+/// A simulation knob in seconds; a bad one is a usage error, as it is a test's mistake.
+fn parse_seconds(
+    var: &impl Fn(&str) -> Option<String>,
+    name: &str,
+) -> Result<Option<Duration>, Fatal> {
+    match var(name).filter(|v| !v.trim().is_empty()) {
+        None => Ok(None),
+        Some(raw) => raw
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                Fatal::usage(format!(
+                    "{name} must be a non-negative number of seconds, got '{raw}'"
+                ))
+            }),
     }
 }
 
@@ -119,6 +172,9 @@ mod tests {
         );
         assert_eq!(e.lockfile, PathBuf::from("/tmp/libtpu_lockfile"));
         assert_eq!(e.resume_from, None);
+        assert_eq!(e.checkpoint_interval_steps, None);
+        assert_eq!(e.save_time, None);
+        assert!(e.warnings.is_empty());
     }
 
     #[test]
@@ -154,5 +210,49 @@ mod tests {
         .unwrap();
         assert_eq!(e.resume_from, Some(None));
         assert_eq!(e.checkpoint_dir, Some(Some("file:///c".into())));
+    }
+
+    #[test]
+    fn advised_checkpoint_interval_is_read() {
+        for (raw, steps) in [("457", 457), (" 457\n", 457), ("1", 1)] {
+            let e = env(&[("PODQ_CHECKPOINT_INTERVAL_STEPS", raw)]).unwrap();
+            assert_eq!(e.checkpoint_interval_steps, Some(steps), "{raw:?}");
+            assert!(e.warnings.is_empty(), "{raw:?}");
+        }
+        let e = env(&[("PODQ_CHECKPOINT_INTERVAL_STEPS", " ")]).unwrap();
+        assert_eq!(e.checkpoint_interval_steps, None);
+        assert!(e.warnings.is_empty());
+    }
+
+    #[test]
+    fn a_bad_checkpoint_interval_warns_and_is_ignored() {
+        for bad in ["0", "-3", "1.5", "auto"] {
+            let e = env(&[("PODQ_CHECKPOINT_INTERVAL_STEPS", bad)]).unwrap();
+            assert_eq!(e.checkpoint_interval_steps, None, "{bad}");
+            assert_eq!(e.warnings.len(), 1, "{bad}");
+            assert!(
+                e.warnings[0].contains("PODQ_CHECKPOINT_INTERVAL_STEPS"),
+                "{bad}: {}",
+                e.warnings[0]
+            );
+        }
+    }
+
+    #[test]
+    fn save_time_is_read_in_seconds() {
+        let e = env(&[("PODQ_SIM_SAVE_S", "2.5")]).unwrap();
+        assert_eq!(e.save_time, Some(Duration::from_millis(2500)));
+        let e = env(&[("PODQ_SIM_SAVE_S", " 0 ")]).unwrap();
+        assert_eq!(e.save_time, Some(Duration::ZERO));
+        assert_eq!(env(&[("PODQ_SIM_SAVE_S", "")]).unwrap().save_time, None);
+    }
+
+    #[test]
+    fn a_bad_save_time_is_a_usage_error() {
+        for bad in ["-1", "fast", "NaN", "inf", "1e300"] {
+            let err = env(&[("PODQ_SIM_SAVE_S", bad)]).unwrap_err();
+            assert_eq!(err.code, crate::fatal::EXIT_USAGE, "{bad}");
+            assert!(err.message.contains("PODQ_SIM_SAVE_S"), "{bad}");
+        }
     }
 }

@@ -29,7 +29,7 @@ use crate::env::Environment;
 use crate::fatal::{Fatal, EXIT_FAILURE};
 use crate::faults::Faults;
 use crate::lockfile::TpuLock;
-use crate::report::{log, Reporter};
+use crate::report::{log, Edge, Phase, Reporter};
 use crate::schedule::Schedule;
 use crate::signals::Termination;
 use crate::train::Trainer;
@@ -79,6 +79,9 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
     let env = Environment::from_process_env()?;
     let process = env.jax.clone();
     report::set_process_index(process.index);
+    for warning in &env.warnings {
+        log!("warning: {warning}");
+    }
     if process.count == 1 && env.host_count.as_deref().is_some_and(|n| n != "1") {
         log!("warning: PODQ_HOST_COUNT is {} but JAX_PROCESS_COUNT is unset or 1: running as a single process", env.host_count.as_deref().unwrap_or_default());
     }
@@ -90,7 +93,8 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
     let loaded = config::load(&config_file, env.config_sha256.as_deref())?;
     let config = &loaded.config;
     let schedule = Schedule::from_config(config)
-        .map_err(|e| Fatal::usage(format!("invalid config {}: {e}", config_file.display())))?;
+        .map_err(|e| Fatal::usage(format!("invalid config {}: {e}", config_file.display())))?
+        .with_checkpoint_interval(env.checkpoint_interval_steps);
     let total_groups = schedule::total_groups(&config.data_paths[0]).unwrap_or_default();
     let curves = Curves::new(&loaded.sha256, config, total_groups, schedule.total_steps);
 
@@ -115,7 +119,7 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
 
     log!(
         "process {}/{} (host {} of {}), job {}, attempt {}, config {} (sha256 {}), {} steps, \
-         evals at {:?}, checkpoints at {:?} to {}",
+         evals at {:?}, checkpoints at {} to {}",
         process.index,
         process.count,
         env.host_index.as_deref().unwrap_or("?"),
@@ -126,7 +130,7 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
         &loaded.sha256[..12],
         schedule.total_steps,
         schedule.evals,
-        schedule.checkpoint_steps(),
+        schedule.describe_checkpoints(),
         checkpoints.uri(),
     );
     if !faults.is_empty() {
@@ -139,9 +143,21 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
     // Listed before joining: no process writes a checkpoint until everyone has joined, so
     // every process sees the same directory and takes the same save decisions.
     let latest_committed = checkpoints.latest_committed_step();
-    let restorable = resume
-        .as_ref()
-        .map_or(0, |location| restorable_step(location, process.index));
+    let reporter = Reporter::new(process.index);
+    let restorable = match &resume {
+        Some(location) => {
+            let phase = |edge| {
+                reporter
+                    .phase(Phase::Restore, edge, None)
+                    .map_err(|e| Fatal::failure(format!("cannot write to stdout: {e}")))
+            };
+            phase(Edge::Start)?;
+            let step = restorable_step(location, process.index);
+            phase(Edge::End)?;
+            step
+        }
+        None => 0,
+    };
     let (group, start) =
         Group::join(&process, restorable).context("joining the other processes")?;
     if start != restorable {
@@ -159,7 +175,7 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
 
     let chatty = chatter(std::env::var("PODQ_SIM_LOG_LINES_PER_S").ok());
     let trainer = Trainer {
-        reporter: Reporter::new(process.index),
+        reporter,
         process,
         group,
         schedule,
@@ -168,6 +184,7 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
         latest_committed,
         faults,
         run_secs: args.run_secs,
+        save_time: env.save_time,
         stamp_metrics: chatty,
     };
     let result = trainer.run(start);

@@ -43,6 +43,29 @@ enum Event<'a> {
         step: u64,
         uri: &'a str,
     },
+    /// The edges of work only the trainer sees, which the worker times with its own clock.
+    Phase {
+        phase: Phase,
+        edge: Edge,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        step: Option<u64>,
+    },
+}
+
+/// What a `phase` line brackets: what costs pod time without advancing a step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Compile,
+    Restore,
+    Save,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Edge {
+    Start,
+    End,
 }
 
 /// Emits the trainer contract's report lines. Only process 0 reports, as in the real
@@ -65,6 +88,12 @@ impl Reporter {
 
     pub fn checkpoint(&self, step: u64, uri: &str) -> io::Result<()> {
         self.emit(&Event::Checkpoint { step, uri })
+    }
+
+    /// Printed just before the work starts and just after it ends, so the worker's arrival
+    /// times bracket it.
+    pub fn phase(&self, phase: Phase, edge: Edge, step: Option<u64>) -> io::Result<()> {
+        self.emit(&Event::Phase { phase, edge, step })
     }
 
     fn emit(&self, event: &Event<'_>) -> io::Result<()> {
@@ -102,5 +131,38 @@ mod tests {
             serde_json::to_string(&checkpoint).unwrap(),
             r#"{"event":"checkpoint","step":5000,"uri":"file:///c/step_5000"}"#
         );
+    }
+
+    #[test]
+    fn phases_serialize_in_the_workers_wire_format() {
+        let cases = [
+            (
+                Event::Phase {
+                    phase: Phase::Compile,
+                    edge: Edge::Start,
+                    step: None,
+                },
+                r#"{"event":"phase","phase":"compile","edge":"start"}"#,
+            ),
+            (
+                Event::Phase {
+                    phase: Phase::Restore,
+                    edge: Edge::End,
+                    step: None,
+                },
+                r#"{"event":"phase","phase":"restore","edge":"end"}"#,
+            ),
+            (
+                Event::Phase {
+                    phase: Phase::Save,
+                    edge: Edge::Start,
+                    step: Some(5000),
+                },
+                r#"{"event":"phase","phase":"save","edge":"start","step":5000}"#,
+            ),
+        ];
+        for (event, line) in cases {
+            assert_eq!(serde_json::to_string(&event).unwrap(), line);
+        }
     }
 }

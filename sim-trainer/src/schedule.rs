@@ -14,6 +14,9 @@ pub struct Schedule {
     /// Steps after which an evaluation runs, ascending; the last is `total_steps`.
     pub evals: Vec<u64>,
     checkpoint_every_eval: bool,
+    /// podq's advised interval (`PODQ_CHECKPOINT_INTERVAL_STEPS`); when set it replaces
+    /// `checkpoint_every_eval`, as `podq_trainer.checkpoint_interval(default)` does.
+    checkpoint_interval: Option<u64>,
 }
 
 impl Schedule {
@@ -45,6 +48,7 @@ impl Schedule {
             total_steps,
             evals,
             checkpoint_every_eval,
+            checkpoint_interval: None,
         })
     }
 
@@ -65,6 +69,12 @@ impl Schedule {
         )
     }
 
+    /// Saves every `steps` steps instead of after evaluations; evaluations stay where they are.
+    pub fn with_checkpoint_interval(mut self, steps: Option<u64>) -> Self {
+        self.checkpoint_interval = steps.filter(|&n| n > 0);
+        self
+    }
+
     // `u64::is_multiple_of` needs Rust 1.87; the workspace's rust-version is 1.85.
     #[allow(clippy::manual_is_multiple_of)]
     pub fn is_log_point(step: u64) -> bool {
@@ -75,17 +85,48 @@ impl Schedule {
         self.evals.binary_search(&step).is_ok()
     }
 
-    /// The real trainer saves after every evaluation when asked to, and always after the last.
+    /// The real trainer saves after every evaluation when asked to, or every advised interval,
+    /// and always after the last step.
+    // `u64::is_multiple_of` needs Rust 1.87; the workspace's rust-version is 1.85.
+    #[allow(clippy::manual_is_multiple_of)]
     pub fn is_checkpoint(&self, step: u64) -> bool {
-        step == self.total_steps || (self.checkpoint_every_eval && self.is_eval(step))
+        if step == self.total_steps {
+            return true;
+        }
+        match self.checkpoint_interval {
+            Some(every) => step % every == 0,
+            None => self.checkpoint_every_eval && self.is_eval(step),
+        }
     }
 
     pub fn checkpoint_steps(&self) -> Vec<u64> {
-        self.evals
-            .iter()
-            .copied()
-            .filter(|&s| self.is_checkpoint(s))
-            .collect()
+        match self.checkpoint_interval {
+            Some(every) => {
+                let mut steps: Vec<u64> =
+                    (1..=self.total_steps / every).map(|i| i * every).collect();
+                if steps.last() != Some(&self.total_steps) {
+                    steps.push(self.total_steps);
+                }
+                steps
+            }
+            None => self
+                .evals
+                .iter()
+                .copied()
+                .filter(|&s| self.is_checkpoint(s))
+                .collect(),
+        }
+    }
+
+    /// For the start-up log line: an interval's steps can be thousands.
+    pub fn describe_checkpoints(&self) -> String {
+        match self.checkpoint_interval {
+            Some(every) => format!(
+                "every {every} steps (PODQ_CHECKPOINT_INTERVAL_STEPS) and at {}",
+                self.total_steps
+            ),
+            None => format!("{:?}", self.checkpoint_steps()),
+        }
     }
 }
 
@@ -118,6 +159,41 @@ mod tests {
         assert_eq!(schedule.checkpoint_steps(), vec![8138]);
         assert!(schedule.is_eval(814));
         assert!(!schedule.is_checkpoint(814));
+    }
+
+    #[test]
+    fn an_advised_interval_replaces_saving_at_evals() {
+        for every_eval in [true, false] {
+            let schedule = Schedule::new(50_000, 1000, 6144, 5000, every_eval)
+                .unwrap()
+                .with_checkpoint_interval(Some(3000));
+            assert_eq!(schedule.checkpoint_steps(), vec![3000, 6000, 8138]);
+            assert!(schedule.is_checkpoint(6000) && schedule.is_checkpoint(8138));
+            // Evaluations stay where they are, without a save.
+            assert!(schedule.is_eval(814) && !schedule.is_checkpoint(814));
+            assert!(!schedule.is_checkpoint(3001));
+        }
+    }
+
+    #[test]
+    fn an_interval_that_divides_the_run_saves_the_end_once() {
+        let schedule = Schedule::new(10, 3, 4, 1, false)
+            .unwrap()
+            .with_checkpoint_interval(Some(7));
+        assert_eq!(schedule.checkpoint_steps(), vec![7]);
+        let every_step = Schedule::new(10, 3, 4, 1, false)
+            .unwrap()
+            .with_checkpoint_interval(Some(1));
+        assert_eq!(every_step.checkpoint_steps(), (1..=7).collect::<Vec<_>>());
+        let longer_than_the_run = Schedule::new(10, 3, 4, 1, true)
+            .unwrap()
+            .with_checkpoint_interval(Some(100));
+        assert_eq!(longer_than_the_run.checkpoint_steps(), vec![7]);
+    }
+
+    #[test]
+    fn no_interval_keeps_the_config_rule() {
+        assert_eq!(baseline().with_checkpoint_interval(None), baseline());
     }
 
     #[test]

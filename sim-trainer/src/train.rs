@@ -11,7 +11,7 @@ use crate::curves::Curves;
 use crate::env::JaxProcess;
 use crate::fatal::Fatal;
 use crate::faults::Faults;
-use crate::report::{log, Reporter};
+use crate::report::{log, Edge, Phase, Reporter};
 use crate::schedule::Schedule;
 
 const MIN_CHECKPOINT_WRITE: Duration = Duration::from_millis(50);
@@ -27,6 +27,10 @@ pub struct Trainer {
     pub latest_committed: Option<u64>,
     pub faults: Faults,
     pub run_secs: f64,
+    /// `PODQ_SIM_SAVE_S`: how long a save blocks training. When set the time is really spent:
+    /// the steps after a save do not catch up with the pace, so more saves make a longer run.
+    /// `None` keeps the default write time, which the pace absorbs.
+    pub save_time: Option<Duration>,
     /// Adds `sim/printed_ms` (when the line was printed) to each train report, so metric
     /// delivery can be measured as log delivery is (`PODQ_SIM_LOG_LINES_PER_S`).
     pub stamp_metrics: bool,
@@ -42,19 +46,33 @@ impl Trainer {
             log!("fault no-progress: staying at step {start}");
             park_forever();
         }
-        if let Some(delay) = self.faults.slow_start() {
-            log!("fault slow-start: compiling for {delay:?}");
-            std::thread::sleep(delay);
-        }
+        // XLA compiles before the first step: the slow-start fault's sleep stands in for it;
+        // without one the first step itself is the compilation, as JAX's first call is.
+        let compile_in_first_step = match self.faults.slow_start() {
+            Some(delay) => {
+                self.report_phase(Phase::Compile, Edge::Start, None)?;
+                log!("fault slow-start: compiling for {delay:?}");
+                std::thread::sleep(delay);
+                self.report_phase(Phase::Compile, Edge::End, None)?;
+                false
+            }
+            None if start < total => {
+                self.report_phase(Phase::Compile, Edge::Start, None)?;
+                true
+            }
+            None => false,
+        };
 
-        let pace = Pace::new(start, total, self.run_secs);
+        let mut pace = Pace::new(start, total, self.run_secs);
         for step in start + 1..=total {
             let log_point = Schedule::is_log_point(step);
             let eval = self.schedule.is_eval(step);
+            let checkpoint = self.schedule.is_checkpoint(step);
+            let compiled = compile_in_first_step && step == start + 1;
             let faulty = self.faults.crash_at(step) || self.faults.hang_at(step);
             // Only steps somebody can observe are paced; sleeping on every one of thousands
             // of steps would cost more than the steps themselves.
-            if !(log_point || eval || faulty) {
+            if !(log_point || eval || checkpoint || compiled || faulty) {
                 continue;
             }
             pace.wait_for(step);
@@ -69,7 +87,15 @@ impl Trainer {
                 park_forever();
             }
 
-            self.group.barrier(&format!("step {step}"))?;
+            // At log points and evaluations only, as before: whether a step ends the
+            // compilation differs between processes under a per-host slow-start, and a save
+            // has barriers of its own.
+            if log_point || eval {
+                self.group.barrier(&format!("step {step}"))?;
+            }
+            if compiled {
+                self.report_phase(Phase::Compile, Edge::End, None)?;
+            }
             if log_point {
                 let mut values = self.curves.train(step);
                 if self.stamp_metrics {
@@ -83,8 +109,12 @@ impl Trainer {
                     log!("evaluated at step {step}/{total}");
                 }
             }
-            if self.schedule.is_checkpoint(step) {
+            if checkpoint {
+                let began = Instant::now();
                 self.save_checkpoint(step)?;
+                if self.save_time.is_some() {
+                    pace.delay(began.elapsed());
+                }
             }
         }
         if self.process.is_leader() {
@@ -102,14 +132,22 @@ impl Trainer {
             .map_err(|e| Fatal::failure(format!("cannot write metrics to stdout: {e}")).into())
     }
 
+    fn report_phase(&self, phase: Phase, edge: Edge, step: Option<u64>) -> anyhow::Result<()> {
+        self.reporter
+            .phase(phase, edge, step)
+            .map_err(|e| Fatal::failure(format!("cannot write to stdout: {e}")).into())
+    }
+
     /// Orbax's multi-host save: process 0 makes the temporary directory, every process writes
     /// its shard, process 0 writes the metadata, and after a barrier process 0 commits by
-    /// renaming. Only then is the checkpoint reported.
+    /// renaming. Only then is the checkpoint reported. Training is blocked from the first
+    /// barrier to the last, which the `save` phase lines bracket.
     fn save_checkpoint(&mut self, step: u64) -> anyhow::Result<()> {
         if self.latest_committed.is_some_and(|latest| latest >= step) {
             log!("skipping checkpoint at step {step}: the directory already holds a committed step >= {step}");
             return Ok(());
         }
+        self.report_phase(Phase::Save, Edge::Start, Some(step))?;
         let leader = self.process.is_leader();
         let failed = |what: &str, e: std::io::Error| {
             Fatal::failure(format!("checkpoint step {step}: cannot {what}: {e}"))
@@ -144,11 +182,14 @@ impl Trainer {
         // Orbax waits for the commit on every host before training on.
         self.group
             .barrier(&format!("checkpoint-committed {step}"))?;
+        self.report_phase(Phase::Save, Edge::End, Some(step))?;
         Ok(())
     }
 
     fn checkpoint_write_time(&self) -> Duration {
-        Duration::from_secs_f64(self.run_secs * 0.02).max(MIN_CHECKPOINT_WRITE)
+        self.save_time.unwrap_or_else(|| {
+            Duration::from_secs_f64(self.run_secs * 0.02).max(MIN_CHECKPOINT_WRITE)
+        })
     }
 }
 
@@ -166,6 +207,11 @@ impl Pace {
             start,
             step_time: Duration::from_secs_f64(run_secs / total.max(1) as f64),
         }
+    }
+
+    /// Moves the rest of the run later by `by`: time the steps could not use.
+    fn delay(&mut self, by: Duration) {
+        self.origin += by;
     }
 
     fn wait_for(&self, step: u64) {

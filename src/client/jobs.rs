@@ -274,6 +274,26 @@ fn describe(detail: &JobDetail, events: &[Event]) -> String {
             None => "no pod time spent yet".to_owned(),
         },
     );
+    line("pod time", pod_time(&detail.pod_time));
+    if let Some(a) = &detail.checkpoint_advice {
+        let auto = if a.auto {
+            " (checkpoint_interval: auto, so it follows the advice)"
+        } else {
+            ""
+        };
+        line(
+            "checkpoint",
+            format!(
+                "every {} steps; advised {} (save {:.1} s {}, MTBF {}){auto}: saves {:.1} pod-hours",
+                a.interval_steps_now,
+                a.interval_steps_advised,
+                a.save_cost_s,
+                a.save_cost_source,
+                hours(a.mtbf_s),
+                a.pod_hours_saved
+            ),
+        );
+    }
     if !detail.latest_metrics.is_empty() {
         let metrics: Vec<String> = detail
             .latest_metrics
@@ -285,7 +305,7 @@ fn describe(detail: &JobDetail, events: &[Event]) -> String {
     if !detail.attempts.is_empty() {
         out.push('\n');
         let mut table = Table::new(&[
-            "ATTEMPT", "POD", "STARTED", "ENDED", "OUTCOME", "STEPS", "MESSAGE",
+            "ATTEMPT", "POD", "STARTED", "ENDED", "OUTCOME", "STEPS", "POD TIME", "MESSAGE",
         ]);
         for a in &detail.attempts {
             table.row(vec![
@@ -296,6 +316,7 @@ fn describe(detail: &JobDetail, events: &[Event]) -> String {
                 a.outcome
                     .map_or_else(|| "(running)".to_owned(), |o| o.to_string()),
                 format!("{}..{}", or_dash(a.start_step), or_dash(a.end_step)),
+                pod_time(&a.pod_time),
                 a.message
                     .as_deref()
                     .map(|m| short(m, 80))
@@ -326,6 +347,24 @@ fn describe(detail: &JobDetail, events: &[Event]) -> String {
         out.push_str(&table.render());
     }
     out
+}
+
+/// The causes that took any time, largest first: "2.1 h: 80% productive, 12% wasted, ...".
+fn pod_time(time: &podq_api::PodTime) -> String {
+    if time.total_s <= 0.0 {
+        return "none yet".to_owned();
+    }
+    let mut causes: Vec<(&str, f64)> = time
+        .causes()
+        .into_iter()
+        .filter(|(_, s)| *s / time.total_s >= 0.005)
+        .collect();
+    causes.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let parts: Vec<String> = causes
+        .iter()
+        .map(|(name, s)| format!("{:.0}% {name}", 100.0 * s / time.total_s))
+        .collect();
+    format!("{}: {}", hours(time.total_s), parts.join(", "))
 }
 
 fn hours(seconds: f64) -> String {

@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use super::source::{line_of, line_of_key};
 use super::{
-    error_at, is_accelerator_type, yaml_stems, Candidate, Catalog, CatalogOptions, CheckpointInterval,
-    Group,
+    error_at, is_accelerator_type, yaml_stems, Candidate, Catalog, CatalogOptions,
+    CheckpointInterval, Group,
 };
 
 #[derive(Debug, Deserialize)]

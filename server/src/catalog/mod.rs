@@ -94,7 +94,9 @@ impl CheckpointInterval {
             serde_yaml::Value::String(s) if s == "auto" => Ok(CheckpointInterval::Auto),
             serde_yaml::Value::Number(n) => match n.as_u64() {
                 Some(steps) if steps > 0 => Ok(CheckpointInterval::Steps(steps)),
-                _ => Err(format!("`checkpoint_interval: {n}` is not a positive number of steps")),
+                _ => Err(format!(
+                    "`checkpoint_interval: {n}` is not a positive number of steps"
+                )),
             },
             other => Err(format!(
                 "`checkpoint_interval` is `auto` or a positive number of steps, not {}",

@@ -29,10 +29,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         content((PodTimeReport = "application/json"), (String = "text/plain")),
     )),
 )]
-async fn pod_time(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
+async fn pod_time(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     Ok(json_or_table(&headers, &state.scheduler.pod_time().await?))
 }
 

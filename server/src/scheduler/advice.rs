@@ -104,7 +104,12 @@ pub fn for_run(facts: &RunFacts) -> Option<CheckpointAdvice> {
 /// Hours of work expected to be redone after interruptions over `remaining_hours` of
 /// training saving every `interval_s`: (τ + C)/(2M) per hour, the second term of
 /// [`waste_fraction`] (the saves themselves are already in the run's step time).
-pub fn expected_redo_hours(remaining_hours: f64, interval_s: f64, save_cost_s: f64, mtbf_s: f64) -> f64 {
+pub fn expected_redo_hours(
+    remaining_hours: f64,
+    interval_s: f64,
+    save_cost_s: f64,
+    mtbf_s: f64,
+) -> f64 {
     let (t, c, m) = (interval_s.max(1.0), save_cost_s.max(0.0), mtbf_s.max(1.0));
     remaining_hours.max(0.0) * (t + c) / (2.0 * m)
 }
@@ -236,7 +241,10 @@ mod tests {
         let advice = for_run(&facts).unwrap();
         // Every eval: 813 steps of 17.7 s, four hours; advised ~22 minutes.
         assert_eq!(advice.interval_steps_now, 813);
-        assert!((70..80).contains(&advice.interval_steps_advised), "{advice:?}");
+        assert!(
+            (70..80).contains(&advice.interval_steps_advised),
+            "{advice:?}"
+        );
         assert_eq!(advice.save_cost_source, "assumed");
         assert!(advice.pod_hours_saved > 2.0, "{advice:?}");
         // Under `auto` the run already follows the advice: nothing left to save.

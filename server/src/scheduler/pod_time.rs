@@ -64,7 +64,12 @@ impl Scheduler {
             CheckpointInterval::Steps(steps) => Ok(Some(steps)),
             CheckpointInterval::Auto => {
                 let id = job_id.to_owned();
-                let mut conn = self.store.reader().acquire().await.map_err(StoreError::from)?;
+                let mut conn = self
+                    .store
+                    .reader()
+                    .acquire()
+                    .await
+                    .map_err(StoreError::from)?;
                 let Some(job) = jobs::get_job(&mut *conn, &id).await? else {
                     return Ok(None);
                 };

@@ -471,12 +471,11 @@ pub async fn interruption_history<'e>(
     db: impl SqliteExecutor<'e>,
     accelerator: &str,
 ) -> Result<(f64, u64), StoreError> {
-    let row: Option<(f64, i64)> = sqlx::query_as(
-        "SELECT attempt_s, interruptions FROM pod_time_totals WHERE scope = ?",
-    )
-    .bind(format!("accelerator:{accelerator}"))
-    .fetch_optional(db)
-    .await?;
+    let row: Option<(f64, i64)> =
+        sqlx::query_as("SELECT attempt_s, interruptions FROM pod_time_totals WHERE scope = ?")
+            .bind(format!("accelerator:{accelerator}"))
+            .fetch_optional(db)
+            .await?;
     Ok(row.map_or((0.0, 0), |(s, n)| (s, n.max(0) as u64)))
 }
 

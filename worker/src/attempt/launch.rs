@@ -209,7 +209,10 @@ fn trainer_env(
     }
     // Only under `checkpoint_interval: auto`: the trainer keeps its own interval otherwise.
     if let Some(steps) = lease.checkpoint_interval_steps {
-        env.insert("PODQ_CHECKPOINT_INTERVAL_STEPS".to_owned(), steps.to_string());
+        env.insert(
+            "PODQ_CHECKPOINT_INTERVAL_STEPS".to_owned(),
+            steps.to_string(),
+        );
     }
     env
 }

@@ -385,8 +385,12 @@ async fn attempt(
                 last_step = Some(last_step.map_or(step, |l| l.max(step)));
                 let _ = report_tx.send(Report::Metrics { step, values });
             }
-            // Lines drained now arrived earlier: timing them now would stretch them.
-            TrainerEvent::Phase { .. } | TrainerEvent::Checkpoint { .. } => {}
+            // Printed just before the hosts ended (the final save): timed as they are read,
+            // a few milliseconds late at most.
+            TrainerEvent::Phase { phase, edge, .. } => {
+                phases.note(phase, edge, tokio::time::Instant::now());
+            }
+            TrainerEvent::Checkpoint { .. } => {}
         }
     }
     drop(report_tx);
