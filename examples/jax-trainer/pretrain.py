@@ -12,6 +12,7 @@ stops cleanly on SIGTERM. What is podq-specific is marked "podq:".
 Environment knobs for tests: PODQ_EXAMPLE_TOTAL_STEPS (replaces the config's step count),
 PODQ_EXAMPLE_CHECKPOINT_EVERY (save every N steps instead of after each evaluation),
 PODQ_EXAMPLE_STEP_SLEEP_S (sleep after each step, so a test can interrupt the run).
+PODQ_CHECKPOINT_INTERVAL_STEPS, set by podq, wins over PODQ_EXAMPLE_CHECKPOINT_EVERY.
 """
 
 import time
@@ -251,7 +252,10 @@ def main(cfg: DictConfig):
     total_steps = env_number("PODQ_EXAMPLE_TOTAL_STEPS", total_steps)
     evals = max(1, int(cfg.epochs // cfg.eval_interval))
     eval_steps = {max(1, round(i * total_steps / evals)) for i in range(1, evals + 1)}
-    every = env_number("PODQ_EXAMPLE_CHECKPOINT_EVERY", 0)
+    every = env_number("PODQ_EXAMPLE_CHECKPOINT_EVERY", 0)  # 0: at evaluations
+    # podq: the interval podq gives this attempt (PODQ_CHECKPOINT_INTERVAL_STEPS), if any,
+    # replaces the trainer's own; saves then no longer wait for evaluations.
+    every = podq_trainer.checkpoint_interval(every)
     if every > 0:
         save_steps = set(range(every, total_steps + 1, every))
     else:
@@ -344,7 +348,9 @@ def main(cfg: DictConfig):
     def save(step, state):
         if step <= newest_saved[0]:
             return  # like Orbax's should_save: never a step at or below the newest one
-        manager.save(step, args=ocp.args.StandardSave(state), force=True)
+        # podq: times the blocking part of the save; Orbax commits it in the background.
+        with podq_trainer.phase("save", step=step):
+            manager.save(step, args=ocp.args.StandardSave(state), force=True)
         newest_saved[0] = step
         pending.append(step)
 
@@ -361,13 +367,16 @@ def main(cfg: DictConfig):
         rng = np.random.default_rng([int(cfg.seed), 3, step, process])
         puzzle, solution = global_batch(*puzzles.batch(rng, local_batch))
         lr = learning_rate(cfg, step, total_steps)
-        state, metrics = step_fn(state, puzzle, solution, jnp.float32(lr))
         if step == start_step + 1:
-            jax.block_until_ready(metrics)
+            with podq_trainer.phase("compile"):  # podq: the first step compiles
+                state, metrics = step_fn(state, puzzle, solution, jnp.float32(lr))
+                jax.block_until_ready(metrics)
             log(
                 "first step done %.1f s after start (imports %.1f s, distributed init %.1f s)"
                 % (time.monotonic() - _T0, _T_IMPORTS, t_init)
             )
+        else:
+            state, metrics = step_fn(state, puzzle, solution, jnp.float32(lr))
 
         eval_metrics = eval_fn(state["params"], *eval_batch) if step in eval_steps else None
         # The first step of an attempt is reported at once, then every 10 steps and at evaluations.
@@ -419,7 +428,8 @@ def restore(cfg, manager, state, checkpoint_root):
     restored = None
     if ok:
         try:
-            restored = reader.restore(point.step, args=ocp.args.StandardRestore(state))
+            with podq_trainer.phase("restore", step=point.step):  # podq: times the restore
+                restored = reader.restore(point.step, args=ocp.args.StandardRestore(state))
             error = "another host could not load it"
         except Exception as e:  # noqa: BLE001 - TRM also carries on from step 0
             error = "%s: %s" % (type(e).__name__, e)

@@ -1,4 +1,4 @@
-"""report_metrics / report_checkpoint: the exact PODQ lines."""
+"""report_metrics / report_checkpoint / report_phase / phase: the exact PODQ lines."""
 
 import io
 import json
@@ -153,6 +153,100 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(
             parse(out), {"event": "metrics", "step": 30, "values": {"train/count": 6144.0, "train/loss": 0.25}}
         )
+
+
+class PhaseReportTest(unittest.TestCase):
+    def setUp(self):
+        patcher = mock.patch.dict(os.environ)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        os.environ.pop("JAX_PROCESS_INDEX", None)
+
+    def test_phase_lines_are_exact(self):
+        out, err, _ = capture(podq_trainer.report_phase, "compile", "start")
+        self.assertEqual(out, 'PODQ {"event":"phase","phase":"compile","edge":"start"}\n')
+        self.assertEqual(err, "")
+        out, _, _ = capture(podq_trainer.report_phase, "save", "end", step=5000)
+        self.assertEqual(out, 'PODQ {"event":"phase","phase":"save","edge":"end","step":5000}\n')
+        out, _, _ = capture(podq_trainer.report_phase, "restore", "start", _Int(300))
+        self.assertEqual(parse(out), {"event": "phase", "phase": "restore", "edge": "start", "step": 300})
+
+    def test_context_manager_reports_start_then_end_in_one_write_each(self):
+        def run():
+            with podq_trainer.phase("save", step=40):
+                print("saving")  # buffered in sys.stdout: goes out before the end line
+
+        out, err, writes = capture(run)
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 3, out)
+        self.assertEqual(parse(lines[0]), {"event": "phase", "phase": "save", "edge": "start", "step": 40})
+        self.assertEqual(lines[1], "saving")
+        self.assertEqual(parse(lines[2]), {"event": "phase", "phase": "save", "edge": "end", "step": 40})
+        self.assertEqual(err, "")
+        self.assertEqual(writes, 2)  # one os.write per PODQ line (the print goes through sys.stdout)
+
+        def quiet():
+            with podq_trainer.phase("compile"):
+                pass
+
+        out, _, writes = capture(quiet)
+        self.assertEqual(
+            out,
+            'PODQ {"event":"phase","phase":"compile","edge":"start"}\n'
+            'PODQ {"event":"phase","phase":"compile","edge":"end"}\n',
+        )
+        self.assertEqual(writes, 2)
+
+    def test_the_end_is_reported_on_an_exception(self):
+        def run():
+            with self.assertRaises(RuntimeError):
+                with podq_trainer.phase("restore", step=7):
+                    raise RuntimeError("no checkpoint")
+
+        out, _, writes = capture(run)
+        self.assertEqual(
+            [parse(line) for line in out.splitlines()],
+            [
+                {"event": "phase", "phase": "restore", "edge": "start", "step": 7},
+                {"event": "phase", "phase": "restore", "edge": "end", "step": 7},
+            ],
+        )
+        self.assertEqual(writes, 2)
+
+    def test_bad_phase_or_edge_raises_and_prints_nothing(self):
+        def run(args):
+            with self.assertRaises(ValueError):
+                podq_trainer.report_phase(*args)
+
+        for args in [("eval", "start"), ("Compile", "start"), ("save", "begin"), ("save", None)]:
+            self.assertEqual(capture(run, args)[:2], ("", ""), args)
+
+        def bad_context():
+            with self.assertRaises(ValueError):
+                with podq_trainer.phase("checkpoint"):
+                    self.fail("the body ran")
+
+        self.assertEqual(capture(bad_context)[:2], ("", ""))
+
+    def test_only_process_zero_reports_phases(self):
+        ran = []
+
+        def run():
+            podq_trainer.report_phase("compile", "start")
+            with podq_trainer.phase("save", step=10):
+                ran.append(True)
+
+        os.environ["JAX_PROCESS_INDEX"] = "1"
+        self.assertEqual(capture(run), ("", "", 0))
+        self.assertEqual(ran, [True])
+        # Validation does not depend on the process: a typo fails everywhere.
+        with self.assertRaises(ValueError):
+            podq_trainer.report_phase("compil", "start")
+        os.environ["JAX_PROCESS_INDEX"] = "0"
+        self.assertEqual(capture(podq_trainer.report_phase, "save", "start", process_index=1), ("", "", 0))
+        os.environ["JAX_PROCESS_INDEX"] = "1"
+        out, _, _ = capture(podq_trainer.report_phase, "save", "start", process_index=0)
+        self.assertEqual(parse(out)["phase"], "save")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
     resume = podq_trainer.resume_point(cfg.load_checkpoint)        # None or .directory/.step
     stop = podq_trainer.watch_for_stop()                           # after jax.distributed.initialize
     ...
+    with podq_trainer.phase("compile"): <first step>               # also "restore", "save"
     podq_trainer.report_metrics(step, metrics)                     # only process 0 prints
     every = podq_trainer.checkpoint_interval(default=5000)         # podq's advice, if any
     podq_trainer.report_checkpoint(step, step_dir)                 # after the save is committed
@@ -17,19 +18,22 @@ when it has already been imported by the trainer.
 
 from .interval import checkpoint_interval
 from .paths import TMP_MARKER, ResumePoint, checkpoint_dir, orbax_path, resume_point
-from .report import report_checkpoint, report_metrics
+from .report import PHASES, phase, report_checkpoint, report_metrics, report_phase
 from .stop import EXIT_STOPPED, StopSignal, watch_for_stop
 
 __all__ = [
     "EXIT_STOPPED",
+    "PHASES",
     "ResumePoint",
     "StopSignal",
     "TMP_MARKER",
     "checkpoint_dir",
     "checkpoint_interval",
     "orbax_path",
+    "phase",
     "report_checkpoint",
     "report_metrics",
+    "report_phase",
     "resume_point",
     "watch_for_stop",
 ]

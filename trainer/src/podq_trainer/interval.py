@@ -30,7 +30,7 @@ def checkpoint_interval(default):
     except ValueError:
         steps = 0
     if steps < 1:
-        _warn("%s=%r is not a whole number of steps of at least 1; saving every %r steps"
-              % (ENV, raw, default))
+        _warn("%s=%r is not a whole number of steps of at least 1; keeping the trainer's own "
+              "interval (%r)" % (ENV, raw, default))
         return default
     return steps

@@ -2,6 +2,11 @@
 
     PODQ {"event":"metrics","step":1200,"values":{"train/lm_loss":0.53}}
     PODQ {"event":"checkpoint","step":5000,"uri":"gs://bucket/run/5000"}
+    PODQ {"event":"phase","phase":"save","edge":"start","step":5000}
+
+A phase line marks the start or end of something only the trainer can see: compiling the
+first step, restoring a checkpoint, the blocking part of a save. The worker timestamps lines
+as it reads them, so they carry no time.
 
 Only process 0 prints. Each line is built completely and then written to file descriptor 1
 with a single ``os.write`` call, under a lock, after flushing ``sys.stdout``. Orbax and JAX log
@@ -13,6 +18,7 @@ record whole, so they cannot break a PODQ line; ``print()`` from another thread 
 and its newline separately and can still leave half a line in front of one.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -20,7 +26,10 @@ import select
 import sys
 import threading
 
-__all__ = ["report_metrics", "report_checkpoint"]
+__all__ = ["PHASES", "phase", "report_checkpoint", "report_metrics", "report_phase"]
+
+PHASES = ("compile", "restore", "save")
+_EDGES = ("start", "end")
 
 _PREFIX = "PODQ "
 _PIPE_BUF = 4096
@@ -59,6 +68,40 @@ def report_checkpoint(step, uri, process_index=None):
     if not _is_reporting_process(process_index):
         return
     _emit({"event": "checkpoint", "step": int(step), "uri": str(uri)})
+
+
+def report_phase(phase, edge, step=None, process_index=None):
+    """Report the ``edge`` ("start" or "end") of ``phase``: "compile", "restore" or "save".
+
+    ``step`` (optional) is the step saved or restored. Raises ``ValueError`` for another
+    phase or edge, on every process, so a typo shows up in a one-process run too.
+    """
+    if phase not in PHASES:
+        raise ValueError("phase %r is not one of %s" % (phase, ", ".join(PHASES)))
+    if edge not in _EDGES:
+        raise ValueError("edge %r is not one of %s" % (edge, ", ".join(_EDGES)))
+    if step is not None:
+        step = int(step)
+    if not _is_reporting_process(process_index):
+        return
+    event = {"event": "phase", "phase": phase, "edge": edge}
+    if step is not None:
+        event["step"] = step
+    _emit(event)
+
+
+@contextlib.contextmanager
+def phase(name, step=None, process_index=None):
+    """Report the start of phase ``name`` on entry and its end on exit, also on an exception::
+
+        with podq_trainer.phase("save", step=step):
+            manager.save(step, args=ocp.args.StandardSave(state))  # async: the blocking part
+    """
+    report_phase(name, "start", step, process_index)
+    try:
+        yield
+    finally:
+        report_phase(name, "end", step, process_index)
 
 
 def _is_reporting_process(process_index):
