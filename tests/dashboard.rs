@@ -487,6 +487,41 @@ fn a_group_study_overlays_growing_curves_and_marks_a_preemption() {
             resumes.iter().any(|p| p[0] == 1 && p[1] == ""),
             "attempt 1 started from scratch: {resumes:?}"
         );
+        // Its pod time: a stacked bar for the run and each attempt, each segment as wide as
+        // its share; the preempted attempt carries the pod's recovery.
+        let bars: Value = page
+            .wait_for(
+                SHOW,
+                "the pod-time bars of the run and its attempts",
+                "(() => { const rows = [...document.querySelectorAll('#detail-pod-time .pt-row')]; \
+                 if (rows.length < 3) return null; \
+                 return Object.fromEntries(rows.map((r) => [r.dataset.podTime, \
+                   Object.fromEntries([...r.querySelectorAll('.pt-seg')].map((s) => \
+                     [s.dataset.cause, parseFloat(s.style.width)]))])); })()",
+            )
+            .await;
+        let first = &bars["attempt 1"];
+        assert!(first["productive"].as_f64().unwrap_or(0.0) > 0.0, "{bars}");
+        assert!(
+            first["provisioning"].as_f64().unwrap_or(0.0) > 0.0,
+            "{bars}"
+        );
+        let widths: f64 = bars["run"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|w| w.as_f64().unwrap())
+            .sum();
+        assert!(
+            (widths - 100.0).abs() < 0.1,
+            "the run's segments fill the bar: {bars}"
+        );
+        page.screenshot("job-pod-time").await;
+        // The study's own bar is on the plan card.
+        let grant: bool = page
+            .eval("!!document.querySelector('#plan-pod-time .pt-row[data-pod-time=\"grant\"] .pt-seg[data-cause=\"productive\"]')")
+            .await;
+        assert!(grant, "the grant's pod time is on the plan card");
         // Back closes the panel and stays on the study.
         page.eval::<Value>("history.back()").await;
         page.wait_for::<bool>(

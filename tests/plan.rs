@@ -83,18 +83,20 @@ async fn a_thirty_day_grant_on_the_real_suite() {
         "nothing measured yet: {}",
         plan["estimates"]
     );
+    // The plan counts the work each run is expected to redo after preemptions (one a day,
+    // the prior, at each run's configured interval: every evaluation, ~4 hours).
     assert_eq!(plan["current"]["groups_fit"], 3, "{}", plan["groups"]);
-    assert_eq!(plan["current"]["runs_fit"], 17);
+    assert_eq!(plan["current"]["runs_fit"], 16);
     assert_eq!(
         groups_that_fit(&plan, "fits_current"),
         ["exp01-model-scaling", "exp02a-l-cycles", "exp02b-h-cycles"]
     );
     assert_eq!(plan["recommended"]["groups_fit"], 6, "{}", plan["groups"]);
-    assert_eq!(plan["recommended"]["runs_fit"], 18);
+    assert_eq!(plan["recommended"]["runs_fit"], 17);
     assert_eq!(
         groups_that_fit(&plan, "fits_recommended"),
         [
-            "exp01-model-scaling",
+            "exp02b-h-cycles",
             "exp06-batch-size",
             "exp07-precision",
             "exp09-optimizer",
@@ -110,6 +112,39 @@ async fn a_thirty_day_grant_on_the_real_suite() {
         .unwrap();
     assert_eq!(baseline["also_finishes"].as_array().unwrap().len(), 11);
     assert_eq!(baseline["fits_deadline"], true, "the shared baseline runs");
+    // Its advice: every evaluation (813 steps, ~4 h) against Young/Daly's ~22 minutes.
+    let advice = &baseline["checkpoint_advice"];
+    assert_eq!(advice["interval_steps_now"], 813, "{advice}");
+    assert_eq!(advice["interval_steps_advised"], 74, "{advice}");
+    assert_eq!(advice["save_cost_source"], "assumed", "{advice}");
+
+    // What fits with no preemptions, as planned, and at the advised intervals.
+    let scenario = |name: &str| {
+        plan["scenarios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("scenario {name}: {}", plan["scenarios"]))
+            .clone()
+    };
+    let (none, configured, advised) = (
+        scenario("no_interruptions"),
+        scenario("configured_intervals"),
+        scenario("advised_intervals"),
+    );
+    assert_eq!(
+        (none["runs_fit"].as_u64(), none["groups_fit"].as_u64()),
+        (Some(18), Some(6))
+    );
+    assert_eq!(configured["runs_fit"], 17);
+    assert_eq!(advised["runs_fit"], 18);
+    let waste = |s: &Value| s["expected_waste_hours"].as_f64().unwrap();
+    assert_eq!(waste(&none), 0.0);
+    assert!((150.0..200.0).contains(&waste(&configured)), "{configured}");
+    assert!((20.0..40.0).contains(&waste(&advised)), "{advised}");
+    let saved = plan["pod_hours_saved_by_advice"].as_f64().unwrap();
+    assert!((saved - (waste(&configured) - waste(&advised))).abs() < 1e-6);
 
     // A person reads the same as a table.
     let table = server.text("/plan").await;
@@ -137,7 +172,7 @@ async fn a_thirty_day_grant_on_the_real_suite() {
     assert_eq!(status_json["jobs"]["queued"], 67);
     let status_table = server.text("/status").await;
     assert!(
-        status_table.contains("18 of 54 runs, 6 of 14 groups fit"),
+        status_table.contains("17 of 54 runs, 6 of 14 groups fit"),
         "{status_table}"
     );
 

@@ -346,6 +346,43 @@ function renderGoodput(g) {
   if (g) box.title = `pod time kept ${fmtDuration(g.kept_s * 1000)}, lost ${fmtDuration(g.lost_s * 1000)}, overhead ${fmtDuration(g.overhead_s * 1000)}`;
 }
 
+/** The causes of pod time in display order, as the API names them (`${cause}_s`). */
+const POD_TIME_CAUSES = ["provisioning", "setup", "startup", "restore", "productive", "save", "wasted", "stopping", "idle"];
+
+/** One stacked bar of where `time` (a PodTime) went, each cause a segment as wide as its share. */
+function podTimeBar(label, time) {
+  const total = time && time.total_s > 0 ? time.total_s : 0;
+  const row = el("div", { class: "pt-row", "data-pod-time": label, "data-total-s": String(total) },
+    el("span", { class: "pt-label" }, label));
+  const bar = el("div", { class: "pt-bar", role: "img" });
+  const parts = [];
+  for (const cause of POD_TIME_CAUSES) {
+    const s = total ? time[`${cause}_s`] || 0 : 0;
+    if (s <= 0) continue;
+    const share = (100 * s) / total;
+    parts.push(`${cause} ${fmtDuration(s * 1000)} (${share.toFixed(share < 1 ? 1 : 0)}%)`);
+    bar.append(el("span", { class: `pt-seg pt-${cause}`, "data-cause": cause, "data-seconds": String(s),
+      style: `width:${share.toFixed(3)}%`, title: `${cause}: ${fmtDuration(s * 1000)}` }));
+  }
+  bar.setAttribute("aria-label", total ? `${label}: ${parts.join(", ")}` : `${label}: no pod time yet`);
+  row.append(bar, el("span", { class: "pt-total mono" }, total ? fmtDuration(total * 1000) : "–"));
+  row.title = parts.join(" · ");
+  return row;
+}
+
+function podTimeLegend() {
+  return el("div", { class: "pt-legend" }, ...POD_TIME_CAUSES.map((c) =>
+    el("span", { class: "pt-key" }, el("span", { class: `pt-swatch pt-${c}` }), c)));
+}
+
+function adviceText(a) {
+  if (!a) return "";
+  const how = a.auto ? "checkpoint_interval: auto, so each attempt follows the advice" : `advised ${fmtInt(a.interval_steps_advised)} steps`;
+  return `Checkpoints every ${fmtInt(a.interval_steps_now)} steps; ${how} ` +
+    `(save ${a.save_cost_s.toFixed(1)} s, ${a.save_cost_source}; pod MTBF ${fmtDuration(a.mtbf_s * 1000)}). ` +
+    (a.auto ? "" : `The advised interval would save ${a.pod_hours_saved.toFixed(1)} pod-hours.`);
+}
+
 function podStateClass(state) {
   const s = String(state || "").toUpperCase();
   if (s === "READY") return "ok";
@@ -679,7 +716,8 @@ function renderPlan(plan) {
   else if (catalog > 0) notes.push("No run has a measured rate yet: the figures follow group.yaml, whatever the pod really does.");
   notes.push(`${fmtNum(plan.total_hours)} pod-hours to go on ${plan.pods} pod${plan.pods === 1 ? "" : "s"}` +
     (plan.capacity_hours !== null && plan.capacity_hours !== undefined ? `, ${fmtNum(plan.capacity_hours)} before the deadline` : "") +
-    (plan.overhead_factor > 1.001 ? `, ×${plan.overhead_factor.toFixed(2)} for preemptions` : "") + ".");
+    (plan.expected_waste_hours > 0 ? `, ${fmtNum(plan.expected_waste_hours)} of them work redone after interruptions` : "") +
+    (plan.overhead_factor > 1.001 ? `, ×${plan.overhead_factor.toFixed(2)} for setup and start-up` : "") + ".");
   if (plan.pools && plan.pools.length > 1) {
     // Each accelerator type's runs go only to its own pods.
     notes.push(plan.pools.map((p) => `${p.accelerator}: ${p.pods} pod${p.pods === 1 ? "" : "s"}, ` +
@@ -687,6 +725,12 @@ function renderPlan(plan) {
       (p.capacity_hours !== null && p.capacity_hours !== undefined ? `, ${fmtNum(p.capacity_hours)} of capacity` : "")).join("; ") + ".");
   }
   $("plan-notes").textContent = notes.join(" ");
+  const advised = (plan.scenarios || []).find((s) => s.name === "advised_intervals");
+  $("plan-advice").textContent = advised
+    ? `At the advised checkpoint intervals: ${fmtNum(plan.pod_hours_saved_by_advice)} pod-hours saved, ` +
+      `${fitOf(advised.runs_fit, runs)} runs and ${fitOf(advised.groups_fit, groups)} groups fit.`
+    : "";
+  refreshPodTime();
   const same = JSON.stringify(plan.current.runs.map((r) => r.experiment)) === JSON.stringify(plan.recommended.runs.map((r) => r.experiment));
   $("plan-apply").disabled = same;
   $("plan-apply").title = same ? "today's order is the recommended one" : "";
@@ -707,6 +751,18 @@ function renderPlan(plan) {
       endCell(g.end_current, g.fits_current),
       endCell(g.end_recommended, g.fits_recommended));
   }));
+}
+
+/** The grant's and each pod's split, under the plan. */
+async function refreshPodTime() {
+  try {
+    const report = await getJSON("/pod-time");
+    $("plan-pod-time").replaceChildren(podTimeBar("grant", report.grant),
+      ...Object.entries(report.pods || {}).map(([name, time]) => podTimeBar(`pod ${name}`, time)),
+      podTimeLegend());
+  } catch (e) {
+    $("plan-pod-time").replaceChildren(el("p", { class: "muted" }, `Could not load the pod time: ${e.message}`));
+  }
 }
 
 let planInFlight = false;
@@ -1244,6 +1300,11 @@ function renderDetail(detail, metrics, events) {
     ...fact("Checkpoints", detail.checkpoint_dir, "mono wrap"),
     ...fact(detail.state === "succeeded" ? "Last checkpoint" : "Next resume from", detail.resume_from, "mono wrap"),
     ...fact("Config", detail.config_sha256 ? detail.config_sha256.slice(0, 16) : null, "mono"));
+
+  $("detail-pod-time").replaceChildren(podTimeBar("run", detail.pod_time),
+    ...[...attempts].sort((a, b) => a.attempt - b.attempt).map((a) => podTimeBar(`attempt ${a.attempt}`, a.pod_time)),
+    podTimeLegend());
+  $("detail-advice").textContent = adviceText(detail.checkpoint_advice);
 
   const latest = detail.latest_metrics || {};
   $("detail-latest").replaceChildren(...Object.keys(latest).sort().map((k) => el("div", { class: "latest-item", "data-metric": k, title: `step ${latest[k].step}` },

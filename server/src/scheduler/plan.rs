@@ -260,14 +260,29 @@ impl Scheduler {
         let mut run_of_job: HashMap<String, usize> = HashMap::new();
         let mut run_of_config: HashMap<String, usize> = HashMap::new();
         let mut group_runs: HashMap<&str, Vec<usize>> = HashMap::new();
-        for (position, e) in self.catalog.experiments.iter().enumerate() {
-            let job = match views::newest_job_of(db, &e.name).await? {
+        let mut jobs = Vec::with_capacity(self.catalog.experiments.len());
+        for e in &self.catalog.experiments {
+            jobs.push(match views::newest_job_of(db, &e.name).await? {
                 Some(job) => match &job.same_as {
                     Some(run) => views::plan_job(db, run).await?,
                     None => Some(job),
                 },
                 None => None,
-            };
+            });
+        }
+        // Experiments with a job first: one not submitted yet that shares a submitted run's
+        // config joins that run, wherever the two stand in the catalog (submitting it would
+        // link it there).
+        let mut experiments: Vec<(usize, &crate::catalog::Experiment, Option<PlanJob>)> = self
+            .catalog
+            .experiments
+            .iter()
+            .zip(jobs)
+            .enumerate()
+            .map(|(position, (e, job))| (position, e, job))
+            .collect();
+        experiments.sort_by_key(|(position, _, job)| (job.is_none(), *position));
+        for (position, e, job) in experiments {
             let index = match job {
                 Some(job) => match run_of_job.get(&job.id) {
                     Some(&i) => i,
