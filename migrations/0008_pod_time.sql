@@ -12,13 +12,14 @@ CREATE INDEX attempts_pod ON attempts (pod, started_at);
 
 -- The pod's own ledger: since when it has been in which state, so the time between
 -- attempts is charged to recovery or to idleness when the next report says which.
--- 'between' (an attempt just ended), 'recovering', 'ready' or 'leased'.
+-- 'between' (an attempt just ended), 'recovering_after_attempt' (right after one),
+-- 'recovering', 'ready' or 'leased'.
 ALTER TABLE pods ADD COLUMN ledger_state TEXT;
 ALTER TABLE pods ADD COLUMN ledger_since INTEGER;
 
 -- Running sums of settled pod time, so no read adds up the history. Scopes: 'all',
 -- 'pod:NAME', 'group:NAME', 'accelerator:TYPE'. `attempt_s` and `interruptions` (attempts
--- ended preempted, lost or hung) give a pod type's mean time between interruptions.
+-- ended preempted or lost) give a pod type's mean time between interruptions.
 CREATE TABLE pod_time_totals (
     scope         TEXT PRIMARY KEY,
     pod_time_json TEXT NOT NULL,

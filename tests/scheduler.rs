@@ -402,3 +402,71 @@ async fn a_restarted_server_wakes_a_waiting_pod_for_every_backoff_that_ends() {
         "woken when each backoff ended, not when the 30 s waits ran out"
     );
 }
+
+fn recovering() -> podq_api::PodReport {
+    let mut pod = ask(0).pod;
+    pod.state = "PREEMPTED".into();
+    pod.recovery = Some("recreating the node".into());
+    podq_api::PodReport { pod, event: None }
+}
+
+/// The pod's ledger (issue 19): the recovery right after a preempted attempt is that
+/// attempt's; one after the pod was ready again is the pod's alone; a report while a lease
+/// is live changes nothing; and every second is counted once.
+#[tokio::test]
+async fn a_pods_time_between_attempts_goes_to_recovery_or_idleness_once() {
+    let f = fixture().await;
+    f.scheduler
+        .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
+        .await
+        .unwrap();
+    let lease = f.scheduler.lease("p", ask(0)).await.unwrap().unwrap();
+    let leased = Instant::now();
+    // A report while the lease is live (a restarted worker) is the attempt's time.
+    f.scheduler.report_pod("p", recovering()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut preempted = finished(AttemptOutcome::Preempted);
+    preempted.stopping_s = Some(0.1);
+    f.scheduler.finish(lease.lease_id, preempted).await.unwrap();
+    // Nothing to lease afterwards, so the pod idles once ready.
+    f.scheduler.cancel(lease.job_id, None).await.unwrap();
+    f.scheduler.report_pod("p", recovering()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    f.scheduler.report_pod("p", recovering()).await.unwrap();
+    // Ready, with nothing to lease.
+    assert!(f.scheduler.lease("p", ask(0)).await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Preempted while idle: the pod's recovery, not the attempt's.
+    f.scheduler.report_pod("p", recovering()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    f.scheduler.report_pod("p", recovering()).await.unwrap();
+
+    let detail = f.scheduler.job_detail(lease.job_id).await.unwrap();
+    let attempt = detail.attempts[0].pod_time;
+    assert!(
+        (0.25..0.6).contains(&attempt.provisioning_s),
+        "only the recovery right after it: {attempt:?}"
+    );
+    assert!((attempt.stopping_s - 0.1).abs() < 1e-9, "{attempt:?}");
+    let report = f.scheduler.pod_time().await.unwrap();
+    let wall = leased.elapsed().as_secs_f64();
+    let pod = report.pods["p"];
+    assert!(
+        pod.provisioning_s >= attempt.provisioning_s + 0.15,
+        "the idle pod's recovery is the pod's: {pod:?}"
+    );
+    assert!(pod.idle_s >= 0.15, "{pod:?}");
+    let sum: f64 = pod.causes().iter().map(|(_, s)| s).sum();
+    assert!((sum - pod.total_s).abs() < 1e-9, "{pod:?}");
+    // The pod's time is its attempt's lease to end and what followed, counted once: no more
+    // than the wall time since the lease (the pod was first seen just before it).
+    assert!(
+        pod.total_s <= wall + 0.05,
+        "{} s in {wall} s: {pod:?}",
+        pod.total_s
+    );
+    assert_eq!(
+        report.groups["exp07-precision"].provisioning_s,
+        attempt.provisioning_s
+    );
+}

@@ -396,14 +396,14 @@ impl Goodput {
 /// Pod time split by where it went (issue 19; the causes follow Google's
 /// ml-goodput-measurement). In seconds; the parts sum to `total_s`.
 ///
-/// An attempt's time runs from its lease to its end, plus the pod's recovery that followed
-/// it when it ended with the pod's capacity gone (preempted, lost, hung). A pod's time also
-/// holds the recoveries no attempt caused and its idle time.
+/// An attempt's time runs from its lease to its end, plus the pod's recovery that followed it
+/// directly when it ended preempted or lost. A pod's time also holds the recoveries no
+/// attempt caused and its idle time.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PodTime {
-    /// Waiting for the pod to be READY again: re-provisioning after a preemption, a
-    /// recreated node, a host coming back.
+    /// Waiting for the pod to be usable again: re-provisioning after a preemption, a
+    /// recreated node, a host coming back, a maintenance window, a failing preflight.
     pub provisioning_s: f64,
     /// From the lease to the trainers' launch: checking the checkpoint store, staging the
     /// config, cleaning the hosts, starting the agents.

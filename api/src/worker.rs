@@ -38,8 +38,9 @@ pub struct Lease {
     /// out to be missing or incomplete.
     #[serde(default)]
     pub fallback_checkpoints: Vec<String>,
-    /// Under `checkpoint_interval: auto`, the advised interval in steps, which the worker
-    /// passes to every host's trainer as `PODQ_CHECKPOINT_INTERVAL_STEPS`.
+    /// The interval in steps the experiment's `checkpoint_interval` asks for (the advised one
+    /// under `auto`), which the worker passes to every host's trainer as
+    /// `PODQ_CHECKPOINT_INTERVAL_STEPS`; absent, the trainer keeps its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_interval_steps: Option<u64>,
     pub lease_ttl_s: u64,

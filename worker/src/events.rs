@@ -21,6 +21,10 @@ pub enum TrainerEvent {
         edge: PhaseEdge,
         #[serde(default)]
         step: Option<i64>,
+        /// When the worker read the line off the agent's stream: phases are timed by it, not
+        /// by when the attempt's loop gets to the event.
+        #[serde(skip)]
+        received: Option<tokio::time::Instant>,
     },
 }
 
@@ -77,7 +81,8 @@ mod tests {
             Some(Ok(TrainerEvent::Phase {
                 phase: TrainerPhase::Save,
                 edge: PhaseEdge::End,
-                step: Some(5000)
+                step: Some(5000),
+                received: None,
             }))
         );
         assert!(matches!(

@@ -12,6 +12,7 @@ use crate::events::{PhaseEdge, TrainerPhase};
 pub struct PhaseClock {
     open: HashMap<TrainerPhase, Instant>,
     totals: TrainerPhases,
+    stopped_at: Option<Instant>,
 }
 
 impl PhaseClock {
@@ -19,6 +20,9 @@ impl PhaseClock {
     /// second start (the first never ended) count nothing for the lost part.
     pub fn note(&mut self, phase: TrainerPhase, edge: PhaseEdge, at: Instant) -> bool {
         match edge {
+            // What starts after the stop was decided (the save on a shutdown notice) is the
+            // stopping's time, not a save that held up training.
+            PhaseEdge::Start if self.stopped_at.is_some_and(|stop| at >= stop) => false,
             PhaseEdge::Start => {
                 self.open.insert(phase, at);
                 false
@@ -39,6 +43,11 @@ impl PhaseClock {
                 true
             }
         }
+    }
+
+    /// The attempt was told to stop at `at`.
+    pub fn stopped(&mut self, at: Instant) {
+        self.stopped_at = Some(at);
     }
 
     pub fn totals(&self) -> TrainerPhases {
@@ -69,5 +78,10 @@ mod tests {
             (20.0, 5.0, 2)
         );
         assert_eq!(totals.restore_s, 0.0);
+        // The save on a shutdown notice starts after the stop: not a training save.
+        clock.stopped(at(40));
+        clock.note(TrainerPhase::Save, PhaseEdge::Start, at(41));
+        assert!(!clock.note(TrainerPhase::Save, PhaseEdge::End, at(45)));
+        assert_eq!(clock.totals().saves, 2);
     }
 }

@@ -386,7 +386,10 @@ async fn read_lines(
     while let Some(HostLine { host, offset, line }) = lines.recv().await {
         if host == 0 {
             match parse_line(&line) {
-                Some(Ok(event)) => {
+                Some(Ok(mut event)) => {
+                    if let TrainerEvent::Phase { received, .. } = &mut event {
+                        *received = Some(tokio::time::Instant::now());
+                    }
                     let _ = events.send(event);
                     continue;
                 }

@@ -476,6 +476,32 @@ mod tests {
     const EXP02A: &str = "groups/exp02a-l-cycles/group.yaml";
 
     #[test]
+    fn a_checkpoint_interval_comes_from_the_suite_the_group_or_the_row() {
+        let dir = suite_copy();
+        append(dir.path(), "suite.yaml", "checkpoint_interval: auto\n");
+        append(dir.path(), EXP02A, "checkpoint_interval: 500\n");
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        assert!(errors(&catalog).is_empty(), "{:#?}", errors(&catalog));
+        let interval = |name: &str| catalog.experiment(name).unwrap().checkpoint_interval;
+        assert_eq!(interval("exp01a"), CheckpointInterval::Auto);
+        assert_eq!(interval("exp02a_01"), CheckpointInterval::Steps(500));
+
+        let dir = suite_copy();
+        append(dir.path(), EXP02A, "checkpoint_interval: often\n");
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        let found = errors(&catalog);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].code, "invalid_checkpoint_interval");
+        assert_eq!(found[0].file.as_deref(), Some(EXP02A));
+        assert!(found[0].line.is_some(), "{:?}", found[0]);
+        assert_eq!(
+            catalog.experiment("exp02a_01").unwrap().checkpoint_interval,
+            CheckpointInterval::Config,
+            "a bad value falls back to what is inherited"
+        );
+    }
+
+    #[test]
     fn a_group_names_its_accelerator_and_the_batch_divides_among_its_devices() {
         let dir = suite_copy();
         append(dir.path(), EXP02A, "accelerator: v4-32\n");

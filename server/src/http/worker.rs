@@ -120,6 +120,7 @@ async fn heartbeat(
     request_body = MetricsBatch,
     responses(
         (status = 200, description = "How many points were stored", body = MetricsAck),
+        (status = 400, description = "`invalid_phases`: a phase time that is negative; nothing of the batch is stored", body = ErrorBody),
         (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
     ),
     security(("worker_token" = [])),
@@ -211,6 +212,7 @@ async fn events(
     request_body = FinishRequest,
     responses(
         (status = 200, description = "The job's state after the retry policy", body = FinishResponse),
+        (status = 400, description = "`invalid_phases`: a phase time or `stopping_s` that is negative; nothing changes", body = ErrorBody),
         (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
     ),
     security(("worker_token" = [])),

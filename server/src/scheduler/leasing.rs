@@ -94,7 +94,22 @@ impl Scheduler {
             return Ok(None);
         };
         self.telemetry.leases_granted.inc();
-        // The job is claimed: a failed read must not lose the lease, only the advice.
+        // Live before anything else can fail or be dropped: the claim is committed, and a
+        // lease the server does not track would hold the pod until a restart.
+        self.live.insert(
+            lease_id,
+            LiveLease {
+                job_id: claimed.id.clone(),
+                pod: pod.to_owned(),
+                attempt: claimed.attempts,
+                expires_at: Instant::now() + self.live.ttl,
+                cancel: false,
+                running: false,
+                running_recorded: false,
+                step: claimed.resume_step,
+            },
+        );
+        // A failed read loses the advice, never the lease.
         let checkpoint_interval_steps = self
             .interval_for_attempt(&claimed.id, &claimed.experiment)
             .await
@@ -120,19 +135,6 @@ impl Scheduler {
             lease_ttl_s: self.config.lease_ttl.as_secs(),
             heartbeat_s: self.config.heartbeat.as_secs().max(1),
         };
-        self.live.insert(
-            lease_id,
-            LiveLease {
-                job_id: claimed.id,
-                pod: pod.to_owned(),
-                attempt: lease.attempt,
-                expires_at: Instant::now() + self.live.ttl,
-                cancel: false,
-                running: false,
-                running_recorded: false,
-                step: lease.resume_step,
-            },
-        );
         Ok(Some(lease))
     }
 

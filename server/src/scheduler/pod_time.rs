@@ -82,15 +82,17 @@ impl Scheduler {
         }
     }
 
-    /// Pod time for the grant, each pod and each group, up to now.
+    /// Pod time for the grant, each pod and each group, up to now: one read transaction, so
+    /// an attempt settling meanwhile is counted once.
     pub async fn pod_time(&self) -> Result<PodTimeReport> {
-        let mut conn = self
+        let mut tx = self
             .store
             .reader()
-            .acquire()
+            .begin()
             .await
             .map_err(StoreError::from)?;
-        let totals = pod_time::totals(&mut conn).await?;
+        let totals = pod_time::totals(&mut tx).await?;
+        tx.rollback().await.map_err(StoreError::from)?;
         Ok(PodTimeReport {
             grant: totals.all,
             pods: totals.pods,

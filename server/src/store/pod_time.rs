@@ -18,9 +18,10 @@ use sqlx::SqliteExecutor;
 
 use super::{now_ms, StoreError};
 
-/// Outcomes after which the pod's capacity was gone or unusable: their recovery is charged to
-/// the attempt, and they count as interruptions for the pod type's MTBF.
-pub const INTERRUPTED: [&str; 3] = ["preempted", "lost", "hung"];
+/// Outcomes that interrupted a run from outside it: a preemption, or the pod's hosts or worker
+/// lost. Their recovery is charged to the attempt, and they count as interruptions for the
+/// pod type's MTBF. A hung or failed trainer is the run's own fault, not the pod's.
+pub const INTERRUPTED: [&str; 2] = ["preempted", "lost"];
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct AttemptClock {
@@ -302,20 +303,37 @@ pub async fn pod_ledger(
     let Some((state, since)) = before else {
         return Ok(());
     };
+    // While leased the attempt accounts for the pod's time: only its end changes the ledger
+    // (a report from a restarted worker before its stale lease ends must not count twice).
+    if state.as_deref() == Some("leased")
+        && matches!(activity, PodActivity::Ready | PodActivity::Recovering)
+    {
+        return Ok(());
+    }
+    // A recovery that follows an attempt directly is that attempt's; one after the pod was
+    // ready again (preempted while idle) is the pod's alone.
+    let mut after_attempt = false;
     if let (Some(state), Some(since)) = (state.as_deref(), since) {
         let elapsed = (at - since).max(0) as f64 / 1000.0;
         let recovering = match state {
+            "recovering_after_attempt" => {
+                after_attempt = true;
+                Some(true)
+            }
             "recovering" => Some(true),
             "ready" => Some(false),
             "between" => match activity {
-                PodActivity::Recovering => Some(true),
+                PodActivity::Recovering => {
+                    after_attempt = true;
+                    Some(true)
+                }
                 PodActivity::Ready | PodActivity::Leased => Some(false),
                 PodActivity::Between => None,
             },
             _ => None,
         };
         match recovering {
-            Some(true) => charge_recovery(conn, pod, elapsed).await?,
+            Some(true) => charge_recovery(conn, pod, elapsed, after_attempt).await?,
             Some(false) => {
                 let idle = PodTime {
                     idle_s: elapsed,
@@ -328,8 +346,12 @@ pub async fn pod_ledger(
             None => {}
         }
     }
+    let state = match activity {
+        PodActivity::Recovering if after_attempt => "recovering_after_attempt",
+        other => other.as_str(),
+    };
     sqlx::query("UPDATE pods SET ledger_state = ?, ledger_since = ? WHERE name = ?")
-        .bind(activity.as_str())
+        .bind(state)
         .bind(at)
         .bind(pod)
         .execute(&mut *conn)
@@ -342,12 +364,13 @@ fn with_total(mut time: PodTime) -> PodTime {
     time
 }
 
-/// A recovery is the pod's; when the pod's last attempt ended losing it, it is also that
-/// attempt's (and its run's and group's) provisioning time.
+/// A recovery is the pod's; when it follows an attempt that ended losing the pod, it is also
+/// that attempt's (and its run's and group's) provisioning time.
 async fn charge_recovery(
     conn: &mut SqliteConnection,
     pod: &str,
     seconds: f64,
+    after_attempt: bool,
 ) -> Result<(), StoreError> {
     let recovery = with_total(PodTime {
         provisioning_s: seconds,
@@ -355,6 +378,9 @@ async fn charge_recovery(
     });
     for scope in ["all".to_owned(), format!("pod:{pod}")] {
         add_to_totals(conn, &scope, &recovery, 0.0, 0).await?;
+    }
+    if !after_attempt {
+        return Ok(());
     }
     let last: Option<(String, Option<String>, Option<String>, String)> = sqlx::query_as(
         "SELECT a.lease_id, a.outcome, a.pod_time_json, j.group_name FROM attempts a \
@@ -449,7 +475,7 @@ pub async fn totals(conn: &mut SqliteConnection) -> Result<Totals, StoreError> {
         let Some(since) = since else { continue };
         let elapsed = (now - since).max(0) as f64 / 1000.0;
         let time = with_total(match state.as_deref() {
-            Some("recovering") => PodTime {
+            Some("recovering" | "recovering_after_attempt") => PodTime {
                 provisioning_s: elapsed,
                 ..PodTime::default()
             },

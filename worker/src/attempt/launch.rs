@@ -207,7 +207,7 @@ fn trainer_env(
     ] {
         env.insert(key.to_owned(), value);
     }
-    // Only under `checkpoint_interval: auto`: the trainer keeps its own interval otherwise.
+    // Only when the experiment sets `checkpoint_interval`: the trainer keeps its own otherwise.
     if let Some(steps) = lease.checkpoint_interval_steps {
         env.insert(
             "PODQ_CHECKPOINT_INTERVAL_STEPS".to_owned(),

@@ -277,9 +277,9 @@ async fn attempt(
                     let _ = report_tx.send(Report::CheckpointHint);
                 }
                 // A phase line is a sign of life: a long compile or save is not a hang.
-                Some(TrainerEvent::Phase { phase, edge, .. }) => {
+                Some(TrainerEvent::Phase { phase, edge, received, .. }) => {
                     last_progress = tokio::time::Instant::now();
-                    if phases.note(phase, edge, last_progress) {
+                    if phases.note(phase, edge, received.unwrap_or(last_progress)) {
                         let _ = report_tx.send(Report::Phases(phases.totals()));
                     }
                 }
@@ -365,6 +365,7 @@ async fn attempt(
         }
     };
     let stop_decided = tokio::time::Instant::now();
+    phases.stopped(stop_decided);
     if matches!(stop, Stop::Shutdown) && settings.detach_on_shutdown {
         hosts.detach();
         reporter.abort();
@@ -385,10 +386,19 @@ async fn attempt(
                 last_step = Some(last_step.map_or(step, |l| l.max(step)));
                 let _ = report_tx.send(Report::Metrics { step, values });
             }
-            // Printed just before the hosts ended (the final save): timed as they are read,
-            // a few milliseconds late at most.
-            TrainerEvent::Phase { phase, edge, .. } => {
-                phases.note(phase, edge, tokio::time::Instant::now());
+            // Timed when they arrived: the final save's end, a save on the shutdown notice
+            // (which the clock leaves to the stopping).
+            TrainerEvent::Phase {
+                phase,
+                edge,
+                received,
+                ..
+            } => {
+                phases.note(
+                    phase,
+                    edge,
+                    received.unwrap_or_else(tokio::time::Instant::now),
+                );
             }
             TrainerEvent::Checkpoint { .. } => {}
         }
