@@ -92,6 +92,10 @@ pub struct ServerArgs {
     /// The SQLite database file (created if missing).
     #[arg(long, env = "PODQ_DB", default_value = "./podq.db")]
     pub db: PathBuf,
+    /// Where the state lives instead: postgres://USER:PASSWORD@HOST/DB for PostgreSQL, or
+    /// sqlite://FILE. Overrides --db.
+    #[arg(long, env = "PODQ_DATABASE_URL")]
+    pub database: Option<String>,
     /// The experiment catalog directory.
     #[arg(long, env = "PODQ_EXPERIMENTS", default_value = "./experiments")]
     pub experiments: PathBuf,
@@ -157,6 +161,9 @@ fn positive_hours(text: &str) -> Result<f64, String> {
 impl ServerArgs {
     pub fn config(&self) -> anyhow::Result<ServerConfig> {
         let mut config = ServerConfig::new(self.listen, self.db.clone(), self.experiments.clone());
+        if let Some(url) = &self.database {
+            config.database = Some(podq_server::store::Location::parse(url)?);
+        }
         if !podq_server::catalog::is_accelerator_type(&self.accelerator) {
             anyhow::bail!(
                 "--accelerator {:?} is not an accelerator type: name one such as v4-64",

@@ -90,6 +90,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let server = ServerArgs {
         listen: args.listen,
         db: args.db.clone().unwrap_or_else(|| data_dir.join("podq.db")),
+        database: None,
         experiments: args.experiments.clone(),
         // Checkpoints go to a local directory standing in for the GCS bucket, named by a
         // plain path: Orbax (etils.epath) takes `gs://...` or a path, and fails on `file://`.

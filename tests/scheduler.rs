@@ -1,5 +1,7 @@
-//! The scheduler's methods driven one step at a time, on a real store in a temporary file and
-//! the real experiment catalog: no HTTP, no clock but the one each step is given.
+//! The scheduler's methods driven one step at a time, on a real store and the real experiment
+//! catalog: no HTTP, no clock but the one each step is given. Every test runs twice: on a
+//! SQLite file in a temporary directory, and on a fresh PostgreSQL database
+//! (`PODQ_TEST_DATABASE_URL`, which `scripts/test` provides).
 
 mod common;
 
@@ -12,7 +14,8 @@ use podq_api::{
 };
 use podq_server::catalog::Catalog;
 use podq_server::scheduler::{Scheduler, SchedulerError};
-use podq_server::store::Store;
+use common::postgres::PostgresDatabase;
+use podq_server::store::{db, Location, Store};
 use podq_server::ServerConfig;
 use sqlx::Connection;
 use tempfile::TempDir;
@@ -21,26 +24,83 @@ struct Fixture {
     scheduler: Scheduler,
     store: Store,
     config: Arc<ServerConfig>,
+    database: Database,
+}
+
+/// Where a fixture's state lives; kept until the test ends.
+struct Database {
+    location: Location,
     _dir: TempDir,
+    _postgres: Option<PostgresDatabase>,
 }
 
-async fn fixture() -> Fixture {
-    fixture_in(tempfile::tempdir().unwrap()).await
+#[derive(Clone, Copy)]
+enum Backend {
+    Sqlite,
+    Postgres,
 }
 
-/// A scheduler over the database in `dir` (a second call is a restarted server). Failures
-/// back off 200 to 400 ms.
-async fn fixture_in(dir: TempDir) -> Fixture {
+/// Each `async fn name(backend: Backend)` below becomes the tests `name::sqlite` and
+/// `name::postgres`.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name(super::Backend::Sqlite).await
+            }
+            #[tokio::test]
+            async fn postgres() {
+                super::$name(super::Backend::Postgres).await
+            }
+        }
+    )*};
+}
+
+on_both_stores!(
+    two_pods_asking_at_once_get_one_job_once,
+    a_waiting_pod_is_woken_by_a_submission,
+    reap_once_ends_only_leases_past_their_ttl,
+    maintained_counts_match_the_rows_after_every_kind_of_transition,
+    a_job_says_why_its_last_attempt_ended,
+    a_restarted_server_wakes_a_waiting_pod_for_every_backoff_that_ends,
+    a_pods_time_between_attempts_goes_to_recovery_or_idleness_once,
+);
+
+async fn fixture(backend: Backend) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let database = match backend {
+        Backend::Sqlite => Database {
+            location: Location::Sqlite(dir.path().join("podq.db")),
+            _dir: dir,
+            _postgres: None,
+        },
+        Backend::Postgres => {
+            let postgres = PostgresDatabase::create().await;
+            Database {
+                location: Location::Postgres(postgres.url.clone()),
+                _dir: dir,
+                _postgres: Some(postgres),
+            }
+        }
+    };
+    fixture_on(database).await
+}
+
+/// A scheduler over `database` (a second call is a restarted server). Failures back off
+/// 200 to 400 ms.
+async fn fixture_on(database: Database) -> Fixture {
     let mut config = ServerConfig::new(
         "127.0.0.1:0".parse().unwrap(),
-        dir.path().join("podq.db"),
+        database._dir.path().join("podq.db"),
         common::experiments_dir(),
     );
+    config.database = Some(database.location.clone());
     config.backoff_base = Duration::from_millis(400);
     config.backoff_cap = Duration::from_millis(400);
     let catalog = Catalog::load(&config.experiments, &config.catalog);
     assert!(catalog.errors().is_empty(), "the repo's catalog loads");
-    let store = Store::open(&config.db).await.unwrap();
+    let store = Store::open_at(&config.location()).await.unwrap();
     let config = Arc::new(config);
     let scheduler = Scheduler::load(store.clone(), Arc::new(catalog), config.clone())
         .await
@@ -49,7 +109,7 @@ async fn fixture_in(dir: TempDir) -> Fixture {
         scheduler,
         store,
         config,
-        _dir: dir,
+        database,
     }
 }
 
@@ -85,16 +145,15 @@ fn finished(outcome: AttemptOutcome) -> FinishRequest {
 }
 
 async fn job_state(f: &Fixture, id: uuid::Uuid) -> String {
-    sqlx::query_scalar("SELECT state FROM jobs WHERE id = ?")
+    db::query_scalar("SELECT state FROM jobs WHERE id = ?")
         .bind(id.to_string())
-        .fetch_one(f.store.reader())
+        .fetch_one(&mut f.store.read().await.unwrap())
         .await
         .unwrap()
 }
 
-#[tokio::test]
-async fn two_pods_asking_at_once_get_one_job_once() {
-    let f = fixture().await;
+async fn two_pods_asking_at_once_get_one_job_once(backend: Backend) {
+    let f = fixture(backend).await;
     let created = f
         .scheduler
         .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
@@ -112,9 +171,8 @@ async fn two_pods_asking_at_once_get_one_job_once() {
     assert_eq!(job_state(&f, created[0].job_id.unwrap()).await, "leased");
 }
 
-#[tokio::test]
-async fn a_waiting_pod_is_woken_by_a_submission() {
-    let f = fixture().await;
+async fn a_waiting_pod_is_woken_by_a_submission(backend: Backend) {
+    let f = fixture(backend).await;
     let waiting = f.scheduler.lease("a", ask(30));
     let submitted = async {
         // The job arrives once the waiter has registered its pod, i.e. is about to wait.
@@ -141,9 +199,8 @@ async fn a_waiting_pod_is_woken_by_a_submission() {
     );
 }
 
-#[tokio::test]
-async fn reap_once_ends_only_leases_past_their_ttl() {
-    let f = fixture().await;
+async fn reap_once_ends_only_leases_past_their_ttl(backend: Backend) {
+    let f = fixture(backend).await;
     f.scheduler
         .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
         .await
@@ -170,9 +227,9 @@ async fn reap_once_ends_only_leases_past_their_ttl() {
     let tick = f.scheduler.reap_once(later).await.unwrap();
     assert_eq!(tick.lost, vec![lease.lease_id]);
     assert_eq!(job_state(&f, lease.job_id).await, "queued");
-    let outcome: String = sqlx::query_scalar("SELECT outcome FROM attempts WHERE lease_id = ?")
+    let outcome: String = db::query_scalar("SELECT outcome FROM attempts WHERE lease_id = ?")
         .bind(lease.lease_id.to_string())
-        .fetch_one(f.store.reader())
+        .fetch_one(&mut f.store.read().await.unwrap())
         .await
         .unwrap();
     assert_eq!(outcome, "lost");
@@ -198,9 +255,10 @@ async fn data_version(conn: &mut sqlx::SqliteConnection) -> i64 {
         .unwrap()
 }
 
+/// SQLite only: PostgreSQL has no per-connection counter of other connections' commits.
 #[tokio::test]
 async fn pods_asking_again_and_again_with_nothing_queued_write_nothing() {
-    let f = fixture().await;
+    let f = fixture(Backend::Sqlite).await;
     f.scheduler.lease("a", ask(0)).await.unwrap();
     f.scheduler.lease("b", ask(0)).await.unwrap();
     let mut watcher =
@@ -223,9 +281,8 @@ async fn pods_asking_again_and_again_with_nothing_queued_write_nothing() {
 
 /// The counts the triggers keep, against the same counts computed from the rows, after
 /// transitions of runs and of jobs linked to them.
-#[tokio::test]
-async fn maintained_counts_match_the_rows_after_every_kind_of_transition() {
-    let f = fixture().await;
+async fn maintained_counts_match_the_rows_after_every_kind_of_transition(backend: Backend) {
+    let f = fixture(backend).await;
     let answer = f
         .scheduler
         .submit(submit(serde_json::json!({"all": true})), None)
@@ -244,30 +301,30 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition() {
     let check = |when: &'static str| {
         let store = f.store.clone();
         async move {
-            let maintained: Vec<(String, String, i64)> = sqlx::query_as(
+            let maintained: Vec<(String, String, i64)> = db::query_as(
                 "SELECT group_name, state, n FROM job_counts WHERE n <> 0 ORDER BY 1, 2",
             )
-            .fetch_all(store.reader())
+            .fetch_all(&mut store.read().await.unwrap())
             .await
             .unwrap();
-            let computed: Vec<(String, String, i64)> = sqlx::query_as(
+            let computed: Vec<(String, String, i64)> = db::query_as(
                 "SELECT j.group_name, CASE WHEN j.same_as IS NOT NULL AND j.link_cancelled = 0 \
                  THEN r.state ELSE j.state END AS shown, COUNT(*) FROM jobs j \
                  LEFT JOIN jobs r ON r.id = j.same_as GROUP BY 1, 2 ORDER BY 1, 2",
             )
-            .fetch_all(store.reader())
+            .fetch_all(&mut store.read().await.unwrap())
             .await
             .unwrap();
             assert_eq!(maintained, computed, "after {when}");
-            let fresh: (i64, f64) = sqlx::query_as("SELECT n, hours FROM fresh_queue")
-                .fetch_one(store.reader())
+            let fresh: (i64, f64) = db::query_as("SELECT n, hours FROM fresh_queue")
+                .fetch_one(&mut store.read().await.unwrap())
                 .await
                 .unwrap();
-            let counted: (i64, f64) = sqlx::query_as(
+            let counted: (i64, f64) = db::query_as(
                 "SELECT COUNT(*), COALESCE(SUM(est_hours), 0.0) FROM jobs \
                  WHERE state = 'queued' AND same_as IS NULL AND last_step IS NULL",
             )
-            .fetch_one(store.reader())
+            .fetch_one(&mut store.read().await.unwrap())
             .await
             .unwrap();
             assert_eq!(fresh.0, counted.0, "fresh queue after {when}");
@@ -334,9 +391,8 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition() {
     );
 }
 
-#[tokio::test]
-async fn a_job_says_why_its_last_attempt_ended() {
-    let f = fixture().await;
+async fn a_job_says_why_its_last_attempt_ended(backend: Backend) {
+    let f = fixture(backend).await;
     f.scheduler
         .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
         .await
@@ -345,9 +401,9 @@ async fn a_job_says_why_its_last_attempt_ended() {
     let mut failed = finished(AttemptOutcome::Failed);
     failed.message = Some("host 3 exited 1".into());
     f.scheduler.finish(lease.lease_id, failed).await.unwrap();
-    let message: String = sqlx::query_scalar("SELECT message FROM jobs WHERE id = ?")
+    let message: String = db::query_scalar("SELECT message FROM jobs WHERE id = ?")
         .bind(lease.job_id.to_string())
-        .fetch_one(f.store.reader())
+        .fetch_one(&mut f.store.read().await.unwrap())
         .await
         .unwrap();
     assert!(
@@ -356,9 +412,8 @@ async fn a_job_says_why_its_last_attempt_ended() {
     );
 }
 
-#[tokio::test]
-async fn a_restarted_server_wakes_a_waiting_pod_for_every_backoff_that_ends() {
-    let f = fixture().await;
+async fn a_restarted_server_wakes_a_waiting_pod_for_every_backoff_that_ends(backend: Backend) {
+    let f = fixture(backend).await;
     f.scheduler
         .submit(
             submit(serde_json::json!({"experiments": ["exp07a", "exp07c"]})),
@@ -374,8 +429,8 @@ async fn a_restarted_server_wakes_a_waiting_pod_for_every_backoff_that_ends() {
             .unwrap();
     }
     // Restart: both jobs are in backoff, nobody is told when they end but the reaper.
-    let Fixture { _dir: dir, .. } = f;
-    let f = fixture_in(dir).await;
+    let Fixture { database, .. } = f;
+    let f = fixture_on(database).await;
     let reaper = async {
         loop {
             f.scheduler.reap_once(Instant::now()).await.unwrap();
@@ -413,9 +468,8 @@ fn recovering() -> podq_api::PodReport {
 /// The pod's ledger (issue 19): the recovery right after a preempted attempt is that
 /// attempt's; one after the pod was ready again is the pod's alone; a report while a lease
 /// is live changes nothing; and every second is counted once.
-#[tokio::test]
-async fn a_pods_time_between_attempts_goes_to_recovery_or_idleness_once() {
-    let f = fixture().await;
+async fn a_pods_time_between_attempts_goes_to_recovery_or_idleness_once(backend: Backend) {
+    let f = fixture(backend).await;
     f.scheduler
         .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
         .await

@@ -5,11 +5,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::catalog::CatalogOptions;
+use crate::store::Location;
 
 #[derive(Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub db: PathBuf,
+    /// Where the state lives when not in the `db` file: a PostgreSQL database (or a
+    /// `sqlite://` URL).
+    pub database: Option<Location>,
     pub experiments: PathBuf,
     pub catalog: CatalogOptions,
     /// Bearer token for state-changing user calls. None: no check (loopback only).
@@ -41,6 +45,7 @@ impl ServerConfig {
         ServerConfig {
             listen,
             db,
+            database: None,
             experiments,
             catalog: CatalogOptions::default(),
             admin_token: None,
@@ -58,13 +63,22 @@ impl ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// The store this server keeps its state in.
+    pub fn location(&self) -> Location {
+        self.database
+            .clone()
+            .unwrap_or_else(|| Location::Sqlite(self.db.clone()))
+    }
+}
+
 /// Tokens are secrets: never in logs or Debug output.
 impl std::fmt::Debug for ServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let redact = |t: &Option<String>| t.as_ref().map(|_| "<redacted>");
         f.debug_struct("ServerConfig")
             .field("listen", &self.listen)
-            .field("db", &self.db)
+            .field("database", &self.location().to_string())
             .field("experiments", &self.experiments)
             .field("bucket", &self.catalog.bucket)
             .field("admin_token", &redact(&self.admin_token))

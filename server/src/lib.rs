@@ -56,13 +56,16 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
             dir = config.experiments.display(),
         );
     }
-    if let Some(parent) = config.db.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("cannot create {}", parent.display()))?;
+    let location = config.location();
+    if let store::Location::Sqlite(file) = &location {
+        if let Some(parent) = file.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
     }
-    let store = Store::open(&config.db)
+    let store = Store::open_at(&location)
         .await
-        .with_context(|| format!("cannot open the database {}", config.db.display()))?;
+        .with_context(|| format!("cannot open the database {location}"))?;
     store::catalog::record(&store, &catalog).await?;
     let receivers = webhooks::register(&store, &config.webhooks).await?;
     let catalog = Arc::new(catalog);

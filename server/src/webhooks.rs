@@ -227,7 +227,7 @@ async fn drain(
     receiver: &Receiver,
     telemetry: &Telemetry,
 ) -> anyhow::Result<Option<i64>> {
-    while let Some(pending) = outbox::head(store.reader(), receiver.id).await? {
+    while let Some(pending) = outbox::head(&mut store.read().await?, receiver.id).await? {
         if pending.next_attempt_at > now_ms() {
             return Ok(Some(pending.next_attempt_at));
         }

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 pub mod fake_cloud;
 pub mod gcs;
+pub mod postgres;
 
 pub const PODQ: &str = env!("CARGO_BIN_EXE_podq");
 

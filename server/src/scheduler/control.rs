@@ -1,15 +1,15 @@
 //! What a person does to a job: cancel it, requeue it, change its priority.
 
+use crate::store::Conn;
 use futures::FutureExt;
 use podq_api::{Job, JobState};
-use sqlx::sqlite::SqliteConnection;
 use uuid::Uuid;
 
 use super::{IdempotencyKey, Result, Scheduler, SchedulerError};
 use crate::store::jobs::{self, get_job};
 use crate::store::JobRow;
 
-async fn existing(conn: &mut SqliteConnection, id: &str) -> Result<JobRow> {
+async fn existing(conn: &mut Conn, id: &str) -> Result<JobRow> {
     get_job(&mut *conn, id)
         .await?
         .ok_or_else(|| SchedulerError::UnknownJob(id.to_owned()))
@@ -71,7 +71,7 @@ impl Scheduler {
     }
 }
 
-async fn cancel(conn: &mut SqliteConnection, id: &str) -> Result<(JobRow, Option<Uuid>)> {
+async fn cancel(conn: &mut Conn, id: &str) -> Result<(JobRow, Option<Uuid>)> {
     let job = existing(conn, id).await?;
     let state = job.state()?;
     if state.is_terminal() {
@@ -93,7 +93,7 @@ async fn cancel(conn: &mut SqliteConnection, id: &str) -> Result<(JobRow, Option
     Ok((existing(conn, id).await?, lease))
 }
 
-async fn requeue(conn: &mut SqliteConnection, id: &str) -> Result<JobRow> {
+async fn requeue(conn: &mut Conn, id: &str) -> Result<JobRow> {
     let job = existing(conn, id).await?;
     let state = job.state()?;
     match state {

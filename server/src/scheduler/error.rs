@@ -147,7 +147,7 @@ pub fn store_failure(e: &StoreError) -> StoreFailure {
             tracing::error!(alarm = true, error = %e, "the store holds data podq cannot read");
             StoreFailure::Corrupt
         }
-        StoreError::WritePanicked | StoreError::Migrate(_) => {
+        StoreError::WritePanicked | StoreError::Migrate(_) | StoreError::BadLocation(_) => {
             tracing::error!(alarm = true, error = %e, "internal store failure");
             StoreFailure::Internal
         }

@@ -12,7 +12,7 @@ use crate::store::{ms_to_datetime, pods};
 impl Scheduler {
     /// The grant in force: the stored one, else `--deadline` (starting when the server did).
     pub async fn grant(&self) -> Result<Option<Grant>> {
-        if let Some(row) = grant::get(self.store.reader()).await? {
+        if let Some(row) = grant::get(&mut self.store.read().await?).await? {
             return Ok(Some(Grant {
                 start: ms_to_datetime(row.start_ms),
                 end: ms_to_datetime(row.end_ms),
@@ -75,7 +75,7 @@ impl Scheduler {
 
     /// Every pod's accelerator and every experiment's.
     async fn known_accelerators(&self) -> Result<Vec<String>> {
-        let mut known: Vec<String> = pods::list(self.store.reader())
+        let mut known: Vec<String> = pods::list(&mut self.store.read().await?)
             .await?
             .into_iter()
             .map(|p| p.accelerator)

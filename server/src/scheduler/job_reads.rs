@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use futures::FutureExt;
+
 use podq_api::{
     Checkpoint, Delivery, Event, Job, JobDetail, JobList, JobMetrics, JobState, PodTime, Webhook,
 };
@@ -29,23 +31,30 @@ impl Scheduler {
         if let Ok(id) = Uuid::parse_str(raw) {
             return Ok(Some(id));
         }
-        Ok(jobs::newest_job_of_experiment(self.store.reader(), raw)
-            .await?
-            .map(|id| parse_uuid(&id))
-            .transpose()?)
+        Ok(
+            jobs::newest_job_of_experiment(&mut self.store.read().await?, raw)
+                .await?
+                .map(|id| parse_uuid(&id))
+                .transpose()?,
+        )
     }
 
     pub async fn job(&self, id: Uuid) -> Result<Job> {
-        Ok(jobs::get_job(self.store.reader(), &id.to_string())
-            .await?
-            .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?
-            .into_api()?)
+        Ok(
+            jobs::get_job(&mut self.store.read().await?, &id.to_string())
+                .await?
+                .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?
+                .into_api()?,
+        )
     }
 
     /// A job with its run's attempts, checkpoints, latest metrics and goodput, read in one
     /// transaction so the parts agree.
     pub async fn job_detail(&self, id: Uuid) -> Result<JobDetail> {
-        let detail = jobs::detail(self.store.reader(), &id.to_string())
+        let key = id.to_string();
+        let detail = self
+            .store
+            .read_snapshot(move |tx| async move { jobs::detail(tx, &key).await }.boxed())
             .await?
             .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
         let advice = self.advice(&detail.job, &detail.goodput, &detail.advice);
@@ -78,15 +87,15 @@ impl Scheduler {
     /// A page of jobs. A group or experiment no job can have (not in the catalog, never
     /// submitted) is a mistake to point out, not an empty list.
     pub async fn jobs(&self, query: JobsQuery) -> Result<JobList> {
-        let db = self.store.reader();
+        let mut db = self.store.read().await?;
         if let Some(group) = &query.group {
-            if self.catalog.group(group).is_none() && !jobs::group_has_jobs(db, group).await? {
+            if self.catalog.group(group).is_none() && !jobs::group_has_jobs(&mut db, group).await? {
                 return Err(submit::unknown_group(&self.catalog, group));
             }
         }
         if let Some(experiment) = &query.experiment {
             if self.catalog.experiment(experiment).is_none()
-                && jobs::newest_job_of_experiment(db, experiment)
+                && jobs::newest_job_of_experiment(&mut db, experiment)
                     .await?
                     .is_none()
             {
@@ -101,7 +110,7 @@ impl Scheduler {
             after: query.after,
             offset: query.offset,
         };
-        let (rows, total) = jobs::list_jobs(db, &filter).await?;
+        let (rows, total) = jobs::list_jobs(&mut db, &filter).await?;
         let next_after = (rows.len() as i64 == filter.limit)
             .then(|| rows.last().map(|r| r.seq))
             .flatten();
@@ -119,13 +128,13 @@ impl Scheduler {
 
     /// The job's timeline after `after`; a linked job's includes the run it shares.
     pub async fn job_events(&self, id: Uuid, after: i64, limit: i64) -> Result<Vec<Event>> {
-        let db = self.store.reader();
-        let row = jobs::get_job(db, &id.to_string())
+        let mut db = self.store.read().await?;
+        let row = jobs::get_job(&mut db, &id.to_string())
             .await?
             .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
-        let mut rows = jobs::job_events(db, &row.id, after, limit).await?;
+        let mut rows = jobs::job_events(&mut db, &row.id, after, limit).await?;
         if row.run_id != row.id {
-            rows.extend(jobs::job_events(db, &row.run_id, after, limit).await?);
+            rows.extend(jobs::job_events(&mut db, &row.run_id, after, limit).await?);
             rows.sort_by_key(|e| e.id);
             rows.truncate(usize::try_from(limit).unwrap_or(0));
         }
@@ -136,11 +145,11 @@ impl Scheduler {
     }
 
     pub async fn job_checkpoints(&self, id: Uuid) -> Result<Vec<Checkpoint>> {
-        let db = self.store.reader();
-        let row = jobs::get_job(db, &id.to_string())
+        let mut db = self.store.read().await?;
+        let row = jobs::get_job(&mut db, &id.to_string())
             .await?
             .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
-        Ok(checkpoints::of_job(db, &row.run_id)
+        Ok(checkpoints::of_job(&mut db, &row.run_id)
             .await?
             .into_iter()
             .map(Checkpoint::from)
@@ -154,18 +163,21 @@ impl Scheduler {
         names: Option<Vec<String>>,
         max_points: i64,
     ) -> Result<JobMetrics> {
-        let db = self.store.reader();
-        let row = jobs::get_job(db, &id.to_string())
+        let mut db = self.store.read().await?;
+        let row = jobs::get_job(&mut db, &id.to_string())
             .await?
             .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
-        let series = metrics::downsampled(db, &row.run_id, names.as_deref(), max_points).await?;
+        let series =
+            metrics::downsampled(&mut db, &row.run_id, names.as_deref(), max_points).await?;
         Ok(JobMetrics { job_id: id, series })
     }
 
     /// Jobs per group and state, every state there is.
     pub async fn counts_by_group(&self) -> Result<BTreeMap<String, BTreeMap<String, i64>>> {
         let mut counts: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
-        for (group, state, n) in jobs::counts_by_group_and_state(self.store.reader()).await? {
+        for (group, state, n) in
+            jobs::counts_by_group_and_state(&mut self.store.read().await?).await?
+        {
             counts.entry(group).or_default().insert(state, n);
         }
         Ok(counts)
@@ -173,14 +185,14 @@ impl Scheduler {
 
     /// The newest timeline event's id (0 before any): where a live follower starts.
     pub async fn last_event_id(&self) -> Result<i64> {
-        Ok(jobs::last_event_id(self.store.reader()).await?)
+        Ok(jobs::last_event_id(&mut self.store.read().await?).await?)
     }
 
     /// Up to `limit` timeline events after the event id `after`, oldest first; a row that
     /// cannot be read is logged as an alarm and left out.
     pub async fn events_after(&self, after: i64, limit: i64) -> Result<Vec<Event>> {
         let mut events = Vec::new();
-        for row in jobs::recent_events(self.store.reader(), after, limit).await? {
+        for row in jobs::recent_events(&mut self.store.read().await?, after, limit).await? {
             match row.into_api() {
                 Ok(event) => events.push(event),
                 Err(e) => tracing::error!(alarm = true, error = %e, "an event row is unreadable"),
@@ -191,7 +203,7 @@ impl Scheduler {
 
     /// The configured webhooks with their outbox counts; `redact` hides each URL's secret.
     pub async fn webhooks(&self, redact: impl Fn(&str) -> String) -> Result<Vec<Webhook>> {
-        let rows = webhooks::list(self.store.reader()).await?;
+        let rows = webhooks::list(&mut self.store.read().await?).await?;
         Ok(rows
             .into_iter()
             .map(|row| {
@@ -217,7 +229,8 @@ impl Scheduler {
         pending: bool,
         limit: i64,
     ) -> Result<Vec<Delivery>> {
-        let rows = webhooks::deliveries(self.store.reader(), webhook, pending, limit).await?;
+        let rows =
+            webhooks::deliveries(&mut self.store.read().await?, webhook, pending, limit).await?;
         Ok(rows
             .into_iter()
             .map(|r| Delivery {

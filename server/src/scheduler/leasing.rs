@@ -56,7 +56,7 @@ impl Scheduler {
             let woken = wake.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            if sql::any_leasable(self.store.reader(), &req.pod.accelerator).await? {
+            if sql::any_leasable(&mut self.store.read().await?, &req.pod.accelerator).await? {
                 if let Some(lease) = self.claim(pod, &req).await? {
                     return Ok(Some(lease));
                 }
@@ -410,7 +410,7 @@ impl Scheduler {
 
 /// Writes a pod's description, and an event when its state or health changed.
 async fn record_pod(
-    conn: &mut sqlx::SqliteConnection,
+    conn: &mut crate::store::Conn,
     pod: &str,
     desc: &podq_api::PodDescription,
 ) -> Result<()> {
@@ -459,7 +459,7 @@ fn tail(log: &str) -> &str {
 /// A finish for a lease that is no longer live: the same finish repeated is answered as
 /// before; anything else is a worker that lost its lease.
 async fn already_finished(
-    conn: &mut sqlx::SqliteConnection,
+    conn: &mut crate::store::Conn,
     lease_id: Uuid,
     outcome: AttemptOutcome,
 ) -> Result<FinishResponse> {

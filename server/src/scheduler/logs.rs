@@ -78,11 +78,11 @@ impl Scheduler {
 
     /// The job `id` as its log sees it; checks that the query's attempt and host exist.
     pub async fn log_subject(&self, id: Uuid, query: &LogQuery) -> Result<LogSubject> {
-        let db = self.store.reader();
-        let row = jobs::get_job(db, &id.to_string())
+        let mut db = self.store.read().await?;
+        let row = jobs::get_job(&mut db, &id.to_string())
             .await?
             .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
-        let attempts = jobs::attempts(db, &row.run_id).await?;
+        let attempts = jobs::attempts(&mut db, &row.run_id).await?;
         if let Some(wanted) = query.attempt {
             if !attempts.iter().any(|a| a.attempt == wanted) {
                 let numbers: Vec<i64> = attempts.iter().map(|a| a.attempt).collect();
@@ -108,7 +108,7 @@ impl Scheduler {
         }
         if let Some(host) = query.host {
             // The hosts of the pods its attempts ran on (every pod's before any attempt).
-            let pods = pods::list(db).await?;
+            let pods = pods::list(&mut db).await?;
             let hosts = pods
                 .iter()
                 .filter(|p| attempts.is_empty() || attempts.iter().any(|a| a.pod == p.name))
@@ -134,7 +134,7 @@ impl Scheduler {
 
     /// A page of the log of `subject` (from [`Scheduler::log_subject`]).
     pub async fn job_logs(&self, subject: &LogSubject, query: &LogQuery) -> Result<JobLogs> {
-        let db = self.store.reader();
+        let mut db = self.store.read().await?;
         let filter = LogFilter {
             attempt: query.attempt,
             host: query.host,
@@ -151,7 +151,7 @@ impl Scheduler {
                 } else {
                     limit
                 };
-                let newest = logs::newest(db, &subject.run_id, &filter, read).await?;
+                let newest = logs::newest(&mut db, &subject.run_id, &filter, read).await?;
                 let next_after = newest.first().map_or(0, |r| r.id);
                 let mut rows: Vec<logs::LogRow> = newest
                     .into_iter()
@@ -172,7 +172,7 @@ impl Scheduler {
                     } else {
                         limit + 1
                     };
-                    let page = logs::page(db, &subject.run_id, &filter, after, step).await?;
+                    let page = logs::page(&mut db, &subject.run_id, &filter, after, step).await?;
                     let exhausted = (page.len() as i64) < step;
                     scanned += page.len() as i64;
                     for row in page {
@@ -208,7 +208,7 @@ impl Scheduler {
                 text: row.text,
             })
             .collect();
-        let dropped = logs::dropped(db, &subject.run_id)
+        let dropped = logs::dropped(&mut db, &subject.run_id)
             .await?
             .into_iter()
             .filter(|(attempt, host, _)| {
@@ -234,7 +234,7 @@ impl Scheduler {
     /// Whether the job's run still may print: false once no attempt will start without a
     /// person. A follower reads once more after this turns false, then stops.
     pub async fn log_may_grow(&self, subject: &LogSubject) -> Result<bool> {
-        let row = jobs::get_job(self.store.reader(), &subject.job_id.to_string())
+        let row = jobs::get_job(&mut self.store.read().await?, &subject.job_id.to_string())
             .await?
             .ok_or_else(|| SchedulerError::UnknownJob(subject.job_id.to_string()))?;
         Ok(!settled(row.state()?))

@@ -27,10 +27,10 @@ mod wake;
 
 use std::sync::Arc;
 
+use crate::store::Conn;
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use sqlx::sqlite::SqliteConnection;
 
 pub use error::{store_failure, Result, SchedulerError, StoreFailure};
 pub use job_reads::JobsQuery;
@@ -80,9 +80,12 @@ impl Scheduler {
         config: Arc<ServerConfig>,
     ) -> Result<Scheduler> {
         let store_instruments = store.instruments();
-        let live = LiveLeases::new(store::leases::live(store.reader()).await?, config.lease_ttl)?;
+        let live = LiveLeases::new(
+            store::leases::live(&mut store.read().await?).await?,
+            config.lease_ttl,
+        )?;
         let waiters = wake::LeaseWaiters::default();
-        for (accelerator, at) in store::leases::backoff_ends(store.reader()).await? {
+        for (accelerator, at) in store::leases::backoff_ends(&mut store.read().await?).await? {
             waiters.leasable_at(&accelerator, at);
         }
         let commits = store.commits();
@@ -130,7 +133,7 @@ impl Scheduler {
     async fn idempotent_write<T, F>(&self, key: Option<IdempotencyKey>, op: F) -> Result<T>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
-        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T>> + Send + 'static,
+        F: for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, Result<T>> + Send + 'static,
     {
         self.store
             .write(move |conn| {

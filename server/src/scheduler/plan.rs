@@ -149,7 +149,7 @@ impl Scheduler {
         }
         let grant = self.grant().await?;
         let deadline = deadline.or(grant.as_ref().map(|g| g.end));
-        let db = self.store.reader();
+        let mut db = self.store.read().await?;
         let Gathered { mut runs, groups } = self.gather(now_ms()).await?;
         let waste = self.expect_waste(&mut runs).await?;
         let mut pools: BTreeMap<String, Pool> = runs
@@ -157,7 +157,7 @@ impl Scheduler {
             .map(|r| (r.accelerator.clone(), Pool::default()))
             .collect();
         let mut pod_counts: BTreeMap<String, usize> = BTreeMap::new();
-        for pod in pods::list(db).await? {
+        for pod in pods::list(&mut db).await? {
             *pod_counts.entry(pod.accelerator).or_default() += 1;
         }
         for (accelerator, count) in pod_counts {
@@ -165,12 +165,13 @@ impl Scheduler {
         }
         if let Some(g) = &grant {
             for (accelerator, budget) in &g.pod_hours {
-                let used = grant::hours_used(db, accelerator, g.start.timestamp_millis()).await?;
+                let used =
+                    grant::hours_used(&mut db, accelerator, g.start.timestamp_millis()).await?;
                 pools.entry(accelerator.clone()).or_default().budget_hours =
                     Some((budget - used).max(0.0));
             }
         }
-        let totals = goodput::total(db).await?;
+        let totals = goodput::total(&mut db).await?;
         // Lost work is modelled per run (`expected_waste_hours`); the factor covers the rest.
         let overhead_factor = if totals.kept_s > 0.0 {
             ((totals.kept_s + totals.overhead_s) / totals.kept_s).clamp(1.0, 3.0)
@@ -255,16 +256,16 @@ impl Scheduler {
     /// to, if linked), or a run not submitted yet. Experiments with one training config
     /// share one run, as submitting them would.
     async fn gather(&self, now: i64) -> Result<Gathered> {
-        let db = self.store.reader();
+        let mut db = self.store.read().await?;
         let mut runs: Vec<Run> = Vec::new();
         let mut run_of_job: HashMap<String, usize> = HashMap::new();
         let mut run_of_config: HashMap<String, usize> = HashMap::new();
         let mut group_runs: HashMap<&str, Vec<usize>> = HashMap::new();
         let mut jobs = Vec::with_capacity(self.catalog.experiments.len());
         for e in &self.catalog.experiments {
-            jobs.push(match views::newest_job_of(db, &e.name).await? {
+            jobs.push(match views::newest_job_of(&mut db, &e.name).await? {
                 Some(job) => match &job.same_as {
-                    Some(run) => views::plan_job(db, run).await?,
+                    Some(run) => views::plan_job(&mut db, run).await?,
                     None => Some(job),
                 },
                 None => None,

@@ -2,13 +2,14 @@
 //! (issue 19): the reads behind `GET /pod-time`, the job detail's split and advice, and
 //! the interval an attempt under `checkpoint_interval: auto` is given.
 
+use futures::FutureExt;
 use podq_api::{CheckpointAdvice, Goodput, JobState, PodTimeReport};
 
 use super::advice::{self, RunFacts};
 use super::{Result, Scheduler};
 use crate::catalog::CheckpointInterval;
 use crate::store::jobs::{self, AdviceInputs};
-use crate::store::{goodput, pod_time, JobRow, StoreError};
+use crate::store::{goodput, pod_time, JobRow};
 
 impl Scheduler {
     /// The run's checkpoint setting, as the catalog says now: a change to `suite.yaml`
@@ -64,13 +65,8 @@ impl Scheduler {
             CheckpointInterval::Steps(steps) => Ok(Some(steps)),
             CheckpointInterval::Auto => {
                 let id = job_id.to_owned();
-                let mut conn = self
-                    .store
-                    .reader()
-                    .acquire()
-                    .await
-                    .map_err(StoreError::from)?;
-                let Some(job) = jobs::get_job(&mut *conn, &id).await? else {
+                let mut conn = self.store.read().await?;
+                let Some(job) = jobs::get_job(&mut conn, &id).await? else {
                     return Ok(None);
                 };
                 let run = goodput::of_run(&mut conn, &id).await?;
@@ -85,14 +81,10 @@ impl Scheduler {
     /// Pod time for the grant, each pod and each group, up to now: one read transaction, so
     /// an attempt settling meanwhile is counted once.
     pub async fn pod_time(&self) -> Result<PodTimeReport> {
-        let mut tx = self
+        let totals = self
             .store
-            .reader()
-            .begin()
-            .await
-            .map_err(StoreError::from)?;
-        let totals = pod_time::totals(&mut tx).await?;
-        tx.rollback().await.map_err(StoreError::from)?;
+            .read_snapshot(|conn| pod_time::totals(conn).boxed())
+            .await?;
         Ok(PodTimeReport {
             grant: totals.all,
             pods: totals.pods,
@@ -120,7 +112,7 @@ impl Scheduler {
         runs: &mut [super::planner::Run],
     ) -> Result<ExpectedWaste> {
         use super::planner::Phase;
-        let db = self.store.reader();
+        let mut db = self.store.read().await?;
         let prior = self.config.prior_mtbf.as_secs_f64();
         let mut mtbf_of: std::collections::HashMap<String, f64> = Default::default();
         let mut waste = ExpectedWaste {
@@ -144,14 +136,14 @@ impl Scheduler {
                 Some(m) => *m,
                 None => {
                     let (observed, n) =
-                        pod_time::interruption_history(db, &run.accelerator).await?;
+                        pod_time::interruption_history(&mut db, &run.accelerator).await?;
                     let m = advice::mtbf_s(observed, n, prior);
                     mtbf_of.insert(run.accelerator.clone(), m);
                     m
                 }
             };
             let reported_save_cost_s = match run.job_id {
-                Some(id) => pod_time::reported_save_cost(db, &id.to_string()).await?,
+                Some(id) => pod_time::reported_save_cost(&mut db, &id.to_string()).await?,
                 None => None,
             };
             let estimate_step_s = experiment.est_hours * 3600.0 / total as f64;

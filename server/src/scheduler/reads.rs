@@ -35,16 +35,16 @@ impl Scheduler {
     }
 
     async fn queue_view(&self) -> Result<QueueView> {
-        let db = self.store.reader();
+        let mut db = self.store.read().await?;
         let mut counts: BTreeMap<String, i64> = JobState::ALL
             .iter()
             .map(|s| (s.as_str().to_owned(), 0))
             .collect();
-        counts.extend(jobs::counts_by_state(db).await?);
+        counts.extend(jobs::counts_by_state(&mut db).await?);
         let now = now_ms();
         let mut on_pods = Vec::new();
-        let (_, mut queued_hours) = views::fresh_queue(db).await?;
-        for run in views::active_runs(db).await? {
+        let (_, mut queued_hours) = views::fresh_queue(&mut db).await?;
+        for run in views::active_runs(&mut db).await? {
             if run.state == "queued" {
                 let rate =
                     forecast::step_rate(run.first_step, run.first_step_at, run.end_step, now);
@@ -57,7 +57,7 @@ impl Scheduler {
             counts,
             on_pods,
             queued_hours,
-            goodput: goodput::total(db).await?,
+            goodput: goodput::total(&mut db).await?,
         })
     }
 
@@ -105,7 +105,7 @@ impl Scheduler {
 
     /// Every pod, with its live lease and when it was last heard from.
     pub async fn pods(&self) -> Result<Vec<Pod>> {
-        let rows = pods::list(self.store.reader()).await?;
+        let rows = pods::list(&mut self.store.read().await?).await?;
         let live = self.live.all();
         rows.into_iter()
             .map(|row| {
@@ -146,7 +146,7 @@ impl Scheduler {
     pub async fn metrics_text(&self) -> Result<String> {
         use crate::telemetry::{JobLabels, KindLabel, PodLabels, PodTimeLabels, StateLabel};
         let t = &self.telemetry;
-        let db = self.store.reader();
+        let mut db = self.store.read().await?;
         t.jobs.clear();
         for state in JobState::ALL {
             t.jobs
@@ -155,7 +155,7 @@ impl Scheduler {
                 })
                 .set(0);
         }
-        for (state, n) in jobs::counts_by_state(db).await? {
+        for (state, n) in jobs::counts_by_state(&mut db).await? {
             t.jobs.get_or_create(&StateLabel { state }).set(n);
         }
         let status = self.status_without_grant().await?;

@@ -54,7 +54,7 @@ impl Scheduler {
     }
 
     pub async fn schedules(&self) -> Result<Vec<Schedule>> {
-        let rows = stored::list(self.store.reader()).await?;
+        let rows = stored::list(&mut self.store.read().await?).await?;
         Ok(rows
             .into_iter()
             .map(ScheduleRow::into_api)
@@ -77,6 +77,10 @@ impl Scheduler {
 
     /// Runs due schedules until `shutdown`. A schedule missed while the server was down
     /// runs once when it comes back, not once per missed firing.
+    async fn due_schedules(&self) -> std::result::Result<Vec<ScheduleRow>, StoreError> {
+        stored::due(&mut self.store.read().await?, now_ms()).await
+    }
+
     pub async fn run_schedules(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
@@ -84,7 +88,7 @@ impl Scheduler {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let due = match stored::due(self.store.reader(), now_ms()).await {
+            let due = match self.due_schedules().await {
                 Ok(due) => due,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot read schedules");

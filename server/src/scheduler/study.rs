@@ -44,7 +44,7 @@ impl Scheduler {
         let watched = |name: &str| {
             name.starts_with("eval/") || docs.metrics_to_watch.iter().any(|m| m == name)
         };
-        let db = self.store.reader();
+        let mut db = self.store.read().await?;
         let mut rows = Vec::with_capacity(experiments.len());
         for e in experiments {
             let mut config = BTreeMap::new();
@@ -53,23 +53,23 @@ impl Scheduler {
                 .into_iter()
                 .filter(|(k, v)| !IDENTITY_KEYS.contains(&k.as_str()) && base.get(k) != Some(v))
                 .collect();
-            let job = views::newest_job_of(db, &e.name).await?;
+            let job = views::newest_job_of(&mut db, &e.name).await?;
             let run = match &job {
                 Some(j) => match &j.same_as {
-                    Some(run) => views::plan_job(db, run).await?,
+                    Some(run) => views::plan_job(&mut db, run).await?,
                     None => Some(j.clone()),
                 },
                 None => None,
             };
             let (mut last, mut best) = (BTreeMap::new(), BTreeMap::new());
             if let Some(run) = &run {
-                for (name, l, b) in metrics::final_and_best(db, &run.id, watched).await? {
+                for (name, l, b) in metrics::final_and_best(&mut db, &run.id, watched).await? {
                     last.insert(name.clone(), l);
                     best.insert(name, b);
                 }
             }
             let counts = match &run {
-                Some(run) => views::attempt_counts(db, &run.id).await?,
+                Some(run) => views::attempt_counts(&mut db, &run.id).await?,
                 None => (0, 0, None),
             };
             rows.push(StudyRow {

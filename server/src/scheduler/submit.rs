@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
+use crate::store::Conn;
 use podq_api::{CreatedJob, LinkedJob, SkippedExperiment, SubmitRequest, SubmitResponse};
-use sqlx::sqlite::SqliteConnection;
 use uuid::Uuid;
 
 use futures::FutureExt;
@@ -168,7 +168,7 @@ impl Scheduler {
 /// Creates, links or skips a job for each experiment, in one transaction. With `dry_run`
 /// it decides the same way and writes nothing.
 pub async fn submit(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     experiments: &[Experiment],
     req: &SubmitRequest,
 ) -> Result<SubmitResponse> {
@@ -252,7 +252,7 @@ pub async fn submit(
 
 /// Stores one job and its `submitted` event; `run` is the run it shares, if any.
 async fn insert(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     id: Uuid,
     e: &Experiment,
     run: Option<(Option<Uuid>, &str)>,

@@ -1,5 +1,6 @@
 //! The catalog as loaded, recorded so the database can answer about experiments on its own.
 
+use super::db;
 use futures::FutureExt;
 
 use super::{now_ms, Store, StoreError};
@@ -25,7 +26,7 @@ pub async fn record(store: &Store, catalog: &Catalog) -> Result<(), StoreError> 
             async move {
                 let now = now_ms();
                 for (name, group, config, sha, hours, file) in rows {
-                    sqlx::query(
+                    db::query(
                         "INSERT INTO experiments (name, group_name, config_json, config_sha256, \
                          est_hours, source_file, loaded_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
                          ON CONFLICT (name) DO UPDATE SET group_name = excluded.group_name, \
@@ -40,7 +41,7 @@ pub async fn record(store: &Store, catalog: &Catalog) -> Result<(), StoreError> 
                     .bind(hours)
                     .bind(file)
                     .bind(now)
-                    .execute(&mut *conn)
+                    .execute(conn)
                     .await?;
                 }
                 Ok::<_, StoreError>(())

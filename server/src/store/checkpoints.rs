@@ -1,8 +1,7 @@
 //! Checkpoints the workers found in the checkpoint store, and where a job resumes.
 
+use super::db::{self, Conn};
 use podq_api::CheckpointReport;
-use sqlx::sqlite::SqliteConnection;
-use sqlx::SqliteExecutor;
 
 use super::jobs::insert_event;
 use super::rows::CheckpointRow;
@@ -11,22 +10,23 @@ use super::{now_ms, StoreError};
 /// Records what attempt `attempt` of `job_id` saw. A checkpoint already known committed is
 /// never downgraded; the newest committed one becomes where the next attempt resumes.
 pub async fn record(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     job_id: &str,
     attempt: i64,
     checkpoints: &[CheckpointReport],
 ) -> Result<(), StoreError> {
     for cp in checkpoints {
-        let known: Option<bool> =
-            sqlx::query_scalar("SELECT committed FROM checkpoints WHERE job_id = ? AND step = ?")
-                .bind(job_id)
-                .bind(cp.step)
-                .fetch_optional(&mut *conn)
-                .await?;
+        let known: Option<bool> = db::query_scalar(
+            "SELECT committed <> 0 FROM checkpoints WHERE job_id = ? AND step = ?",
+        )
+        .bind(job_id)
+        .bind(cp.step)
+        .fetch_optional(conn)
+        .await?;
         if known == Some(true) || known == Some(cp.committed) {
             continue;
         }
-        sqlx::query(
+        db::query(
             "INSERT INTO checkpoints (job_id, step, uri, committed, attempt, seen_at) \
              VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, step) DO UPDATE SET \
              uri = excluded.uri, committed = excluded.committed, attempt = excluded.attempt, \
@@ -38,10 +38,10 @@ pub async fn record(
         .bind(cp.committed)
         .bind(attempt)
         .bind(now_ms())
-        .execute(&mut *conn)
+        .execute(conn)
         .await?;
         if cp.committed {
-            sqlx::query(
+            db::query(
                 "UPDATE jobs SET resume_from = ?, resume_step = ?, updated_at = ? \
                  WHERE id = ? AND COALESCE(resume_step, -1) < ?",
             )
@@ -50,7 +50,7 @@ pub async fn record(
             .bind(now_ms())
             .bind(job_id)
             .bind(cp.step)
-            .execute(&mut *conn)
+            .execute(conn)
             .await?;
             insert_event(
                 conn,
@@ -65,12 +65,9 @@ pub async fn record(
     Ok(())
 }
 
-pub async fn of_job<'e>(
-    db: impl SqliteExecutor<'e>,
-    job_id: &str,
-) -> Result<Vec<CheckpointRow>, StoreError> {
-    Ok(sqlx::query_as::<_, CheckpointRow>(
-        "SELECT step, uri, committed, attempt, seen_at FROM checkpoints WHERE job_id = ? ORDER BY step",
+pub async fn of_job(db: &mut Conn, job_id: &str) -> Result<Vec<CheckpointRow>, StoreError> {
+    Ok(db::query_as::<CheckpointRow>(
+        "SELECT step, uri, (committed <> 0) AS committed, attempt, seen_at FROM checkpoints WHERE job_id = ? ORDER BY step",
     )
     .bind(job_id)
     .fetch_all(db)

@@ -5,9 +5,8 @@
 //! `goodput_totals`. Only attempts still open are computed at read time, so no read sums the
 //! history.
 
+use super::db::{self, Conn};
 use podq_api::Goodput;
-use sqlx::sqlite::SqliteConnection;
-use sqlx::{SqliteExecutor, SqlitePool};
 
 use super::{now_ms, StoreError};
 
@@ -31,15 +30,15 @@ pub(crate) const OPEN_ATTEMPTS: &str = "SELECT job_id, attempt, started_at, firs
 
 /// Computes and stores the goodput of the attempt `lease_id`, which has just ended. Called in
 /// the transaction that ends it.
-pub async fn settle_attempt(conn: &mut SqliteConnection, lease_id: &str) -> Result<(), StoreError> {
-    let attempt: AttemptTimes = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+pub async fn settle_attempt(conn: &mut Conn, lease_id: &str) -> Result<(), StoreError> {
+    let attempt: AttemptTimes = db::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {ATTEMPT_TIMES} FROM attempts WHERE lease_id = ?"
     )))
     .bind(lease_id)
-    .fetch_one(&mut *conn)
+    .fetch_one(conn)
     .await?;
     let g = of_attempt(&mut *conn, &attempt, now_ms()).await?;
-    sqlx::query(
+    db::query(
         "UPDATE attempts SET kept_s = ?, lost_s = ?, overhead_s = ?, kept_steps = ? \
          WHERE lease_id = ? AND kept_s IS NULL",
     )
@@ -48,18 +47,18 @@ pub async fn settle_attempt(conn: &mut SqliteConnection, lease_id: &str) -> Resu
     .bind(g.overhead_s)
     .bind(g.kept_steps)
     .bind(lease_id)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }
 
 /// Settles attempts that ended before goodput was stored per attempt (databases from before
 /// migration 0003). A no-op once done.
-pub async fn settle_unsettled(conn: &mut SqliteConnection) -> Result<u64, StoreError> {
-    let leases: Vec<String> = sqlx::query_scalar(
+pub async fn settle_unsettled(conn: &mut Conn) -> Result<u64, StoreError> {
+    let leases: Vec<String> = db::query_scalar(
         "SELECT lease_id FROM attempts WHERE ended_at IS NOT NULL AND kept_s IS NULL",
     )
-    .fetch_all(&mut *conn)
+    .fetch_all(conn)
     .await?;
     for lease in &leases {
         settle_attempt(conn, lease).await?;
@@ -68,8 +67,8 @@ pub async fn settle_unsettled(conn: &mut SqliteConnection) -> Result<u64, StoreE
 }
 
 /// Goodput over every run: the stored totals plus the attempts still open.
-pub async fn total(db: &SqlitePool) -> Result<Goodput, StoreError> {
-    let (kept_s, lost_s, overhead_s, kept_steps): (f64, f64, f64, i64) = sqlx::query_as(
+pub async fn total(db: &mut Conn) -> Result<Goodput, StoreError> {
+    let (kept_s, lost_s, overhead_s, kept_steps): (f64, f64, f64, i64) = db::query_as(
         "SELECT kept_s, lost_s, overhead_s, kept_steps FROM goodput_totals WHERE id = 1",
     )
     .fetch_one(db)
@@ -81,7 +80,7 @@ pub async fn total(db: &SqlitePool) -> Result<Goodput, StoreError> {
         kept_steps,
         ratio: None,
     };
-    let open: Vec<AttemptTimes> = sqlx::query_as(OPEN_ATTEMPTS).fetch_all(db).await?;
+    let open: Vec<AttemptTimes> = db::query_as(OPEN_ATTEMPTS).fetch_all(db).await?;
     let now = now_ms();
     for attempt in &open {
         g.add(&of_attempt(db, attempt, now).await?);
@@ -91,13 +90,13 @@ pub async fn total(db: &SqlitePool) -> Result<Goodput, StoreError> {
 }
 
 /// Goodput of one run: its ended attempts as stored, its open one computed now.
-pub async fn of_run(db: &mut SqliteConnection, job_id: &str) -> Result<Goodput, StoreError> {
-    let (kept_s, lost_s, overhead_s, kept_steps): (f64, f64, f64, i64) = sqlx::query_as(
+pub async fn of_run(db: &mut Conn, job_id: &str) -> Result<Goodput, StoreError> {
+    let (kept_s, lost_s, overhead_s, kept_steps): (f64, f64, f64, i64) = db::query_as(
         "SELECT COALESCE(SUM(kept_s), 0.0), COALESCE(SUM(lost_s), 0.0), COALESCE(SUM(overhead_s), 0.0), \
-         COALESCE(SUM(kept_steps), 0) FROM attempts WHERE job_id = ? AND ended_at IS NOT NULL",
+         CAST(COALESCE(SUM(kept_steps), 0) AS BIGINT) FROM attempts WHERE job_id = ? AND ended_at IS NOT NULL",
     )
     .bind(job_id)
-    .fetch_one(&mut *db)
+    .fetch_one(db)
     .await?;
     let mut g = Goodput {
         kept_s,
@@ -106,11 +105,11 @@ pub async fn of_run(db: &mut SqliteConnection, job_id: &str) -> Result<Goodput, 
         kept_steps,
         ratio: None,
     };
-    let open: Vec<AttemptTimes> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let open: Vec<AttemptTimes> = db::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {ATTEMPT_TIMES} FROM attempts WHERE job_id = ? AND ended_at IS NULL"
     )))
     .bind(job_id)
-    .fetch_all(&mut *db)
+    .fetch_all(db)
     .await?;
     let now = now_ms();
     for attempt in &open {
@@ -120,12 +119,8 @@ pub async fn of_run(db: &mut SqliteConnection, job_id: &str) -> Result<Goodput, 
     Ok(g)
 }
 
-async fn of_attempt<'e>(
-    db: impl SqliteExecutor<'e>,
-    a: &AttemptTimes,
-    now: i64,
-) -> Result<Goodput, StoreError> {
-    let last_kept: Option<(i64, i64)> = sqlx::query_as(
+async fn of_attempt(db: &mut Conn, a: &AttemptTimes, now: i64) -> Result<Goodput, StoreError> {
+    let last_kept: Option<(i64, i64)> = db::query_as(
         "SELECT step, seen_at FROM checkpoints WHERE job_id = ? AND attempt = ? AND committed = 1 \
          ORDER BY step DESC LIMIT 1",
     )

@@ -1,9 +1,7 @@
 //! The compute grant, and the pod time spent since it began.
 
+use super::db::{self, Conn};
 use std::collections::BTreeMap;
-
-use sqlx::sqlite::SqliteConnection;
-use sqlx::SqlitePool;
 
 use super::{now_ms, StoreError};
 
@@ -13,9 +11,9 @@ pub struct GrantRow {
     pub pod_hours: BTreeMap<String, f64>,
 }
 
-pub async fn get(db: &SqlitePool) -> Result<Option<GrantRow>, StoreError> {
+pub async fn get(db: &mut Conn) -> Result<Option<GrantRow>, StoreError> {
     let row: Option<(i64, i64, String)> =
-        sqlx::query_as("SELECT start_at, end_at, pod_hours_json FROM grant_terms WHERE id = 1")
+        db::query_as("SELECT start_at, end_at, pod_hours_json FROM grant_terms WHERE id = 1")
             .fetch_optional(db)
             .await?;
     row.map(|(start_ms, end_ms, json)| {
@@ -29,10 +27,10 @@ pub async fn get(db: &SqlitePool) -> Result<Option<GrantRow>, StoreError> {
     .transpose()
 }
 
-pub async fn put(conn: &mut SqliteConnection, grant: &GrantRow) -> Result<(), StoreError> {
+pub async fn put(conn: &mut Conn, grant: &GrantRow) -> Result<(), StoreError> {
     let json = serde_json::to_string(&grant.pod_hours)
         .map_err(|e| StoreError::Corrupt(format!("the grant's pod_hours: {e}")))?;
-    sqlx::query(
+    db::query(
         "INSERT INTO grant_terms (id, start_at, end_at, pod_hours_json, updated_at) \
          VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET start_at = excluded.start_at, \
          end_at = excluded.end_at, pod_hours_json = excluded.pod_hours_json, \
@@ -42,7 +40,7 @@ pub async fn put(conn: &mut SqliteConnection, grant: &GrantRow) -> Result<(), St
     .bind(grant.end_ms)
     .bind(json)
     .bind(now_ms())
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }
@@ -50,12 +48,12 @@ pub async fn put(conn: &mut SqliteConnection, grant: &GrantRow) -> Result<(), St
 /// Pod-hours of the attempts on pods of `accelerator` that started since `since_ms` (a
 /// running one counted until now).
 pub async fn hours_used(
-    db: &SqlitePool,
+    db: &mut Conn,
     accelerator: &str,
     since_ms: i64,
 ) -> Result<f64, StoreError> {
-    let ms: i64 = sqlx::query_scalar(
-        "SELECT COALESCE(SUM(COALESCE(a.ended_at, ?2) - a.started_at), 0) FROM attempts a \
+    let ms: i64 = db::query_scalar(
+        "SELECT CAST(COALESCE(SUM(COALESCE(a.ended_at, ?2) - a.started_at), 0) AS BIGINT) FROM attempts a \
          JOIN jobs j ON j.id = a.job_id WHERE a.started_at >= ?1 AND j.accelerator = ?3",
     )
     .bind(since_ms)

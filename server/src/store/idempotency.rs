@@ -1,7 +1,6 @@
 //! Idempotency keys: a POST retried with the same `Idempotency-Key` gets the first answer.
 
-use sqlx::sqlite::SqliteConnection;
-
+use super::db::{self, Conn};
 use super::{now_ms, StoreError};
 
 pub struct StoredAnswer {
@@ -11,16 +10,16 @@ pub struct StoredAnswer {
 }
 
 pub async fn find(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     key: &str,
     route: &str,
 ) -> Result<Option<StoredAnswer>, StoreError> {
-    let row: Option<(String, i64, String)> = sqlx::query_as(
+    let row: Option<(String, i64, String)> = db::query_as(
         "SELECT request_sha256, status, response_json FROM idempotency_keys WHERE key = ? AND route = ?",
     )
     .bind(key)
     .bind(route)
-    .fetch_optional(&mut *conn)
+    .fetch_optional(conn)
     .await?;
     Ok(
         row.map(|(request_sha256, status, response_json)| StoredAnswer {
@@ -32,12 +31,12 @@ pub async fn find(
 }
 
 pub async fn remember(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     key: &str,
     route: &str,
     answer: &StoredAnswer,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    db::query(
         "INSERT INTO idempotency_keys (key, route, request_sha256, status, response_json, created_at) \
          VALUES (?, ?, ?, ?, ?, ?)",
     )
@@ -47,7 +46,7 @@ pub async fn remember(
     .bind(i64::from(answer.status))
     .bind(&answer.response_json)
     .bind(now_ms())
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }

@@ -1,22 +1,19 @@
 //! SQL about jobs, attempts, checkpoints, metrics and events.
 
+use super::db::{self, Builder, Conn};
+use sqlx::AssertSqlSafe;
 use std::collections::BTreeMap;
 
 use podq_api as api;
-use sqlx::sqlite::SqliteConnection;
-use sqlx::{AssertSqlSafe, QueryBuilder, Sqlite, SqliteExecutor, SqlitePool};
 
 use super::rows::{AttemptRow, EventRow, JobRow, JOB_COLUMNS};
 use uuid::Uuid;
 
 use super::{now_ms, parse_uuid, StoreError};
 
-pub async fn get_job<'e>(
-    db: impl SqliteExecutor<'e>,
-    id: &str,
-) -> Result<Option<JobRow>, StoreError> {
+pub async fn get_job(db: &mut Conn, id: &str) -> Result<Option<JobRow>, StoreError> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM job_view WHERE id = ?");
-    Ok(sqlx::query_as::<_, JobRow>(AssertSqlSafe(sql))
+    Ok(db::query_as::<JobRow>(AssertSqlSafe(sql))
         .bind(id)
         .fetch_optional(db)
         .await?)
@@ -27,11 +24,11 @@ pub async fn get_job<'e>(
 pub(crate) const NEWEST_JOB_OF_EXPERIMENT: &str =
     "SELECT id FROM jobs WHERE experiment = ? ORDER BY seq DESC LIMIT 1";
 
-pub async fn newest_job_of_experiment<'e>(
-    db: impl SqliteExecutor<'e>,
+pub async fn newest_job_of_experiment(
+    db: &mut Conn,
     experiment: &str,
 ) -> Result<Option<String>, StoreError> {
-    Ok(sqlx::query_scalar(NEWEST_JOB_OF_EXPERIMENT)
+    Ok(db::query_scalar(NEWEST_JOB_OF_EXPERIMENT)
         .bind(experiment)
         .fetch_optional(db)
         .await?)
@@ -41,11 +38,8 @@ pub(crate) const GROUP_HAS_JOBS: &str = "SELECT 1 FROM jobs WHERE group_name = ?
 
 /// Whether any job belongs to `group`: a group the catalog no longer has is still a name
 /// to list jobs by. Reads the `jobs_group_seq` index.
-pub async fn group_has_jobs<'e>(
-    db: impl SqliteExecutor<'e>,
-    group: &str,
-) -> Result<bool, StoreError> {
-    let found: Option<i64> = sqlx::query_scalar(GROUP_HAS_JOBS)
+pub async fn group_has_jobs(db: &mut Conn, group: &str) -> Result<bool, StoreError> {
+    let found: Option<i32> = db::query_scalar(GROUP_HAS_JOBS)
         .bind(group)
         .fetch_optional(db)
         .await?;
@@ -67,8 +61,8 @@ pub struct JobFilter {
 /// One page of jobs in submission order, and how many match in all. Every filter reads an
 /// index on `jobs` that ends in `seq`, so a page costs the same however long the history;
 /// the total comes from the maintained counts (or, for one experiment, its index).
-pub async fn list_jobs<'e>(
-    db: impl SqliteExecutor<'e> + Copy,
+pub async fn list_jobs(
+    db: &mut Conn,
     filter: &JobFilter,
 ) -> Result<(Vec<JobRow>, i64), StoreError> {
     let rows = page_query("", filter)
@@ -83,8 +77,8 @@ pub async fn list_jobs<'e>(
 }
 
 /// `prefix` lets a test ask SQLite for the query's plan.
-fn page_query(prefix: &str, filter: &JobFilter) -> QueryBuilder<Sqlite> {
-    let mut query = QueryBuilder::<Sqlite>::new(format!(
+fn page_query(prefix: &str, filter: &JobFilter) -> Builder {
+    let mut query = Builder::new(format!(
         "{prefix}SELECT {JOB_COLUMNS} FROM job_view WHERE 1=1"
     ));
     push_filter(&mut query, filter);
@@ -98,19 +92,19 @@ fn page_query(prefix: &str, filter: &JobFilter) -> QueryBuilder<Sqlite> {
     query
 }
 
-fn count_query(prefix: &str, filter: &JobFilter) -> QueryBuilder<Sqlite> {
+fn count_query(prefix: &str, filter: &JobFilter) -> Builder {
     let mut count = if filter.experiment.is_some() {
-        QueryBuilder::<Sqlite>::new(format!("{prefix}SELECT COUNT(*) FROM jobs WHERE 1=1"))
+        Builder::new(format!("{prefix}SELECT COUNT(*) FROM jobs WHERE 1=1"))
     } else {
-        QueryBuilder::<Sqlite>::new(format!(
-            "{prefix}SELECT COALESCE(SUM(n), 0) FROM job_counts WHERE 1=1"
+        Builder::new(format!(
+            "{prefix}SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE 1=1"
         ))
     };
     push_filter(&mut count, filter);
     count
 }
 
-fn push_filter(q: &mut QueryBuilder<Sqlite>, filter: &JobFilter) {
+fn push_filter(q: &mut Builder, filter: &JobFilter) {
     if let Some(state) = filter.state {
         q.push(" AND state = ").push_bind(state.as_str());
     }
@@ -124,32 +118,32 @@ fn push_filter(q: &mut QueryBuilder<Sqlite>, filter: &JobFilter) {
 
 /// Jobs of an experiment that count against submitting it again: not terminal, or succeeded.
 pub async fn live_or_succeeded_job_of_experiment(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     experiment: &str,
 ) -> Result<Option<JobRow>, StoreError> {
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM job_view WHERE experiment = ? \
          AND state IN ('queued','leased','running','held','succeeded') ORDER BY seq LIMIT 1"
     );
-    Ok(sqlx::query_as::<_, JobRow>(AssertSqlSafe(sql))
+    Ok(db::query_as::<JobRow>(AssertSqlSafe(sql))
         .bind(experiment)
-        .fetch_optional(&mut *conn)
+        .fetch_optional(conn)
         .await?)
 }
 
 /// The run (a job that is not itself linked) with this training config that a new job can
 /// share: not terminal, or succeeded.
 pub async fn live_or_succeeded_run_of_config(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     config_sha256: &str,
 ) -> Result<Option<JobRow>, StoreError> {
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM job_view WHERE config_sha256 = ? AND same_as IS NULL \
          AND state IN ('queued','leased','running','held','succeeded') ORDER BY seq LIMIT 1"
     );
-    Ok(sqlx::query_as::<_, JobRow>(AssertSqlSafe(sql))
+    Ok(db::query_as::<JobRow>(AssertSqlSafe(sql))
         .bind(config_sha256)
-        .fetch_optional(&mut *conn)
+        .fetch_optional(conn)
         .await?)
 }
 
@@ -168,9 +162,9 @@ pub struct NewJob<'a> {
     pub total_steps: Option<i64>,
 }
 
-pub async fn insert_job(conn: &mut SqliteConnection, job: NewJob<'_>) -> Result<(), StoreError> {
+pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreError> {
     let now = now_ms();
-    sqlx::query(
+    db::query(
         "INSERT INTO jobs (id, seq, experiment, group_name, state, priority, accelerator, \
          config_json, config_sha256, est_hours, checkpoint_dir, max_failures, same_as, \
          total_steps, submitted_at, updated_at) \
@@ -191,25 +185,25 @@ pub async fn insert_job(conn: &mut SqliteConnection, job: NewJob<'_>) -> Result<
     .bind(job.same_as)
     .bind(job.total_steps)
     .bind(now)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }
 
 pub async fn insert_event(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     job_id: Option<&str>,
     pod: Option<&str>,
     kind: &str,
     message: &str,
 ) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO events (at, job_id, pod, kind, message) VALUES (?, ?, ?, ?, ?)")
+    db::query("INSERT INTO events (at, job_id, pod, kind, message) VALUES (?, ?, ?, ?, ?)")
         .bind(now_ms())
         .bind(job_id)
         .bind(pod)
         .bind(kind)
         .bind(message)
-        .execute(&mut *conn)
+        .execute(conn)
         .await?;
     Ok(())
 }
@@ -217,13 +211,13 @@ pub async fn insert_event(
 pub(crate) const JOB_EVENTS: &str = "SELECT id, at, job_id, pod, kind, message FROM events \
      WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?";
 
-pub async fn job_events<'e>(
-    db: impl SqliteExecutor<'e>,
+pub async fn job_events(
+    db: &mut Conn,
     job_id: &str,
     after_id: i64,
     limit: i64,
 ) -> Result<Vec<EventRow>, StoreError> {
-    Ok(sqlx::query_as::<_, EventRow>(JOB_EVENTS)
+    Ok(db::query_as::<EventRow>(JOB_EVENTS)
         .bind(job_id)
         .bind(after_id)
         .bind(limit)
@@ -232,20 +226,18 @@ pub async fn job_events<'e>(
 }
 
 /// The id of the newest event, 0 when there is none.
-pub async fn last_event_id<'e>(db: impl SqliteExecutor<'e>) -> Result<i64, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
-            .fetch_one(db)
-            .await?,
-    )
+pub async fn last_event_id(db: &mut Conn) -> Result<i64, StoreError> {
+    Ok(db::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
+        .fetch_one(db)
+        .await?)
 }
 
-pub async fn recent_events<'e>(
-    db: impl SqliteExecutor<'e>,
+pub async fn recent_events(
+    db: &mut Conn,
     after_id: i64,
     limit: i64,
 ) -> Result<Vec<EventRow>, StoreError> {
-    Ok(sqlx::query_as::<_, EventRow>(
+    Ok(db::query_as::<EventRow>(
         "SELECT id, at, job_id, pod, kind, message FROM events WHERE id > ? ORDER BY id LIMIT ?",
     )
     .bind(after_id)
@@ -254,11 +246,8 @@ pub async fn recent_events<'e>(
     .await?)
 }
 
-pub async fn attempts<'e>(
-    db: impl SqliteExecutor<'e>,
-    job_id: &str,
-) -> Result<Vec<AttemptRow>, StoreError> {
-    Ok(sqlx::query_as::<_, AttemptRow>(
+pub async fn attempts(db: &mut Conn, job_id: &str) -> Result<Vec<AttemptRow>, StoreError> {
+    Ok(db::query_as::<AttemptRow>(
         "SELECT attempt, lease_id, pod, resume_from, started_at, running_at, ended_at, outcome, \
          start_step, end_step, exit_codes_json, log_tail, message \
          FROM attempts WHERE job_id = ? ORDER BY attempt",
@@ -268,11 +257,11 @@ pub async fn attempts<'e>(
     .await?)
 }
 
-pub async fn latest_metrics<'e>(
-    db: impl SqliteExecutor<'e>,
+pub async fn latest_metrics(
+    db: &mut Conn,
     job_id: &str,
 ) -> Result<BTreeMap<String, api::MetricValue>, StoreError> {
-    let rows: Vec<(String, i64, f64)> = sqlx::query_as(
+    let rows: Vec<(String, i64, f64)> = db::query_as(
         "SELECT s.name, p.step, p.value FROM metric_series s \
          JOIN metric_points p ON p.series_id = s.id \
          WHERE s.job_id = ? AND p.step = (SELECT MAX(step) FROM metric_points WHERE series_id = s.id)",
@@ -288,32 +277,30 @@ pub async fn latest_metrics<'e>(
 
 /// Job counts per (group, state), linked jobs in their run's state; maintained by triggers
 /// in the transaction of every state change (migration 0003).
-pub async fn counts_by_group_and_state<'e>(
-    db: impl SqliteExecutor<'e>,
+pub async fn counts_by_group_and_state(
+    db: &mut Conn,
 ) -> Result<Vec<(String, String, i64)>, StoreError> {
     Ok(
-        sqlx::query_as("SELECT group_name, state, n FROM job_counts WHERE n > 0")
+        db::query_as("SELECT group_name, state, n FROM job_counts WHERE n > 0")
             .fetch_all(db)
             .await?,
     )
 }
 
 /// Job counts per state, from the maintained counts.
-pub async fn counts_by_state<'e>(
-    db: impl SqliteExecutor<'e>,
-) -> Result<Vec<(String, i64)>, StoreError> {
+pub async fn counts_by_state(db: &mut Conn) -> Result<Vec<(String, i64)>, StoreError> {
     Ok(
-        sqlx::query_as("SELECT state, SUM(n) FROM job_counts GROUP BY state")
+        db::query_as("SELECT state, CAST(SUM(n) AS BIGINT) FROM job_counts GROUP BY state")
             .fetch_all(db)
             .await?,
     )
 }
 
 /// The job's live lease, if a pod holds it.
-pub async fn live_lease(conn: &mut SqliteConnection, id: &str) -> Result<Option<Uuid>, StoreError> {
-    let lease: Option<String> = sqlx::query_scalar("SELECT lease_id FROM jobs WHERE id = ?")
+pub async fn live_lease(conn: &mut Conn, id: &str) -> Result<Option<Uuid>, StoreError> {
+    let lease: Option<String> = db::query_scalar("SELECT lease_id FROM jobs WHERE id = ?")
         .bind(id)
-        .fetch_optional(&mut *conn)
+        .fetch_optional(conn)
         .await?
         .flatten();
     lease.as_deref().map(parse_uuid).transpose()
@@ -321,44 +308,40 @@ pub async fn live_lease(conn: &mut SqliteConnection, id: &str) -> Result<Option<
 
 /// Marks the job cancelled and answers the lease its pod must be told to stop. A linked job
 /// only cancels its link: the run goes on for the others.
-pub async fn cancel(conn: &mut SqliteConnection, id: &str) -> Result<Option<Uuid>, StoreError> {
-    let lease: Option<Option<String>> = sqlx::query_scalar(
-        "UPDATE jobs SET state = 'cancelled', link_cancelled = (same_as IS NOT NULL), \
-         cancel_requested = (lease_id IS NOT NULL), message = 'cancelled by request', \
+pub async fn cancel(conn: &mut Conn, id: &str) -> Result<Option<Uuid>, StoreError> {
+    let lease: Option<Option<String>> = db::query_scalar(
+        "UPDATE jobs SET state = 'cancelled', link_cancelled = CASE WHEN same_as IS NULL THEN 0 ELSE 1 END, \
+         cancel_requested = CASE WHEN lease_id IS NULL THEN 0 ELSE 1 END, message = 'cancelled by request', \
          updated_at = ? WHERE id = ? RETURNING lease_id",
     )
     .bind(now_ms())
     .bind(id)
-    .fetch_optional(&mut *conn)
+    .fetch_optional(conn)
     .await?;
     lease.flatten().as_deref().map(parse_uuid).transpose()
 }
 
 /// Puts the job back in the queue with a fresh failure budget; a linked job shares its run
 /// again, in the run's state.
-pub async fn requeue(conn: &mut SqliteConnection, id: &str) -> Result<(), StoreError> {
-    sqlx::query(
+pub async fn requeue(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
+    db::query(
         "UPDATE jobs SET state = COALESCE((SELECT r.state FROM jobs r WHERE r.id = jobs.same_as), 'queued'), \
          link_cancelled = 0, failures = 0, stalled_attempts = 0, not_before = NULL, \
          cancel_requested = 0, message = NULL, updated_at = ? WHERE id = ?",
     )
     .bind(now_ms())
     .bind(id)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }
 
-pub async fn set_priority(
-    conn: &mut SqliteConnection,
-    id: &str,
-    priority: i64,
-) -> Result<(), StoreError> {
-    sqlx::query("UPDATE jobs SET priority = ?, updated_at = ? WHERE id = ?")
+pub async fn set_priority(conn: &mut Conn, id: &str, priority: i64) -> Result<(), StoreError> {
+    db::query("UPDATE jobs SET priority = ?, updated_at = ? WHERE id = ?")
         .bind(priority)
         .bind(now_ms())
         .bind(id)
-        .execute(&mut *conn)
+        .execute(conn)
         .await?;
     Ok(())
 }
@@ -384,7 +367,7 @@ pub struct AdviceInputs {
 
 /// The advice inputs of `run` on `accelerator`.
 pub async fn advice_inputs(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     run: &str,
     accelerator: &str,
 ) -> Result<AdviceInputs, StoreError> {
@@ -394,21 +377,20 @@ pub async fn advice_inputs(
     })
 }
 
-/// Everything a job's detail shows, read in one transaction so the parts are of one moment
-/// (an attempt ending between two reads would otherwise show in one and not the other).
-pub async fn detail(db: &SqlitePool, id: &str) -> Result<Option<DetailRows>, StoreError> {
-    let mut tx = db.begin().await?;
-    let Some(job) = get_job(&mut *tx, id).await? else {
+/// Everything a job's detail shows. Run it in one read snapshot (`Store::read_snapshot`) so
+/// the parts are of one moment (an attempt ending between two reads would otherwise show in
+/// one and not the other).
+pub async fn detail(tx: &mut Conn, id: &str) -> Result<Option<DetailRows>, StoreError> {
+    let Some(job) = get_job(tx, id).await? else {
         return Ok(None);
     };
     let run = job.run_id.clone();
-    let attempts = attempts(&mut *tx, &run).await?;
-    let checkpoints = super::checkpoints::of_job(&mut *tx, &run).await?;
-    let latest_metrics = latest_metrics(&mut *tx, &run).await?;
-    let goodput = super::goodput::of_run(&mut tx, &run).await?;
-    let pod_time = super::pod_time::of_run(&mut tx, &run).await?;
-    let advice = advice_inputs(&mut tx, &run, &job.accelerator).await?;
-    tx.rollback().await?;
+    let attempts = attempts(tx, &run).await?;
+    let checkpoints = super::checkpoints::of_job(tx, &run).await?;
+    let latest_metrics = latest_metrics(tx, &run).await?;
+    let goodput = super::goodput::of_run(tx, &run).await?;
+    let pod_time = super::pod_time::of_run(tx, &run).await?;
+    let advice = advice_inputs(tx, &run, &job.accelerator).await?;
     Ok(Some(DetailRows {
         job,
         attempts,
@@ -437,9 +419,9 @@ mod tests {
             ("whether a group has jobs", GROUP_HAS_JOBS, false),
         ] {
             let plan: Vec<(i64, i64, i64, String)> =
-                sqlx::query_as(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                db::query_as(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
                     .bind("x")
-                    .fetch_all(store.reader())
+                    .fetch_all(&mut store.read().await.unwrap())
                     .await
                     .unwrap();
             assert_uses_indexes(what, &plan, ordered);
@@ -468,14 +450,14 @@ mod tests {
                         let plan: Vec<(i64, i64, i64, String)> =
                             page_query("EXPLAIN QUERY PLAN ", &filter)
                                 .build_query_as()
-                                .fetch_all(store.reader())
+                                .fetch_all(&mut store.read().await.unwrap())
                                 .await
                                 .unwrap();
                         assert_uses_indexes(&what, &plan, true);
                         let plan: Vec<(i64, i64, i64, String)> =
                             count_query("EXPLAIN QUERY PLAN ", &filter)
                                 .build_query_as()
-                                .fetch_all(store.reader())
+                                .fetch_all(&mut store.read().await.unwrap())
                                 .await
                                 .unwrap();
                         assert_uses_indexes(&format!("count {what}"), &plan, false);

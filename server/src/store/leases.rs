@@ -2,8 +2,7 @@
 //! recording that an attempt runs, and ending an attempt. Each function runs inside the
 //! caller's write; the scheduler decides what to write.
 
-use sqlx::sqlite::SqliteConnection;
-use sqlx::SqlitePool;
+use super::db::{self, Conn};
 use uuid::Uuid;
 
 use super::jobs::insert_event;
@@ -15,8 +14,8 @@ pub(crate) const ANY_LEASABLE: &str =
      AND (not_before IS NULL OR not_before <= ?) LIMIT 1";
 
 /// Whether a job is leasable now for `accelerator` (the claim's own condition, read-only).
-pub async fn any_leasable(db: &SqlitePool, accelerator: &str) -> Result<bool, StoreError> {
-    let found: Option<i64> = sqlx::query_scalar(ANY_LEASABLE)
+pub async fn any_leasable(db: &mut Conn, accelerator: &str) -> Result<bool, StoreError> {
+    let found: Option<i32> = db::query_scalar(ANY_LEASABLE)
         .bind(accelerator)
         .bind(now_ms())
         .fetch_optional(db)
@@ -26,8 +25,8 @@ pub async fn any_leasable(db: &SqlitePool, accelerator: &str) -> Result<bool, St
 
 /// When each backed-off queued job becomes leasable, with its accelerator, in ms since the
 /// epoch: a restarted server arms a wake-up for each.
-pub async fn backoff_ends(db: &SqlitePool) -> Result<Vec<(String, i64)>, StoreError> {
-    Ok(sqlx::query_as(
+pub async fn backoff_ends(db: &mut Conn) -> Result<Vec<(String, i64)>, StoreError> {
+    Ok(db::query_as(
         "SELECT accelerator, not_before FROM jobs WHERE state = 'queued' AND same_as IS NULL \
          AND not_before IS NOT NULL",
     )
@@ -56,13 +55,13 @@ pub struct Claimed {
 /// `pod`, starts its attempt and notes it on the timeline. Claims nothing while the pod
 /// holds a live lease: a pod runs one job at a time.
 pub async fn claim(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     lease_id: Uuid,
     pod: &str,
     accelerator: &str,
 ) -> Result<Option<Claimed>, StoreError> {
     let now = now_ms();
-    let claimed: Option<Claimed> = sqlx::query_as(
+    let claimed: Option<Claimed> = db::query_as(
         "UPDATE jobs SET state = 'leased', lease_id = ?1, lease_pod = ?2, \
          attempts = attempts + 1, cancel_requested = 0, not_before = NULL, updated_at = ?3 \
          WHERE id = (SELECT id FROM jobs WHERE state = 'queued' AND same_as IS NULL \
@@ -76,12 +75,12 @@ pub async fn claim(
     .bind(pod)
     .bind(now)
     .bind(accelerator)
-    .fetch_optional(&mut *conn)
+    .fetch_optional(conn)
     .await?;
     let Some(mut claimed) = claimed else {
         return Ok(None);
     };
-    sqlx::query(
+    db::query(
         "INSERT INTO attempts (job_id, attempt, lease_id, pod, resume_from, started_at, start_step) \
          VALUES (?, ?, ?, ?, ?, ?, ?)",
     )
@@ -92,17 +91,17 @@ pub async fn claim(
     .bind(&claimed.resume_from)
     .bind(now)
     .bind(claimed.resume_step)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     super::pod_time::pod_ledger(conn, pod, PodActivity::Leased, now).await?;
     if let Some(resume_step) = claimed.resume_step {
-        claimed.fallback_checkpoints = sqlx::query_scalar(
+        claimed.fallback_checkpoints = db::query_scalar(
             "SELECT uri FROM checkpoints WHERE job_id = ? AND committed = 1 AND step < ? \
              ORDER BY step DESC LIMIT 3",
         )
         .bind(&claimed.id)
         .bind(resume_step)
-        .fetch_all(&mut *conn)
+        .fetch_all(conn)
         .await?;
     }
     let from = claimed
@@ -123,14 +122,11 @@ pub async fn claim(
 
 /// The job and attempt of `lease_id` if it is still the job's live lease: every worker call
 /// passes this check inside its write.
-pub async fn fence(
-    conn: &mut SqliteConnection,
-    lease_id: Uuid,
-) -> Result<Option<(String, i64)>, StoreError> {
+pub async fn fence(conn: &mut Conn, lease_id: Uuid) -> Result<Option<(String, i64)>, StoreError> {
     Ok(
-        sqlx::query_as("SELECT id, attempts FROM jobs WHERE lease_id = ?")
+        db::query_as("SELECT id, attempts FROM jobs WHERE lease_id = ?")
             .bind(lease_id.to_string())
-            .fetch_optional(&mut *conn)
+            .fetch_optional(conn)
             .await?,
     )
 }
@@ -138,7 +134,7 @@ pub async fn fence(
 /// Records that the attempt of `lease_id` runs on every host. False when the lease ended or
 /// the job was already running.
 pub async fn mark_running(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     lease_id: Uuid,
     job_id: &str,
     pod: &str,
@@ -146,23 +142,22 @@ pub async fn mark_running(
 ) -> Result<bool, StoreError> {
     let now = now_ms();
     let lease = lease_id.to_string();
-    let changed = sqlx::query(
+    let changed = db::query(
         "UPDATE jobs SET state = 'running', updated_at = ? \
          WHERE id = ? AND lease_id = ? AND state = 'leased'",
     )
     .bind(now)
     .bind(job_id)
     .bind(&lease)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+    .execute(conn)
+    .await?;
     if changed == 0 {
         return Ok(false);
     }
-    sqlx::query("UPDATE attempts SET running_at = COALESCE(running_at, ?) WHERE lease_id = ?")
+    db::query("UPDATE attempts SET running_at = COALESCE(running_at, ?) WHERE lease_id = ?")
         .bind(now)
         .bind(&lease)
-        .execute(&mut *conn)
+        .execute(conn)
         .await?;
     insert_event(
         conn,
@@ -194,20 +189,17 @@ pub struct LeaseHolder {
     pub new_checkpoint: bool,
 }
 
-pub async fn holder(
-    conn: &mut SqliteConnection,
-    lease_id: Uuid,
-) -> Result<Option<LeaseHolder>, StoreError> {
-    Ok(sqlx::query_as(
+pub async fn holder(conn: &mut Conn, lease_id: Uuid) -> Result<Option<LeaseHolder>, StoreError> {
+    Ok(db::query_as(
         "SELECT j.id, j.attempts, j.failures, j.max_failures, j.stalled_attempts, \
-         j.cancel_requested, j.resume_step, j.lease_pod, j.accelerator, \
+         (j.cancel_requested <> 0) AS cancel_requested, j.resume_step, j.lease_pod, j.accelerator, \
          a.start_step, a.first_step, a.end_step, \
          EXISTS (SELECT 1 FROM checkpoints c WHERE c.job_id = j.id \
            AND c.attempt = j.attempts AND c.committed = 1) AS new_checkpoint \
          FROM jobs j JOIN attempts a ON a.lease_id = j.lease_id WHERE j.lease_id = ?",
     )
     .bind(lease_id.to_string())
-    .fetch_optional(&mut *conn)
+    .fetch_optional(conn)
     .await?)
 }
 
@@ -236,7 +228,7 @@ pub struct JobAfter<'a> {
 
 /// Ends the attempt of `lease_id`, settles its goodput and releases the job's lease.
 pub async fn end_attempt(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     lease_id: Uuid,
     job_id: &str,
     end: &AttemptEnd<'_>,
@@ -247,7 +239,7 @@ pub async fn end_attempt(
     if let Some(phases) = &end.phases {
         super::pod_time::record_phases(conn, &lease, phases).await?;
     }
-    sqlx::query(
+    db::query(
         "UPDATE attempts SET ended_at = ?, running_at = COALESCE(running_at, first_step_at), \
          outcome = ?, start_step = COALESCE(?, start_step), \
          end_step = COALESCE(end_step, ?), exit_codes_json = ?, log_tail = ?, message = ?, \
@@ -263,16 +255,16 @@ pub async fn end_attempt(
     .bind(end.message)
     .bind(end.stopping_s)
     .bind(&lease)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     super::goodput::settle_attempt(conn, &lease).await?;
     super::pod_time::settle_attempt(conn, &lease).await?;
-    let pod: String = sqlx::query_scalar("SELECT pod FROM attempts WHERE lease_id = ?")
+    let pod: String = db::query_scalar("SELECT pod FROM attempts WHERE lease_id = ?")
         .bind(&lease)
-        .fetch_one(&mut *conn)
+        .fetch_one(conn)
         .await?;
     super::pod_time::pod_ledger(conn, &pod, PodActivity::Between, now).await?;
-    sqlx::query(
+    db::query(
         "UPDATE jobs SET state = ?, lease_id = NULL, lease_pod = NULL, cancel_requested = 0, \
          failures = ?, stalled_attempts = ?, preemptions = preemptions + ?, not_before = ?, \
          verify_checkpoints = ?, message = COALESCE(?, message), updated_at = ? WHERE id = ?",
@@ -286,21 +278,21 @@ pub async fn end_attempt(
     .bind(job.message)
     .bind(now)
     .bind(job_id)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }
 
 /// For a lease that is no longer live: the outcome its attempt recorded and its job's state.
 pub async fn ended_attempt(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     lease_id: Uuid,
 ) -> Result<Option<(Option<String>, String)>, StoreError> {
-    Ok(sqlx::query_as(
+    Ok(db::query_as(
         "SELECT a.outcome, j.state FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.lease_id = ?",
     )
     .bind(lease_id.to_string())
-    .fetch_optional(&mut *conn)
+    .fetch_optional(conn)
     .await?)
 }
 
@@ -315,9 +307,10 @@ pub struct LiveRow {
     pub state: String,
 }
 
-pub async fn live(db: &SqlitePool) -> Result<Vec<LiveRow>, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT lease_id, id, COALESCE(lease_pod, '') AS pod, attempts, cancel_requested, state \
+pub async fn live(db: &mut Conn) -> Result<Vec<LiveRow>, StoreError> {
+    Ok(db::query_as(
+        "SELECT lease_id, id, COALESCE(lease_pod, '') AS pod, attempts, \
+         (cancel_requested <> 0) AS cancel_requested, state \
          FROM jobs WHERE lease_id IS NOT NULL",
     )
     .fetch_all(db)

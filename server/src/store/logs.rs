@@ -1,11 +1,10 @@
 //! Trainer log lines per job, attempt and host, kept to a cap per attempt and host with the
 //! oldest dropped first (migration 0007).
 
+use super::db::{self, Builder, Conn};
 use std::collections::BTreeMap;
 
 use podq_api::HostLogLine;
-use sqlx::sqlite::SqliteConnection;
-use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 use super::StoreError;
 
@@ -13,7 +12,7 @@ use super::StoreError;
 /// already stored (same host and offset) or already dropped (below the host's floor) is
 /// skipped. Answers how many lines were new.
 pub async fn insert_lines(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     job_id: &str,
     attempt: i64,
     lines: &[HostLogLine],
@@ -24,13 +23,13 @@ pub async fn insert_lines(
         if floors.contains_key(&host) {
             continue;
         }
-        let floor: i64 = sqlx::query_scalar(
+        let floor: i64 = db::query_scalar(
             "SELECT floor FROM log_counts WHERE job_id = ? AND attempt = ? AND host = ?",
         )
         .bind(job_id)
         .bind(attempt)
         .bind(host)
-        .fetch_optional(&mut *conn)
+        .fetch_optional(conn)
         .await?
         .unwrap_or(0);
         floors.insert(host, floor);
@@ -40,12 +39,11 @@ pub async fn insert_lines(
         .iter()
         .filter(|l| i64::try_from(l.offset).is_ok_and(|o| o >= floors[&l.host]))
         .collect();
-    let mut inserted: BTreeMap<u32, i64> = BTreeMap::new();
+    let mut inserted: BTreeMap<i64, i64> = BTreeMap::new();
     // 6 variables a row; SQLite allows 32766 per statement.
     for chunk in lines.chunks(5000) {
-        let mut insert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO log_lines (job_id, attempt, host, offset, at, text) ",
-        );
+        let mut insert =
+            Builder::new("INSERT INTO log_lines (job_id, attempt, host, \"offset\", at, text) ");
         insert.push_values(chunk, |mut row, line| {
             row.push_bind(job_id)
                 .push_bind(attempt)
@@ -55,29 +53,25 @@ pub async fn insert_lines(
                 .push_bind(line.text.as_str());
         });
         // Only the rows inserted come back: a line already stored is skipped.
-        insert.push(" ON CONFLICT (job_id, attempt, host, offset) DO NOTHING RETURNING host");
-        for host in insert
-            .build_query_scalar::<u32>()
-            .fetch_all(&mut *conn)
-            .await?
-        {
+        insert.push(" ON CONFLICT (job_id, attempt, host, \"offset\") DO NOTHING RETURNING host");
+        for host in insert.build_query_scalar::<i64>().fetch_all(conn).await? {
             *inserted.entry(host).or_default() += 1;
         }
     }
     let mut new = 0;
     for (host, count) in inserted {
         new += count as u64;
-        let kept: i64 = sqlx::query_scalar(
+        let kept: i64 = db::query_scalar(
             "INSERT INTO log_counts (job_id, attempt, host, kept, dropped, floor) \
              VALUES (?1, ?2, ?3, ?4, 0, 0) \
-             ON CONFLICT (job_id, attempt, host) DO UPDATE SET kept = kept + excluded.kept \
+             ON CONFLICT (job_id, attempt, host) DO UPDATE SET kept = log_counts.kept + excluded.kept \
              RETURNING kept",
         )
         .bind(job_id)
         .bind(attempt)
         .bind(host)
         .bind(count)
-        .fetch_one(&mut *conn)
+        .fetch_one(conn)
         .await?;
         if kept > cap {
             trim(conn, job_id, attempt, host, kept - cap).await?;
@@ -89,25 +83,25 @@ pub async fn insert_lines(
 /// Drops the `excess` oldest lines of one attempt and host, and raises the floor below
 /// which a resent line is not stored again.
 async fn trim(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     job_id: &str,
     attempt: i64,
-    host: u32,
+    host: i64,
     excess: i64,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    db::query(
         "DELETE FROM log_lines WHERE id IN (SELECT id FROM log_lines \
-         WHERE job_id = ?1 AND attempt = ?2 AND host = ?3 ORDER BY offset LIMIT ?4)",
+         WHERE job_id = ?1 AND attempt = ?2 AND host = ?3 ORDER BY \"offset\" LIMIT ?4)",
     )
     .bind(job_id)
     .bind(attempt)
     .bind(host)
     .bind(excess)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
-    sqlx::query(
+    db::query(
         "UPDATE log_counts SET kept = kept - ?4, dropped = dropped + ?4, \
-         floor = COALESCE((SELECT MIN(offset) FROM log_lines \
+         floor = COALESCE((SELECT MIN(\"offset\") FROM log_lines \
            WHERE job_id = ?1 AND attempt = ?2 AND host = ?3), floor) \
          WHERE job_id = ?1 AND attempt = ?2 AND host = ?3",
     )
@@ -115,7 +109,7 @@ async fn trim(
     .bind(attempt)
     .bind(host)
     .bind(excess)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }
@@ -141,7 +135,7 @@ pub struct LogFilter {
 /// Up to `limit` lines of `job_id` after the cursor `after`, in arrival order. Seeks the
 /// job's lines by arrival (`log_lines_by_arrival`); the filter narrows within them.
 pub async fn page(
-    db: &SqlitePool,
+    db: &mut Conn,
     job_id: &str,
     filter: &LogFilter,
     after: i64,
@@ -155,7 +149,7 @@ pub async fn page(
 
 /// The newest `limit` lines of `job_id`, newest first.
 pub async fn newest(
-    db: &SqlitePool,
+    db: &mut Conn,
     job_id: &str,
     filter: &LogFilter,
     limit: i64,
@@ -173,8 +167,8 @@ fn select_lines(
     filter: &LogFilter,
     after: Option<i64>,
     limit: i64,
-) -> QueryBuilder<Sqlite> {
-    let mut query = QueryBuilder::<Sqlite>::new(format!(
+) -> Builder {
+    let mut query = Builder::new(format!(
         "{prefix}SELECT id, attempt, host, at, text FROM log_lines WHERE job_id = "
     ));
     query.push_bind(job_id.to_owned());
@@ -199,8 +193,8 @@ fn select_lines(
 }
 
 /// (attempt, host, lines dropped) of `job_id`, where any were.
-pub async fn dropped(db: &SqlitePool, job_id: &str) -> Result<Vec<(i64, i64, i64)>, StoreError> {
-    Ok(sqlx::query_as(
+pub async fn dropped(db: &mut Conn, job_id: &str) -> Result<Vec<(i64, i64, i64)>, StoreError> {
+    Ok(db::query_as(
         "SELECT attempt, host, dropped FROM log_counts WHERE job_id = ? AND dropped > 0 \
          ORDER BY attempt, host",
     )
@@ -210,9 +204,9 @@ pub async fn dropped(db: &SqlitePool, job_id: &str) -> Result<Vec<(i64, i64, i64
 }
 
 /// Lines kept over every job: what the logs hold.
-pub async fn total_kept(db: &SqlitePool) -> Result<i64, StoreError> {
+pub async fn total_kept(db: &mut Conn) -> Result<i64, StoreError> {
     Ok(
-        sqlx::query_scalar("SELECT COALESCE(SUM(kept), 0) FROM log_counts")
+        db::query_scalar("SELECT CAST(COALESCE(SUM(kept), 0) AS BIGINT) FROM log_counts")
             .fetch_one(db)
             .await?,
     )
@@ -239,7 +233,7 @@ mod tests {
                 let plan: Vec<(i64, i64, i64, String)> =
                     select_lines("EXPLAIN QUERY PLAN ", "job", filter, after, 10)
                         .build_query_as()
-                        .fetch_all(store.reader())
+                        .fetch_all(&mut store.read().await.unwrap())
                         .await
                         .unwrap();
                 assert_uses_indexes(

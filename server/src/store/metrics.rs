@@ -1,10 +1,9 @@
 //! Metric series: points as workers report them, and downsampled for charts.
 
+use super::db::{self, Builder, Conn};
 use std::collections::HashMap;
 
 use podq_api::{MetricSeries, MetricValue, MetricsBatch};
-use sqlx::sqlite::SqliteConnection;
-use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 use super::{now_ms, StoreError};
 
@@ -12,7 +11,7 @@ use super::{now_ms, StoreError};
 /// Inserts in as few statements as SQLite's variable limit allows, and moves the job's and
 /// the attempt's step marks.
 pub async fn insert_points(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     job_id: &str,
     attempt: i64,
     batch: &MetricsBatch,
@@ -29,13 +28,13 @@ pub async fn insert_points(
     names.dedup();
     let mut series = HashMap::with_capacity(names.len());
     for name in names {
-        let id: i64 = sqlx::query_scalar(
+        let id: i64 = db::query_scalar(
             "INSERT INTO metric_series (job_id, name) VALUES (?, ?) \
              ON CONFLICT (job_id, name) DO UPDATE SET name = excluded.name RETURNING id",
         )
         .bind(job_id)
         .bind(name)
-        .fetch_one(&mut *conn)
+        .fetch_one(conn)
         .await?;
         series.insert(name, id);
     }
@@ -51,9 +50,8 @@ pub async fn insert_points(
         .collect();
     // 4 variables a row; SQLite allows 32766 per statement.
     for chunk in rows.chunks(8000) {
-        let mut insert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO metric_points (series_id, step, value, attempt) ",
-        );
+        let mut insert =
+            Builder::new("INSERT INTO metric_points (series_id, step, value, attempt) ");
         insert.push_values(chunk, |mut row, (series_id, step, value)| {
             row.push_bind(*series_id)
                 .push_bind(*step)
@@ -63,16 +61,16 @@ pub async fn insert_points(
         insert.push(
             " ON CONFLICT (series_id, step) DO UPDATE SET value = excluded.value, attempt = excluded.attempt",
         );
-        insert.build().execute(&mut *conn).await?;
+        insert.build().execute(conn).await?;
     }
     let max_step = batch.points.iter().map(|p| p.step).max();
     let min_step = batch.points.iter().map(|p| p.step).min();
-    sqlx::query("UPDATE jobs SET last_step = MAX(COALESCE(last_step, 0), ?) WHERE id = ?")
+    db::query("UPDATE jobs SET last_step = MAX(COALESCE(last_step, 0), ?) WHERE id = ?")
         .bind(max_step)
         .bind(job_id)
-        .execute(&mut *conn)
+        .execute(conn)
         .await?;
-    sqlx::query(
+    db::query(
         "UPDATE attempts SET first_step = COALESCE(first_step, ?), \
          first_step_at = COALESCE(first_step_at, ?), end_step = MAX(COALESCE(end_step, 0), ?) \
          WHERE job_id = ? AND attempt = ?",
@@ -82,7 +80,7 @@ pub async fn insert_points(
     .bind(max_step)
     .bind(job_id)
     .bind(attempt)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }
@@ -98,13 +96,13 @@ struct Series {
 /// stored step at or after each), found by index seeks, so a million-point series costs a
 /// few thousand seeks rather than a scan.
 pub async fn downsampled(
-    db: &SqlitePool,
+    db: &mut Conn,
     job_id: &str,
     names: Option<&[String]>,
     max_points: i64,
 ) -> Result<Vec<MetricSeries>, StoreError> {
     let series: Vec<Series> =
-        sqlx::query_as("SELECT id, name FROM metric_series WHERE job_id = ? ORDER BY name")
+        db::query_as("SELECT id, name FROM metric_series WHERE job_id = ? ORDER BY name")
             .bind(job_id)
             .fetch_all(db)
             .await?;
@@ -113,7 +111,7 @@ pub async fn downsampled(
         if names.is_some_and(|wanted| !wanted.contains(&name)) {
             continue;
         }
-        let mut points: Vec<(i64, f64)> = sqlx::query_as(
+        let mut points: Vec<(i64, f64)> = db::query_as(
             "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY step LIMIT ?",
         )
         .bind(id)
@@ -137,11 +135,11 @@ pub async fn downsampled(
 }
 
 async fn sampled(
-    db: &SqlitePool,
+    db: &mut Conn,
     series_id: i64,
     max_points: i64,
 ) -> Result<Vec<(i64, f64)>, StoreError> {
-    let (first, last): (i64, i64) = sqlx::query_as(
+    let (first, last): (i64, i64) = db::query_as(
         "SELECT (SELECT step FROM metric_points WHERE series_id = ?1 ORDER BY step LIMIT 1), \
                 (SELECT step FROM metric_points WHERE series_id = ?1 ORDER BY step DESC LIMIT 1)",
     )
@@ -149,10 +147,10 @@ async fn sampled(
     .fetch_one(db)
     .await?;
     let width = ((last - first) / (max_points - 1)).max(1);
-    let mut points: Vec<(i64, f64)> = sqlx::query_as(
+    let mut points: Vec<(i64, f64)> = db::query_as(
         "WITH RECURSIVE targets(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM targets WHERE i < ?3 - 2) \
          SELECT DISTINCT p.step, p.value FROM targets CROSS JOIN metric_points p \
-         ON p.series_id = ?1 AND p.step = \
+         WHERE p.series_id = ?1 AND p.step = \
            (SELECT step FROM metric_points WHERE series_id = ?1 AND step >= ?2 + targets.i * ?4 \
             ORDER BY step LIMIT 1) \
          ORDER BY p.step",
@@ -165,7 +163,7 @@ async fn sampled(
     .await?;
     // The newest point always shows: a chart should end where the run is.
     let newest: (i64, f64) =
-        sqlx::query_as("SELECT step, value FROM metric_points WHERE series_id = ? AND step = ?")
+        db::query_as("SELECT step, value FROM metric_points WHERE series_id = ? AND step = ?")
             .bind(series_id)
             .bind(last)
             .fetch_one(db)
@@ -180,25 +178,25 @@ async fn sampled(
 /// (the lowest for a loss, else the highest). The best reads the whole series; a study reads
 /// a few series of a few runs.
 pub async fn final_and_best(
-    db: &SqlitePool,
+    db: &mut Conn,
     job_id: &str,
     wanted: impl Fn(&str) -> bool,
 ) -> Result<Vec<(String, MetricValue, MetricValue)>, StoreError> {
     let series: Vec<Series> =
-        sqlx::query_as("SELECT id, name FROM metric_series WHERE job_id = ? ORDER BY name")
+        db::query_as("SELECT id, name FROM metric_series WHERE job_id = ? ORDER BY name")
             .bind(job_id)
             .fetch_all(db)
             .await?;
     let mut out = Vec::new();
     for Series { id, name } in series.into_iter().filter(|s| wanted(&s.name)) {
-        let last: Option<(i64, f64)> = sqlx::query_as(
+        let last: Option<(i64, f64)> = db::query_as(
             "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY step DESC LIMIT 1",
         )
         .bind(id)
         .fetch_optional(db)
         .await?;
         let order = if name.contains("loss") { "ASC" } else { "DESC" };
-        let best: Option<(i64, f64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let best: Option<(i64, f64)> = db::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY value {order}, step LIMIT 1"
         )))
         .bind(id)
@@ -235,24 +233,24 @@ mod tests {
         store
             .write(|conn| {
                 async move {
-                    sqlx::query(
+                    db::query(
                         "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, config_json, \
                          config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, updated_at) \
                          VALUES ('j', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)",
                     )
-                    .execute(&mut *conn)
+                    .execute(conn)
                     .await?;
-                    sqlx::query("INSERT INTO metric_series (id, job_id, name) VALUES (1, 'j', 'long'), (2, 'j', 'short')")
-                        .execute(&mut *conn)
+                    db::query("INSERT INTO metric_series (id, job_id, name) VALUES (1, 'j', 'long'), (2, 'j', 'short')")
+                        .execute(conn)
                         .await?;
-                    sqlx::query(
+                    db::query(
                         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10007) \
                          INSERT INTO metric_points SELECT 1, i * 10, i, 1 FROM n",
                     )
-                    .execute(&mut *conn)
+                    .execute(conn)
                     .await?;
-                    sqlx::query("INSERT INTO metric_points VALUES (2, 10, 1.0, 1), (2, 20, 2.0, 1)")
-                        .execute(&mut *conn)
+                    db::query("INSERT INTO metric_points VALUES (2, 10, 1.0, 1), (2, 20, 2.0, 1)")
+                        .execute(conn)
                         .await?;
                     Ok::<_, StoreError>(())
                 }
@@ -260,7 +258,9 @@ mod tests {
             })
             .await
             .unwrap();
-        let series = downsampled(store.reader(), "j", None, 100).await.unwrap();
+        let series = downsampled(&mut store.read().await.unwrap(), "j", None, 100)
+            .await
+            .unwrap();
         let long = series.iter().find(|s| s.name == "long").unwrap();
         assert!(
             long.points.len() <= 101 && long.points.len() >= 99,

@@ -1,13 +1,17 @@
-//! SQLite storage: one writer task that group-commits, and a pool of read-only connections.
+//! Storage: one writer task that group-commits, and a pool of read-only connections, on
+//! SQLite (the default, one file) or PostgreSQL (`--database postgres://…`).
 //!
 //! Every state change runs as a closure on the single writer connection. The writer takes all
 //! closures that are waiting, runs each inside its own SAVEPOINT (so one failing closure does
-//! not undo the others), commits once with `synchronous=FULL`, and only then answers each
-//! caller. An answer therefore always means "durable", while many concurrent requests share
-//! one fsync: that is what lets the lease cycle reach thousands per second on SQLite.
+//! not undo the others), commits once (SQLite with `synchronous=FULL`, PostgreSQL with
+//! `synchronous_commit=on`), and only then answers each caller. An answer therefore always
+//! means "durable", while many concurrent requests share one fsync: that is what lets the
+//! lease cycle reach thousands per second. One writer also keeps the writes serial on both
+//! stores (sequence numbers, claims and read-modify-write totals rely on it).
 
 pub mod catalog;
 pub mod checkpoints;
+pub mod db;
 pub mod goodput;
 pub mod grant;
 pub mod idempotency;
@@ -23,25 +27,30 @@ pub mod views;
 pub mod webhooks;
 
 use std::panic::AssertUnwindSafe;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use db::{Backend, Conn};
 pub use rows::*;
 
-/// How many waiting writes one transaction takes at most.
-const MAX_GROUP_COMMIT: usize = 512;
+/// How many waiting writes one transaction takes at most. PostgreSQL's is lower: past 64
+/// subtransactions (one per savepoint) every snapshot taken meanwhile reads `pg_subtrans`
+/// (<https://www.postgresql.org/docs/15/subxacts.html>).
+const MAX_GROUP_COMMIT_SQLITE: usize = 512;
+const MAX_GROUP_COMMIT_POSTGRES: usize = 64;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+const READERS: u32 = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -55,9 +64,77 @@ pub enum StoreError {
     WritePanicked,
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    #[error("{0}")]
+    BadLocation(String),
 }
 
-type RunOp = Box<dyn for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, bool> + Send>;
+/// Where the store lives: a SQLite file, or a PostgreSQL database.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl Location {
+    /// A `postgres://` or `postgresql://` URL, a `sqlite://PATH` URL, or a plain file path.
+    pub fn parse(text: &str) -> Result<Location, StoreError> {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            PgConnectOptions::from_str(text).map_err(|e| {
+                StoreError::BadLocation(format!("`{}` is not a PostgreSQL URL: {e}", redact(text)))
+            })?;
+            return Ok(Location::Postgres(text.to_owned()));
+        }
+        if let Some(path) = text.strip_prefix("sqlite://") {
+            let path = path.split('?').next().unwrap_or_default();
+            if path.is_empty() {
+                return Err(StoreError::BadLocation(format!(
+                    "`{text}` names no file: write sqlite:///absolute/path.db or sqlite://relative.db"
+                )));
+            }
+            return Ok(Location::Sqlite(PathBuf::from(path)));
+        }
+        if text.contains("://") {
+            return Err(StoreError::BadLocation(format!(
+                "`{}` is neither a postgres:// nor a sqlite:// URL",
+                redact(text)
+            )));
+        }
+        Ok(Location::Sqlite(PathBuf::from(text)))
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Location::Sqlite(_) => Backend::Sqlite,
+            Location::Postgres(_) => Backend::Postgres,
+        }
+    }
+}
+
+/// What a location looks like in a log or an error: a URL's password is not shown.
+pub fn redact(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => match rest[..at].split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+            None => text.to_owned(),
+        },
+        None => text.to_owned(),
+    }
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Sqlite(path) => write!(f, "{}", path.display()),
+            Location::Postgres(url) => f.write_str(&redact(url)),
+        }
+    }
+}
+
+type RunOp = Box<dyn for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, bool> + Send>;
 
 /// One queued write: `run` does the work and says whether it succeeded; `finish` is called
 /// exactly once, after the transaction's fate is known (or without `run`, if the transaction
@@ -67,10 +144,16 @@ struct WriteOp {
     finish: Box<dyn FnOnce(Result<(), String>) + Send>,
 }
 
+#[derive(Clone)]
+enum Readers {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
 /// Handle to the database. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    readers: SqlitePool,
+    readers: Readers,
     writer: mpsc::Sender<WriteOp>,
     /// Counts committed write transactions, so readers can wait for news instead of polling.
     commits: watch::Receiver<u64>,
@@ -108,9 +191,25 @@ impl FromCommitFailure for StoreError {
     }
 }
 
+/// How the writer reaches its database again after the connection broke (PostgreSQL only:
+/// a SQLite file does not go away).
+type Reconnect = Box<dyn Fn() -> BoxFuture<'static, Result<Conn, sqlx::Error>> + Send + Sync>;
+
 impl Store {
-    /// Opens (creating if needed) the database file, applies migrations and starts the writer.
+    /// Opens (creating if needed) the SQLite file, applies migrations and starts the writer.
     pub async fn open(path: &Path) -> Result<Store, StoreError> {
+        Store::open_at(&Location::Sqlite(path.to_owned())).await
+    }
+
+    /// Opens the store at `location`, applies its migrations and starts the writer.
+    pub async fn open_at(location: &Location) -> Result<Store, StoreError> {
+        match location {
+            Location::Sqlite(path) => Store::open_sqlite(path).await,
+            Location::Postgres(url) => Store::open_postgres(url).await,
+        }
+    }
+
+    async fn open_sqlite(path: &Path) -> Result<Store, StoreError> {
         let base = SqliteConnectOptions::from_str("sqlite:")?
             .filename(path)
             .journal_mode(SqliteJournalMode::Wal)
@@ -119,41 +218,120 @@ impl Store {
             .busy_timeout(BUSY_TIMEOUT)
             .disable_statement_logging();
         let mut writer = base.clone().create_if_missing(true).connect().await?;
-        sqlx::migrate!("../migrations").run(&mut writer).await?;
-        let settled = goodput::settle_unsettled(&mut writer).await?;
-        if settled > 0 {
-            tracing::info!(
-                attempts = settled,
-                "stored the goodput of attempts that ended before it was kept per attempt"
-            );
-        }
-        let settled = pod_time::settle_unsettled(&mut writer).await?;
-        if settled > 0 {
-            tracing::info!(
-                attempts = settled,
-                "split the pod time of attempts that ended before it was kept by cause"
-            );
-        }
+        sqlx::migrate!("../migrations/sqlite")
+            .run(&mut writer)
+            .await?;
+        let mut writer = Conn::Sqlite(writer);
+        settle_history(&mut writer).await?;
         let readers = SqlitePoolOptions::new()
-            .max_connections(8)
+            .max_connections(READERS)
             .min_connections(1)
             .connect_with(base.read_only(true))
             .await?;
+        Ok(Store::start(
+            Readers::Sqlite(readers),
+            writer,
+            None,
+            MAX_GROUP_COMMIT_SQLITE,
+        ))
+    }
+
+    async fn open_postgres(url: &str) -> Result<Store, StoreError> {
+        let base = PgConnectOptions::from_str(url)?.disable_statement_logging();
+        let mut writer = base
+            .clone()
+            .options([("synchronous_commit", "on")])
+            .connect()
+            .await?;
+        sqlx::migrate!("../migrations/postgres")
+            .run(&mut writer)
+            .await?;
+        let mut writer = Conn::Postgres(writer);
+        settle_history(&mut writer).await?;
+        let readers = PgPoolOptions::new()
+            .max_connections(READERS)
+            .min_connections(1)
+            .connect_with(
+                base.clone()
+                    .options([("default_transaction_read_only", "on")]),
+            )
+            .await?;
+        let reconnect: Reconnect = Box::new(move || {
+            let options = base.clone().options([("synchronous_commit", "on")]);
+            async move { Ok(Conn::Postgres(options.connect().await?)) }.boxed()
+        });
+        Ok(Store::start(
+            Readers::Postgres(readers),
+            writer,
+            Some(reconnect),
+            MAX_GROUP_COMMIT_POSTGRES,
+        ))
+    }
+
+    fn start(
+        readers: Readers,
+        writer: Conn,
+        reconnect: Option<Reconnect>,
+        max_group_commit: usize,
+    ) -> Store {
         let (tx, rx) = mpsc::channel(4096);
         let (committed, commits) = watch::channel(0);
         let instruments = WriterInstruments::default();
-        tokio::spawn(run_writer(writer, rx, committed, instruments.clone()));
-        Ok(Store {
+        tokio::spawn(run_writer(
+            Writer {
+                conn: writer,
+                reconnect,
+                max_group_commit,
+            },
+            rx,
+            committed,
+            instruments.clone(),
+        ));
+        Store {
             readers,
             writer: tx,
             commits,
             instruments,
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self.readers {
+            Readers::Sqlite(_) => Backend::Sqlite,
+            Readers::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// A read-only connection from the pool: for queries that change nothing.
+    pub async fn read(&self) -> Result<Conn, StoreError> {
+        Ok(match &self.readers {
+            Readers::Sqlite(pool) => Conn::SqlitePooled(pool.acquire().await?),
+            Readers::Postgres(pool) => Conn::PostgresPooled(pool.acquire().await?),
         })
     }
 
-    /// The read-only pool: for queries that change nothing.
-    pub fn reader(&self) -> &SqlitePool {
-        &self.readers
+    /// Runs `op` on one read connection inside one transaction, so that everything it reads
+    /// comes from the same snapshot of the database.
+    pub async fn read_snapshot<T, E, F>(&self, op: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, Result<T, E>>,
+    {
+        let mut conn = self.read().await?;
+        let begin = match conn.backend() {
+            Backend::Sqlite => "BEGIN",
+            Backend::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        };
+        conn.batch(begin).await.map_err(StoreError::from)?;
+        let result = op(&mut conn).await;
+        let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        if let Err(e) = conn.batch(end).await {
+            conn.close_on_drop();
+            if result.is_ok() {
+                return Err(StoreError::from(e).into());
+            }
+        }
+        result
     }
 
     /// Runs `op` on the writer connection inside its own savepoint and answers once the
@@ -163,7 +341,7 @@ impl Store {
     where
         T: Send + 'static,
         E: From<StoreError> + FromCommitFailure + Send + 'static,
-        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, E>> + Send + 'static,
+        F: for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, Result<T, E>> + Send + 'static,
     {
         let (answer_tx, answer_rx) = oneshot::channel::<Result<T, E>>();
         let slot = Arc::new(Mutex::new(None::<Result<T, E>>));
@@ -212,10 +390,12 @@ impl Store {
 
     /// Checks that both the writer and a reader answer.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.readers).await?;
+        db::query("SELECT 1")
+            .execute(&mut self.read().await?)
+            .await?;
         self.write(|conn| {
             async move {
-                sqlx::query("SELECT 1").execute(&mut *conn).await?;
+                db::query("SELECT 1").execute(conn).await?;
                 Ok::<_, StoreError>(())
             }
             .boxed()
@@ -224,33 +404,85 @@ impl Store {
     }
 }
 
+/// Work the store does once at start-up on history written by older versions.
+async fn settle_history(writer: &mut Conn) -> Result<(), StoreError> {
+    let settled = goodput::settle_unsettled(writer).await?;
+    if settled > 0 {
+        tracing::info!(
+            attempts = settled,
+            "stored the goodput of attempts that ended before it was kept per attempt"
+        );
+    }
+    let settled = pod_time::settle_unsettled(writer).await?;
+    if settled > 0 {
+        tracing::info!(
+            attempts = settled,
+            "split the pod time of attempts that ended before it was kept by cause"
+        );
+    }
+    Ok(())
+}
+
+struct Writer {
+    conn: Conn,
+    reconnect: Option<Reconnect>,
+    max_group_commit: usize,
+}
+
 async fn run_writer(
-    mut conn: SqliteConnection,
+    mut writer: Writer,
     mut rx: mpsc::Receiver<WriteOp>,
     committed: watch::Sender<u64>,
     instruments: WriterInstruments,
 ) {
-    let mut batch = Vec::with_capacity(MAX_GROUP_COMMIT);
-    while rx.recv_many(&mut batch, MAX_GROUP_COMMIT).await > 0 {
+    let mut batch = Vec::with_capacity(writer.max_group_commit);
+    while rx.recv_many(&mut batch, writer.max_group_commit).await > 0 {
         instruments.queue.set(rx.len() as i64);
         instruments.batch.observe(batch.len() as f64);
-        let (finishers, commit) = run_batch(&mut conn, batch.drain(..)).await;
+        let (finishers, commit) = run_batch(&mut writer.conn, batch.drain(..)).await;
         match &commit {
             Ok(()) => committed.send_modify(|n| *n = n.wrapping_add(1)),
-            Err(message) => tracing::error!(error = %message, "write transaction failed"),
+            Err(message) => {
+                tracing::error!(error = %message, "write transaction failed");
+                writer.recover().await;
+            }
         }
         for finish in finishers {
             finish(commit.clone());
         }
     }
-    let _ = conn.close().await;
+    let _ = match writer.conn {
+        Conn::Sqlite(c) => c.close().await,
+        Conn::Postgres(c) => c.close().await,
+        Conn::SqlitePooled(_) | Conn::PostgresPooled(_) => Ok(()),
+    };
+}
+
+impl Writer {
+    /// After a failed transaction: a PostgreSQL connection that no longer answers is
+    /// replaced, so that one network blip does not stop every later write.
+    async fn recover(&mut self) {
+        let Some(reconnect) = &self.reconnect else {
+            return;
+        };
+        if self.conn.batch("SELECT 1").await.is_ok() {
+            return;
+        }
+        match reconnect().await {
+            Ok(conn) => {
+                tracing::warn!("the writer's database connection broke; reconnected");
+                self.conn = conn;
+            }
+            Err(e) => tracing::error!(error = %e, "the writer cannot reconnect to its database"),
+        }
+    }
 }
 
 type Finisher = Box<dyn FnOnce(Result<(), String>) + Send>;
 
 /// Runs one group of writes in a single transaction and says whether it committed.
 async fn run_batch(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     ops: impl Iterator<Item = WriteOp>,
 ) -> (Vec<Finisher>, Result<(), String>) {
     let mut finishers = Vec::new();
@@ -259,13 +491,14 @@ async fn run_batch(
         finishers.push(op.finish);
         pending.push(op.run);
     }
-    // Statements are paired into one round trip to the connection's thread where possible:
-    // that hand-off, not the fsync, is what a write costs most.
-    if let Err(e) = sqlx::raw_sql("BEGIN IMMEDIATE; SAVEPOINT op")
-        .execute(&mut *conn)
-        .await
-    {
-        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    // Statements are paired into one round trip where possible: on SQLite that hand-off to
+    // the connection's thread, not the fsync, is what a write costs most.
+    let begin = match conn.backend() {
+        Backend::Sqlite => "BEGIN IMMEDIATE; SAVEPOINT op",
+        Backend::Postgres => "BEGIN; SAVEPOINT op",
+    };
+    if let Err(e) = conn.batch(begin).await {
+        let _ = conn.batch("ROLLBACK").await;
         return (
             finishers,
             Err(format!("could not begin a write transaction: {e}")),
@@ -281,8 +514,8 @@ async fn run_batch(
             (true, true) => "RELEASE op; COMMIT",
             (false, true) => "ROLLBACK TO op; RELEASE op; COMMIT",
         };
-        if let Err(e) = sqlx::raw_sql(end).execute(&mut *conn).await {
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        if let Err(e) = conn.batch(end).await {
+            let _ = conn.batch("ROLLBACK").await;
             return (finishers, Err(format!("write transaction failed: {e}")));
         }
     }
@@ -338,17 +571,51 @@ pub(crate) mod test_support {
 
 #[cfg(test)]
 mod tests {
+    use super::{redact, Location};
+
+    #[test]
+    fn a_location_is_a_postgres_url_a_sqlite_url_or_a_path() {
+        assert_eq!(
+            Location::parse("postgres://u:secret@db:5432/podq").unwrap(),
+            Location::Postgres("postgres://u:secret@db:5432/podq".into())
+        );
+        assert_eq!(
+            Location::parse("sqlite:///var/lib/podq.db").unwrap(),
+            Location::Sqlite("/var/lib/podq.db".into())
+        );
+        assert_eq!(
+            Location::parse("./podq.db").unwrap(),
+            Location::Sqlite("./podq.db".into())
+        );
+        let error = Location::parse("mysql://u:secret@db/podq")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("neither") && !error.contains("secret"),
+            "{error}"
+        );
+        assert!(Location::parse("sqlite://").is_err());
+        assert_eq!(
+            redact("postgres://u:secret@db/podq"),
+            "postgres://u:***@db/podq"
+        );
+    }
+}
+
+#[cfg(test)]
+mod plan_checks {
     use super::test_support::{assert_uses_indexes, scratch_store};
 
     #[tokio::test]
     #[should_panic(expected = "a full scan")]
     async fn the_plan_check_catches_a_full_scan() {
         let (store, _dir) = scratch_store().await;
-        let plan: Vec<(i64, i64, i64, String)> =
-            sqlx::query_as("EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE config_json = 'x'")
-                .fetch_all(store.reader())
-                .await
-                .unwrap();
+        let plan: Vec<(i64, i64, i64, String)> = crate::store::db::query_as(
+            "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE config_json = 'x'",
+        )
+        .fetch_all(&mut store.read().await.unwrap())
+        .await
+        .unwrap();
         assert_uses_indexes("a filter on an unindexed column", &plan, false);
     }
 
@@ -356,10 +623,10 @@ mod tests {
     #[should_panic(expected = "sorts every match")]
     async fn the_plan_check_catches_a_sort_of_every_match() {
         let (store, _dir) = scratch_store().await;
-        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(
+        let plan: Vec<(i64, i64, i64, String)> = crate::store::db::query_as(
             "EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE state = 'queued' ORDER BY updated_at LIMIT 10",
         )
-        .fetch_all(store.reader())
+        .fetch_all(&mut store.read().await.unwrap())
         .await
         .unwrap();
         assert_uses_indexes("an order no index has", &plan, true);
@@ -382,11 +649,14 @@ mod tests {
         for (what, sql, ordered) in queries {
             let explain = format!("EXPLAIN QUERY PLAN {sql}");
             let mut query =
-                sqlx::query_as::<_, (i64, i64, i64, String)>(sqlx::AssertSqlSafe(explain));
+                crate::store::db::query_as::<(i64, i64, i64, String)>(sqlx::AssertSqlSafe(explain));
             for _ in 0..sql.matches('?').count() {
                 query = query.bind(0_i64);
             }
-            let plan = query.fetch_all(store.reader()).await.unwrap();
+            let plan = query
+                .fetch_all(&mut store.read().await.unwrap())
+                .await
+                .unwrap();
             assert_uses_indexes(what, &plan, ordered);
         }
     }

@@ -10,11 +10,10 @@
 //! pod's capacity is also charged to that attempt, so a run's split shows what its
 //! preemptions cost.
 
+use super::db::{self, Conn};
 use std::collections::BTreeMap;
 
 use podq_api::{PodTime, TrainerPhases};
-use sqlx::sqlite::SqliteConnection;
-use sqlx::SqliteExecutor;
 
 use super::{now_ms, StoreError};
 
@@ -117,12 +116,12 @@ pub(crate) fn split(a: &AttemptClock, last_kept_at: Option<i64>, now: i64) -> Po
     time
 }
 
-async fn last_kept_at<'e>(
-    db: impl SqliteExecutor<'e>,
+async fn last_kept_at(
+    db: &mut Conn,
     job_id: &str,
     attempt: i64,
 ) -> Result<Option<i64>, StoreError> {
-    Ok(sqlx::query_scalar(
+    Ok(db::query_scalar(
         "SELECT seen_at FROM checkpoints WHERE job_id = ? AND attempt = ? AND committed = 1 \
          ORDER BY step DESC LIMIT 1",
     )
@@ -133,11 +132,7 @@ async fn last_kept_at<'e>(
 }
 
 /// The attempt's pod time: as settled once it ended, computed up to now while it runs.
-async fn of_clock(
-    conn: &mut SqliteConnection,
-    clock: &AttemptClock,
-    now: i64,
-) -> Result<PodTime, StoreError> {
+async fn of_clock(conn: &mut Conn, clock: &AttemptClock, now: i64) -> Result<PodTime, StoreError> {
     if let Some(settled) = clock.settled()? {
         return Ok(settled);
     }
@@ -149,14 +144,14 @@ async fn of_clock(
 /// grows: a worker that restarted counts again from zero, and must not erase what the one
 /// before it reported (what it counts after the restart is lost up to the old figure).
 pub async fn record_phases(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     lease_id: &str,
     phases: &TrainerPhases,
 ) -> Result<(), StoreError> {
     let before: Option<Option<String>> =
-        sqlx::query_scalar("SELECT trainer_phases_json FROM attempts WHERE lease_id = ?")
+        db::query_scalar("SELECT trainer_phases_json FROM attempts WHERE lease_id = ?")
             .bind(lease_id)
-            .fetch_optional(&mut *conn)
+            .fetch_optional(conn)
             .await?;
     let before: TrainerPhases = before
         .flatten()
@@ -170,7 +165,7 @@ pub async fn record_phases(
     };
     let json = serde_json::to_string(&merged)
         .map_err(|e| StoreError::Corrupt(format!("trainer phases: {e}")))?;
-    sqlx::query(
+    db::query(
         "UPDATE attempts SET trainer_phases_json = ? WHERE lease_id = ? AND ended_at IS NULL",
     )
     .bind(json)
@@ -182,22 +177,22 @@ pub async fn record_phases(
 
 /// Settles the pod time of the attempt `lease_id`, which has just ended, in the transaction
 /// that ends it, and adds it to the running sums.
-pub async fn settle_attempt(conn: &mut SqliteConnection, lease_id: &str) -> Result<(), StoreError> {
-    let clock: AttemptClock = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+pub async fn settle_attempt(conn: &mut Conn, lease_id: &str) -> Result<(), StoreError> {
+    let clock: AttemptClock = db::query_as(sqlx::AssertSqlSafe(format!(
         "{ATTEMPT_CLOCK} WHERE a.lease_id = ?"
     )))
     .bind(lease_id)
-    .fetch_one(&mut *conn)
+    .fetch_one(conn)
     .await?;
     if clock.pod_time_json.is_some() {
         return Ok(());
     }
     let kept = last_kept_at(&mut *conn, &clock.job_id, clock.attempt).await?;
     let time = split(&clock, kept, now_ms());
-    sqlx::query("UPDATE attempts SET pod_time_json = ? WHERE lease_id = ?")
+    db::query("UPDATE attempts SET pod_time_json = ? WHERE lease_id = ?")
         .bind(to_json(&time)?)
         .bind(lease_id)
-        .execute(&mut *conn)
+        .execute(conn)
         .await?;
     let interrupted = INTERRUPTED.contains(&clock.outcome.as_deref().unwrap_or(""));
     for scope in [
@@ -213,11 +208,11 @@ pub async fn settle_attempt(conn: &mut SqliteConnection, lease_id: &str) -> Resu
 
 /// Settles attempts that ended before pod time was kept (databases from before migration
 /// 0008). A no-op once done.
-pub async fn settle_unsettled(conn: &mut SqliteConnection) -> Result<u64, StoreError> {
-    let leases: Vec<String> = sqlx::query_scalar(
+pub async fn settle_unsettled(conn: &mut Conn) -> Result<u64, StoreError> {
+    let leases: Vec<String> = db::query_scalar(
         "SELECT lease_id FROM attempts WHERE ended_at IS NOT NULL AND pod_time_json IS NULL",
     )
-    .fetch_all(&mut *conn)
+    .fetch_all(conn)
     .await?;
     for lease in &leases {
         settle_attempt(conn, lease).await?;
@@ -230,16 +225,16 @@ fn to_json(time: &PodTime) -> Result<String, StoreError> {
 }
 
 async fn add_to_totals(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     scope: &str,
     time: &PodTime,
     attempt_s: f64,
     interruptions: u32,
 ) -> Result<(), StoreError> {
     let before: Option<String> =
-        sqlx::query_scalar("SELECT pod_time_json FROM pod_time_totals WHERE scope = ?")
+        db::query_scalar("SELECT pod_time_json FROM pod_time_totals WHERE scope = ?")
             .bind(scope)
-            .fetch_optional(&mut *conn)
+            .fetch_optional(conn)
             .await?;
     let mut sum: PodTime = before
         .as_deref()
@@ -248,16 +243,17 @@ async fn add_to_totals(
         .map_err(|e| StoreError::Corrupt(format!("pod time totals of {scope}: {e}")))?
         .unwrap_or_default();
     sum.add(time);
-    sqlx::query(
+    db::query(
         "INSERT INTO pod_time_totals (scope, pod_time_json, attempt_s, interruptions) \
          VALUES (?1, ?2, ?3, ?4) ON CONFLICT (scope) DO UPDATE SET \
-         pod_time_json = ?2, attempt_s = attempt_s + ?3, interruptions = interruptions + ?4",
+         pod_time_json = ?2, attempt_s = pod_time_totals.attempt_s + ?3, \
+         interruptions = pod_time_totals.interruptions + ?4",
     )
     .bind(scope)
     .bind(to_json(&sum)?)
     .bind(attempt_s)
     .bind(interruptions)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }
@@ -290,15 +286,15 @@ impl PodActivity {
 /// recovery or idleness. The time right after an attempt goes to whatever the pod turns out
 /// to be doing next: recovering (the attempt lost the pod) or not.
 pub async fn pod_ledger(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     pod: &str,
     activity: PodActivity,
     at: i64,
 ) -> Result<(), StoreError> {
     let before: Option<(Option<String>, Option<i64>)> =
-        sqlx::query_as("SELECT ledger_state, ledger_since FROM pods WHERE name = ?")
+        db::query_as("SELECT ledger_state, ledger_since FROM pods WHERE name = ?")
             .bind(pod)
-            .fetch_optional(&mut *conn)
+            .fetch_optional(conn)
             .await?;
     let Some((state, since)) = before else {
         return Ok(());
@@ -350,11 +346,11 @@ pub async fn pod_ledger(
         PodActivity::Recovering if after_attempt => "recovering_after_attempt",
         other => other.as_str(),
     };
-    sqlx::query("UPDATE pods SET ledger_state = ?, ledger_since = ? WHERE name = ?")
+    db::query("UPDATE pods SET ledger_state = ?, ledger_since = ? WHERE name = ?")
         .bind(state)
         .bind(at)
         .bind(pod)
-        .execute(&mut *conn)
+        .execute(conn)
         .await?;
     Ok(())
 }
@@ -367,7 +363,7 @@ fn with_total(mut time: PodTime) -> PodTime {
 /// A recovery is the pod's; when it follows an attempt that ended losing the pod, it is also
 /// that attempt's (and its run's and group's) provisioning time.
 async fn charge_recovery(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     pod: &str,
     seconds: f64,
     after_attempt: bool,
@@ -382,12 +378,12 @@ async fn charge_recovery(
     if !after_attempt {
         return Ok(());
     }
-    let last: Option<(String, Option<String>, Option<String>, String)> = sqlx::query_as(
+    let last: Option<(String, Option<String>, Option<String>, String)> = db::query_as(
         "SELECT a.lease_id, a.outcome, a.pod_time_json, j.group_name FROM attempts a \
          JOIN jobs j ON j.id = a.job_id WHERE a.pod = ? ORDER BY a.started_at DESC LIMIT 1",
     )
     .bind(pod)
-    .fetch_optional(&mut *conn)
+    .fetch_optional(conn)
     .await?;
     let Some((lease, Some(outcome), Some(json), group)) = last else {
         return Ok(());
@@ -398,24 +394,21 @@ async fn charge_recovery(
     let mut time: PodTime = serde_json::from_str(&json)
         .map_err(|e| StoreError::Corrupt(format!("pod time of an attempt: {e}")))?;
     time.add(&recovery);
-    sqlx::query("UPDATE attempts SET pod_time_json = ? WHERE lease_id = ?")
+    db::query("UPDATE attempts SET pod_time_json = ? WHERE lease_id = ?")
         .bind(to_json(&time)?)
         .bind(&lease)
-        .execute(&mut *conn)
+        .execute(conn)
         .await?;
     add_to_totals(conn, &format!("group:{group}"), &recovery, 0.0, 0).await
 }
 
 /// The pod time of each attempt of the run `job_id`, by attempt number.
-pub async fn of_run(
-    conn: &mut SqliteConnection,
-    job_id: &str,
-) -> Result<BTreeMap<i64, PodTime>, StoreError> {
-    let clocks: Vec<AttemptClock> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+pub async fn of_run(conn: &mut Conn, job_id: &str) -> Result<BTreeMap<i64, PodTime>, StoreError> {
+    let clocks: Vec<AttemptClock> = db::query_as(sqlx::AssertSqlSafe(format!(
         "{ATTEMPT_CLOCK} WHERE a.job_id = ? ORDER BY a.attempt"
     )))
     .bind(job_id)
-    .fetch_all(&mut *conn)
+    .fetch_all(conn)
     .await?;
     let now = now_ms();
     let mut times = BTreeMap::new();
@@ -434,10 +427,10 @@ pub struct Totals {
     pub groups: BTreeMap<String, PodTime>,
 }
 
-pub async fn totals(conn: &mut SqliteConnection) -> Result<Totals, StoreError> {
+pub async fn totals(conn: &mut Conn) -> Result<Totals, StoreError> {
     let rows: Vec<(String, String)> =
-        sqlx::query_as("SELECT scope, pod_time_json FROM pod_time_totals")
-            .fetch_all(&mut *conn)
+        db::query_as("SELECT scope, pod_time_json FROM pod_time_totals")
+            .fetch_all(conn)
             .await?;
     let mut totals = Totals::default();
     for (scope, json) in rows {
@@ -452,10 +445,10 @@ pub async fn totals(conn: &mut SqliteConnection) -> Result<Totals, StoreError> {
         }
     }
     let now = now_ms();
-    let open: Vec<AttemptClock> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let open: Vec<AttemptClock> = db::query_as(sqlx::AssertSqlSafe(format!(
         "{ATTEMPT_CLOCK} WHERE a.ended_at IS NULL"
     )))
-    .fetch_all(&mut *conn)
+    .fetch_all(conn)
     .await?;
     for clock in &open {
         let time = of_clock(conn, clock, now).await?;
@@ -468,8 +461,8 @@ pub async fn totals(conn: &mut SqliteConnection) -> Result<Totals, StoreError> {
             .add(&time);
     }
     let pods: Vec<(String, Option<String>, Option<i64>)> =
-        sqlx::query_as("SELECT name, ledger_state, ledger_since FROM pods")
-            .fetch_all(&mut *conn)
+        db::query_as("SELECT name, ledger_state, ledger_since FROM pods")
+            .fetch_all(conn)
             .await?;
     for (pod, state, since) in pods {
         let Some(since) = since else { continue };
@@ -493,12 +486,12 @@ pub async fn totals(conn: &mut SqliteConnection) -> Result<Totals, StoreError> {
 
 /// Pod time spent in attempts on pods of `accelerator`, and how many of those attempts were
 /// interrupted: the history behind the pod type's MTBF.
-pub async fn interruption_history<'e>(
-    db: impl SqliteExecutor<'e>,
+pub async fn interruption_history(
+    db: &mut Conn,
     accelerator: &str,
 ) -> Result<(f64, u64), StoreError> {
     let row: Option<(f64, i64)> =
-        sqlx::query_as("SELECT attempt_s, interruptions FROM pod_time_totals WHERE scope = ?")
+        db::query_as("SELECT attempt_s, interruptions FROM pod_time_totals WHERE scope = ?")
             .bind(format!("accelerator:{accelerator}"))
             .fetch_optional(db)
             .await?;
@@ -506,12 +499,9 @@ pub async fn interruption_history<'e>(
 }
 
 /// The save cost the run's trainer reported: its total blocking save time over its saves.
-pub async fn reported_save_cost<'e>(
-    db: impl SqliteExecutor<'e>,
-    job_id: &str,
-) -> Result<Option<f64>, StoreError> {
+pub async fn reported_save_cost(db: &mut Conn, job_id: &str) -> Result<Option<f64>, StoreError> {
     let reports: Vec<Option<String>> =
-        sqlx::query_scalar("SELECT trainer_phases_json FROM attempts WHERE job_id = ?")
+        db::query_scalar("SELECT trainer_phases_json FROM attempts WHERE job_id = ?")
             .bind(job_id)
             .fetch_all(db)
             .await?;

@@ -1,22 +1,21 @@
 //! Pods as their workers last described them.
 
+use super::db::{self, Conn};
 use podq_api::{PodDescription, Preflight};
-use sqlx::sqlite::SqliteConnection;
-use sqlx::SqlitePool;
 
 use super::pod_time::PodActivity;
 use super::{now_ms, StoreError};
 
 /// Writes the pod's description; answers the state and health it had before, if it was known.
 pub async fn upsert(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     pod: &str,
     desc: &PodDescription,
 ) -> Result<Option<(String, String)>, StoreError> {
     let before: Option<(String, String)> =
-        sqlx::query_as("SELECT state, health FROM pods WHERE name = ?")
+        db::query_as("SELECT state, health FROM pods WHERE name = ?")
             .bind(pod)
-            .fetch_optional(&mut *conn)
+            .fetch_optional(conn)
             .await?;
     let preflight = desc
         .preflight
@@ -24,7 +23,7 @@ pub async fn upsert(
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| StoreError::Corrupt(format!("preflight of pod {pod}: {e}")))?;
-    sqlx::query(
+    db::query(
         "INSERT INTO pods (name, accelerator, hosts, state, health, preflight_json, recovery, last_seen_at) \
          VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET \
          accelerator = excluded.accelerator, hosts = excluded.hosts, state = excluded.state, \
@@ -39,7 +38,7 @@ pub async fn upsert(
     .bind(preflight)
     .bind(&desc.recovery)
     .bind(now_ms())
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     // READY, healthy enough to take work and with nothing to wait for, or not.
     let usable = desc.state == "READY"
@@ -76,8 +75,8 @@ impl PodRow {
     }
 }
 
-pub async fn list(db: &SqlitePool) -> Result<Vec<PodRow>, StoreError> {
-    Ok(sqlx::query_as(
+pub async fn list(db: &mut Conn) -> Result<Vec<PodRow>, StoreError> {
+    Ok(db::query_as(
         "SELECT name, accelerator, hosts, state, health, preflight_json, recovery, last_seen_at \
          FROM pods ORDER BY name",
     )
@@ -85,8 +84,8 @@ pub async fn list(db: &SqlitePool) -> Result<Vec<PodRow>, StoreError> {
     .await?)
 }
 
-pub async fn count(db: &SqlitePool) -> Result<i64, StoreError> {
-    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM pods")
+pub async fn count(db: &mut Conn) -> Result<i64, StoreError> {
+    Ok(db::query_scalar("SELECT COUNT(*) FROM pods")
         .fetch_one(db)
         .await?)
 }

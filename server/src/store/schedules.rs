@@ -1,8 +1,7 @@
 //! Stored schedules: a cron expression and the submission body it runs.
 
+use super::db::{self, Conn};
 use podq_api::Schedule;
-use sqlx::sqlite::SqliteConnection;
-use sqlx::SqlitePool;
 use uuid::Uuid;
 
 use super::{ms_to_datetime, now_ms, parse_uuid, StoreError};
@@ -33,7 +32,8 @@ impl ScheduleRow {
     }
 }
 
-const COLUMNS: &str = "id, cron, body_json, enabled, next_run_at, last_run_at, created_at";
+const COLUMNS: &str =
+    "id, cron, body_json, (enabled <> 0) AS enabled, next_run_at, last_run_at, created_at";
 
 /// A new schedule.
 pub struct NewSchedule<'a> {
@@ -44,8 +44,8 @@ pub struct NewSchedule<'a> {
     pub next_run_at: Option<i64>,
 }
 
-pub async fn insert(conn: &mut SqliteConnection, new: &NewSchedule<'_>) -> Result<(), StoreError> {
-    sqlx::query(
+pub async fn insert(conn: &mut Conn, new: &NewSchedule<'_>) -> Result<(), StoreError> {
+    db::query(
         "INSERT INTO schedules (id, cron, body_json, enabled, next_run_at, created_at) \
          VALUES (?, ?, ?, ?, ?, ?)",
     )
@@ -55,22 +55,22 @@ pub async fn insert(conn: &mut SqliteConnection, new: &NewSchedule<'_>) -> Resul
     .bind(new.enabled)
     .bind(new.next_run_at)
     .bind(now_ms())
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }
 
-pub async fn get(conn: &mut SqliteConnection, id: Uuid) -> Result<Option<ScheduleRow>, StoreError> {
-    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+pub async fn get(conn: &mut Conn, id: Uuid) -> Result<Option<ScheduleRow>, StoreError> {
+    Ok(db::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM schedules WHERE id = ?"
     )))
     .bind(id.to_string())
-    .fetch_optional(&mut *conn)
+    .fetch_optional(conn)
     .await?)
 }
 
-pub async fn list(db: &SqlitePool) -> Result<Vec<ScheduleRow>, StoreError> {
-    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+pub async fn list(db: &mut Conn) -> Result<Vec<ScheduleRow>, StoreError> {
+    Ok(db::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM schedules ORDER BY created_at"
     )))
     .fetch_all(db)
@@ -78,18 +78,17 @@ pub async fn list(db: &SqlitePool) -> Result<Vec<ScheduleRow>, StoreError> {
 }
 
 /// Deletes a schedule; false when there was none.
-pub async fn delete(conn: &mut SqliteConnection, id: Uuid) -> Result<bool, StoreError> {
-    Ok(sqlx::query("DELETE FROM schedules WHERE id = ?")
+pub async fn delete(conn: &mut Conn, id: Uuid) -> Result<bool, StoreError> {
+    Ok(db::query("DELETE FROM schedules WHERE id = ?")
         .bind(id.to_string())
-        .execute(&mut *conn)
+        .execute(conn)
         .await?
-        .rows_affected()
         > 0)
 }
 
 /// Enabled schedules whose next firing is at or before `now`.
-pub async fn due(db: &SqlitePool, now: i64) -> Result<Vec<ScheduleRow>, StoreError> {
-    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+pub async fn due(db: &mut Conn, now: i64) -> Result<Vec<ScheduleRow>, StoreError> {
+    Ok(db::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM schedules WHERE enabled = 1 AND next_run_at <= ?"
     )))
     .bind(now)
@@ -98,16 +97,12 @@ pub async fn due(db: &SqlitePool, now: i64) -> Result<Vec<ScheduleRow>, StoreErr
 }
 
 /// Records a firing now and when the schedule fires next.
-pub async fn fired(
-    conn: &mut SqliteConnection,
-    id: &str,
-    next_run_at: Option<i64>,
-) -> Result<(), StoreError> {
-    sqlx::query("UPDATE schedules SET last_run_at = ?, next_run_at = ? WHERE id = ?")
+pub async fn fired(conn: &mut Conn, id: &str, next_run_at: Option<i64>) -> Result<(), StoreError> {
+    db::query("UPDATE schedules SET last_run_at = ?, next_run_at = ? WHERE id = ?")
         .bind(now_ms())
         .bind(next_run_at)
         .bind(id)
-        .execute(&mut *conn)
+        .execute(conn)
         .await?;
     Ok(())
 }

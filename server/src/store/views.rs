@@ -1,8 +1,7 @@
 //! The reads behind `GET /status` and `GET /plan`. Each reads only what is live (jobs on a
 //! pod or in the queue) or maintained totals, never the finished history.
 
-use sqlx::SqlitePool;
-
+use super::db::{self, Conn};
 use super::StoreError;
 
 /// A run that is on a pod or waiting for one, with its current attempt's progress.
@@ -31,13 +30,20 @@ macro_rules! active_run_select {
         concat!(
             "SELECT j.id, j.experiment, j.group_name, j.state, j.priority, j.attempts, j.est_hours, \
              j.last_step, j.total_steps, a.first_step, a.first_step_at, a.end_step, \
-             (SELECT group_concat(l.experiment, ',') FROM jobs l \
+             (SELECT string_agg(l.experiment, ',') FROM jobs l \
                 WHERE l.same_as = j.id AND l.link_cancelled = 0) AS linked \
              FROM jobs j ",
             $index,
             " LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt = j.attempts \
                AND a.ended_at IS NULL "
         )
+    };
+}
+
+macro_rules! progressed_queue_where {
+    () => {
+        "WHERE j.state = 'queued' AND j.same_as IS NULL AND j.last_step IS NOT NULL \
+         ORDER BY j.priority DESC, j.seq"
     };
 }
 
@@ -54,18 +60,21 @@ pub(crate) const RUNS_ON_PODS: &str = concat!(
 /// 0 ms through this index, measured on the bench's database).
 pub(crate) const PROGRESSED_QUEUE: &str = concat!(
     active_run_select!("INDEXED BY jobs_progressed_queue"),
-    "WHERE j.state = 'queued' AND j.same_as IS NULL AND j.last_step IS NOT NULL \
-     ORDER BY j.priority DESC, j.seq"
+    progressed_queue_where!()
 );
 
+/// PostgreSQL has no `INDEXED BY`; its planner keeps statistics and picks the partial index.
+pub(crate) const PROGRESSED_QUEUE_POSTGRES: &str =
+    concat!(active_run_select!(""), progressed_queue_where!());
+
 /// Runs on a pod, then queued runs that made progress.
-pub async fn active_runs(db: &SqlitePool) -> Result<Vec<ActiveRun>, StoreError> {
-    let mut runs: Vec<ActiveRun> = sqlx::query_as(RUNS_ON_PODS).fetch_all(db).await?;
-    runs.extend(
-        sqlx::query_as::<_, ActiveRun>(PROGRESSED_QUEUE)
-            .fetch_all(db)
-            .await?,
-    );
+pub async fn active_runs(db: &mut Conn) -> Result<Vec<ActiveRun>, StoreError> {
+    let mut runs: Vec<ActiveRun> = db::query_as(RUNS_ON_PODS).fetch_all(db).await?;
+    let progressed = match db.backend() {
+        db::Backend::Sqlite => PROGRESSED_QUEUE,
+        db::Backend::Postgres => PROGRESSED_QUEUE_POSTGRES,
+    };
+    runs.extend(db::query_as::<ActiveRun>(progressed).fetch_all(db).await?);
     Ok(runs)
 }
 
@@ -73,8 +82,8 @@ pub async fn active_runs(db: &SqlitePool) -> Result<Vec<ActiveRun>, StoreError> 
 /// kept by triggers (migration 0006), one row whatever the depth of the queue.
 pub(crate) const FRESH_QUEUE: &str = "SELECT n, hours FROM fresh_queue WHERE id = 1";
 
-pub async fn fresh_queue(db: &SqlitePool) -> Result<(i64, f64), StoreError> {
-    Ok(sqlx::query_as(FRESH_QUEUE).fetch_one(db).await?)
+pub async fn fresh_queue(db: &mut Conn) -> Result<(i64, f64), StoreError> {
+    Ok(db::query_as(FRESH_QUEUE).fetch_one(db).await?)
 }
 
 /// A job as the grant plan needs it, with its latest attempt that reported steps.
@@ -106,11 +115,8 @@ const PLAN_JOB: &str = "SELECT j.id, j.seq, j.experiment, j.group_name, j.state,
 
 /// The newest job of `experiment`, if it was ever submitted (an index seek, whatever the
 /// history).
-pub async fn newest_job_of(
-    db: &SqlitePool,
-    experiment: &str,
-) -> Result<Option<PlanJob>, StoreError> {
-    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+pub async fn newest_job_of(db: &mut Conn, experiment: &str) -> Result<Option<PlanJob>, StoreError> {
+    Ok(db::query_as(sqlx::AssertSqlSafe(format!(
         "{PLAN_JOB} WHERE j.id = (SELECT id FROM jobs WHERE experiment = ? ORDER BY seq DESC LIMIT 1)"
     )))
     .bind(experiment)
@@ -118,9 +124,9 @@ pub async fn newest_job_of(
     .await?)
 }
 
-pub async fn plan_job(db: &SqlitePool, id: &str) -> Result<Option<PlanJob>, StoreError> {
+pub async fn plan_job(db: &mut Conn, id: &str) -> Result<Option<PlanJob>, StoreError> {
     Ok(
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("{PLAN_JOB} WHERE j.id = ?")))
+        db::query_as(sqlx::AssertSqlSafe(format!("{PLAN_JOB} WHERE j.id = ?")))
             .bind(id)
             .fetch_optional(db)
             .await?,
@@ -129,11 +135,11 @@ pub async fn plan_job(db: &SqlitePool, id: &str) -> Result<Option<PlanJob>, Stor
 
 /// A run's attempts, preemptions and message.
 pub async fn attempt_counts(
-    db: &SqlitePool,
+    db: &mut Conn,
     id: &str,
 ) -> Result<(i64, i64, Option<String>), StoreError> {
     Ok(
-        sqlx::query_as("SELECT attempts, preemptions, message FROM jobs WHERE id = ?")
+        db::query_as("SELECT attempts, preemptions, message FROM jobs WHERE id = ?")
             .bind(id)
             .fetch_one(db)
             .await?,

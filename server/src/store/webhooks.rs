@@ -1,25 +1,23 @@
 //! The webhook table and the outbox of deliveries (migration 0005).
 
-use sqlx::sqlite::SqliteConnection;
-use sqlx::SqlitePool;
-
+use super::db::{self, Conn};
 use super::rows::EventRow;
 use super::{now_ms, StoreError};
 
 /// Makes the table match the configured receivers: adds new ones, updates their format and
 /// kinds, disables those no longer configured (their history stays). Answers each url's id.
 pub async fn sync(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     hooks: &[(String, String, Vec<String>)],
 ) -> Result<Vec<i64>, StoreError> {
-    sqlx::query("UPDATE webhooks SET enabled = 0")
-        .execute(&mut *conn)
+    db::query("UPDATE webhooks SET enabled = 0")
+        .execute(conn)
         .await?;
     let mut ids = Vec::with_capacity(hooks.len());
     for (url, format, kinds) in hooks {
         let kinds = serde_json::to_string(kinds)
             .map_err(|e| StoreError::Corrupt(format!("webhook kinds: {e}")))?;
-        let id: i64 = sqlx::query_scalar(
+        let id: i64 = db::query_scalar(
             "INSERT INTO webhooks (url, format, kinds_json, enabled) VALUES (?, ?, ?, 1) \
              ON CONFLICT (url) DO UPDATE SET format = excluded.format, \
              kinds_json = excluded.kinds_json, enabled = 1 RETURNING id",
@@ -27,7 +25,7 @@ pub async fn sync(
         .bind(url)
         .bind(format)
         .bind(kinds)
-        .fetch_one(&mut *conn)
+        .fetch_one(conn)
         .await?;
         ids.push(id);
     }
@@ -44,7 +42,7 @@ pub struct Pending {
     pub group: Option<String>,
 }
 
-pub async fn head(db: &SqlitePool, webhook: i64) -> Result<Option<Pending>, StoreError> {
+pub async fn head(db: &mut Conn, webhook: i64) -> Result<Option<Pending>, StoreError> {
     type Row = (
         i64,
         i64,
@@ -58,7 +56,7 @@ pub async fn head(db: &SqlitePool, webhook: i64) -> Result<Option<Pending>, Stor
         Option<String>,
         Option<String>,
     );
-    let row: Option<Row> = sqlx::query_as(
+    let row: Option<Row> = db::query_as(
         "SELECT o.id, o.attempts, o.next_attempt_at, e.id, e.at, e.job_id, e.pod, e.kind, \
          e.message, j.experiment, j.group_name FROM webhook_outbox o \
          JOIN events e ON e.id = o.event_id LEFT JOIN jobs j ON j.id = e.job_id \
@@ -88,32 +86,32 @@ pub async fn head(db: &SqlitePool, webhook: i64) -> Result<Option<Pending>, Stor
     ))
 }
 
-pub async fn delivered(conn: &mut SqliteConnection, delivery: i64) -> Result<(), StoreError> {
-    sqlx::query(
+pub async fn delivered(conn: &mut Conn, delivery: i64) -> Result<(), StoreError> {
+    db::query(
         "UPDATE webhook_outbox SET delivered_at = ?, attempts = attempts + 1, last_error = NULL \
          WHERE id = ?",
     )
     .bind(now_ms())
     .bind(delivery)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }
 
 pub async fn failed(
-    conn: &mut SqliteConnection,
+    conn: &mut Conn,
     delivery: i64,
     next_attempt_at: i64,
     error: &str,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    db::query(
         "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = ?, last_error = ? \
          WHERE id = ?",
     )
     .bind(next_attempt_at)
     .bind(error)
     .bind(delivery)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
     Ok(())
 }
@@ -133,9 +131,9 @@ pub struct WebhookRow {
     pub last_error: Option<String>,
 }
 
-pub async fn list(db: &SqlitePool) -> Result<Vec<WebhookRow>, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT w.id, w.url, w.format, w.kinds_json, w.enabled, \
+pub async fn list(db: &mut Conn) -> Result<Vec<WebhookRow>, StoreError> {
+    Ok(db::query_as(
+        "SELECT w.id, w.url, w.format, w.kinds_json, (w.enabled <> 0) AS enabled, \
          (SELECT COUNT(*) FROM webhook_outbox o WHERE o.webhook_id = w.id AND o.delivered_at IS NULL) AS pending, \
          (SELECT COUNT(*) FROM webhook_outbox o WHERE o.webhook_id = w.id AND o.delivered_at IS NOT NULL) AS delivered, \
          h.attempts AS head_attempts, h.last_error \
@@ -160,12 +158,12 @@ pub struct DeliveryRow {
 
 /// The newest deliveries (of one webhook, and only pending ones, if asked), newest first.
 pub async fn deliveries(
-    db: &SqlitePool,
+    db: &mut Conn,
     webhook: Option<i64>,
     pending_only: bool,
     limit: i64,
 ) -> Result<Vec<DeliveryRow>, StoreError> {
-    Ok(sqlx::query_as(
+    Ok(db::query_as(
         "SELECT o.id, o.webhook_id, o.event_id, e.kind, o.attempts, o.next_attempt_at, \
          o.delivered_at, o.last_error FROM webhook_outbox o JOIN events e ON e.id = o.event_id \
          WHERE (?1 IS NULL OR o.webhook_id = ?1) AND (?2 = 0 OR o.delivered_at IS NULL) \
