@@ -6,19 +6,12 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{experiments_dir, original_configs, Server, ServerOptions, PODQ};
+use common::{experiments_dir, original_configs, Server, ServerOptions, StoreKind, PODQ};
 use reqwest::Method;
 use serde_json::{json, Value};
 
 /// Row counts of every table: "nothing changed" means this is equal before and after.
 async fn table_counts(server: &Server) -> Vec<(String, i64)> {
-    use sqlx::ConnectOptions;
-    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(server.db())
-        .read_only(true)
-        .connect()
-        .await
-        .expect("open the database");
     let mut counts = Vec::new();
     for table in [
         "jobs",
@@ -30,15 +23,25 @@ async fn table_counts(server: &Server) -> Vec<(String, i64)> {
         "schedules",
         "idempotency_keys",
     ] {
-        let n: i64 =
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
-                .fetch_one(&mut conn)
-                .await
-                .expect("count");
-        counts.push((table.to_owned(), n));
+        counts.push((table.to_owned(), server.count_rows(table).await));
     }
     counts
 }
+
+on_both_stores!(
+    submitting_the_whole_suite_runs_each_training_config_once,
+    jobs_page_by_keyset_and_filters_name_their_total,
+    dry_run_answers_and_stores_nothing,
+    bad_input_gets_a_clear_error_and_changes_nothing,
+    validate_resolves_a_document_against_the_catalog,
+    idempotency_key_returns_the_first_answer,
+    cancel_requeue_and_priority,
+    acknowledged_submissions_survive_sigkill,
+    schedules_submit_when_their_cron_fires,
+    a_body_that_never_comes_is_answered_408_and_changes_nothing,
+    an_oversized_content_length_is_answered_413_before_any_body,
+    every_error_is_json_even_from_the_http_layers,
+);
 
 fn assert_error(status: u16, body: &Value, want_status: u16, want_code: &str) {
     assert_eq!(
@@ -56,9 +59,8 @@ fn assert_error(status: u16, body: &Value, want_status: u16, want_code: &str) {
     );
 }
 
-#[tokio::test]
-async fn submitting_the_whole_suite_runs_each_training_config_once() {
-    let server = Server::start().await;
+async fn submitting_the_whole_suite_runs_each_training_config_once(store: StoreKind) {
+    let server = Server::start_on(store).await;
     let (status, answer) = server.post("/jobs", json!({"all": true})).await;
     assert_eq!(status, 201, "{answer}");
     assert_eq!(answer["created"].as_array().unwrap().len(), 54, "{answer}");
@@ -129,9 +131,8 @@ async fn submitting_the_whole_suite_runs_each_training_config_once() {
     assert_eq!(status_json["jobs"]["queued"], 68);
 }
 
-#[tokio::test]
-async fn jobs_page_by_keyset_and_filters_name_their_total() {
-    let server = Server::start().await;
+async fn jobs_page_by_keyset_and_filters_name_their_total(store: StoreKind) {
+    let server = Server::start_on(store).await;
     let (status, _) = server.post("/jobs", json!({"all": true})).await;
     assert_eq!(status, 201);
     let mut seen = Vec::new();
@@ -190,9 +191,8 @@ async fn jobs_page_by_keyset_and_filters_name_their_total() {
     assert_eq!(negative["error"]["code"], "invalid_query");
 }
 
-#[tokio::test]
-async fn dry_run_answers_and_stores_nothing() {
-    let server = Server::start().await;
+async fn dry_run_answers_and_stores_nothing(store: StoreKind) {
+    let server = Server::start_on(store).await;
     let before = table_counts(&server).await;
     let (status, answer) = server
         .post(
@@ -213,9 +213,8 @@ async fn dry_run_answers_and_stores_nothing() {
     assert_eq!(table_counts(&server).await, before);
 }
 
-#[tokio::test]
-async fn bad_input_gets_a_clear_error_and_changes_nothing() {
-    let server = Server::start().await;
+async fn bad_input_gets_a_clear_error_and_changes_nothing(store: StoreKind) {
+    let server = Server::start_on(store).await;
     let (status, _) = server
         .post("/jobs", json!({"group": "exp07-precision"}))
         .await;
@@ -367,9 +366,8 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
     assert_eq!(table_counts(&server).await, after_cancel);
 }
 
-#[tokio::test]
-async fn validate_resolves_a_document_against_the_catalog() {
-    let server = Server::start().await;
+async fn validate_resolves_a_document_against_the_catalog(store: StoreKind) {
+    let server = Server::start_on(store).await;
     let doc = "defaults:\n  - /baseline\n  - override /arch: hidden256_heads4\n  - _self_\nrun_name: mine\nlr: 0.0002\n";
     let (status, answer) = server
         .send(Method::POST, "/experiments/validate", doc.into(), &[])
@@ -407,9 +405,8 @@ async fn validate_resolves_a_document_against_the_catalog() {
     assert!(answer.to_string().contains("unknown_option"), "{answer}");
 }
 
-#[tokio::test]
-async fn idempotency_key_returns_the_first_answer() {
-    let server = Server::start().await;
+async fn idempotency_key_returns_the_first_answer(store: StoreKind) {
+    let server = Server::start_on(store).await;
     let body = json!({"group": "exp08-ema"}).to_string();
     let headers = [("idempotency-key", "submit-ema-1")];
     let (status, first) = server
@@ -432,9 +429,8 @@ async fn idempotency_key_returns_the_first_answer() {
     assert_eq!(server.jobs().await.len(), 5);
 }
 
-#[tokio::test]
-async fn cancel_requeue_and_priority() {
-    let server = Server::start().await;
+async fn cancel_requeue_and_priority(store: StoreKind) {
+    let server = Server::start_on(store).await;
     server
         .post("/jobs", json!({"group": "exp07-precision"}))
         .await;
@@ -561,9 +557,8 @@ fn refuses_to_start_on_a_catalog_with_errors() {
     assert!(stderr.contains("podq validate --experiments"), "{stderr}");
 }
 
-#[tokio::test]
-async fn acknowledged_submissions_survive_sigkill() {
-    let mut server = Server::start().await;
+async fn acknowledged_submissions_survive_sigkill(store: StoreKind) {
+    let mut server = Server::start_on(store).await;
     let mut acknowledged = Vec::new();
     for group in [
         "exp01-model-scaling",
@@ -639,9 +634,8 @@ fn validate_cli_reports_both_layouts() {
     assert!(text.contains("exp10-position-encodings"), "{text}");
 }
 
-#[tokio::test]
-async fn schedules_submit_when_their_cron_fires() {
-    let server = Server::start().await;
+async fn schedules_submit_when_their_cron_fires(store: StoreKind) {
+    let server = Server::start_on(store).await;
     let (status, answer) = server
         .post(
             "/schedules",
@@ -738,9 +732,8 @@ fn raw_exchange(server: &Server, request: &str, within: Duration) -> (u16, Value
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
 
-#[tokio::test]
-async fn a_body_that_never_comes_is_answered_408_and_changes_nothing() {
-    let server = Server::start().await;
+async fn a_body_that_never_comes_is_answered_408_and_changes_nothing(store: StoreKind) {
+    let server = Server::start_on(store).await;
     let before = server.jobs().await.len();
     for path in ["/api/v1/jobs", "/api/v1/experiments/validate"] {
         let request = format!(
@@ -755,9 +748,8 @@ async fn a_body_that_never_comes_is_answered_408_and_changes_nothing() {
 
 /// A declared body over the limit is refused from its headers alone: `413`, not the `408`
 /// that waiting for a body that never comes would give.
-#[tokio::test]
-async fn an_oversized_content_length_is_answered_413_before_any_body() {
-    let server = Server::start().await;
+async fn an_oversized_content_length_is_answered_413_before_any_body(store: StoreKind) {
+    let server = Server::start_on(store).await;
     let before = server.jobs().await.len();
     for path in [
         "/api/v1/jobs",
@@ -786,9 +778,8 @@ async fn an_oversized_content_length_is_answered_413_before_any_body() {
     assert_eq!(server.jobs().await.len(), before);
 }
 
-#[tokio::test]
-async fn every_error_is_json_even_from_the_http_layers() {
-    let server = Server::start().await;
+async fn every_error_is_json_even_from_the_http_layers(store: StoreKind) {
+    let server = Server::start_on(store).await;
     // A method a path does not take.
     let (status, body) = raw_exchange(
         &server,
@@ -805,4 +796,61 @@ async fn every_error_is_json_even_from_the_http_layers() {
     );
     assert_eq!(status, 400);
     assert!(body["error"]["message"].is_string(), "{body}");
+}
+
+/// `podq server` with this `--database`: its exit code and what it said.
+fn start_on_database(url: &str) -> (Option<i32>, String) {
+    let output = Command::new(PODQ)
+        .args(["server", "--listen", "127.0.0.1:0", "--database", url])
+        .arg("--experiments")
+        .arg(experiments_dir())
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_database_url_that_cannot_work_stops_the_start_and_says_what_was_tried() {
+    // Nothing listens on port 1; the password must not show in what is printed.
+    let (code, stderr) = start_on_database("postgres://podq:hunter2@127.0.0.1:1/podq");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot open the database postgres://podq:***@127.0.0.1:1/podq"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    let (code, stderr) = start_on_database("mysql://127.0.0.1/podq");
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("neither a postgres:// nor a sqlite:// URL"),
+        "{stderr}"
+    );
+}
+
+/// A database a newer podq has migrated is refused, not written with an older schema.
+#[tokio::test]
+async fn a_database_with_a_newer_schema_is_refused() {
+    use sqlx::Connection;
+    let database = common::postgres::PostgresDatabase::create().await;
+    {
+        let server = Server::start_on_url(&database.url).await;
+        drop(server);
+    }
+    let mut conn = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from a newer podq', TRUE, '\\x00', 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let (code, stderr) = start_on_database(&database.url);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("migration 9999 was previously applied but is missing"),
+        "{stderr}"
+    );
 }

@@ -1,5 +1,5 @@
 //! Test harness: the real `podq` binary as server and worker processes, on port 0, with a
-//! temporary SQLite file, driven over HTTP.
+//! temporary SQLite file (or a fresh PostgreSQL database), driven over HTTP.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -14,6 +14,31 @@ pub mod gcs;
 pub mod postgres;
 
 pub const PODQ: &str = env!("CARGO_BIN_EXE_podq");
+
+/// Which store a test's server keeps its state in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    Sqlite,
+    Postgres,
+}
+
+/// Each `async fn name(store: StoreKind)` named becomes two tests, `name::sqlite` and
+/// `name::postgres` (the latter on `PODQ_TEST_DATABASE_URL`'s server).
+#[macro_export]
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name($crate::common::StoreKind::Sqlite).await
+            }
+            #[tokio::test]
+            async fn postgres() {
+                super::$name($crate::common::StoreKind::Postgres).await
+            }
+        }
+    )*};
+}
 
 pub fn experiments_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")
@@ -106,7 +131,8 @@ impl Default for ServerOptions {
     }
 }
 
-/// A podq server process with its own database in a temporary directory.
+/// A podq server process with its own database: a file in a temporary directory, or a fresh
+/// PostgreSQL database.
 pub struct Server {
     pub dir: tempfile::TempDir,
     pub url: String,
@@ -114,6 +140,7 @@ pub struct Server {
     pub client: reqwest::Client,
     options: ServerOptions,
     port: u16,
+    postgres: Option<postgres::PostgresDatabase>,
 }
 
 impl Server {
@@ -121,7 +148,31 @@ impl Server {
         Self::start_with(ServerOptions::default()).await
     }
 
+    pub async fn start_on(store: StoreKind) -> Server {
+        Self::start_with_on(ServerOptions::default(), store).await
+    }
+
     pub async fn start_with(options: ServerOptions) -> Server {
+        Self::start_with_on(options, StoreKind::Sqlite).await
+    }
+
+    /// A server on a PostgreSQL database the test made (and drops) itself.
+    pub async fn start_on_url(url: &str) -> Server {
+        let mut options = ServerOptions::default();
+        options.args.extend(["--database".into(), url.to_owned()]);
+        Self::start_with_on(options, StoreKind::Sqlite).await
+    }
+
+    pub async fn start_with_on(mut options: ServerOptions, store: StoreKind) -> Server {
+        let postgres = match store {
+            StoreKind::Sqlite => None,
+            StoreKind::Postgres => Some(postgres::PostgresDatabase::create().await),
+        };
+        if let Some(database) = &postgres {
+            options
+                .args
+                .extend(["--database".into(), database.url.clone()]);
+        }
         let dir = shared_tempdir();
         let (process, url) = spawn_server(dir.path(), 0, &options);
         let port = url
@@ -136,11 +187,41 @@ impl Server {
             client: reqwest::Client::new(),
             options,
             port,
+            postgres,
         }
     }
 
     pub fn db(&self) -> PathBuf {
         self.dir.path().join("podq.db")
+    }
+
+    /// How many rows `table` has, read straight from the server's database.
+    pub async fn count_rows(&self, table: &str) -> i64 {
+        use sqlx::{ConnectOptions, Connection};
+        let sql = sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}"));
+        match &self.postgres {
+            Some(database) => {
+                let mut conn = sqlx::PgConnection::connect(&database.url)
+                    .await
+                    .expect("connect to the database");
+                sqlx::query_scalar(sql)
+                    .fetch_one(&mut conn)
+                    .await
+                    .expect("count")
+            }
+            None => {
+                let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(self.db())
+                    .read_only(true)
+                    .connect()
+                    .await
+                    .expect("open the database");
+                sqlx::query_scalar(sql)
+                    .fetch_one(&mut conn)
+                    .await
+                    .expect("count")
+            }
+        }
     }
 
     /// SIGKILL: no shutdown, no flush, as a crash.

@@ -522,6 +522,28 @@ async fn run_batch(
     (finishers, Ok(()))
 }
 
+/// The fixed queries that run on every status, lease and dashboard call, as (what, SQL,
+/// ordered), for the tests that check each store reads them through an index. `ordered`: the
+/// rows must come in the index's order, not sorted after reading all of them (runs on pods
+/// are at most one per pod, so their sort costs nothing).
+pub fn hot_reads(backend: Backend) -> [(&'static str, &'static str, bool); 6] {
+    [
+        ("runs on pods", views::RUNS_ON_PODS, false),
+        (
+            "progressed queue",
+            match backend {
+                Backend::Sqlite => views::PROGRESSED_QUEUE,
+                Backend::Postgres => views::PROGRESSED_QUEUE_POSTGRES,
+            },
+            true,
+        ),
+        ("fresh queue", views::FRESH_QUEUE, false),
+        ("any leasable", leases::ANY_LEASABLE, false),
+        ("open attempts", goodput::OPEN_ATTEMPTS, false),
+        ("job events", jobs::JOB_EVENTS, false),
+    ]
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
@@ -636,16 +658,7 @@ mod plan_checks {
     #[tokio::test]
     async fn the_hot_reads_use_indexes() {
         let (store, _dir) = scratch_store().await;
-        // `ordered`: the rows come in the index's order, not sorted after reading all of
-        // them (runs on pods are at most one per pod, so their sort costs nothing).
-        let queries = [
-            ("runs on pods", super::views::RUNS_ON_PODS, false),
-            ("progressed queue", super::views::PROGRESSED_QUEUE, true),
-            ("fresh queue", super::views::FRESH_QUEUE, false),
-            ("any leasable", super::leases::ANY_LEASABLE, false),
-            ("open attempts", super::goodput::OPEN_ATTEMPTS, false),
-            ("job events", super::jobs::JOB_EVENTS, false),
-        ];
+        let queries = super::hot_reads(super::Backend::Sqlite);
         for (what, sql, ordered) in queries {
             let explain = format!("EXPLAIN QUERY PLAN {sql}");
             let mut query =
