@@ -101,6 +101,17 @@ async fn fixture_on(database: Database) -> Fixture {
     let catalog = Catalog::load(&config.experiments, &config.catalog);
     assert!(catalog.errors().is_empty(), "the repo's catalog loads");
     let store = Store::open_at(&config.location()).await.unwrap();
+    // A restarted fixture's PostgreSQL store may start as a standby while the previous one's
+    // connection (and lead lock) closes: it takes the lead within a second.
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        store
+            .role()
+            .wait_for(|role| *role == podq_server::store::Role::Active),
+    )
+    .await
+    .expect("the store takes the lead")
+    .unwrap();
     let config = Arc::new(config);
     let scheduler = Scheduler::load(store.clone(), Arc::new(catalog), config.clone())
         .await
@@ -429,7 +440,14 @@ async fn a_restarted_server_wakes_a_waiting_pod_for_every_backoff_that_ends(back
             .unwrap();
     }
     // Restart: both jobs are in backoff, nobody is told when they end but the reaper.
-    let Fixture { database, .. } = f;
+    let Fixture {
+        database,
+        scheduler,
+        store,
+        ..
+    } = f;
+    // A restarted server's predecessor is gone (on PostgreSQL, with its lead lock).
+    drop((scheduler, store));
     let f = fixture_on(database).await;
     let reaper = async {
         loop {

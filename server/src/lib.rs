@@ -66,8 +66,13 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
     let store = Store::open_at(&location)
         .await
         .with_context(|| format!("cannot open the database {location}"))?;
-    store::catalog::record(&store, &catalog).await?;
-    let receivers = webhooks::register(&store, &config.webhooks).await?;
+    // A standby records nothing: it does so when it takes the lead (`run_while_active`).
+    let receivers = if store.is_active() {
+        store::catalog::record(&store, &catalog).await?;
+        webhooks::register(&store, &config.webhooks).await?
+    } else {
+        Vec::new()
+    };
     let catalog = Arc::new(catalog);
     let config = Arc::new(config);
     let scheduler = Scheduler::load(store.clone(), catalog.clone(), config.clone()).await?;
@@ -81,7 +86,8 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
 }
 
 /// Serves the API on `listener` until `shutdown` is cancelled, with the background tasks
-/// (the lease reaper, the cron submissions) alongside.
+/// (the lease reaper, the cron submissions, webhook delivery) alongside while this server is
+/// the active one.
 pub async fn serve(
     state: AppState,
     listener: TcpListener,
@@ -91,14 +97,7 @@ pub async fn serve(
         shutdown: shutdown.clone(),
         ..state
     };
-    let reaper = tokio::spawn(state.scheduler.clone().run_reaper(shutdown.clone()));
-    let cron = tokio::spawn(state.scheduler.clone().run_schedules(shutdown.clone()));
-    let notices = tokio::spawn(webhooks::deliver(
-        state.scheduler.store().clone(),
-        state.webhooks.as_ref().clone(),
-        state.scheduler.telemetry().clone(),
-        shutdown.clone(),
-    ));
+    let leading = tokio::spawn(run_while_active(state.clone(), shutdown.clone()));
     let metrics = match state.config.metrics_listen {
         Some(listen) => {
             let listener = TcpListener::bind(listen)
@@ -121,11 +120,64 @@ pub async fn serve(
         .await
         .context("HTTP server failed")?;
     shutdown.cancel();
-    let _ = reaper.await;
-    let _ = cron.await;
-    let _ = notices.await;
+    let _ = leading.await;
     if let Some(metrics) = metrics {
         let _ = metrics.await;
     }
     Ok(())
+}
+
+/// Runs what must happen once among the servers sharing a database (the lease reaper, cron
+/// submissions, webhook delivery) while this server is the active one. Each time it becomes
+/// active after standing by, it first does what a restarted server does: records the
+/// catalog, registers the webhook receivers and re-derives the live leases from the database.
+async fn run_while_active(state: AppState, shutdown: CancellationToken) {
+    let store = state.scheduler.store().clone();
+    let mut role = store.role();
+    let mut receivers = (store.is_active()).then(|| state.webhooks.as_ref().clone());
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = role.wait_for(|r| *r == store::Role::Active) => if changed.is_err() { return },
+        }
+        let receivers = match receivers.take() {
+            Some(receivers) => receivers,
+            None => match take_over(&state).await {
+                Ok(receivers) => receivers,
+                Err(e) => {
+                    tracing::error!(error = %e, "took the lead but cannot take over; retrying");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+        };
+        let tasks = shutdown.child_token();
+        let reaper = tokio::spawn(state.scheduler.clone().run_reaper(tasks.clone()));
+        let cron = tokio::spawn(state.scheduler.clone().run_schedules(tasks.clone()));
+        let notices = tokio::spawn(webhooks::deliver(
+            store.clone(),
+            receivers,
+            state.scheduler.telemetry().clone(),
+            tasks.clone(),
+        ));
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = role.wait_for(|r| *r == store::Role::Standby) => {}
+        }
+        state.scheduler.stand_by();
+        tasks.cancel();
+        let _ = tokio::join!(reaper, cron, notices);
+        if shutdown.is_cancelled() {
+            return;
+        }
+    }
+}
+
+async fn take_over(state: &AppState) -> anyhow::Result<Vec<webhooks::Receiver>> {
+    let store = state.scheduler.store();
+    store::catalog::record(store, &state.catalog).await?;
+    let receivers = webhooks::register(store, &state.config.webhooks).await?;
+    state.scheduler.take_over().await?;
+    tracing::info!("took over: the live leases are re-derived from the database");
+    Ok(receivers)
 }

@@ -30,7 +30,7 @@ pub struct PriorityArgs {
 }
 
 pub async fn cancel(args: JobArg) -> anyhow::Result<ExitCode> {
-    let client = Client::new(&args.address);
+    let client = Client::connect(&args.address).await;
     let job: Job = client
         .json(client.request(Method::POST, &format!("/jobs/{}/cancel", encode(&args.job))))
         .await?;
@@ -44,7 +44,7 @@ pub async fn cancel(args: JobArg) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn requeue(args: JobArg) -> anyhow::Result<ExitCode> {
-    let client = Client::new(&args.address);
+    let client = Client::connect(&args.address).await;
     let job: Job = client
         .json(client.request(
             Method::POST,
@@ -61,7 +61,7 @@ pub async fn requeue(args: JobArg) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn priority(args: PriorityArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(&args.address);
+    let client = Client::connect(&args.address).await;
     let job: Job = client
         .json(
             client

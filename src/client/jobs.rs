@@ -80,7 +80,7 @@ pub struct LogsArgs {
 }
 
 pub async fn jobs(args: JobsArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(&args.address);
+    let client = Client::connect(&args.address).await;
     let mut query: Vec<(&str, String)> = Vec::new();
     for (key, value) in [
         ("state", &args.state),
@@ -189,7 +189,7 @@ async fn detail(client: &Client, job: &str) -> anyhow::Result<JobDetail> {
 }
 
 pub async fn job(args: JobArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(&args.address);
+    let client = Client::connect(&args.address).await;
     let detail = detail(&client, &args.job).await?;
     if args.json {
         emit_line!("{}", serde_json::to_string_pretty(&detail)?);
@@ -376,7 +376,7 @@ fn hours(seconds: f64) -> String {
 }
 
 pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(&args.address);
+    let client = Client::connect(&args.address).await;
     let mut query: Vec<(&str, String)> = vec![("host", args.host.clone())];
     for (key, value) in [("since", &args.since), ("grep", &args.grep)] {
         if let Some(value) = value {

@@ -42,7 +42,8 @@ pub use submit::{status, submit, StatusArgs, SubmitArgs};
 /// follow a subcommand (`podq plan apply --token ...`).
 #[derive(Args, Clone)]
 pub struct ServerAddress {
-    /// The podq server's base URL.
+    /// The podq server's base URL; several, separated by commas, when a standby shares the
+    /// active server's database (podq asks the one that is ready).
     #[arg(
         long,
         env = "PODQ_SERVER",
@@ -64,11 +65,16 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(address: &ServerAddress) -> Client {
+    /// A client of the server `address` names: of several, the first whose `/readyz`
+    /// answers 200 (the active one), else the first.
+    pub async fn connect(address: &ServerAddress) -> Client {
+        let http = reqwest::Client::new();
+        let servers = podq_worker::client::server_list(&address.server);
+        let server = ready_server(&http, &servers).await;
         Client {
-            base: format!("{}/api/v1", address.server.trim_end_matches('/')),
+            base: format!("{server}/api/v1"),
             token: address.token.clone().filter(|t| !t.is_empty()),
-            http: reqwest::Client::new(),
+            http,
         }
     }
 
@@ -117,6 +123,25 @@ impl Client {
         let body = response.text().await.unwrap_or_default();
         Err(ServerError::from_answer(status, &body).into())
     }
+}
+
+async fn ready_server(http: &reqwest::Client, servers: &[String]) -> String {
+    let first = servers.first().cloned().unwrap_or_default();
+    if servers.len() < 2 {
+        return first;
+    }
+    for server in servers {
+        let ready = http
+            .get(format!("{server}/readyz"))
+            .timeout(std::time::Duration::from_secs(2))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ready {
+            return server.clone();
+        }
+    }
+    first
 }
 
 /// Writes `text` to stdout. A reader that went away (`podq jobs --all | head`) is no

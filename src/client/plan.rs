@@ -62,7 +62,7 @@ enum GrantAction {
 }
 
 pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(&args.address);
+    let client = Client::connect(&args.address).await;
     let query: Vec<(&str, String)> = args
         .deadline
         .map(|d| ("deadline", d.to_rfc3339()))
@@ -132,7 +132,7 @@ fn describe_applied(applied: &PlanApplied) -> String {
 }
 
 pub async fn grant(args: GrantArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(&args.address);
+    let client = Client::connect(&args.address).await;
     let grant: Option<Grant> = match args.action {
         None => client.json(client.request(Method::GET, "/grant")).await?,
         Some(GrantAction::Set {

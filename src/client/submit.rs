@@ -55,7 +55,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
             "name what to submit: --group <name>, --group all, or --experiment <name>"
         ),
     }
-    let client = Client::new(&args.address);
+    let client = Client::connect(&args.address).await;
     let answer: SubmitResponse = client
         .json(client.request(Method::POST, "/jobs").json(&req))
         .await?;
@@ -103,7 +103,7 @@ fn describe(answer: &SubmitResponse) -> String {
 }
 
 pub async fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(&args.address);
+    let client = Client::connect(&args.address).await;
     emit_text!(
         "{}",
         client.text(client.request(Method::GET, "/status")).await?

@@ -38,7 +38,9 @@ pub struct WorkerArgs {
     /// A YAML config file; flags and PODQ_* variables override what it says.
     #[arg(long, env = "PODQ_WORKER_CONFIG")]
     pub config: Option<PathBuf>,
-    /// The podq server [default: http://127.0.0.1:8080].
+    /// The podq server [default: http://127.0.0.1:8080]; several, separated by commas, when
+    /// a standby shares the active server's database (the worker moves to the one that
+    /// answers).
     #[arg(long, env = "PODQ_SERVER")]
     pub server: Option<String>,
     /// The worker token.
@@ -461,11 +463,16 @@ fn check_agent_address(listen: std::net::SocketAddr, url: Option<&str>) -> anyho
     Ok(())
 }
 
-fn is_loopback(server: &str) -> bool {
-    url::Url::parse(server)
-        .ok()
-        .and_then(|u| u.host_str().map(str::to_owned))
-        .is_some_and(|h| h == "localhost" || h == "127.0.0.1" || h == "[::1]")
+/// Whether every server named (comma-separated) is on this machine.
+fn is_loopback(servers: &str) -> bool {
+    let servers = crate::client::server_list(servers);
+    !servers.is_empty()
+        && servers.iter().all(|server| {
+            url::Url::parse(server)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned))
+                .is_some_and(|h| h == "localhost" || h == "127.0.0.1" || h == "[::1]")
+        })
 }
 
 #[cfg(test)]

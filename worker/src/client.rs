@@ -1,6 +1,8 @@
 //! The worker's side of the worker protocol. Every call is retried with backoff while the
 //! server cannot be reached or answers 5xx, so a server restart costs nothing but time.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use podq_api::{
@@ -30,7 +32,11 @@ pub enum CallError {
 #[derive(Clone)]
 pub struct ServerClient {
     http: reqwest::Client,
-    base: String,
+    /// Every server address given, each ending in the API prefix: one is active, the others
+    /// standbys that answer 503 (issue 20). Calls go to `current` and move to the next
+    /// address when it cannot be reached or answers 5xx.
+    bases: Arc<Vec<String>>,
+    current: Arc<AtomicUsize>,
     token: Option<String>,
     shutdown: CancellationToken,
 }
@@ -38,15 +44,36 @@ pub struct ServerClient {
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 impl ServerClient {
-    pub fn new(base: &str, token: Option<String>, shutdown: CancellationToken) -> Self {
+    /// `servers`: one address, or several separated by commas.
+    pub fn new(servers: &str, token: Option<String>, shutdown: CancellationToken) -> Self {
+        let bases = server_list(servers)
+            .into_iter()
+            .map(|base| format!("{base}{}", podq_api::API_PREFIX))
+            .collect();
         ServerClient {
             http: reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(5))
                 .build()
                 .expect("an HTTP client with default TLS settings"),
-            base: format!("{}{}", base.trim_end_matches('/'), podq_api::API_PREFIX),
+            bases: Arc::new(bases),
+            current: Arc::new(AtomicUsize::new(0)),
             token,
             shutdown,
+        }
+    }
+
+    fn base(&self) -> &str {
+        &self.bases[self.current.load(Ordering::Relaxed) % self.bases.len()]
+    }
+
+    /// After a failed call to `base`: the next address, unless another call moved on already.
+    fn move_on_from(&self, base: &str) {
+        if self.bases.len() > 1 && self.base() == base {
+            let next = self.current.fetch_add(1, Ordering::Relaxed) + 1;
+            tracing::info!(
+                server = %self.bases[next % self.bases.len()],
+                "trying the next server"
+            );
         }
     }
 
@@ -58,9 +85,10 @@ impl ServerClient {
         body: &B,
         timeout: Duration,
     ) -> Result<Option<T>, CallError> {
-        let url = format!("{}{path}", self.base);
         let mut delay = Duration::from_millis(100);
         loop {
+            let base = self.base().to_owned();
+            let url = format!("{base}{path}");
             let mut request = self.http.post(&url).json(body).timeout(timeout);
             if let Some(token) = &self.token {
                 request = request.bearer_auth(token);
@@ -99,6 +127,9 @@ impl ServerClient {
                     tracing::debug!(%url, error = %e, "server unreachable; retrying");
                 }
             }
+            // A standby answers 503 and a dead server nothing: another address may be the
+            // active one. With one address this is a plain retry.
+            self.move_on_from(&base);
             self.pause(&mut delay).await?;
         }
     }
@@ -215,4 +246,13 @@ impl ServerClient {
             message: "empty finish answer".into(),
         })
     }
+}
+
+/// The addresses in `servers` (separated by commas), without trailing slashes.
+pub fn server_list(servers: &str) -> Vec<String> {
+    servers
+        .split(',')
+        .map(|s| s.trim().trim_end_matches('/').to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
 }

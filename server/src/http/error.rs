@@ -40,6 +40,18 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", what)
     }
 
+    /// A write (or a worker call) sent to a standby server: another server is active on the
+    /// same database, and clients given both addresses move to it.
+    pub fn standby() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "standby",
+            "this server is a standby: another podq server is active on this database; \
+             send writes and worker calls there (clients given several --server addresses move \
+             on by themselves); nothing was changed",
+        )
+    }
+
     pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, code, message)
     }
@@ -58,6 +70,7 @@ impl From<StoreFailure> for ApiError {
                 "internal",
                 "the server failed unexpectedly; nothing was changed; an operator must look at its log",
             ),
+            StoreFailure::Standby => ApiError::standby(),
             StoreFailure::Unavailable => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_unavailable",

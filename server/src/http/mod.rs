@@ -14,6 +14,7 @@ mod openapi;
 mod plan;
 mod pod_time;
 mod schedules;
+mod standby;
 mod state;
 mod status;
 mod stream;
@@ -53,6 +54,10 @@ pub fn router(state: AppState) -> Router {
             trace::observe,
         ))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            standby::refuse_unless_active,
+        ))
         .layer(Extension(openapi::Document::new(document, &state.catalog)))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         // A client that announces a body and does not send it must not hold a task open.
@@ -97,9 +102,14 @@ fn documented(state: &AppState) -> OpenApiRouter<AppState> {
         .merge(metrics::routes())
 }
 
+/// 200 when this server answers everything; 503 `standby` when another server sharing its
+/// database is active; 503 `store_unavailable` when the database does not answer.
 async fn readyz(
     axum::extract::State(state): axum::extract::State<AppState>,
 ) -> Result<&'static str, error::ApiError> {
+    if state.scheduler.role() == crate::store::Role::Standby {
+        return Err(error::ApiError::standby());
+    }
     tokio::time::timeout(Duration::from_secs(2), state.scheduler.ping())
         .await
         .map_err(|_| {

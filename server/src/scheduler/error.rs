@@ -138,6 +138,8 @@ pub enum StoreFailure {
     Internal,
     /// The database could not answer now: nothing was changed, try again.
     Unavailable,
+    /// This server is a standby: nothing was changed, ask the active one.
+    Standby,
 }
 
 /// Classifies `e` and logs it once, at the level it deserves.
@@ -151,6 +153,7 @@ pub fn store_failure(e: &StoreError) -> StoreFailure {
             tracing::error!(alarm = true, error = %e, "internal store failure");
             StoreFailure::Internal
         }
+        StoreError::Standby => StoreFailure::Standby,
         StoreError::Database(_) | StoreError::WriterStopped => {
             tracing::error!(error = %e, "store failure");
             StoreFailure::Unavailable

@@ -73,6 +73,16 @@ impl LiveLeases {
         })
     }
 
+    /// Replaces the table with the leases the database holds live, each with a fresh TTL:
+    /// what a server that takes over from another starts from. The pods' last descriptions
+    /// are forgotten, so each is written again when it next reports.
+    pub fn reload(&self, rows: Vec<LiveRow>) -> Result<(), StoreError> {
+        let fresh = LiveLeases::new(rows, self.ttl)?;
+        *self.lock() = fresh.leases.into_inner().unwrap_or_else(|e| e.into_inner());
+        self.pods().clear();
+        Ok(())
+    }
+
     pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, LiveLease>> {
         self.leases.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -56,6 +56,9 @@ pub struct Scheduler {
     telemetry: Arc<Telemetry>,
     /// Status, the grant line and the default plan, made once per commit.
     read_cache: ReadCaches,
+    /// Whether this server serves as the active one: its store leads and it has taken over
+    /// (the live leases are loaded). Worker calls are refused until then.
+    serving: std::sync::atomic::AtomicBool,
 }
 
 struct ReadCaches {
@@ -80,21 +83,15 @@ impl Scheduler {
         config: Arc<ServerConfig>,
     ) -> Result<Scheduler> {
         let store_instruments = store.instruments();
-        let live = LiveLeases::new(
-            store::leases::live(&mut store.read().await?).await?,
-            config.lease_ttl,
-        )?;
+        let live = LiveLeases::new(Vec::new(), config.lease_ttl)?;
         let waiters = wake::LeaseWaiters::default();
-        for (accelerator, at) in store::leases::backoff_ends(&mut store.read().await?).await? {
-            waiters.leasable_at(&accelerator, at);
-        }
         let commits = store.commits();
         let read_cache = ReadCaches {
             queue: read_cache::ReadCache::new(commits.clone()),
             grant: read_cache::ReadCache::new(commits.clone()),
             plan: read_cache::ReadCache::new(commits),
         };
-        Ok(Scheduler {
+        let scheduler = Scheduler {
             read_cache,
             store,
             catalog,
@@ -104,7 +101,42 @@ impl Scheduler {
             started_at: chrono::Utc::now(),
             progress: tokio::sync::broadcast::channel(256).0,
             telemetry: Arc::new(Telemetry::new(store_instruments)),
-        })
+            serving: std::sync::atomic::AtomicBool::new(false),
+        };
+        if scheduler.store.is_active() {
+            scheduler.take_over().await?;
+        }
+        Ok(scheduler)
+    }
+
+    /// What a server does when it becomes the active one, at start or when it takes over
+    /// from another: the leases the database holds live get a fresh TTL (their workers carry
+    /// on with the same lease), and the pending backoffs are armed. A standby's table stays
+    /// empty: it answers no worker calls.
+    pub async fn take_over(&self) -> Result<()> {
+        let mut conn = self.store.read().await?;
+        self.live.reload(store::leases::live(&mut conn).await?)?;
+        for (accelerator, at) in store::leases::backoff_ends(&mut conn).await? {
+            self.waiters.leasable_at(&accelerator, at);
+        }
+        self.serving
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// After the store lost the lead: worker calls are refused until the next take-over.
+    pub fn stand_by(&self) {
+        self.serving
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Active (the store leads and this server has taken over) or standby.
+    pub fn role(&self) -> store::Role {
+        if self.store.is_active() && self.serving.load(std::sync::atomic::Ordering::SeqCst) {
+            store::Role::Active
+        } else {
+            store::Role::Standby
+        }
     }
 
     pub fn telemetry(&self) -> &Arc<Telemetry> {

@@ -66,7 +66,35 @@ pub enum StoreError {
     Corrupt(String),
     #[error("{0}")]
     BadLocation(String),
+    /// Another server holds the database's lead: this one answers reads only.
+    #[error("this server is a standby: another podq server is active on this database")]
+    Standby,
 }
+
+/// Whether this server is the one that writes. A SQLite store is always active; servers
+/// sharing one PostgreSQL database elect one by an advisory lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Active,
+    Standby,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Active => "active",
+            Role::Standby => "standby",
+        }
+    }
+}
+
+/// The session-level advisory lock that podq servers sharing one PostgreSQL database try; the
+/// one holding it is active. Held on the writer's own connection, so whoever can write holds
+/// it, and a server whose connection dies stops writing when it loses the lock
+/// (<https://www.postgresql.org/docs/15/explicit-locking.html#ADVISORY-LOCKS>). "podq" in ASCII.
+const LEAD_LOCK: i64 = 0x706f_6471;
+/// How often a standby tries to take the lead.
+const STANDBY_RETRY: Duration = Duration::from_secs(1);
 
 /// Where the store lives: a SQLite file, or a PostgreSQL database.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,7 +169,14 @@ type RunOp = Box<dyn for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, bool> + Send>
 /// could not start), and answers the caller.
 struct WriteOp {
     run: RunOp,
-    finish: Box<dyn FnOnce(Result<(), String>) + Send>,
+    finish: Finisher,
+}
+
+/// Why a write was not committed.
+#[derive(Clone, Debug)]
+enum WriteFailure {
+    Commit(String),
+    Standby,
 }
 
 #[derive(Clone)]
@@ -157,6 +192,7 @@ pub struct Store {
     writer: mpsc::Sender<WriteOp>,
     /// Counts committed write transactions, so readers can wait for news instead of polling.
     commits: watch::Receiver<u64>,
+    role: watch::Receiver<Role>,
     instruments: WriterInstruments,
 }
 
@@ -230,69 +266,77 @@ impl Store {
             .await?;
         Ok(Store::start(
             Readers::Sqlite(readers),
-            writer,
-            None,
-            MAX_GROUP_COMMIT_SQLITE,
+            Writer {
+                conn: writer,
+                lead: None,
+                max_group_commit: MAX_GROUP_COMMIT_SQLITE,
+            },
+            Role::Active,
         ))
     }
 
+    /// Opens a PostgreSQL store. The server that takes the lead lock migrates the database
+    /// and writes; any other becomes a standby that answers reads and takes the lead when it
+    /// is free (see [`Role`]).
     async fn open_postgres(url: &str) -> Result<Store, StoreError> {
         let base = PgConnectOptions::from_str(url)?.disable_statement_logging();
-        let mut writer = base
-            .clone()
-            .options([("synchronous_commit", "on")])
-            .connect()
-            .await?;
-        sqlx::migrate!("../migrations/postgres")
-            .run(&mut writer)
-            .await?;
-        let mut writer = Conn::Postgres(writer);
-        settle_history(&mut writer).await?;
+        let writer_options = base.clone().options([("synchronous_commit", "on")]);
+        let mut writer = Conn::Postgres(writer_options.clone().connect().await?);
+        let role = if take_lead(&mut writer).await? {
+            prepare_to_lead(&mut writer).await?;
+            Role::Active
+        } else {
+            tracing::info!("another podq server is active on this database: standing by");
+            Role::Standby
+        };
         let readers = PgPoolOptions::new()
             .max_connections(READERS)
             .min_connections(1)
-            .connect_with(
-                base.clone()
-                    .options([("default_transaction_read_only", "on")]),
-            )
+            .connect_with(base.options([("default_transaction_read_only", "on")]))
             .await?;
-        let reconnect: Reconnect = Box::new(move || {
-            let options = base.clone().options([("synchronous_commit", "on")]);
+        let connect: Reconnect = Box::new(move || {
+            let options = writer_options.clone();
             async move { Ok(Conn::Postgres(options.connect().await?)) }.boxed()
         });
         Ok(Store::start(
             Readers::Postgres(readers),
-            writer,
-            Some(reconnect),
-            MAX_GROUP_COMMIT_POSTGRES,
+            Writer {
+                conn: writer,
+                lead: Some(connect),
+                max_group_commit: MAX_GROUP_COMMIT_POSTGRES,
+            },
+            role,
         ))
     }
 
-    fn start(
-        readers: Readers,
-        writer: Conn,
-        reconnect: Option<Reconnect>,
-        max_group_commit: usize,
-    ) -> Store {
+    fn start(readers: Readers, writer: Writer, role: Role) -> Store {
         let (tx, rx) = mpsc::channel(4096);
         let (committed, commits) = watch::channel(0);
+        let (role_tx, role_rx) = watch::channel(role);
         let instruments = WriterInstruments::default();
         tokio::spawn(run_writer(
-            Writer {
-                conn: writer,
-                reconnect,
-                max_group_commit,
-            },
+            writer,
             rx,
             committed,
+            role_tx,
             instruments.clone(),
         ));
         Store {
             readers,
             writer: tx,
             commits,
+            role: role_rx,
             instruments,
         }
+    }
+
+    /// Active or standby, now and as it changes.
+    pub fn role(&self) -> watch::Receiver<Role> {
+        self.role.clone()
+    }
+
+    pub fn is_active(&self) -> bool {
+        *self.role.borrow() == Role::Active
     }
 
     pub fn backend(&self) -> Backend {
@@ -362,9 +406,10 @@ impl Store {
             finish: Box::new(move |commit| {
                 let result = slot.lock().expect("write slot").take();
                 let answer = match (commit, result) {
+                    (Err(WriteFailure::Standby), _) => Err(E::from(StoreError::Standby)),
                     (_, Some(Err(e))) => Err(e),
                     (Ok(()), Some(Ok(value))) => Ok(value),
-                    (Err(message), _) => Err(E::commit_failed(message)),
+                    (Err(WriteFailure::Commit(message)), _) => Err(E::commit_failed(message)),
                     (Ok(()), None) => Err(E::from(StoreError::WriterStopped)),
                 };
                 let _ = answer_tx.send(answer);
@@ -423,9 +468,32 @@ async fn settle_history(writer: &mut Conn) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Takes the lead lock if it is free; never waits for it.
+async fn take_lead(conn: &mut Conn) -> Result<bool, sqlx::Error> {
+    db::query_scalar::<bool>("SELECT pg_try_advisory_lock(?)")
+        .bind(LEAD_LOCK)
+        .fetch_one(conn)
+        .await
+}
+
+/// What the active server does once before it writes: bring the schema up to date (a
+/// database a newer podq migrated is refused) and settle history older versions left.
+async fn prepare_to_lead(conn: &mut Conn) -> Result<(), StoreError> {
+    if let Conn::Postgres(c) = conn {
+        // `run_direct`, not `run`: its generic `Acquire` bound makes the future not `Send`
+        // for every lifetime, which the writer task needs.
+        sqlx::migrate!("../migrations/postgres")
+            .run_direct(None, c, false)
+            .await?;
+    }
+    settle_history(conn).await
+}
+
 struct Writer {
     conn: Conn,
-    reconnect: Option<Reconnect>,
+    /// How to reach the database again and take the lead (PostgreSQL only: a SQLite file
+    /// has one writer by construction).
+    lead: Option<Reconnect>,
     max_group_commit: usize,
 }
 
@@ -433,18 +501,34 @@ async fn run_writer(
     mut writer: Writer,
     mut rx: mpsc::Receiver<WriteOp>,
     committed: watch::Sender<u64>,
+    role: watch::Sender<Role>,
     instruments: WriterInstruments,
 ) {
     let mut batch = Vec::with_capacity(writer.max_group_commit);
-    while rx.recv_many(&mut batch, writer.max_group_commit).await > 0 {
+    loop {
+        if *role.borrow() == Role::Standby {
+            if !writer.stand_by(&mut rx, &committed).await {
+                break;
+            }
+            tracing::info!("took the lead: this server is now the active one");
+            role.send_replace(Role::Active);
+        }
+        if rx.recv_many(&mut batch, writer.max_group_commit).await == 0 {
+            break;
+        }
         instruments.queue.set(rx.len() as i64);
         instruments.batch.observe(batch.len() as f64);
         let (finishers, commit) = run_batch(&mut writer.conn, batch.drain(..)).await;
         match &commit {
             Ok(()) => committed.send_modify(|n| *n = n.wrapping_add(1)),
-            Err(message) => {
-                tracing::error!(error = %message, "write transaction failed");
-                writer.recover().await;
+            Err(failure) => {
+                tracing::error!(error = ?failure, "write transaction failed");
+                if !writer.still_leads().await {
+                    tracing::error!(
+                        "lost the database connection and with it the lead: standing by"
+                    );
+                    role.send_replace(Role::Standby);
+                }
             }
         }
         for finish in finishers {
@@ -459,32 +543,92 @@ async fn run_writer(
 }
 
 impl Writer {
-    /// After a failed transaction: a PostgreSQL connection that no longer answers is
-    /// replaced, so that one network blip does not stop every later write.
-    async fn recover(&mut self) {
-        let Some(reconnect) = &self.reconnect else {
-            return;
+    /// After a failed transaction: whether this server still holds the lead. A SQLite store
+    /// always does. A PostgreSQL connection that still answers still holds its session's
+    /// lock; one that broke lost it, and a new one must take it again, which fails if a
+    /// standby took it meanwhile.
+    async fn still_leads(&mut self) -> bool {
+        let Some(connect) = &self.lead else {
+            return true;
         };
         if self.conn.batch("SELECT 1").await.is_ok() {
-            return;
+            return true;
         }
-        match reconnect().await {
-            Ok(conn) => {
-                tracing::warn!("the writer's database connection broke; reconnected");
-                self.conn = conn;
+        match connect().await {
+            Ok(conn) => self.conn = conn,
+            Err(e) => {
+                tracing::error!(error = %e, "the writer cannot reconnect to its database");
+                return false;
             }
-            Err(e) => tracing::error!(error = %e, "the writer cannot reconnect to its database"),
+        }
+        match take_lead(&mut self.conn).await {
+            Ok(true) => {
+                tracing::warn!("the writer's connection broke; reconnected and kept the lead");
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Refuses writes until this server takes the lead (true), or the store is dropped
+    /// (false). Meanwhile the commit counter moves every second, so reads cached against it
+    /// follow what the active server writes.
+    async fn stand_by(
+        &mut self,
+        rx: &mut mpsc::Receiver<WriteOp>,
+        committed: &watch::Sender<u64>,
+    ) -> bool {
+        let Some(connect) = &self.lead else {
+            return true;
+        };
+        let mut tick = tokio::time::interval(STANDBY_RETRY);
+        loop {
+            tokio::select! {
+                op = rx.recv() => match op {
+                    Some(op) => (op.finish)(Err(WriteFailure::Standby)),
+                    None => return false,
+                },
+                _ = tick.tick() => {
+                    committed.send_modify(|n| *n = n.wrapping_add(1));
+                    if self.conn.batch("SELECT 1").await.is_err() {
+                        match connect().await {
+                            Ok(conn) => self.conn = conn,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "a standby cannot reach its database");
+                                continue;
+                            }
+                        }
+                    }
+                    match take_lead(&mut self.conn).await {
+                        Ok(true) => match prepare_to_lead(&mut self.conn).await {
+                            Ok(()) => return true,
+                            Err(e) => {
+                                tracing::error!(
+                                    error = %e,
+                                    "took the lead but cannot prepare the database; letting it go"
+                                );
+                                let _ = db::query("SELECT pg_advisory_unlock(?)")
+                                    .bind(LEAD_LOCK)
+                                    .execute(&mut self.conn)
+                                    .await;
+                            }
+                        },
+                        Ok(false) => {}
+                        Err(e) => tracing::warn!(error = %e, "a standby cannot try the lead"),
+                    }
+                }
+            }
         }
     }
 }
 
-type Finisher = Box<dyn FnOnce(Result<(), String>) + Send>;
+type Finisher = Box<dyn FnOnce(Result<(), WriteFailure>) + Send>;
 
 /// Runs one group of writes in a single transaction and says whether it committed.
 async fn run_batch(
     conn: &mut Conn,
     ops: impl Iterator<Item = WriteOp>,
-) -> (Vec<Finisher>, Result<(), String>) {
+) -> (Vec<Finisher>, Result<(), WriteFailure>) {
     let mut finishers = Vec::new();
     let mut pending = Vec::new();
     for op in ops {
@@ -501,7 +645,9 @@ async fn run_batch(
         let _ = conn.batch("ROLLBACK").await;
         return (
             finishers,
-            Err(format!("could not begin a write transaction: {e}")),
+            Err(WriteFailure::Commit(format!(
+                "could not begin a write transaction: {e}"
+            ))),
         );
     }
     let count = pending.len();
@@ -516,7 +662,12 @@ async fn run_batch(
         };
         if let Err(e) = conn.batch(end).await {
             let _ = conn.batch("ROLLBACK").await;
-            return (finishers, Err(format!("write transaction failed: {e}")));
+            return (
+                finishers,
+                Err(WriteFailure::Commit(format!(
+                    "write transaction failed: {e}"
+                ))),
+            );
         }
     }
     (finishers, Ok(()))
