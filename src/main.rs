@@ -66,6 +66,16 @@ enum Command {
     Plan(client::PlanArgs),
     /// Show or set the compute grant (its end is the plan's deadline).
     Grant(client::GrantArgs),
+    /// Copy a study from a SQLite file into an empty PostgreSQL database, in one transaction
+    /// that commits only if every table's row count matches. Stop the server first.
+    Migrate {
+        /// The SQLite database: sqlite://FILE or a path.
+        #[arg(long)]
+        from: String,
+        /// The PostgreSQL database: postgres://USER:PASSWORD@HOST/DB.
+        #[arg(long)]
+        to: String,
+    },
     /// Load an experiment catalog and report what is wrong with it.
     Validate {
         /// The catalog directory to check.
@@ -264,6 +274,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Up(args) => up::run(args).await.map(|_| ExitCode::SUCCESS),
+        Command::Migrate { from, to } => migrate(&from, &to).await,
         Command::Worker(args) => {
             let shutdown = shutdown_on_signal();
             podq_worker::cli::run(args, shutdown).await?;
@@ -341,4 +352,17 @@ fn init_tracing() {
     } else {
         builder.init();
     }
+}
+
+async fn migrate(from: &str, to: &str) -> anyhow::Result<ExitCode> {
+    use podq_server::store::Location;
+    let (from, to) = (Location::parse(from)?, Location::parse(to)?);
+    let counts = podq_server::store::copy::sqlite_to_postgres(&from, &to)
+        .await
+        .with_context(|| format!("cannot copy {from} into {to}"))?;
+    println!("copied {from} into {to}; rows in the source and in the copy:");
+    for (table, copied, there) in counts {
+        println!("  {table:<18} {copied:>10} {there:>10}");
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -103,6 +103,15 @@ pub trait IntoArg {
         Self: Sized;
 }
 
+impl IntoArg for Arg {
+    fn into_arg(self) -> Arg {
+        self
+    }
+    fn null() -> Arg {
+        Arg::Text(None)
+    }
+}
+
 macro_rules! int_arg {
     ($($t:ty),*) => {$(
         impl IntoArg for $t {

@@ -11,6 +11,7 @@
 
 pub mod catalog;
 pub mod checkpoints;
+pub mod copy;
 pub mod db;
 pub mod goodput;
 pub mod grant;

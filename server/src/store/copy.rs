@@ -1,0 +1,237 @@
+//! `podq migrate`: a study's whole history copied from a SQLite file into a PostgreSQL store,
+//! in one transaction that commits only if every table's count, and the totals the
+//! destination's triggers kept, match the source's.
+
+use futures::{FutureExt, TryStreamExt};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteRow};
+use sqlx::{ConnectOptions, Connection, Row, SqliteConnection, TypeInfo, ValueRef};
+
+use super::db::{self, Arg, Builder, Conn};
+use super::{Backend, Location, Store, StoreError};
+
+/// Every table, parents first. The maintained totals (`job_counts`, `fresh_queue`) are not
+/// copied: the destination's triggers count the rows as they arrive, and the check below
+/// compares them with the source's. `webhook_outbox` comes after `events`, `webhooks` after
+/// both: the outbox trigger must not queue old events again.
+const TABLES: [&str; 17] = [
+    "experiments",
+    "jobs",
+    "attempts",
+    "checkpoints",
+    "metric_series",
+    "metric_points",
+    "events",
+    "webhooks",
+    "webhook_outbox",
+    "pods",
+    "schedules",
+    "idempotency_keys",
+    "grant_terms",
+    "log_lines",
+    "log_counts",
+    "pod_time_totals",
+    "goodput_totals",
+];
+
+/// Tables whose ids are generated: their sequences continue after the copied ids.
+const IDENTITY_TABLES: [&str; 5] = [
+    "metric_series",
+    "events",
+    "webhooks",
+    "webhook_outbox",
+    "log_lines",
+];
+
+/// What a migration copied: (table, rows in the source, rows in the destination).
+pub type Counts = Vec<(String, i64, i64)>;
+
+/// Rows per INSERT: PostgreSQL takes at most 65535 parameters a statement.
+const ROWS_PER_INSERT: usize = 500;
+
+/// Copies everything in the SQLite file `from` into the empty PostgreSQL store `to`, and
+/// answers the row counts of both. Nothing is written unless all of it is.
+pub async fn sqlite_to_postgres(from: &Location, to: &Location) -> Result<Counts, StoreError> {
+    let (Location::Sqlite(path), Location::Postgres(_)) = (from, to) else {
+        return Err(StoreError::BadLocation(
+            "podq migrate copies a SQLite file (--from sqlite://FILE) into PostgreSQL \
+             (--to postgres://...)"
+                .into(),
+        ));
+    };
+    if !path.exists() {
+        return Err(StoreError::BadLocation(format!(
+            "{} does not exist",
+            path.display()
+        )));
+    }
+    // Bring the source to this podq's schema (and settle its history) first.
+    drop(Store::open(path).await?);
+    let destination = Store::open_at(to).await?;
+    if !destination.is_active() {
+        return Err(StoreError::BadLocation(format!(
+            "a podq server is running on {to}: stop every server on it first"
+        )));
+    }
+    let jobs: i64 = db::query_scalar("SELECT COUNT(*) FROM jobs")
+        .fetch_one(&mut destination.read().await?)
+        .await?;
+    if jobs > 0 {
+        return Err(StoreError::BadLocation(format!(
+            "{to} already holds {jobs} jobs: migrate into an empty database"
+        )));
+    }
+    let source = SqliteConnectOptions::new()
+        .filename(path)
+        .read_only(true)
+        .connect()
+        .await?;
+    let copied = destination
+        .write(move |conn| {
+            async move {
+                let mut source = source;
+                let counts = copy_tables(&mut source, conn).await?;
+                check_counts(&counts, &mut source, conn).await?;
+                let _ = source.close().await;
+                Ok::<_, StoreError>(counts)
+            }
+            .boxed()
+        })
+        .await?;
+    Ok(copied)
+}
+
+async fn copy_tables(source: &mut SqliteConnection, to: &mut Conn) -> Result<Counts, StoreError> {
+    debug_assert_eq!(to.backend(), Backend::Postgres);
+    let mut counts = Vec::new();
+    for table in TABLES {
+        let mut rows =
+            sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM {table}"))).fetch(&mut *source);
+        let mut batch: Vec<SqliteRow> = Vec::with_capacity(ROWS_PER_INSERT);
+        let mut copied = 0_i64;
+        if table == "goodput_totals" {
+            // The seeded row is replaced by the source's.
+            db::query("DELETE FROM goodput_totals").execute(to).await?;
+        }
+        while let Some(row) = rows.try_next().await? {
+            batch.push(row);
+            if batch.len() == ROWS_PER_INSERT {
+                copied += insert(to, table, &batch).await?;
+                batch.clear();
+            }
+        }
+        copied += insert(to, table, &batch).await?;
+        let here: i64 =
+            db::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+                .fetch_one(to)
+                .await?;
+        counts.push((table.to_string(), copied, here));
+    }
+    for table in IDENTITY_TABLES {
+        db::query(sqlx::AssertSqlSafe(format!(
+            "SELECT setval(pg_get_serial_sequence('{table}', 'id'), \
+             COALESCE((SELECT MAX(id) FROM {table}), 0) + 1, false)"
+        )))
+        .execute(to)
+        .await?;
+    }
+    Ok(counts)
+}
+
+/// Inside the copy's transaction: every table holds as many rows as the source's, and the
+/// totals the destination's triggers kept as it filled match the source's.
+async fn check_counts(
+    counts: &Counts,
+    source: &mut SqliteConnection,
+    to: &mut Conn,
+) -> Result<(), StoreError> {
+    let mut problems = Vec::new();
+    for (table, copied, here) in counts {
+        let there: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+                .fetch_one(&mut *source)
+                .await?;
+        if there != *here || there != *copied {
+            problems.push(format!(
+                "{table}: {there} rows in the source, {copied} copied, {here} there"
+            ));
+        }
+    }
+    for sql in [
+        "SELECT group_name || '/' || state || '=' || n FROM job_counts WHERE n <> 0 \
+         ORDER BY group_name, state",
+        "SELECT n || '/' || CAST(ROUND(hours * 1000) AS BIGINT) FROM fresh_queue",
+    ] {
+        let there: Vec<String> = sqlx::query_scalar(sql).fetch_all(&mut *source).await?;
+        let here: Vec<String> = db::query_scalar(sql).fetch_all(to).await?;
+        if there != here {
+            problems.push(format!(
+                "maintained totals: {there:?} in the source, {here:?} there"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(StoreError::Corrupt(format!(
+            "the copy does not match its source, so nothing was written: {}",
+            problems.join("; ")
+        )))
+    }
+}
+
+/// One INSERT of `rows` into `table`, each value bound as the type SQLite stored it as.
+async fn insert(to: &mut Conn, table: &str, rows: &[SqliteRow]) -> Result<i64, StoreError> {
+    let Some(first) = rows.first() else {
+        return Ok(0);
+    };
+    let columns: Vec<String> = first
+        .columns()
+        .iter()
+        .map(|c| format!("\"{}\"", sqlx::Column::name(c)))
+        .collect();
+    let mut statement = Builder::new(format!("INSERT INTO {table} ({}) ", columns.join(", ")));
+    let mut values = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut row_values = Vec::with_capacity(columns.len());
+        for index in 0..columns.len() {
+            row_values.push(value(row, index)?);
+        }
+        values.push(row_values);
+    }
+    statement.push_values(values, |mut out, row| {
+        for value in row {
+            out.push_bind(value);
+        }
+    });
+    statement.build().execute(to).await?;
+    Ok(rows.len() as i64)
+}
+
+fn value(row: &SqliteRow, index: usize) -> Result<Arg, StoreError> {
+    let raw = row.try_get_raw(index)?;
+    if raw.is_null() {
+        // A NULL is typed by its column's declared type: PostgreSQL will not put a text
+        // NULL in a BIGINT column.
+        let declared = sqlx::Column::type_info(&row.columns()[index])
+            .name()
+            .to_uppercase();
+        return Ok(if declared.contains("INT") {
+            Arg::Int(None)
+        } else if declared.contains("REAL") {
+            Arg::Real(None)
+        } else {
+            Arg::Text(None)
+        });
+    }
+    Ok(match raw.type_info().name() {
+        "INTEGER" => Arg::Int(Some(row.try_get(index)?)),
+        "REAL" => Arg::Real(Some(row.try_get(index)?)),
+        "TEXT" => Arg::Text(Some(row.try_get(index)?)),
+        other => {
+            return Err(StoreError::Corrupt(format!(
+                "a {other} value in column {index} of a {} row",
+                row.columns().len()
+            )))
+        }
+    })
+}
