@@ -72,8 +72,15 @@
 //!    `PODQ_BENCH_HISTORY=1000,10000` shortens the history (default 1000,10000,100000; the
 //!    100,000 step takes about 12 minutes on 2 cores).
 //!
+//! 5. `cycles-postgres`: section 1 again on a server whose store is PostgreSQL (issue 20), each
+//!    figure against PostgreSQL's own raw durable commits/s: one single-row INSERT per
+//!    transaction on a scratch table of a scratch database on the same PostgreSQL server,
+//!    `synchronous_commit=on` (the server's setting). PostgreSQL is `PODQ_BENCH_DATABASE_URL`
+//!    (a server where the bench may create databases) or else a throwaway cluster started with
+//!    `scripts/postgres-cluster` on this machine.
+//!
 //! It is a report: the process exits 0 whether the targets are met or not (1 only when a
-//! section could not run; its error is printed). `PODQ_BENCH_ONLY=cycles,metrics,submit,history`
+//! section could not run; its error is printed). `PODQ_BENCH_ONLY=cycles,metrics,submit,history,cycles-postgres`
 //! runs only the sections named (the baselines always run).
 
 use std::collections::BTreeMap;
@@ -227,6 +234,23 @@ async fn run() -> Res<bool> {
             }
         }
     }
+    if wanted("cycles-postgres") {
+        match PostgresServer::find() {
+            Ok(postgres) => {
+                for workers in CYCLE_WORKERS {
+                    match lease_cycles_on(workers, Some(&postgres)).await {
+                        Ok(run) => {
+                            run.print();
+                            report.cycles.push(run);
+                        }
+                        Err(e) => report
+                            .fail(&format!("lease cycles on PostgreSQL, {workers} workers"), e),
+                    }
+                }
+            }
+            Err(e) => report.fail("lease cycles on PostgreSQL", e),
+        }
+    }
     if wanted("metrics") {
         for senders in [METRIC_SENDERS, 1] {
             match metric_ingestion(senders).await {
@@ -342,12 +366,17 @@ impl Report {
             let ratio = run.cycles_per_s / raw;
             rows.push((
                 format!(
-                    "lease cycles/s, {} worker{}",
+                    "lease cycles/s, {} worker{}{}",
                     run.workers,
-                    if run.workers == 1 { "" } else { "s" }
+                    if run.workers == 1 { "" } else { "s" },
+                    if run.store == "sqlite" {
+                        ""
+                    } else {
+                        ", PostgreSQL"
+                    }
                 ),
                 format!("{} /s", thousands(run.cycles_per_s)),
-                format!("raw durable commits {} /s", thousands(raw)),
+                format!("raw durable commits {} /s ({})", thousands(raw), run.store),
                 format!("{ratio:.3}"),
                 target(main, format!("≥ {TARGET_CYCLE_RATIO} × baseline")),
                 main.then_some(ratio >= TARGET_CYCLE_RATIO),
@@ -689,6 +718,11 @@ impl ServerProc {
     /// `podq server` on port 0 with a fresh database, as a user runs it (default settings,
     /// default logging, both tokens set).
     async fn start() -> Res<ServerProc> {
+        ServerProc::start_on(None).await
+    }
+
+    /// As `start`, on the PostgreSQL database `database` when given.
+    async fn start_on(database: Option<String>) -> Res<ServerProc> {
         let dir = tempfile::tempdir()?;
         let db = dir.path().join("podq.db");
         let log = std::fs::File::create(dir.path().join("server.log"))?;
@@ -699,6 +733,7 @@ impl ServerProc {
             .arg("127.0.0.1:0")
             .arg("--db")
             .arg(&db)
+            .args(database.iter().flat_map(|url| ["--database", url.as_str()]))
             .arg("--experiments")
             .arg(&experiments)
             .arg("--bucket")
@@ -1100,6 +1135,8 @@ async fn run_cycle(w: &WorkerClient, wait_s: u64) -> Res<Option<(Uuid, CycleTime
 }
 
 struct CycleRun {
+    /// The server's store: `sqlite` or `postgres`.
+    store: &'static str,
     workers: usize,
     cycles_per_s: f64,
     /// What the running period alone allows: workers / RUNNING_FOR.
@@ -1125,12 +1162,13 @@ struct CycleRun {
 impl CycleRun {
     fn print(&self) {
         println!(
-            "lease cycles, {:>2} worker(s): {:>6.1} cycles/s (ceiling of the {} ms running \
+            "lease cycles ({}), {:>2} worker(s): {:>6.1} cycles/s (ceiling of the {} ms running \
              period: {:.0}/s); cycle p50 {:.0} ms p99 {:.0} ms; p50/p99 ms: lease {:.1}/{:.1}, \
              running {:.0}/{:.0}, metrics {:.1}/{:.1}, checkpoint {:.1}/{:.1}, finish \
              {:.1}/{:.1}; server CPU {:.2} s over the window; running recorded for {} of {} \
              finished attempts; {} jobs submitted, {} empty leases, {} errors{}; raw durable \
              commits/s before {:.0}, after {:.0}",
+            self.store,
             self.workers,
             self.cycles_per_s,
             RUNNING_FOR.as_millis(),
@@ -1184,8 +1222,24 @@ async fn attempts_running(db: &Path) -> Res<(i64, i64)> {
 }
 
 async fn lease_cycles(workers: usize) -> Res<CycleRun> {
-    let raw_before = raw_commits_per_s().await?;
-    let server = ServerProc::start().await?;
+    lease_cycles_on(workers, None).await
+}
+
+/// Lease cycles on a server whose store is SQLite, or PostgreSQL on `postgres`, each against
+/// its own store's raw commits/s.
+async fn lease_cycles_on(workers: usize, postgres: Option<&PostgresServer>) -> Res<CycleRun> {
+    let raw_commits = || async {
+        match postgres {
+            Some(postgres) => postgres.raw_commits_per_s().await,
+            None => raw_commits_per_s().await,
+        }
+    };
+    let raw_before = raw_commits().await?;
+    let database = match postgres {
+        Some(postgres) => Some(postgres.create_database().await?),
+        None => None,
+    };
+    let server = ServerProc::start_on(database.clone()).await?;
     let admin = Api::new(&server.base);
     let names = admin.experiment_names().await?;
     let ceiling = workers as f64 / RUNNING_FOR.as_secs_f64();
@@ -1233,9 +1287,12 @@ async fn lease_cycles(workers: usize) -> Res<CycleRun> {
     }
     // Every attempt has ended; running marks are written by the reaper's tick.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let attempts = attempts_running(&server.db).await?;
+    let attempts = match &database {
+        Some(url) => attempts_running_postgres(url).await?,
+        None => attempts_running(&server.db).await?,
+    };
     server.stop().await;
-    let raw_after = raw_commits_per_s().await?;
+    let raw_after = raw_commits().await?;
 
     let in_window: Vec<&CycleTimes> = logs
         .iter()
@@ -1247,6 +1304,11 @@ async fn lease_cycles(workers: usize) -> Res<CycleRun> {
         p50_p99(&mut v)
     };
     Ok(CycleRun {
+        store: if postgres.is_some() {
+            "postgres"
+        } else {
+            "sqlite"
+        },
         workers,
         cycles_per_s: (n1 - n0) as f64 / (t1 - t0).as_secs_f64(),
         ceiling,
@@ -2172,4 +2234,102 @@ fn check_read(kind: usize, path: &str, body: &[u8]) -> Res<()> {
         }
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. PostgreSQL
+
+/// The PostgreSQL server the `cycles-postgres` section uses: `PODQ_BENCH_DATABASE_URL`, or a
+/// throwaway cluster on this machine (stopped when this is dropped).
+struct PostgresServer {
+    url: String,
+    cluster: Option<PathBuf>,
+}
+
+impl PostgresServer {
+    fn find() -> Res<PostgresServer> {
+        if let Ok(url) = std::env::var("PODQ_BENCH_DATABASE_URL") {
+            return Ok(PostgresServer { url, cluster: None });
+        }
+        let dir = PathBuf::from(format!("/tmp/podq-bench-postgres-{}", std::process::id()));
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres-cluster");
+        let output = Command::new(script)
+            .arg("start")
+            .arg(&dir)
+            .stderr(Stdio::inherit())
+            .output()?;
+        if !output.status.success() {
+            return Err("scripts/postgres-cluster could not start PostgreSQL".into());
+        }
+        Ok(PostgresServer {
+            url: String::from_utf8(output.stdout)?.trim().to_owned(),
+            cluster: Some(dir),
+        })
+    }
+
+    /// A fresh database on this server, by URL.
+    async fn create_database(&self) -> Res<String> {
+        use sqlx::Connection;
+        let name = format!("podq_bench_{}", Uuid::new_v4().simple());
+        let mut admin = sqlx::PgConnection::connect(&self.url).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await?;
+        admin.close().await?;
+        let root = self
+            .url
+            .rsplit_once('/')
+            .map_or(self.url.as_str(), |(root, _)| root);
+        Ok(format!("{root}/{name}"))
+    }
+
+    /// One single-row INSERT per transaction, durably committed, for `RAW_WINDOW`.
+    async fn raw_commits_per_s(&self) -> Res<f64> {
+        use sqlx::{ConnectOptions, Connection};
+        let url = self.create_database().await?;
+        let mut conn = sqlx::postgres::PgConnectOptions::from_str(&url)?
+            .options([("synchronous_commit", "on")])
+            .connect()
+            .await?;
+        sqlx::query(
+            "CREATE TABLE scratch (id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, \
+             at BIGINT NOT NULL, payload TEXT NOT NULL)",
+        )
+        .execute(&mut conn)
+        .await?;
+        let start = Instant::now();
+        let mut n = 0u64;
+        while start.elapsed() < RAW_WINDOW {
+            sqlx::query("INSERT INTO scratch (at, payload) VALUES ($1, $2)")
+                .bind(n as i64)
+                .bind("a row about the size of an event message")
+                .execute(&mut conn)
+                .await?;
+            n += 1;
+        }
+        let rate = n as f64 / start.elapsed().as_secs_f64();
+        conn.close().await?;
+        Ok(rate)
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.cluster {
+            let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres-cluster");
+            let _ = Command::new(script).arg("stop").arg(dir).status();
+        }
+    }
+}
+
+async fn attempts_running_postgres(url: &str) -> Res<(i64, i64)> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let counts: (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), COUNT(running_at) FROM attempts WHERE ended_at IS NOT NULL",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    conn.close().await?;
+    Ok(counts)
 }

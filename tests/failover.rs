@@ -149,7 +149,16 @@ async fn a_standby_takes_over_from_a_killed_active_and_the_running_job_carries_o
         );
     }
     assert_eq!(ids.len(), acknowledged.len());
-    // The new active writes.
-    let (status, answer) = standby.post("/jobs", json!({"group": "exp08-ema"})).await;
-    assert_eq!(status, 201, "{answer}");
+    // The new active writes, and the CLI given both addresses finds it (the first is dead).
+    let output = std::process::Command::new(common::PODQ)
+        .args(["submit", "--group", "exp08-ema", "--server", &servers])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (_, jobs) = standby.get("/jobs?group=exp08-ema").await;
+    assert!(jobs["total"].as_i64().unwrap() > 0, "{jobs}");
 }
