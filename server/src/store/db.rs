@@ -356,6 +356,25 @@ impl Query {
     }
 }
 
+/// Runs `query` as rows on whichever driver `conn` is: the same call, compiled per driver.
+macro_rules! on_native {
+    ($conn:expr, $query:expr, $fetch:ident) => {{
+        let Query { sql, args } = $query;
+        match $conn.native() {
+            Native::Sqlite(c) => {
+                sqlx::query_as_with(sql.for_sqlite(), sqlite_arguments(args)?)
+                    .$fetch(c)
+                    .await
+            }
+            Native::Postgres(c) => {
+                sqlx::query_as_with(sql.for_postgres(), postgres_arguments(args)?)
+                    .$fetch(c)
+                    .await
+            }
+        }
+    }};
+}
+
 pub struct QueryAs<T> {
     query: Query,
     row: PhantomData<fn() -> T>,
@@ -368,35 +387,11 @@ impl<T: Decodable> QueryAs<T> {
     }
 
     pub async fn fetch_all(self, conn: &mut Conn) -> Result<Vec<T>, sqlx::Error> {
-        let Query { sql, args } = self.query;
-        match conn.native() {
-            Native::Sqlite(c) => {
-                sqlx::query_as_with(sql.for_sqlite(), sqlite_arguments(args)?)
-                    .fetch_all(c)
-                    .await
-            }
-            Native::Postgres(c) => {
-                sqlx::query_as_with(sql.for_postgres(), postgres_arguments(args)?)
-                    .fetch_all(c)
-                    .await
-            }
-        }
+        on_native!(conn, self.query, fetch_all)
     }
 
     pub async fn fetch_optional(self, conn: &mut Conn) -> Result<Option<T>, sqlx::Error> {
-        let Query { sql, args } = self.query;
-        match conn.native() {
-            Native::Sqlite(c) => {
-                sqlx::query_as_with(sql.for_sqlite(), sqlite_arguments(args)?)
-                    .fetch_optional(c)
-                    .await
-            }
-            Native::Postgres(c) => {
-                sqlx::query_as_with(sql.for_postgres(), postgres_arguments(args)?)
-                    .fetch_optional(c)
-                    .await
-            }
-        }
+        on_native!(conn, self.query, fetch_optional)
     }
 
     pub async fn fetch_one(self, conn: &mut Conn) -> Result<T, sqlx::Error> {
