@@ -104,7 +104,7 @@ pub struct ServerArgs {
     pub db: PathBuf,
     /// Where the state lives instead: postgres://USER:PASSWORD@HOST/DB for PostgreSQL, or
     /// sqlite://FILE. Overrides --db.
-    #[arg(long, env = "PODQ_DATABASE_URL")]
+    #[arg(long, env = "PODQ_DATABASE_URL", hide_env_values = true)]
     pub database: Option<String>,
     /// The experiment catalog directory.
     #[arg(long, env = "PODQ_EXPERIMENTS", default_value = "./experiments")]

@@ -162,3 +162,46 @@ async fn a_standby_takes_over_from_a_killed_active_and_the_running_job_carries_o
     let (_, jobs) = standby.get("/jobs?group=exp08-ema").await;
     assert!(jobs["total"].as_i64().unwrap() > 0, "{jobs}");
 }
+
+/// The active server's database session ends under it (as when PostgreSQL drops a silent
+/// connection): whichever server takes the lock next leads, the other stands by, never both.
+#[tokio::test]
+async fn a_lost_session_leaves_exactly_one_active_server() {
+    use sqlx::Connection;
+    let database = PostgresDatabase::create().await;
+    let first = Server::start_on_url(&database.url).await;
+    assert_eq!(readyz(&first).await.0, 200);
+    let second = Server::start_on_url(&database.url).await;
+    assert_eq!(readyz(&second).await.0, 503);
+    let mut admin = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    for round in 0..3 {
+        let ended: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks \
+             WHERE locktype = 'advisory' AND granted AND classid = 0 AND objid = 1886348401",
+        )
+        .fetch_all(&mut admin)
+        .await
+        .unwrap();
+        assert_eq!(ended, vec![true], "one session held the lead");
+        let states = eventually(
+            Duration::from_secs(20),
+            "one server to lead again",
+            || async {
+                let states = (readyz(&first).await.0, readyz(&second).await.0);
+                matches!(states, (200, 503) | (503, 200)).then_some(states)
+            },
+        )
+        .await;
+        let (active, standby) = if states.0 == 200 {
+            (&first, &second)
+        } else {
+            (&second, &first)
+        };
+        let (status, answer) = active
+            .post("/jobs", json!({"group": "exp08-ema", "force": true}))
+            .await;
+        assert_eq!(status, 201, "round {round}: {answer}");
+        let (status, answer) = standby.post("/jobs", json!({"group": "exp08-ema"})).await;
+        assert_eq!(status, 503, "round {round}: {answer}");
+    }
+}

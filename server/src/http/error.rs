@@ -74,7 +74,9 @@ impl From<StoreFailure> for ApiError {
             StoreFailure::Unavailable => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_unavailable",
-                "the database could not complete the request; nothing was changed, try again",
+                "the database could not complete the request; try again (a write whose \
+                 connection broke may have been applied: a retry with the same \
+                 Idempotency-Key cannot apply it twice)",
             ),
         }
     }

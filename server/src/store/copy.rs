@@ -72,12 +72,14 @@ pub async fn sqlite_to_postgres(from: &Location, to: &Location) -> Result<Counts
             "a podq server is running on {to}: stop every server on it first"
         )));
     }
-    let jobs: i64 = db::query_scalar("SELECT COUNT(*) FROM jobs")
-        .fetch_one(&mut destination.read().await?)
-        .await?;
-    if jobs > 0 {
+    let held: i64 =
+        db::query_scalar("SELECT (SELECT COUNT(*) FROM jobs) + (SELECT COUNT(*) FROM experiments)")
+            .fetch_one(&mut destination.read().await?)
+            .await?;
+    if held > 0 {
         return Err(StoreError::BadLocation(format!(
-            "{to} already holds {jobs} jobs: migrate into an empty database"
+            "{to} already holds a study ({held} jobs and experiments; a server has run on \
+             it): migrate into an empty database"
         )));
     }
     let source = SqliteConnectOptions::new()
@@ -89,6 +91,8 @@ pub async fn sqlite_to_postgres(from: &Location, to: &Location) -> Result<Counts
         .write(move |conn| {
             async move {
                 let mut source = source;
+                // One snapshot of the source, should a server still be writing to it.
+                sqlx::raw_sql("BEGIN").execute(&mut source).await?;
                 let counts = copy_tables(&mut source, conn).await?;
                 check_counts(&counts, &mut source, conn).await?;
                 let _ = source.close().await;

@@ -45,9 +45,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 pub use db::{Backend, Conn};
 pub use rows::*;
 
-/// How many waiting writes one transaction takes at most. PostgreSQL's is lower: past 64
-/// subtransactions (one per savepoint) every snapshot taken meanwhile reads `pg_subtrans`
-/// (<https://www.postgresql.org/docs/15/subxacts.html>).
+/// How many waiting writes one transaction takes at most. PostgreSQL's is lower: a backend
+/// caches at most 64 open subtransactions (one per savepoint, `PGPROC_MAX_CACHED_SUBXIDS`);
+/// past that, every snapshot taken meanwhile must read `pg_subtrans`
+/// (<https://www.postgresql.org/docs/current/subxacts.html>).
 const MAX_GROUP_COMMIT_SQLITE: usize = 512;
 const MAX_GROUP_COMMIT_POSTGRES: usize = 64;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -94,8 +95,13 @@ impl Role {
 /// it, and a server whose connection dies stops writing when it loses the lock
 /// (<https://www.postgresql.org/docs/15/explicit-locking.html#ADVISORY-LOCKS>). "podq" in ASCII.
 const LEAD_LOCK: i64 = 0x706f_6471;
-/// How often a standby tries to take the lead.
+/// How often a standby tries to take the lead, and how often an idle active server checks
+/// that it still holds it.
 const STANDBY_RETRY: Duration = Duration::from_secs(1);
+/// How long the check may take before the connection counts as lost: an active server cut
+/// off from its database must stop answering as the active one (heartbeats are answered
+/// from memory) before PostgreSQL gives its lock to a standby.
+const LEAD_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where the store lives: a SQLite file, or a PostgreSQL database.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -506,6 +512,8 @@ async fn run_writer(
     instruments: WriterInstruments,
 ) {
     let mut batch = Vec::with_capacity(writer.max_group_commit);
+    let mut lead_check = tokio::time::interval(STANDBY_RETRY);
+    lead_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if *role.borrow() == Role::Standby {
             if !writer.stand_by(&mut rx, &committed).await {
@@ -514,8 +522,17 @@ async fn run_writer(
             tracing::info!("took the lead: this server is now the active one");
             role.send_replace(Role::Active);
         }
-        if rx.recv_many(&mut batch, writer.max_group_commit).await == 0 {
-            break;
+        tokio::select! {
+            taken = rx.recv_many(&mut batch, writer.max_group_commit) => if taken == 0 {
+                break;
+            },
+            _ = lead_check.tick(), if writer.lead.is_some() => {
+                if !writer.still_leads().await {
+                    tracing::error!("lost the database connection and with it the lead: standing by");
+                    role.send_replace(Role::Standby);
+                }
+                continue;
+            }
         }
         instruments.queue.set(rx.len() as i64);
         instruments.batch.observe(batch.len() as f64);
@@ -544,21 +561,27 @@ async fn run_writer(
 }
 
 impl Writer {
-    /// After a failed transaction: whether this server still holds the lead. A SQLite store
-    /// always does. A PostgreSQL connection that still answers still holds its session's
-    /// lock; one that broke lost it, and a new one must take it again, which fails if a
-    /// standby took it meanwhile.
+    /// After a failed transaction, and every second while idle: whether this server still
+    /// holds the lead. A SQLite store always does. A PostgreSQL connection that answers
+    /// within `LEAD_CHECK_TIMEOUT` still holds its session's lock; one that broke or went
+    /// silent is replaced, and the new one must take the lock again, which fails if a
+    /// standby took it meanwhile or the old session still holds it.
     async fn still_leads(&mut self) -> bool {
         let Some(connect) = &self.lead else {
             return true;
         };
-        if self.conn.batch("SELECT 1").await.is_ok() {
+        let answered = tokio::time::timeout(LEAD_CHECK_TIMEOUT, self.conn.batch("SELECT 1")).await;
+        if matches!(answered, Ok(Ok(()))) {
             return true;
         }
-        match connect().await {
-            Ok(conn) => self.conn = conn,
-            Err(e) => {
+        match tokio::time::timeout(LEAD_CHECK_TIMEOUT, connect()).await {
+            Ok(Ok(conn)) => self.conn = conn,
+            Ok(Err(e)) => {
                 tracing::error!(error = %e, "the writer cannot reconnect to its database");
+                return false;
+            }
+            Err(_) => {
+                tracing::error!("the writer's database did not answer a new connection");
                 return false;
             }
         }
