@@ -173,11 +173,13 @@ async fn a_lost_session_leaves_exactly_one_active_server() {
     assert_eq!(readyz(&first).await.0, 200);
     let second = Server::start_on_url(&database.url).await;
     assert_eq!(readyz(&second).await.0, 503);
+    // Advisory locks are per database: only this test's servers' sessions are ended.
     let mut admin = sqlx::PgConnection::connect(&database.url).await.unwrap();
     for round in 0..3 {
         let ended: Vec<bool> = sqlx::query_scalar(
             "SELECT pg_terminate_backend(pid) FROM pg_locks \
-             WHERE locktype = 'advisory' AND granted AND classid = 0 AND objid = 1886348401",
+             WHERE locktype = 'advisory' AND granted AND classid = 0 AND objid = 1886348401 \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
         )
         .fetch_all(&mut admin)
         .await

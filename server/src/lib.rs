@@ -66,13 +66,13 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
     let store = Store::open_at(&location)
         .await
         .with_context(|| format!("cannot open the database {location}"))?;
-    // A standby records nothing: it does so when it takes the lead (`run_while_active`).
-    let receivers = if store.is_active() {
+    // The server that leads records the catalog and registers the webhook receivers before
+    // it serves, so no event of its first requests misses a receiver; a standby writes
+    // nothing, and does this when it takes the lead (`run_while_active`).
+    if store.is_active() {
         store::catalog::record(&store, &catalog).await?;
-        webhooks::register(&store, &config.webhooks).await?
-    } else {
-        Vec::new()
-    };
+        webhooks::register(&store, &config.webhooks).await?;
+    }
     let catalog = Arc::new(catalog);
     let config = Arc::new(config);
     let scheduler = Scheduler::load(store.clone(), catalog.clone(), config.clone()).await?;
@@ -81,7 +81,6 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
         config,
         scheduler: Arc::new(scheduler),
         shutdown: CancellationToken::new(),
-        webhooks: Arc::new(receivers),
     })
 }
 
@@ -129,27 +128,25 @@ pub async fn serve(
 
 /// Runs what must happen once among the servers sharing a database (the lease reaper, cron
 /// submissions, webhook delivery) while this server is the active one. Each time it becomes
-/// active after standing by, it first does what a restarted server does: records the
-/// catalog, registers the webhook receivers and re-derives the live leases from the database.
+/// active it first does what a restarted server does: records the catalog, registers the
+/// webhook receivers and re-derives the live leases from the database. (At start that
+/// repeats what `prepare` did, harmlessly; deciding here once is what keeps a server that
+/// took the lead while starting from missing it.)
 async fn run_while_active(state: AppState, shutdown: CancellationToken) {
     let store = state.scheduler.store().clone();
     let mut role = store.role();
-    let mut receivers = (store.is_active()).then(|| state.webhooks.as_ref().clone());
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             changed = role.wait_for(|r| *r == store::Role::Active) => if changed.is_err() { return },
         }
-        let receivers = match receivers.take() {
-            Some(receivers) => receivers,
-            None => match take_over(&state).await {
-                Ok(receivers) => receivers,
-                Err(e) => {
-                    tracing::error!(error = %e, "took the lead but cannot take over; retrying");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                    continue;
-                }
-            },
+        let receivers = match take_over(&state).await {
+            Ok(receivers) => receivers,
+            Err(e) => {
+                tracing::error!(error = %e, "took the lead but cannot take over; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
         };
         let tasks = shutdown.child_token();
         let reaper = tokio::spawn(state.scheduler.clone().run_reaper(tasks.clone()));

@@ -44,12 +44,16 @@ pub struct ServerClient {
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 impl ServerClient {
-    /// `servers`: one address, or several separated by commas.
+    /// `servers`: one address, or several separated by commas (the worker's config checks
+    /// there is at least one).
     pub fn new(servers: &str, token: Option<String>, shutdown: CancellationToken) -> Self {
-        let bases = server_list(servers)
+        let mut bases: Vec<String> = server_list(servers)
             .into_iter()
             .map(|base| format!("{base}{}", podq_api::API_PREFIX))
             .collect();
+        if bases.is_empty() {
+            bases.push(format!("http://127.0.0.1:8080{}", podq_api::API_PREFIX));
+        }
         ServerClient {
             http: reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(5))
@@ -68,10 +72,23 @@ impl ServerClient {
 
     /// After a failed call to `base`: the next address, unless another call moved on already.
     fn move_on_from(&self, base: &str) {
-        if self.bases.len() > 1 && self.base() == base {
-            let next = self.current.fetch_add(1, Ordering::Relaxed) + 1;
+        let Some(at) = self.bases.iter().position(|b| b == base) else {
+            return;
+        };
+        if self.bases.len() < 2 {
+            return;
+        }
+        let at = at % self.bases.len();
+        let current = self.current.load(Ordering::Relaxed);
+        // Only the first of several calls that failed on the same server moves on.
+        if current % self.bases.len() == at
+            && self
+                .current
+                .compare_exchange(current, current + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
             tracing::info!(
-                server = %self.bases[next % self.bases.len()],
+                server = %self.bases[(current + 1) % self.bases.len()],
                 "trying the next server"
             );
         }

@@ -8,7 +8,6 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::Catalog;
 use crate::config::ServerConfig;
 use crate::scheduler::Scheduler;
-use crate::webhooks;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -17,6 +16,4 @@ pub struct AppState {
     pub scheduler: Arc<Scheduler>,
     /// Cancelled when the server shuts down: long-lived answers (the event stream) end then.
     pub shutdown: CancellationToken,
-    /// Where webhook notices go.
-    pub webhooks: Arc<Vec<webhooks::Receiver>>,
 }

@@ -149,9 +149,11 @@ impl Scheduler {
         }
         let grant = self.grant().await?;
         let deadline = deadline.or(grant.as_ref().map(|g| g.end));
-        let mut db = self.store.read().await?;
         let Gathered { mut runs, groups } = self.gather(now_ms()).await?;
         let waste = self.expect_waste(&mut runs).await?;
+        // Taken after the calls above, which take their own: a method holding a pooled
+        // connection while another waits for one can exhaust the pool.
+        let mut db = self.store.read().await?;
         let mut pools: BTreeMap<String, Pool> = runs
             .iter()
             .map(|r| (r.accelerator.clone(), Pool::default()))

@@ -146,7 +146,6 @@ impl Scheduler {
     pub async fn metrics_text(&self) -> Result<String> {
         use crate::telemetry::{JobLabels, KindLabel, PodLabels, PodTimeLabels, StateLabel};
         let t = &self.telemetry;
-        let mut db = self.store.read().await?;
         t.jobs.clear();
         for state in JobState::ALL {
             t.jobs
@@ -155,7 +154,9 @@ impl Scheduler {
                 })
                 .set(0);
         }
-        for (state, n) in jobs::counts_by_state(&mut db).await? {
+        // Its connection goes back before the calls below take theirs.
+        let counts = jobs::counts_by_state(&mut self.store.read().await?).await?;
+        for (state, n) in counts {
             t.jobs.get_or_create(&StateLabel { state }).set(n);
         }
         let status = self.status_without_grant().await?;

@@ -38,6 +38,8 @@ pub async fn insert_points(
         .await?;
         series.insert(name, id);
     }
+    // One row per (series, step), the last reported winning: PostgreSQL refuses an upsert
+    // that touches a row twice, and SQLite would keep the last anyway.
     let rows: Vec<(i64, i64, f64)> = batch
         .points
         .iter()
@@ -45,8 +47,11 @@ pub async fn insert_points(
             p.values
                 .iter()
                 .filter(|(_, v)| v.is_finite())
-                .map(|(name, value)| (series[name.as_str()], p.step, *value))
+                .map(|(name, value)| ((series[name.as_str()], p.step), *value))
         })
+        .collect::<std::collections::BTreeMap<(i64, i64), f64>>()
+        .into_iter()
+        .map(|((series_id, step), value)| (series_id, step, value))
         .collect();
     // 4 variables a row; SQLite allows 32766 per statement.
     for chunk in rows.chunks(8000) {

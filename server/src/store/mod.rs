@@ -30,6 +30,7 @@ pub mod webhooks;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -102,6 +103,12 @@ const STANDBY_RETRY: Duration = Duration::from_secs(1);
 /// off from its database must stop answering as the active one (heartbeats are answered
 /// from memory) before PostgreSQL gives its lock to a standby.
 const LEAD_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a confirmation of the lead (a commit, or the idle check) holds: past it, the
+/// server answers as a standby until the writer confirms again. A write stuck on a silent
+/// connection thus stops the server acting as the active one within seconds, while
+/// PostgreSQL (with the keepalives docs/operations.md sets) takes about ten to give the lock
+/// to another.
+const LEAD_FRESHNESS_MS: i64 = 5_000;
 
 /// Where the store lives: a SQLite file, or a PostgreSQL database.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -200,6 +207,9 @@ pub struct Store {
     /// Counts committed write transactions, so readers can wait for news instead of polling.
     commits: watch::Receiver<u64>,
     role: watch::Receiver<Role>,
+    /// When the writer last confirmed it holds the lead (ms since the epoch); `i64::MAX`
+    /// for SQLite, which always does.
+    confirmed: Arc<AtomicI64>,
     instruments: WriterInstruments,
 }
 
@@ -277,6 +287,7 @@ impl Store {
                 conn: writer,
                 lead: None,
                 max_group_commit: MAX_GROUP_COMMIT_SQLITE,
+                confirmed: Arc::new(AtomicI64::new(i64::MAX)),
             },
             Role::Active,
         ))
@@ -311,6 +322,7 @@ impl Store {
                 conn: writer,
                 lead: Some(connect),
                 max_group_commit: MAX_GROUP_COMMIT_POSTGRES,
+                confirmed: Arc::new(AtomicI64::new(now_ms())),
             },
             role,
         ))
@@ -320,6 +332,7 @@ impl Store {
         let (tx, rx) = mpsc::channel(4096);
         let (committed, commits) = watch::channel(0);
         let (role_tx, role_rx) = watch::channel(role);
+        let confirmed = Arc::clone(&writer.confirmed);
         let instruments = WriterInstruments::default();
         tokio::spawn(run_writer(
             writer,
@@ -333,6 +346,7 @@ impl Store {
             writer: tx,
             commits,
             role: role_rx,
+            confirmed,
             instruments,
         }
     }
@@ -342,8 +356,11 @@ impl Store {
         self.role.clone()
     }
 
+    /// Whether this server may act as the active one now: its store leads, and the writer
+    /// confirmed it within the last `LEAD_FRESHNESS_MS`.
     pub fn is_active(&self) -> bool {
         *self.role.borrow() == Role::Active
+            && now_ms().saturating_sub(self.confirmed.load(Ordering::SeqCst)) <= LEAD_FRESHNESS_MS
     }
 
     pub fn backend(&self) -> Backend {
@@ -368,21 +385,24 @@ impl Store {
         E: From<StoreError>,
         F: for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, Result<T, E>>,
     {
-        let mut conn = self.read().await?;
-        let begin = match conn.backend() {
+        let mut snapshot = Snapshot {
+            conn: self.read().await?,
+            open: false,
+        };
+        let begin = match snapshot.conn.backend() {
             Backend::Sqlite => "BEGIN",
             Backend::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
         };
-        conn.batch(begin).await.map_err(StoreError::from)?;
-        let result = op(&mut conn).await;
+        snapshot.open = true;
+        snapshot.conn.batch(begin).await.map_err(StoreError::from)?;
+        let result = op(&mut snapshot.conn).await;
         let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
-        if let Err(e) = conn.batch(end).await {
-            conn.close_on_drop();
-            if result.is_ok() {
-                return Err(StoreError::from(e).into());
-            }
+        let ended = snapshot.conn.batch(end).await;
+        snapshot.open = ended.is_err();
+        match ended {
+            Err(e) if result.is_ok() => Err(StoreError::from(e).into()),
+            _ => result,
         }
-        result
     }
 
     /// Runs `op` on the writer connection inside its own savepoint and answers once the
@@ -456,6 +476,22 @@ impl Store {
     }
 }
 
+/// A pooled connection inside a read transaction. One dropped before its transaction ended
+/// (the request was cancelled, or COMMIT failed) is closed instead of going back to the pool
+/// with the transaction open.
+struct Snapshot {
+    conn: Conn,
+    open: bool,
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
 /// Work the store does once at start-up on history written by older versions.
 async fn settle_history(writer: &mut Conn) -> Result<(), StoreError> {
     let settled = goodput::settle_unsettled(writer).await?;
@@ -502,6 +538,7 @@ struct Writer {
     /// has one writer by construction).
     lead: Option<Reconnect>,
     max_group_commit: usize,
+    confirmed: Arc<AtomicI64>,
 }
 
 async fn run_writer(
@@ -520,6 +557,7 @@ async fn run_writer(
                 break;
             }
             tracing::info!("took the lead: this server is now the active one");
+            writer.confirm();
             role.send_replace(Role::Active);
         }
         tokio::select! {
@@ -527,7 +565,9 @@ async fn run_writer(
                 break;
             },
             _ = lead_check.tick(), if writer.lead.is_some() => {
-                if !writer.still_leads().await {
+                if writer.still_leads().await {
+                    writer.confirm();
+                } else {
                     tracing::error!("lost the database connection and with it the lead: standing by");
                     role.send_replace(Role::Standby);
                 }
@@ -538,7 +578,10 @@ async fn run_writer(
         instruments.batch.observe(batch.len() as f64);
         let (finishers, commit) = run_batch(&mut writer.conn, batch.drain(..)).await;
         match &commit {
-            Ok(()) => committed.send_modify(|n| *n = n.wrapping_add(1)),
+            Ok(()) => {
+                writer.confirm();
+                committed.send_modify(|n| *n = n.wrapping_add(1));
+            }
             Err(failure) => {
                 tracing::error!(error = ?failure, "write transaction failed");
                 if !writer.still_leads().await {
@@ -561,32 +604,55 @@ async fn run_writer(
 }
 
 impl Writer {
+    fn confirm(&self) {
+        if self.lead.is_some() {
+            self.confirmed.store(now_ms(), Ordering::SeqCst);
+        }
+    }
+
+    /// A new connection in place of one that broke or went silent (dropping the old one ends
+    /// its session, and with it any lock it held), within `LEAD_CHECK_TIMEOUT`.
+    async fn reconnect(&mut self, connect: &Reconnect) -> bool {
+        match tokio::time::timeout(LEAD_CHECK_TIMEOUT, connect()).await {
+            Ok(Ok(conn)) => {
+                self.conn = conn;
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the writer cannot reach its database");
+                false
+            }
+            Err(_) => {
+                tracing::warn!("the writer's database did not answer a new connection");
+                false
+            }
+        }
+    }
+
     /// After a failed transaction, and every second while idle: whether this server still
     /// holds the lead. A SQLite store always does. A PostgreSQL connection that answers
     /// within `LEAD_CHECK_TIMEOUT` still holds its session's lock; one that broke or went
     /// silent is replaced, and the new one must take the lock again, which fails if a
     /// standby took it meanwhile or the old session still holds it.
     async fn still_leads(&mut self) -> bool {
-        let Some(connect) = &self.lead else {
+        let Some(connect) = self.lead.take() else {
             return true;
         };
+        let leads = self.check_or_retake(&connect).await;
+        self.lead = Some(connect);
+        leads
+    }
+
+    async fn check_or_retake(&mut self, connect: &Reconnect) -> bool {
         let answered = tokio::time::timeout(LEAD_CHECK_TIMEOUT, self.conn.batch("SELECT 1")).await;
         if matches!(answered, Ok(Ok(()))) {
             return true;
         }
-        match tokio::time::timeout(LEAD_CHECK_TIMEOUT, connect()).await {
-            Ok(Ok(conn)) => self.conn = conn,
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "the writer cannot reconnect to its database");
-                return false;
-            }
-            Err(_) => {
-                tracing::error!("the writer's database did not answer a new connection");
-                return false;
-            }
+        if !self.reconnect(connect).await {
+            return false;
         }
-        match take_lead(&mut self.conn).await {
-            Ok(true) => {
+        match tokio::time::timeout(LEAD_CHECK_TIMEOUT, take_lead(&mut self.conn)).await {
+            Ok(Ok(true)) => {
                 tracing::warn!("the writer's connection broke; reconnected and kept the lead");
                 true
             }
@@ -602,9 +668,20 @@ impl Writer {
         rx: &mut mpsc::Receiver<WriteOp>,
         committed: &watch::Sender<u64>,
     ) -> bool {
-        let Some(connect) = &self.lead else {
+        let Some(connect) = self.lead.take() else {
             return true;
         };
+        let led = self.wait_for_lead(&connect, rx, committed).await;
+        self.lead = Some(connect);
+        led
+    }
+
+    async fn wait_for_lead(
+        &mut self,
+        connect: &Reconnect,
+        rx: &mut mpsc::Receiver<WriteOp>,
+        committed: &watch::Sender<u64>,
+    ) -> bool {
         let mut tick = tokio::time::interval(STANDBY_RETRY);
         loop {
             tokio::select! {
@@ -614,31 +691,30 @@ impl Writer {
                 },
                 _ = tick.tick() => {
                     committed.send_modify(|n| *n = n.wrapping_add(1));
-                    if self.conn.batch("SELECT 1").await.is_err() {
-                        match connect().await {
-                            Ok(conn) => self.conn = conn,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "a standby cannot reach its database");
-                                continue;
-                            }
-                        }
+                    let alive = tokio::time::timeout(LEAD_CHECK_TIMEOUT, self.conn.batch("SELECT 1")).await;
+                    if !matches!(alive, Ok(Ok(()))) && !self.reconnect(connect).await {
+                        continue;
                     }
-                    match take_lead(&mut self.conn).await {
-                        Ok(true) => match prepare_to_lead(&mut self.conn).await {
-                            Ok(()) => return true,
-                            Err(e) => {
-                                tracing::error!(
-                                    error = %e,
-                                    "took the lead but cannot prepare the database; letting it go"
-                                );
-                                let _ = db::query("SELECT pg_advisory_unlock(?)")
-                                    .bind(LEAD_LOCK)
-                                    .execute(&mut self.conn)
-                                    .await;
-                            }
-                        },
-                        Ok(false) => {}
-                        Err(e) => tracing::warn!(error = %e, "a standby cannot try the lead"),
+                    let prepared = async {
+                        if !take_lead(&mut self.conn).await? {
+                            return Ok(false);
+                        }
+                        prepare_to_lead(&mut self.conn).await?;
+                        Ok::<_, StoreError>(true)
+                    };
+                    // Migrations may take a while; the lock and the connection are dropped
+                    // if they fail or never answer.
+                    match tokio::time::timeout(Duration::from_secs(300), prepared).await {
+                        Ok(Ok(true)) => return true,
+                        Ok(Ok(false)) => {}
+                        Ok(Err(e)) => {
+                            tracing::error!(error = %e, "cannot take the lead; letting it go");
+                            self.reconnect(connect).await;
+                        }
+                        Err(_) => {
+                            tracing::error!("taking the lead did not finish; letting it go");
+                            self.reconnect(connect).await;
+                        }
                     }
                 }
             }
