@@ -67,11 +67,6 @@ pub async fn sqlite_to_postgres(from: &Location, to: &Location) -> Result<Counts
     // Bring the source to this podq's schema (and settle its history) first.
     drop(Store::open(path).await?);
     let destination = Store::open_at(to).await?;
-    if !destination.is_active() {
-        return Err(StoreError::BadLocation(format!(
-            "a podq server is running on {to}: stop every server on it first"
-        )));
-    }
     let held: i64 =
         db::query_scalar("SELECT (SELECT COUNT(*) FROM jobs) + (SELECT COUNT(*) FROM experiments)")
             .fetch_one(&mut destination.read().await?)
@@ -80,6 +75,11 @@ pub async fn sqlite_to_postgres(from: &Location, to: &Location) -> Result<Counts
         return Err(StoreError::BadLocation(format!(
             "{to} already holds a study ({held} jobs and experiments; a server has run on \
              it): migrate into an empty database"
+        )));
+    }
+    if !destination.is_active() {
+        return Err(StoreError::BadLocation(format!(
+            "a podq server is running on {to}: stop every server on it first"
         )));
     }
     let source = SqliteConnectOptions::new()
@@ -108,8 +108,10 @@ async fn copy_tables(source: &mut SqliteConnection, to: &mut Conn) -> Result<Cou
     debug_assert_eq!(to.backend(), Backend::Postgres);
     let mut counts = Vec::new();
     for table in TABLES {
-        let mut rows =
-            sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM {table}"))).fetch(&mut *source);
+        // A linked job refers to its run, which was submitted before it.
+        let order = if table == "jobs" { " ORDER BY seq" } else { "" };
+        let sql = format!("SELECT * FROM {table}{order}");
+        let mut rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch(&mut *source);
         let mut batch: Vec<SqliteRow> = Vec::with_capacity(ROWS_PER_INSERT);
         let mut copied = 0_i64;
         if table == "goodput_totals" {
@@ -160,18 +162,23 @@ async fn check_counts(
             ));
         }
     }
-    for sql in [
-        "SELECT group_name || '/' || state || '=' || n FROM job_counts WHERE n <> 0 \
-         ORDER BY group_name, state",
-        "SELECT n || '/' || CAST(ROUND(hours * 1000) AS BIGINT) FROM fresh_queue",
-    ] {
-        let there: Vec<String> = sqlx::query_scalar(sql).fetch_all(&mut *source).await?;
-        let here: Vec<String> = db::query_scalar(sql).fetch_all(to).await?;
-        if there != here {
-            problems.push(format!(
-                "maintained totals: {there:?} in the source, {here:?} there"
-            ));
-        }
+    let counts = "SELECT group_name || '/' || state || '=' || n FROM job_counts \
+                  WHERE n <> 0 ORDER BY group_name, state";
+    let there: Vec<String> = sqlx::query_scalar(counts).fetch_all(&mut *source).await?;
+    let here: Vec<String> = db::query_scalar(counts).fetch_all(to).await?;
+    if there != here {
+        problems.push(format!(
+            "job counts: {there:?} in the source, {here:?} there"
+        ));
+    }
+    let fresh = "SELECT n, hours FROM fresh_queue";
+    let there: (i64, f64) = sqlx::query_as(fresh).fetch_one(&mut *source).await?;
+    let here: (i64, f64) = db::query_as(fresh).fetch_one(to).await?;
+    // The hours are sums of floats, added in another order: equal to within rounding.
+    if there.0 != here.0 || (there.1 - here.1).abs() > 1e-6 * there.1.abs().max(1.0) {
+        problems.push(format!(
+            "fresh queue: {there:?} in the source, {here:?} there"
+        ));
     }
     if problems.is_empty() {
         Ok(())
