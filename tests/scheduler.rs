@@ -65,6 +65,7 @@ on_both_stores!(
     a_job_says_why_its_last_attempt_ended,
     a_restarted_server_wakes_a_waiting_pod_for_every_backoff_that_ends,
     a_pods_time_between_attempts_goes_to_recovery_or_idleness_once,
+    a_metrics_batch_that_repeats_a_step_keeps_its_last_value,
 );
 
 async fn fixture(backend: Backend) -> Fixture {
@@ -616,4 +617,38 @@ async fn the_hot_reads_use_indexes_on_postgres() {
             );
         }
     }
+}
+
+/// A trainer may report a step twice within one flush; PostgreSQL refuses an upsert that
+/// touches one row twice, and a refused batch would be retried by the worker forever.
+async fn a_metrics_batch_that_repeats_a_step_keeps_its_last_value(backend: Backend) {
+    let f = fixture(backend).await;
+    f.scheduler
+        .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
+        .await
+        .unwrap();
+    let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();
+    let point = |step: i64, loss: f64| podq_api::MetricStep {
+        step,
+        values: [("train/loss".to_owned(), loss)].into(),
+    };
+    let batch = podq_api::MetricsBatch {
+        points: vec![point(10, 1.0), point(20, 0.9), point(10, 0.5)],
+        phases: None,
+    };
+    f.scheduler
+        .record_metrics(lease.lease_id, batch)
+        .await
+        .unwrap();
+    let metrics = f
+        .scheduler
+        .job_metrics(lease.job_id, None, 100)
+        .await
+        .unwrap();
+    let points: Vec<(i64, f64)> = metrics.series[0]
+        .points
+        .iter()
+        .map(|p| (p.step, p.value))
+        .collect();
+    assert_eq!(points, vec![(10, 0.5), (20, 0.9)]);
 }
