@@ -208,7 +208,6 @@ impl Scheduler {
                 .boxed()
             })
             .await?;
-        self.telemetry.metric_points.inc_by(stored);
         if let Some(step) = max_step {
             self.live.advance(lease_id, step);
             if let Some(live) = self.live.get(lease_id) {
@@ -219,6 +218,8 @@ impl Scheduler {
                 });
             }
         }
+        // Counted once the step is visible, so a scrape that sees the points sees the step.
+        self.telemetry.metric_points.inc_by(stored);
         Ok(accepted)
     }
 
