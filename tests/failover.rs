@@ -1,6 +1,8 @@
 //! Two `podq server` processes on one PostgreSQL database: one active, one standby. The
 //! active is killed with SIGKILL while a worker runs a job; the standby takes the lead,
 //! re-derives the live leases and serves the worker, which carries on with the same lease.
+//! A server whose database session ends stops acting as the active one, even with no
+//! request of its own to tell it.
 
 mod common;
 
@@ -206,4 +208,64 @@ async fn a_lost_session_leaves_exactly_one_active_server() {
         let (status, answer) = standby.post("/jobs", json!({"group": "exp08-ema"})).await;
         assert_eq!(status, 503, "round {round}: {answer}");
     }
+}
+
+/// Heartbeats are answered from memory, so a server cut off from its database learns it
+/// only from its idle lead check or from its lead confirmation going stale. Once another
+/// session holds the lead, the old active must refuse worker calls with no request of its
+/// own reaching the database: this test sends it none that would.
+#[tokio::test]
+async fn a_server_that_lost_the_lead_refuses_worker_calls_without_being_asked_to_write() {
+    use sqlx::Connection;
+    let database = PostgresDatabase::create().await;
+    let server = Server::start_on_url(&database.url).await;
+    assert_eq!(readyz(&server).await.0, 200);
+    // A lease nobody holds: the active answers from memory (409 `lease_lost`), a standby
+    // refuses before looking (503 `standby`).
+    let heartbeat = || async {
+        server
+            .post(
+                &format!("/leases/{}/heartbeat", uuid::Uuid::new_v4()),
+                json!({"phase": "running"}),
+            )
+            .await
+    };
+    let (status, answer) = heartbeat().await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["error"]["code"], "lease_lost", "{answer}");
+
+    // This session takes the lead as a standby would. The server tries to take it back as
+    // soon as it notices, so its session is ended until this one wins.
+    let mut rival = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let _: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_locks \
+             WHERE locktype = 'advisory' AND granted AND classid = 0 AND objid = 1886348401 \
+             AND pid <> pg_backend_pid() \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        )
+        .fetch_all(&mut rival)
+        .await
+        .unwrap();
+        let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(1886348401)")
+            .fetch_one(&mut rival)
+            .await
+            .unwrap();
+        if held {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the rival never held the lead");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answer = eventually(
+        Duration::from_secs(20),
+        "the server to refuse worker calls",
+        || async {
+            let (status, answer) = heartbeat().await;
+            (status == 503).then_some(answer)
+        },
+    )
+    .await;
+    assert_eq!(answer["error"]["code"], "standby", "{answer}");
 }
