@@ -3,6 +3,7 @@
 //! Every HTTP request and response body is defined here, once, so the three parts cannot drift
 //! apart. This crate does no I/O.
 
+pub mod backoff;
 pub mod catalog;
 pub mod error;
 pub mod jobs;

@@ -66,16 +66,16 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
     let store = Store::open_at(&location)
         .await
         .with_context(|| format!("cannot open the database {location}"))?;
+    let catalog = Arc::new(catalog);
+    let config = Arc::new(config);
+    let scheduler = Scheduler::load(store.clone(), catalog.clone(), config.clone()).await?;
     // The server that leads records the catalog and registers the webhook receivers before
     // it serves, so no event of its first requests misses a receiver; a standby writes
     // nothing, and does this when it takes the lead (`run_while_active`).
     if store.is_active() {
-        store::catalog::record(&store, &catalog).await?;
-        webhooks::register(&store, &config.webhooks).await?;
+        scheduler.record_catalog().await?;
+        webhooks::register(&scheduler, &config.webhooks).await?;
     }
-    let catalog = Arc::new(catalog);
-    let config = Arc::new(config);
-    let scheduler = Scheduler::load(store.clone(), catalog.clone(), config.clone()).await?;
     Ok(AppState {
         catalog,
         config,
@@ -133,8 +133,7 @@ pub async fn serve(
 /// repeats what `prepare` did, harmlessly; deciding here once is what keeps a server that
 /// took the lead while starting from missing it.)
 async fn run_while_active(state: AppState, shutdown: CancellationToken) {
-    let store = state.scheduler.store().clone();
-    let mut role = store.role();
+    let mut role = state.scheduler.store_role();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -152,9 +151,8 @@ async fn run_while_active(state: AppState, shutdown: CancellationToken) {
         let reaper = tokio::spawn(state.scheduler.clone().run_reaper(tasks.clone()));
         let cron = tokio::spawn(state.scheduler.clone().run_schedules(tasks.clone()));
         let notices = tokio::spawn(webhooks::deliver(
-            store.clone(),
+            state.scheduler.clone(),
             receivers,
-            state.scheduler.telemetry().clone(),
             tasks.clone(),
         ));
         tokio::select! {
@@ -171,9 +169,8 @@ async fn run_while_active(state: AppState, shutdown: CancellationToken) {
 }
 
 async fn take_over(state: &AppState) -> anyhow::Result<Vec<webhooks::Receiver>> {
-    let store = state.scheduler.store();
-    store::catalog::record(store, &state.catalog).await?;
-    let receivers = webhooks::register(store, &state.config.webhooks).await?;
+    state.scheduler.record_catalog().await?;
+    let receivers = webhooks::register(&state.scheduler, &state.config.webhooks).await?;
     state.scheduler.take_over().await?;
     tracing::info!("took over: the live leases are re-derived from the database");
     Ok(receivers)

@@ -1,20 +1,44 @@
-//! Names a person typed (a group, an experiment, a job state), against the names podq knows:
-//! the "did you mean" of every answer that rejects one.
+//! "Did you mean …?": a name a person typed (a group, an experiment, a job state, a config
+//! key or config name) against the names podq knows, for every answer that rejects one.
+//!
+//! Two names are as far apart as the edits that turn one into the other by optimal string
+//! alignment (`strsim::osa_distance`: insertions, deletions, substitutions and swaps of
+//! neighbours, so `golbal` is one edit from `global`), after case, `_` and `-` are set aside
+//! (`GlobalBatchSize` is `global_batch_size` written another way).
 
-/// The known names closest to `typed`: those at the smallest edit distance found, if it is
-/// small enough to read as a typo of a name that long, at most three, in alphabetical order.
-/// Case and the difference between `-` and `_` do not count; swapping two neighbouring
-/// letters is one edit (optimal string alignment).
-pub fn did_you_mean<'a>(typed: &str, known: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+/// Edits that turn `a` into `b`.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    strsim::osa_distance(a, b)
+}
+
+/// The known names close enough to `typed` to read as a typo of them, each with its
+/// distance, in the order given.
+fn near_misses<'a>(typed: &str, known: impl IntoIterator<Item = &'a str>) -> Vec<(usize, &'a str)> {
     let wanted = normalized(typed);
-    let mut close: Vec<(usize, &str)> = known
+    known
         .into_iter()
         .filter(|name| *name != typed)
-        .map(|name| (strsim::osa_distance(&wanted, &normalized(name)), name))
+        .map(|name| (edit_distance(&wanted, &normalized(name)), name))
         .filter(|(distance, name)| {
             *distance <= tolerance(typed.chars().count().max(name.chars().count()))
         })
-        .collect();
+        .collect()
+}
+
+/// The one known name `typed` is most likely a misspelling of, if any is close enough: the
+/// first of the nearest. For config keys, where a near miss is an error, so the tolerance
+/// (see [`tolerance`]) keeps the user's own extra keys out of reach.
+pub fn closest<'a>(typed: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    near_misses(typed, known)
+        .into_iter()
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, name)| name)
+}
+
+/// The known names closest to `typed`: those at the smallest edit distance found, if it is
+/// small enough to read as a typo of a name that long, at most three, in alphabetical order.
+pub fn did_you_mean<'a>(typed: &str, known: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut close = near_misses(typed, known);
     close.sort();
     close.dedup();
     let best = close.first().map(|(distance, _)| *distance);
@@ -43,14 +67,18 @@ pub fn question(suggestions: &[String]) -> Option<String> {
     }
 }
 
+/// The same name written another way: case, `_` and `-` do not count.
 fn normalized(name: &str) -> String {
     name.chars()
-        .map(|c| if c == '_' { '-' } else { c })
+        .filter(|c| *c != '_' && *c != '-')
         .flat_map(char::to_lowercase)
         .collect()
 }
 
-/// Edits that still read as a typo of a name this long.
+/// How many edits still read as a typo of a name this long: one for the shortest names, up to
+/// three for long ones. `global_batchsize` (16) is one edit from `global_batch_size`, while
+/// the user's own extra keys (`use_tpu`, `num_workers`, `save_checkpoint_steps`) are at least
+/// four from any key the trainer reads.
 fn tolerance(len: usize) -> usize {
     match len {
         0..=4 => 1,
@@ -95,5 +123,32 @@ mod tests {
             phrase(&["a".into(), "b".into(), "c".into()]),
             "; did you mean `a`, `b` or `c`?"
         );
+    }
+
+    #[test]
+    fn counts_edits_and_swaps() {
+        assert_eq!(edit_distance("global_batchsize", "global_batch_size"), 1);
+        assert_eq!(edit_distance("golbal", "global"), 1);
+        assert_eq!(edit_distance("", "lr"), 2);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn suggests_only_near_misses() {
+        let keys = [
+            "global_batch_size",
+            "lr",
+            "lr_min_ratio",
+            "epochs",
+            "ema_rate",
+        ];
+        assert_eq!(closest("global_batchsize", keys), Some("global_batch_size"));
+        assert_eq!(closest("GlobalBatchSize", keys), Some("global_batch_size"));
+        assert_eq!(closest("epoch", keys), Some("epochs"));
+        assert_eq!(closest("lr_min_ration", keys), Some("lr_min_ratio"));
+        assert_eq!(closest("use_tpu", keys), None);
+        assert_eq!(closest("num_workers", keys), None);
+        assert_eq!(closest("save_checkpoint_steps", keys), None);
+        assert_eq!(closest("lr", keys), None, "a known key is no near miss");
     }
 }

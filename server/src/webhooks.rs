@@ -13,14 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use futures::FutureExt;
 use hmac::{KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::webhooks::{self as outbox, Pending};
-use crate::store::{now_ms, Store};
+use crate::scheduler::Scheduler;
+use crate::store::now_ms;
+use crate::store::webhooks::Pending;
 use crate::telemetry::{OutcomeLabel, Telemetry};
 
 /// Event kinds a receiver gets unless its config lists others: attempt outcomes, job state
@@ -143,14 +143,15 @@ pub fn redacted(url: &str) -> String {
 }
 
 /// Records the configured receivers in the store and reads their secrets.
-pub async fn register(store: &Store, hooks: &[WebhookConfig]) -> anyhow::Result<Vec<Receiver>> {
+pub async fn register(
+    scheduler: &Scheduler,
+    hooks: &[WebhookConfig],
+) -> anyhow::Result<Vec<Receiver>> {
     let rows: Vec<(String, String, Vec<String>)> = hooks
         .iter()
         .map(|h| (h.url.clone(), h.format.as_str().to_owned(), h.kinds()))
         .collect();
-    let ids = store
-        .write(move |conn| async move { outbox::sync(conn, &rows).await }.boxed())
-        .await?;
+    let ids = scheduler.sync_webhook_receivers(rows).await?;
     hooks
         .iter()
         .zip(ids)
@@ -176,9 +177,8 @@ pub async fn register(store: &Store, hooks: &[WebhookConfig]) -> anyhow::Result<
 /// Delivers every receiver's notices until `shutdown`. Wakes on each commit (a new event may
 /// have queued a notice) and when a retry falls due.
 pub async fn deliver(
-    store: Store,
+    scheduler: Arc<Scheduler>,
     receivers: Vec<Receiver>,
-    telemetry: Arc<Telemetry>,
     shutdown: CancellationToken,
 ) {
     if receivers.is_empty() {
@@ -191,11 +191,12 @@ pub async fn deliver(
             return;
         }
     };
-    let mut commits = store.commits();
+    let telemetry = scheduler.telemetry().clone();
+    let mut commits = scheduler.commits();
     loop {
         let mut next_due: Option<i64> = None;
         for receiver in &receivers {
-            match drain(&store, &client, receiver, &telemetry).await {
+            match drain(&scheduler, &client, receiver, &telemetry).await {
                 Ok(due) => {
                     next_due = match (next_due, due) {
                         (Some(a), Some(b)) => Some(a.min(b)),
@@ -222,12 +223,12 @@ pub async fn deliver(
 /// Sends the receiver's due notices in order; stops at the first failure. Answers when the
 /// next retry is due, if one is waiting.
 async fn drain(
-    store: &Store,
+    scheduler: &Scheduler,
     client: &reqwest::Client,
     receiver: &Receiver,
     telemetry: &Telemetry,
 ) -> anyhow::Result<Option<i64>> {
-    while let Some(pending) = outbox::head(&mut store.read().await?, receiver.id).await? {
+    while let Some(pending) = scheduler.next_notice(receiver.id).await? {
         if pending.next_attempt_at > now_ms() {
             return Ok(Some(pending.next_attempt_at));
         }
@@ -239,19 +240,16 @@ async fn drain(
         };
         match result {
             Ok(()) => {
-                store
-                    .write(move |conn| {
-                        async move { outbox::delivered(conn, delivery).await }.boxed()
-                    })
-                    .await?;
+                scheduler.notice_delivered(delivery).await?;
                 telemetry
                     .webhook_deliveries
                     .get_or_create(&label("delivered"))
                     .inc();
             }
             Err(error) => {
+                let doublings = u32::try_from(pending.attempts.clamp(0, 10)).unwrap_or(10);
                 let backoff =
-                    Duration::from_secs(1 << pending.attempts.clamp(0, 10)).min(MAX_BACKOFF);
+                    podq_api::backoff::exponential(Duration::from_secs(1), doublings, MAX_BACKOFF);
                 let next = now_ms() + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX / 2);
                 tracing::warn!(
                     webhook = %redacted(&receiver.url),
@@ -261,11 +259,7 @@ async fn drain(
                     %error,
                     "webhooks: a delivery failed"
                 );
-                store
-                    .write(move |conn| {
-                        async move { outbox::failed(conn, delivery, next, &error).await }.boxed()
-                    })
-                    .await?;
+                scheduler.notice_failed(delivery, next, error).await?;
                 telemetry
                     .webhook_deliveries
                     .get_or_create(&label("failed"))

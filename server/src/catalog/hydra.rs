@@ -198,9 +198,8 @@ impl<'a> Composer<'a> {
                             None => (String::new(), name.as_str()),
                         };
                         let slash = if *absolute { "/" } else { "" };
-                        let fix =
-                            super::suggest::closest(stem, siblings.iter().map(String::as_str))
-                                .map(|near| format!("did you mean `{slash}{dir}{near}`?"));
+                        let fix = crate::names::closest(stem, siblings.iter().map(String::as_str))
+                            .map(|near| format!("did you mean `{slash}{dir}{near}`?"));
                         return Err(ComposeError {
                             file: file_name,
                             line: parsed.line,
@@ -265,7 +264,7 @@ impl<'a> Composer<'a> {
                         stack.pop();
                         let available = self.files.options(&group_dir);
                         let fix =
-                            super::suggest::closest(&chosen, available.iter().map(String::as_str))
+                            crate::names::closest(&chosen, available.iter().map(String::as_str))
                                 .map(|near| format!("did you mean `{near}`?"));
                         let (file, line, index, how) = match chosen_at {
                             Some((file, line, index)) => (file, line, index, "override "),

@@ -18,7 +18,6 @@ mod legacy;
 mod resolve;
 pub mod schema;
 pub mod source;
-mod suggest;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

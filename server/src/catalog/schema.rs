@@ -169,10 +169,10 @@ pub fn unread_keys(config: &Map<String, Value>) -> Vec<String> {
 /// (`hidden_size` -> `arch.hidden_size`), where the trainer does not look for it.
 pub fn near_miss(unread: &str) -> Option<String> {
     if let Some(inner) = unread.strip_prefix("arch.") {
-        return super::suggest::closest(inner, ARCH_FIELDS.iter().map(|f| f.key))
+        return crate::names::closest(inner, ARCH_FIELDS.iter().map(|f| f.key))
             .map(|key| format!("arch.{key}"));
     }
-    if let Some(key) = super::suggest::closest(unread, TRAINING_FIELDS.iter().map(|f| f.key)) {
+    if let Some(key) = crate::names::closest(unread, TRAINING_FIELDS.iter().map(|f| f.key)) {
         return Some(key.to_owned());
     }
     // `name` alone is too common a word to be taken for the model's class name.

@@ -94,22 +94,7 @@ async fn study(
     responses((status = 200, description = "Every group, in catalog order", body = Vec<GroupSummary>)),
 )]
 async fn groups(State(state): State<AppState>) -> Result<Json<Vec<GroupSummary>>, ApiError> {
-    let mut counts = state.scheduler.counts_by_group().await?;
-    Ok(Json(
-        state
-            .catalog
-            .groups
-            .iter()
-            .map(|g| GroupSummary {
-                name: g.name.clone(),
-                title: g.title.clone(),
-                experiments: g.experiments.clone(),
-                baseline_row: g.baseline_row.clone(),
-                planned_hours: g.planned_hours,
-                jobs: counts.remove(&g.name).unwrap_or_default(),
-            })
-            .collect(),
-    ))
+    Ok(Json(state.scheduler.groups().await?))
 }
 
 /// Resolves a YAML document as if it were an experiment file of the catalog and reports

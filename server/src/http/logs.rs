@@ -2,8 +2,6 @@
 //! `/logs/follow` streams it live. The lines arrive from workers through `POST /leases/{id}/logs`.
 
 use std::convert::Infallible;
-use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -13,22 +11,18 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use podq_api::{ErrorBody, JobLogs, LogLine};
 use serde::Deserialize;
-use tokio_util::sync::CancellationToken;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::{JobRef, QueryParams};
 use super::negotiate::wants_json;
-use crate::scheduler::logs::{LogQuery, LogSubject};
-use crate::scheduler::Scheduler;
+use crate::scheduler::LogQuery;
 use crate::AppState;
 
 /// Lines per page unless `limit` says otherwise, and at most.
 const DEFAULT_LIMIT: i64 = 1_000;
 const MAX_LIMIT: i64 = 10_000;
-/// A follower re-checks the job's state at least this often, commits or not.
-const FOLLOW_RECHECK: Duration = Duration::from_secs(2);
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -88,8 +82,8 @@ async fn logs(
     headers: HeaderMap,
     QueryParams(q): QueryParams<LogsQuery>,
 ) -> Result<Response, ApiError> {
-    let (subject, query) = subject_of(&state, id, q).await?;
-    let page = state.scheduler.job_logs(&subject, &query).await?;
+    let query = parse(q, Utc::now())?;
+    let page = state.scheduler.job_logs(id, &query).await?;
     if wants_json(&headers) {
         return Ok(Json(page).into_response());
     }
@@ -129,25 +123,12 @@ async fn follow(
     headers: HeaderMap,
     QueryParams(q): QueryParams<LogsQuery>,
 ) -> Result<Response, ApiError> {
-    let (subject, query) = subject_of(&state, id, q).await?;
-    Ok(follow_stream(
-        state.scheduler.clone(),
-        state.shutdown.clone(),
-        subject,
-        query,
-        wants_json(&headers),
-    ))
-}
-
-/// The query, checked, and the job it reads (whose attempt and host must exist).
-async fn subject_of(
-    state: &AppState,
-    id: uuid::Uuid,
-    q: LogsQuery,
-) -> Result<(LogSubject, LogQuery), ApiError> {
     let query = parse(q, Utc::now())?;
-    let subject = state.scheduler.log_subject(id, &query).await?;
-    Ok((subject, query))
+    let lines = state
+        .scheduler
+        .follow_logs(id, query, state.shutdown.clone())
+        .await?;
+    Ok(follow_stream(lines, wants_json(&headers)))
 }
 
 fn parse(q: LogsQuery, now: DateTime<Utc>) -> Result<LogQuery, ApiError> {
@@ -260,74 +241,20 @@ fn as_text(line: &LogLine) -> String {
     )
 }
 
-/// The lines from the query's cursor on, then each new one as it is committed, until the
-/// job settles and every line is sent, or the server shuts down.
-fn follow_stream(
-    scheduler: Arc<Scheduler>,
-    shutdown: CancellationToken,
-    subject: LogSubject,
-    mut query: LogQuery,
-    json: bool,
-) -> Response {
-    let mut commits = scheduler.commits();
-    // A task reads and sends; the channel's capacity bounds what waits for a slow client,
-    // and a closed channel (the client left) ends the task.
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
-    tokio::spawn(async move {
-        let mut last_read = false;
-        loop {
-            commits.borrow_and_update();
-            let page = match scheduler.job_logs(&subject, &query).await {
-                Ok(page) => page,
-                Err(e) => {
-                    tracing::warn!(job = %subject.job_id, error = %e, "a log follower could not read");
-                    return;
-                }
-            };
-            query.after = Some(page.next_after);
-            query.tail = false;
-            if !page.lines.is_empty() {
-                let mut chunk = String::new();
-                for line in &page.lines {
-                    if json {
-                        chunk.push_str(&serde_json::to_string(line).unwrap_or_default());
-                        chunk.push('\n');
-                    } else {
-                        chunk.push_str(&as_text(line));
-                    }
-                }
-                if tx.send(Bytes::from(chunk)).await.is_err() {
-                    return;
-                }
-            }
-            if page.more {
-                continue;
-            }
-            if last_read {
-                return;
-            }
-            match scheduler.log_may_grow(&subject).await {
-                Ok(true) => {}
-                // Settled: one more read takes the lines committed with the last finish.
-                Ok(false) => {
-                    last_read = true;
-                    continue;
-                }
-                Err(_) => return,
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                // The client left: nothing to wait for.
-                _ = tx.closed() => return,
-                changed = commits.changed() => if changed.is_err() { return },
-                _ = tokio::time::sleep(FOLLOW_RECHECK) => {}
+/// The follower's pages as one streamed body, text or NDJSON.
+fn follow_stream(lines: tokio::sync::mpsc::Receiver<Vec<LogLine>>, json: bool) -> Response {
+    let stream = futures::stream::unfold(lines, move |mut lines| async move {
+        let page = lines.recv().await?;
+        let mut chunk = String::new();
+        for line in &page {
+            if json {
+                chunk.push_str(&serde_json::to_string(line).unwrap_or_default());
+                chunk.push('\n');
+            } else {
+                chunk.push_str(&as_text(line));
             }
         }
-    });
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|bytes| (Ok::<_, Infallible>(bytes), rx))
+        Some((Ok::<_, Infallible>(Bytes::from(chunk)), lines))
     });
     let content_type = if json {
         "application/x-ndjson"

@@ -2,28 +2,22 @@
 //! method of [`Scheduler`], each one write transaction that checks its owner first (the
 //! job's state, or the lease's fence). The HTTP layer parses, calls one method and maps the
 //! [`SchedulerError`] it may get back.
+//!
+//! The rooms: `lease/` (leasing, the worker calls under the lease's fence, the reaper,
+//! waking waiting workers, the retry policy), `plan/` (the grant, the plan, forecasts, pod
+//! time and checkpoint advice), `reads/` (every read, the log follower and the live feed of
+//! events, and the views cached between commits), `cron/` (scheduled submissions). Beside
+//! them: `submit.rs` and `control.rs` (what a person does to jobs), `outbox.rs` (the webhook
+//! outbox as its deliverer sees it) and `error.rs`.
 
-pub mod advice;
 pub mod control;
-mod cron_dialect;
+pub mod cron;
 mod error;
-pub mod forecast;
-mod grant;
-mod job_reads;
-mod leasing;
-pub mod live;
-pub mod logs;
-mod plan;
-pub mod planner;
-mod pod_time;
-pub mod policy;
-mod read_cache;
-mod reads;
-mod reaper;
-pub mod schedules;
-mod study;
+pub mod lease;
+pub mod outbox;
+pub mod plan;
+pub mod reads;
 pub mod submit;
-mod wake;
 
 use std::sync::Arc;
 
@@ -33,9 +27,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use error::{store_failure, Result, SchedulerError, StoreFailure};
-pub use job_reads::JobsQuery;
-pub use live::{LiveLease, LiveLeases};
-pub use reaper::Reaped;
+pub use lease::live::{LiveLease, LiveLeases};
+use lease::wake;
+pub use lease::Reaped;
+pub use reads::logs::LogQuery;
+use reads::{read_cache, status};
+pub use reads::{JobsQuery, LiveFeed, LiveItem};
 
 use crate::catalog::Catalog;
 use crate::config::ServerConfig;
@@ -62,7 +59,7 @@ pub struct Scheduler {
 }
 
 struct ReadCaches {
-    queue: read_cache::ReadCache<reads::QueueView>,
+    queue: read_cache::ReadCache<status::QueueView>,
     grant: read_cache::ReadCache<Option<podq_api::GrantOutlook>>,
     plan: read_cache::ReadCache<podq_api::Plan>,
 }
@@ -124,6 +121,12 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Records the catalog as loaded, so the database can answer about experiments on its
+    /// own. The active server does it before it serves, and again each time it takes over.
+    pub async fn record_catalog(&self) -> Result<()> {
+        Ok(store::catalog::record(&self.store, &self.catalog).await?)
+    }
+
     /// After the store lost the lead: worker calls are refused until the next take-over.
     pub fn stand_by(&self) {
         self.serving
@@ -143,10 +146,10 @@ impl Scheduler {
         &self.telemetry
     }
 
-    /// For the webhook deliverer, which drains its own outbox. Handlers read through the
-    /// scheduler's methods.
-    pub(crate) fn store(&self) -> &Store {
-        &self.store
+    /// The store's lead, as it changes: the server runs its once-per-database tasks while
+    /// it is active.
+    pub fn store_role(&self) -> tokio::sync::watch::Receiver<store::Role> {
+        self.store.role()
     }
 
     /// Jobs' progress as metrics arrive. A receiver that falls behind skips ahead.

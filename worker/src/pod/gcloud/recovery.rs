@@ -51,9 +51,7 @@ enum Step {
 const MAX_ACTION_BACKOFF: Duration = Duration::from_secs(600);
 
 fn backoff(base: Duration, failures: u32) -> Duration {
-    base.checked_mul(1u32 << failures.min(16))
-        .unwrap_or(MAX_ACTION_BACKOFF)
-        .min(MAX_ACTION_BACKOFF)
+    podq_api::backoff::exponential(base, failures.min(16), MAX_ACTION_BACKOFF)
 }
 
 /// What a recovery remembers between looks.

@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 use futures::FutureExt;
 
 use podq_api::{
-    Checkpoint, Delivery, Event, Job, JobDetail, JobList, JobMetrics, JobState, PodTime, Webhook,
+    Checkpoint, Delivery, Event, GroupSummary, Job, JobDetail, JobList, JobMetrics, JobState,
+    PodTime, Webhook,
 };
 use uuid::Uuid;
 
-use super::{submit, Result, Scheduler, SchedulerError};
+use crate::scheduler::{submit, Result, Scheduler, SchedulerError};
 use crate::store::jobs::{self, JobFilter};
 use crate::store::{checkpoints, metrics, ms_to_datetime, parse_uuid, webhooks, StoreError};
 
@@ -172,15 +173,27 @@ impl Scheduler {
         Ok(JobMetrics { job_id: id, series })
     }
 
-    /// Jobs per group and state, every state there is.
-    pub async fn counts_by_group(&self) -> Result<BTreeMap<String, BTreeMap<String, i64>>> {
+    /// Every group of the catalog, in catalog order, with its jobs per state.
+    pub async fn groups(&self) -> Result<Vec<GroupSummary>> {
         let mut counts: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
         for (group, state, n) in
             jobs::counts_by_group_and_state(&mut self.store.read().await?).await?
         {
             counts.entry(group).or_default().insert(state, n);
         }
-        Ok(counts)
+        Ok(self
+            .catalog
+            .groups
+            .iter()
+            .map(|g| GroupSummary {
+                name: g.name.clone(),
+                title: g.title.clone(),
+                experiments: g.experiments.clone(),
+                baseline_row: g.baseline_row.clone(),
+                planned_hours: g.planned_hours,
+                jobs: counts.remove(&g.name).unwrap_or_default(),
+            })
+            .collect())
     }
 
     /// The newest timeline event's id (0 before any): where a live follower starts.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use podq_api::{GroupStudy, StudyRow};
 use serde_json::Value;
 
-use super::{Result, Scheduler, SchedulerError};
+use crate::scheduler::{Result, Scheduler, SchedulerError};
 use crate::store::{metrics, parse_uuid, views};
 
 /// Keys podq sets per experiment: they differ on every row and say nothing.

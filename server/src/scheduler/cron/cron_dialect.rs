@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 
-use super::{Result, SchedulerError};
+use crate::scheduler::{Result, SchedulerError};
 
 /// One field of a cron expression: its name in messages, its range, and the names it
 /// accepts for its numbers (`JAN` = 1, `SUN` = 0).

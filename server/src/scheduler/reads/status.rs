@@ -6,15 +6,15 @@ use std::collections::BTreeMap;
 use chrono::{Duration as ChronoDuration, Utc};
 use podq_api::{JobState, Pod, RunningJob, Status};
 
-use super::forecast::{self, Progress};
-use super::{Result, Scheduler};
+use crate::scheduler::plan::forecast::{self, Progress};
+use crate::scheduler::{Result, Scheduler};
 use crate::store::views::{self, ActiveRun};
 use crate::store::{goodput, jobs, ms_to_datetime, now_ms, parse_uuid, pods};
 
 /// What status reads from the database: made once per commit (`read_cache`), merged with
 /// the live leases on every read.
 #[derive(Clone)]
-pub(super) struct QueueView {
+pub(in crate::scheduler) struct QueueView {
     counts: BTreeMap<String, i64>,
     /// Runs on a pod (leased, running): few, and their step moves between commits.
     on_pods: Vec<ActiveRun>,

@@ -31,7 +31,7 @@ pub struct Decision {
 /// scaled by a factor in [0.5, 1.0] so retries of many jobs do not line up.
 pub fn backoff(failures: i64, base: Duration, cap: Duration, jitter: f64) -> Duration {
     let exponent = u32::try_from(failures.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
-    let raw = base.saturating_mul(2u32.saturating_pow(exponent)).min(cap);
+    let raw = podq_api::backoff::exponential(base, exponent, cap);
     raw.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
 }
 

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::leasing::lost;
-use super::{LiveLease, Result, Scheduler, SchedulerError};
+use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
 use crate::store::{leases as sql, now_ms};
 
 const TICK: Duration = Duration::from_millis(250);

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::cron_dialect::{next_after, parse_cron};
-use super::{submit, Result, Scheduler, SchedulerError};
+use crate::scheduler::{submit, Result, Scheduler, SchedulerError};
 use crate::store::jobs::insert_event;
 use crate::store::schedules::{self as stored, NewSchedule, ScheduleRow};
 use crate::store::{now_ms, StoreError};

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use podq_api::{Grant, GrantRequest};
 
-use super::{Result, Scheduler, SchedulerError};
+use crate::scheduler::{Result, Scheduler, SchedulerError};
 use crate::store::grant::{self, GrantRow};
 use crate::store::{ms_to_datetime, pods};
 

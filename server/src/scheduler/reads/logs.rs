@@ -6,8 +6,7 @@ use podq_api::{JobLogs, JobState, LogBatch, LogDropped, LogLine};
 use regex::Regex;
 use uuid::Uuid;
 
-use super::{Result, Scheduler, SchedulerError};
-use crate::store::leases as sql;
+use crate::scheduler::{Result, Scheduler, SchedulerError};
 use crate::store::logs::{self, LogFilter};
 use crate::store::{jobs, ms_to_datetime, pods};
 
@@ -51,22 +50,18 @@ fn settled(state: JobState) -> bool {
 impl Scheduler {
     /// Stores a batch of log lines of the lease's attempt; answers how many were new.
     pub async fn record_logs(&self, lease_id: Uuid, mut batch: LogBatch) -> Result<u64> {
-        if self.live.get(lease_id).is_none() {
-            return Err(SchedulerError::LeaseLost(lease_id));
-        }
+        self.live_lease(lease_id)?;
         for line in &mut batch.lines {
             podq_api::cut_long_log_line(&mut line.text);
         }
         let cap = self.config.log_lines_per_host;
         let new = self
-            .store
-            .write(move |conn| {
+            .write_fenced(lease_id, move |conn, fenced| {
                 async move {
-                    let (job_id, attempt) = sql::fence(conn, lease_id)
-                        .await?
-                        .ok_or(SchedulerError::LeaseLost(lease_id))?;
-                    Ok::<_, SchedulerError>(
-                        logs::insert_lines(conn, &job_id, attempt, &batch.lines, cap).await?,
+                    let lines = &batch.lines;
+                    Ok(
+                        logs::insert_lines(conn, &fenced.job_id, fenced.attempt, lines, cap)
+                            .await?,
                     )
                 }
                 .boxed()
@@ -76,8 +71,18 @@ impl Scheduler {
         Ok(new)
     }
 
+    /// A page of the log of job `id`; the query's attempt and host must exist.
+    pub async fn job_logs(&self, id: Uuid, query: &LogQuery) -> Result<JobLogs> {
+        let subject = self.log_subject(id, query).await?;
+        self.log_page(&subject, query).await
+    }
+
     /// The job `id` as its log sees it; checks that the query's attempt and host exist.
-    pub async fn log_subject(&self, id: Uuid, query: &LogQuery) -> Result<LogSubject> {
+    pub(in crate::scheduler) async fn log_subject(
+        &self,
+        id: Uuid,
+        query: &LogQuery,
+    ) -> Result<LogSubject> {
         let mut db = self.store.read().await?;
         let row = jobs::get_job(&mut db, &id.to_string())
             .await?
@@ -133,7 +138,11 @@ impl Scheduler {
     }
 
     /// A page of the log of `subject` (from [`Scheduler::log_subject`]).
-    pub async fn job_logs(&self, subject: &LogSubject, query: &LogQuery) -> Result<JobLogs> {
+    pub(in crate::scheduler) async fn log_page(
+        &self,
+        subject: &LogSubject,
+        query: &LogQuery,
+    ) -> Result<JobLogs> {
         let mut db = self.store.read().await?;
         let filter = LogFilter {
             attempt: query.attempt,

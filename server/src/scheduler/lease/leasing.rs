@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use futures::FutureExt;
 use podq_api::{
     AttemptOutcome, CheckpointsBatch, FinishRequest, FinishResponse, HeartbeatRequest,
@@ -13,16 +14,51 @@ use podq_api::{
 use uuid::Uuid;
 
 use super::policy::{self, AttemptProgress, JobBudget};
-use super::{LiveLease, Result, Scheduler, SchedulerError};
+use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
 use crate::store::jobs::insert_event;
 use crate::store::leases::{self as sql, AttemptEnd, JobAfter};
-use crate::store::{checkpoints, metrics, now_ms, parse_uuid, pod_time, pods, StoreError};
+use crate::store::{checkpoints, metrics, now_ms, parse_uuid, pod_time, pods, Conn, StoreError};
 
 const MAX_WAIT: Duration = Duration::from_secs(60);
 const DEFAULT_WAIT: Duration = Duration::from_secs(20);
 const MAX_LOG_TAIL: usize = 16 * 1024;
 
+/// The job and attempt a lease holds, as its fence found them inside the write.
+pub(in crate::scheduler) struct Fenced {
+    pub job_id: String,
+    pub attempt: i64,
+}
+
 impl Scheduler {
+    /// The live lease `lease_id`, or `LeaseLost`: the cheap check in memory every worker
+    /// call makes before it touches the store.
+    pub(in crate::scheduler) fn live_lease(&self, lease_id: Uuid) -> Result<LiveLease> {
+        self.live
+            .get(lease_id)
+            .ok_or(SchedulerError::LeaseLost(lease_id))
+    }
+
+    /// A write on behalf of the worker holding `lease_id`, in one transaction with its
+    /// fence: unless the lease is still its job's live one in the database, nothing is
+    /// written and the caller gets `LeaseLost`.
+    pub(in crate::scheduler) async fn write_fenced<T, F>(&self, lease_id: Uuid, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut Conn, Fenced) -> BoxFuture<'c, Result<T>> + Send + 'static,
+    {
+        self.store
+            .write(move |conn| {
+                async move {
+                    let (job_id, attempt) = sql::fence(conn, lease_id)
+                        .await?
+                        .ok_or(SchedulerError::LeaseLost(lease_id))?;
+                    op(conn, Fenced { job_id, attempt }).await
+                }
+                .boxed()
+            })
+            .await
+    }
+
     /// Waits up to `wait_s` for a job and leases it to `pod`. A waiting call is woken only
     /// when a job for its accelerator becomes leasable; while it waits it reads nothing and
     /// writes nothing (its "last seen" is kept in memory).
@@ -181,9 +217,7 @@ impl Scheduler {
     /// Stores a metrics batch; a step reported again replaces its value. Answers how many
     /// values were accepted.
     pub async fn record_metrics(&self, lease_id: Uuid, batch: MetricsBatch) -> Result<usize> {
-        if self.live.get(lease_id).is_none() {
-            return Err(SchedulerError::LeaseLost(lease_id));
-        }
+        self.live_lease(lease_id)?;
         if batch.phases.as_ref().is_some_and(|p| !p.is_valid()) {
             return Err(SchedulerError::invalid(
                 "invalid_phases",
@@ -193,26 +227,22 @@ impl Scheduler {
         let accepted: usize = batch.points.iter().map(|p| p.values.len()).sum();
         let stored = accepted as u64;
         let max_step = batch.points.iter().map(|p| p.step).max();
-        self.store
-            .write(move |conn| {
-                async move {
-                    let (job_id, attempt) = sql::fence(conn, lease_id)
-                        .await?
-                        .ok_or(SchedulerError::LeaseLost(lease_id))?;
-                    metrics::insert_points(conn, &job_id, attempt, &batch).await?;
-                    if let Some(phases) = &batch.phases {
-                        pod_time::record_phases(conn, &lease_id.to_string(), phases).await?;
-                    }
-                    Ok::<_, SchedulerError>(())
+        self.write_fenced(lease_id, move |conn, fenced| {
+            async move {
+                metrics::insert_points(conn, &fenced.job_id, fenced.attempt, &batch).await?;
+                if let Some(phases) = &batch.phases {
+                    pod_time::record_phases(conn, &lease_id.to_string(), phases).await?;
                 }
-                .boxed()
-            })
-            .await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await?;
         if let Some(step) = max_step {
             self.live.advance(lease_id, step);
             if let Some(live) = self.live.get(lease_id) {
                 // No subscriber is not an error: nobody is watching.
-                let _ = self.progress.send(super::Progress {
+                let _ = self.progress.send(crate::scheduler::Progress {
                     job_id: parse_uuid(&live.job_id)?,
                     step,
                 });
@@ -226,45 +256,32 @@ impl Scheduler {
     /// Records what the worker found in the checkpoint store. The newest committed
     /// checkpoint becomes where the next attempt resumes.
     pub async fn record_checkpoints(&self, lease_id: Uuid, batch: CheckpointsBatch) -> Result<()> {
-        if self.live.get(lease_id).is_none() {
-            return Err(SchedulerError::LeaseLost(lease_id));
-        }
-        self.store
-            .write(move |conn| {
-                async move {
-                    let (job_id, attempt) = sql::fence(conn, lease_id)
-                        .await?
-                        .ok_or(SchedulerError::LeaseLost(lease_id))?;
-                    checkpoints::record(conn, &job_id, attempt, &batch.checkpoints).await?;
-                    Ok(())
-                }
-                .boxed()
-            })
-            .await
+        self.live_lease(lease_id)?;
+        self.write_fenced(lease_id, move |conn, fenced| {
+            async move {
+                checkpoints::record(conn, &fenced.job_id, fenced.attempt, &batch.checkpoints)
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await
     }
 
     /// Things the worker saw, onto the job's timeline.
     pub async fn record_worker_events(&self, lease_id: Uuid, events: WorkerEvents) -> Result<()> {
-        let pod = self
-            .live
-            .get(lease_id)
-            .ok_or(SchedulerError::LeaseLost(lease_id))?
-            .pod;
-        self.store
-            .write(move |conn| {
-                async move {
-                    let (job_id, _) = sql::fence(conn, lease_id)
-                        .await?
-                        .ok_or(SchedulerError::LeaseLost(lease_id))?;
-                    for event in &events.events {
-                        insert_event(conn, Some(&job_id), Some(&pod), &event.kind, &event.message)
-                            .await?;
-                    }
-                    Ok(())
+        let pod = self.live_lease(lease_id)?.pod;
+        self.write_fenced(lease_id, move |conn, fenced| {
+            async move {
+                let job = Some(fenced.job_id.as_str());
+                for event in &events.events {
+                    insert_event(conn, job, Some(&pod), &event.kind, &event.message).await?;
                 }
-                .boxed()
-            })
-            .await
+                Ok(())
+            }
+            .boxed()
+        })
+        .await
     }
 
     /// Ends the attempt and applies the retry policy. Repeating a finish that was already
@@ -280,7 +297,7 @@ impl Scheduler {
         self.end_lease(lease_id, req).await
     }
 
-    pub(super) async fn end_lease(
+    pub(in crate::scheduler) async fn end_lease(
         &self,
         lease_id: Uuid,
         req: FinishRequest,
@@ -435,7 +452,7 @@ async fn record_pod(
 }
 
 /// A `lost` finish with `message`, as the server itself ends a lease.
-pub(super) fn lost(message: impl Into<String>) -> FinishRequest {
+pub(in crate::scheduler) fn lost(message: impl Into<String>) -> FinishRequest {
     FinishRequest {
         outcome: AttemptOutcome::Lost,
         exit_codes: Vec::new(),

@@ -14,7 +14,7 @@ use super::forecast::{self, Progress};
 use super::grant::check_deadline;
 use super::planner::{self, Group, Limits, Phase, Pool, Run};
 use super::pod_time::ExpectedWaste;
-use super::{submit, Result, Scheduler};
+use crate::scheduler::{submit, Result, Scheduler};
 use crate::store::views::{self, PlanJob};
 use crate::store::{goodput, grant, jobs, now_ms, parse_uuid, pods};
 
@@ -119,7 +119,7 @@ impl Scheduler {
                             }
                         }
                     }
-                    Ok::<_, super::SchedulerError>((submitted, reprioritised))
+                    Ok::<_, crate::scheduler::SchedulerError>((submitted, reprioritised))
                 }
                 .boxed()
             })

@@ -6,22 +6,22 @@ use futures::FutureExt;
 use podq_api::{CheckpointAdvice, Goodput, JobState, PodTimeReport};
 
 use super::advice::{self, RunFacts};
-use super::{Result, Scheduler};
 use crate::catalog::CheckpointInterval;
+use crate::scheduler::{Result, Scheduler};
 use crate::store::jobs::{self, AdviceInputs};
 use crate::store::{goodput, pod_time, JobRow};
 
 impl Scheduler {
     /// The run's checkpoint setting, as the catalog says now: a change to `suite.yaml`
     /// reaches the run's next attempt.
-    pub(super) fn interval_setting(&self, experiment: &str) -> CheckpointInterval {
+    pub(in crate::scheduler) fn interval_setting(&self, experiment: &str) -> CheckpointInterval {
         self.catalog
             .experiment(experiment)
             .map_or(CheckpointInterval::Config, |e| e.checkpoint_interval)
     }
 
     /// Young/Daly advice for a run that has not ended.
-    pub(super) fn advice(
+    pub(in crate::scheduler) fn advice(
         &self,
         job: &JobRow,
         goodput: &Goodput,
@@ -55,7 +55,7 @@ impl Scheduler {
 
     /// The interval to give a new attempt of `job_id`: the advised one under `auto`, the
     /// set one under a number of steps, none when the trainer keeps its own.
-    pub(super) async fn interval_for_attempt(
+    pub(in crate::scheduler) async fn interval_for_attempt(
         &self,
         job_id: &str,
         experiment: &str,
@@ -96,7 +96,7 @@ impl Scheduler {
 /// The plan's expected waste over the runs still to go, at their checkpoint intervals and at
 /// the advised ones.
 #[derive(Debug, Default)]
-pub(super) struct ExpectedWaste {
+pub(in crate::scheduler) struct ExpectedWaste {
     pub configured: f64,
     pub advised: f64,
     /// Per run, what its hours change by at the advised interval.
@@ -107,7 +107,7 @@ impl Scheduler {
     /// Adds to each run still to go the work it is expected to redo after interruptions
     /// (Young/Daly to first order: (τ + C)/2 per interruption, one per MTBF of its pod type),
     /// and notes its checkpoint advice.
-    pub(super) async fn expect_waste(
+    pub(in crate::scheduler) async fn expect_waste(
         &self,
         runs: &mut [super::planner::Run],
     ) -> Result<ExpectedWaste> {

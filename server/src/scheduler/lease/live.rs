@@ -83,7 +83,7 @@ impl LiveLeases {
         Ok(())
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, LiveLease>> {
+    pub(in crate::scheduler) fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, LiveLease>> {
         self.leases.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -95,21 +95,21 @@ impl LiveLeases {
         self.lock().iter().map(|(k, v)| (*k, v.clone())).collect()
     }
 
-    pub(super) fn insert(&self, lease: Uuid, live: LiveLease) {
+    pub(in crate::scheduler) fn insert(&self, lease: Uuid, live: LiveLease) {
         self.lock().insert(lease, live);
     }
 
-    pub(super) fn remove(&self, lease: Uuid) {
+    pub(in crate::scheduler) fn remove(&self, lease: Uuid) {
         self.lock().remove(&lease);
     }
 
-    pub(super) fn flag_cancel(&self, lease: Uuid) {
+    pub(in crate::scheduler) fn flag_cancel(&self, lease: Uuid) {
         if let Some(live) = self.lock().get_mut(&lease) {
             live.cancel = true;
         }
     }
 
-    pub(super) fn of_pod(&self, pod: &str) -> Vec<Uuid> {
+    pub(in crate::scheduler) fn of_pod(&self, pod: &str) -> Vec<Uuid> {
         self.lock()
             .iter()
             .filter(|(_, l)| l.pod == pod)
@@ -117,7 +117,7 @@ impl LiveLeases {
             .collect()
     }
 
-    pub(super) fn expired(&self, now: Instant) -> Vec<Uuid> {
+    pub(in crate::scheduler) fn expired(&self, now: Instant) -> Vec<Uuid> {
         self.lock()
             .iter()
             .filter(|(_, l)| l.expires_at <= now)
@@ -126,7 +126,7 @@ impl LiveLeases {
     }
 
     /// Notes that `lease` reached `step`.
-    pub(super) fn advance(&self, lease: Uuid, step: i64) {
+    pub(in crate::scheduler) fn advance(&self, lease: Uuid, step: i64) {
         if let Some(live) = self.lock().get_mut(&lease) {
             live.step = Some(live.step.map_or(step, |s| s.max(step)));
         }
@@ -138,7 +138,7 @@ impl LiveLeases {
 
     /// Notes that `pod` asked for something now; true when its description differs from the
     /// one in the database, which the caller must then write.
-    pub(super) fn pod_seen(&self, pod: &str, desc: &PodDescription) -> bool {
+    pub(in crate::scheduler) fn pod_seen(&self, pod: &str, desc: &PodDescription) -> bool {
         let mut pods = self.pods();
         match pods.get_mut(pod) {
             Some(seen) => {
@@ -150,7 +150,7 @@ impl LiveLeases {
     }
 
     /// Notes that the database now holds `desc` for `pod`.
-    pub(super) fn pod_recorded(&self, pod: &str, desc: &PodDescription) {
+    pub(in crate::scheduler) fn pod_recorded(&self, pod: &str, desc: &PodDescription) {
         self.pods().insert(
             pod.to_owned(),
             PodSeen {

@@ -1,0 +1,10 @@
+//! Leasing: handing whole-pod jobs to workers, hearing from them under the lease's fence,
+//! ending leases whose worker went silent, waking waiting workers, and the retry policy that
+//! turns an attempt's outcome into the job's next state.
+
+mod leasing;
+pub mod live;
+pub mod policy;
+mod reaper;
+pub(super) mod wake;
+pub use reaper::Reaped;
