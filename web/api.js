@@ -16,7 +16,7 @@ export class HttpError extends Error {
 }
 
 /** The error a failed response stands for: the server's own message when it sent one. */
-async function httpError(resp) {
+export async function httpError(resp) {
   let message = `HTTP ${resp.status}`;
   try {
     const err = await resp.json();

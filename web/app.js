@@ -11,7 +11,7 @@
 //   study.js   the study view of a group's runs
 //   charts.js  the SVG charts (plan timeline, study chart, the panel's line charts)
 //   panel.js   a job's panel
-//   logs.js    the panel's log
+//   logs.js    the panel's log, followed live through /jobs/{id}/logs/follow
 //   podtime.js pod time bars, goodput and checkpoint advice
 //   dom.js, format.js  building elements; how values read
 //
@@ -25,7 +25,7 @@ import { conn } from "./conn.js";
 import { $ } from "./dom.js";
 import { rerenderFromCache } from "./jobs.js";
 import { fullRefresh, jobChanged, startLive, tick } from "./live.js";
-import { pollLog } from "./logs.js";
+import { followLog } from "./logs.js";
 import { closeJob, jobAction, openJob } from "./panel.js";
 import { applyPlan } from "./plan.js";
 import { stateFromHash, syncControls, syncGroupSelect, ui, writeHash } from "./state.js";
@@ -155,9 +155,9 @@ function init() {
     if (row) openJob(row.dataset.jobId);
   });
   $("detail-close").addEventListener("click", () => closeJob());
-  for (const id of ["log-host", "log-attempt", "log-follow"]) $(id).addEventListener("change", () => pollLog());
+  for (const id of ["log-host", "log-attempt", "log-follow"]) $(id).addEventListener("change", () => followLog());
   let grepTimer = null;
-  $("log-grep").addEventListener("input", () => { clearTimeout(grepTimer); grepTimer = setTimeout(pollLog, 300); });
+  $("log-grep").addEventListener("input", () => { clearTimeout(grepTimer); grepTimer = setTimeout(followLog, 300); });
   $("detail-backdrop").addEventListener("click", () => closeJob());
   window.addEventListener("popstate", applyUrl);
   window.addEventListener("hashchange", applyUrl);

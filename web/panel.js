@@ -7,7 +7,7 @@ import { setConn } from "./conn.js";
 import { $, badge, el, timeCell } from "./dom.js";
 import { fmtAgo, fmtInt, fmtNum, fmtTime, stepOfResume, stepText } from "./format.js";
 import { jobLink, markSelectedRows, updateJobRow, upsertJob } from "./jobs.js";
-import { closeLog, keepLogCurrent, setLogChoices } from "./logs.js";
+import { closeLog, keepLogCurrent, setLogChoices, stopLog } from "./logs.js";
 import { adviceText, goodputText, podTimeBar, podTimeLegend } from "./podtime.js";
 import { ui, writeHash } from "./state.js";
 
@@ -160,6 +160,7 @@ export function openJob(id, push = true) {
   writeHash(push && was !== id);
   const panel = $("job-detail");
   if (changed) {
+    stopLog(); // the log that shows is the new job's, from its first read
     const job = ui.jobsById.get(id);
     $("detail-experiment").textContent = job ? job.experiment : "…";
     $("detail-state").replaceChildren(job ? badge(job.state) : "");
