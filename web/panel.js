@@ -1,0 +1,191 @@
+// The job panel: one job's facts, pod time, charts, attempts, checkpoints and timeline, with
+// Cancel and Requeue; its log is logs.js's.
+
+import { HttpError, adminCall, getJSON } from "./api.js";
+import { lineChart } from "./charts.js";
+import { setConn } from "./conn.js";
+import { $, badge, el, timeCell } from "./dom.js";
+import { fmtAgo, fmtInt, fmtNum, fmtTime, stepOfResume, stepText } from "./format.js";
+import { jobLink, markSelectedRows, updateJobRow, upsertJob } from "./jobs.js";
+import { closeLog, keepLogCurrent, setLogChoices, stopLog } from "./logs.js";
+import { adviceText, goodputText, podTimeBar, podTimeLegend } from "./podtime.js";
+import { ui, writeHash } from "./state.js";
+
+const METRICS = ["train/lm_loss", "train/exact_accuracy", "eval/exact_accuracy"];
+const ACTIVE_STATES = ["queued", "leased", "running", "held"];
+
+function fact(label, value, cls) {
+  if (value === null || value === undefined || value === "") return [];
+  return [el("dt", null, label), el("dd", { class: cls || null }, value)];
+}
+
+function renderDetail(detail, metrics, events) {
+  const panel = $("job-detail");
+  panel.setAttribute("data-job-id", detail.id);
+  panel.setAttribute("data-state", detail.state);
+  $("detail-experiment").textContent = detail.experiment;
+  $("detail-state").replaceChildren(badge(detail.state));
+  $("detail-sub").textContent = `${detail.group} · ${detail.id}`;
+  $("detail-error").hidden = true;
+  setDetailActions(detail.state);
+
+  const attempts = Array.isArray(detail.attempts) ? detail.attempts : [];
+  const checkpoints = Array.isArray(detail.checkpoints) ? detail.checkpoints : [];
+  const listed = ui.jobsById.get(detail.id);
+  const attemptCount = listed ? listed.attempt_count : attempts.length;
+  $("detail-facts").replaceChildren(
+    ...fact("Step", stepText(detail.last_step, detail.total_steps), "mono"),
+    ...fact("Priority", String(detail.priority)),
+    ...fact("Attempts", String(attemptCount)),
+    ...fact("Failures", `${detail.failures} of ${detail.max_failures}`),
+    ...fact("Preemptions", String(detail.preemptions)),
+    ...fact("Submitted", detail.submitted_at ? `${fmtTime(detail.submitted_at)} (${fmtAgo(detail.submitted_at)})` : null),
+    ...fact("Updated", detail.updated_at ? fmtAgo(detail.updated_at) : null),
+    ...fact("Goodput", goodputText(detail.goodput)),
+    ...fact("Backoff until", detail.not_before ? fmtTime(detail.not_before) : null),
+    ...(detail.same_as ? [el("dt", null, "Shares run of"), el("dd", null, jobLink(detail.same_as))] : []),
+    ...fact("Message", detail.message),
+    ...fact("Checkpoints", detail.checkpoint_dir, "mono wrap"),
+    ...fact(detail.state === "succeeded" ? "Last checkpoint" : "Next resume from", detail.resume_from, "mono wrap"),
+    ...fact("Config", detail.config_sha256 ? detail.config_sha256.slice(0, 16) : null, "mono"));
+
+  $("detail-pod-time").replaceChildren(podTimeBar("run", detail.pod_time),
+    ...[...attempts].sort((a, b) => a.attempt - b.attempt).map((a) => podTimeBar(`attempt ${a.attempt}`, a.pod_time)),
+    podTimeLegend());
+  $("detail-advice").textContent = adviceText(detail.checkpoint_advice);
+
+  const latest = detail.latest_metrics || {};
+  $("detail-latest").replaceChildren(...Object.keys(latest).sort().map((k) => el("div", { class: "latest-item", "data-metric": k, title: `step ${latest[k].step}` },
+    el("span", { class: "latest-name" }, k), el("span", { class: "latest-value" }, fmtNum(latest[k].value)))));
+
+  const byName = new Map(((metrics && metrics.series) || []).map((s) => [s.name, s]));
+  $("detail-charts").replaceChildren(...METRICS.map((name) => {
+    const series = byName.get(name);
+    return el("figure", { class: "chart-box" }, lineChart(name, series ? series.points : []));
+  }));
+
+  const atb = $("detail-attempts").tBodies[0];
+  const sortedAttempts = [...attempts].sort((a, b) => b.attempt - a.attempt);
+  atb.replaceChildren(...(sortedAttempts.length ? sortedAttempts.map((a) => el("tr", { "data-attempt": a.attempt },
+    el("td", { class: "num" }, String(a.attempt)),
+    el("td", null, a.pod),
+    el("td", null, a.outcome ? badge(a.outcome, "outcome") : el("span", { class: "muted" }, a.ended_at ? "—" : "in progress")),
+    el("td", { class: "mono" }, `${a.start_step ?? "–"} → ${a.end_step ?? "–"}`),
+    // This attempt's own resume point, never the job's next one.
+    el("td", { class: "mono resume", "data-resume-from": a.resume_from || "", title: a.resume_from || null },
+      a.resume_from ? `step ${stepOfResume(a.resume_from) ?? a.resume_from}` : el("span", { class: "muted" }, "start")),
+    el("td", null, timeCell(a.started_at)),
+    el("td", null, a.ended_at ? timeCell(a.ended_at) : "–"),
+    el("td", { class: "msg", title: a.message || null }, a.message || ""),
+  )) : [el("tr", null, el("td", { colspan: 8, class: "muted" }, "No attempts yet."))]));
+
+  const ctb = $("detail-checkpoints").tBodies[0];
+  const sortedCk = [...checkpoints].sort((a, b) => b.step - a.step);
+  ctb.replaceChildren(...(sortedCk.length ? sortedCk.map((c) => el("tr", { "data-step": c.step },
+    el("td", { class: "num mono" }, fmtInt(c.step)),
+    el("td", null, el("span", { class: `pill ${c.committed ? "ok" : "warn"}` }, c.committed ? "committed" : "partial")),
+    el("td", { class: "mono wrap small" }, c.uri),
+  )) : [el("tr", null, el("td", { colspan: 3, class: "muted" }, "No checkpoints yet."))]));
+
+  const evs = [...(events || [])].sort((a, b) => (b.at < a.at ? -1 : b.at > a.at ? 1 : b.id - a.id));
+  $("detail-events").replaceChildren(...(evs.length ? evs.map((e) => el("li", { "data-kind": e.kind, class: `ev ev-${e.kind}` },
+    el("div", { class: "ev-head" },
+      el("span", { class: "ev-kind" }, e.kind),
+      e.pod ? el("span", { class: "muted" }, e.pod) : null,
+      el("time", { datetime: e.at, title: e.at }, fmtTime(e.at))),
+    el("div", { class: "ev-msg" }, e.message),
+  )) : [el("li", { class: "muted" }, "No events.")]));
+}
+
+export async function refreshDetail() {
+  const id = ui.selected;
+  if (!id) return;
+  const enc = encodeURIComponent(id);
+  try {
+    const [detail, metrics, events] = await Promise.all([
+      getJSON(`/jobs/${enc}`),
+      getJSON(`/jobs/${enc}/metrics?names=${METRICS.map(encodeURIComponent).join(",")}&max_points=500`).catch((e) => {
+        if (e instanceof HttpError) return { series: [] };
+        throw e;
+      }),
+      getJSON(`/jobs/${enc}/events`).catch((e) => {
+        if (e instanceof HttpError) return [];
+        throw e;
+      }),
+    ]);
+    if (ui.selected !== id) return; // the user moved on meanwhile
+    renderDetail(detail, metrics, Array.isArray(events) ? events : events.events || []);
+    setLogChoices(detail);
+    keepLogCurrent();
+    if (ui.jobsById.has(detail.id)) updateJobRow(upsertJob(detail));
+  } catch (e) {
+    if (!(e instanceof HttpError)) throw e;
+    if (ui.selected !== id) return;
+    $("detail-error").textContent = e.status === 404 ? "This job no longer exists." : `Could not load the job: ${e.message}`;
+    $("detail-error").hidden = false;
+  }
+}
+
+export function setDetailActions(state) {
+  const cancellable = ACTIVE_STATES.includes(state);
+  $("detail-cancel").hidden = !cancellable || !$("detail-cancel-confirm").hidden;
+  if (!cancellable) $("detail-cancel-confirm").hidden = true;
+  $("detail-requeue").hidden = !["failed", "held", "cancelled"].includes(state);
+}
+
+/** Cancels or requeues the open job; `changed(id)` brings the page up to date after. */
+export async function jobAction(action, changed) {
+  const id = ui.selected;
+  if (!id) return;
+  const status = $("detail-action-status");
+  status.textContent = action === "cancel" ? "cancelling…" : "requeueing…";
+  $("detail-cancel-confirm").hidden = true;
+  try {
+    const answer = await adminCall("POST", `/jobs/${encodeURIComponent(id)}/${action}`);
+    status.textContent = action === "cancel"
+      ? (answer && answer.state === "cancelled" ? "Cancelled." : "Cancel requested: every host is being stopped.")
+      : "Requeued.";
+    await changed(id);
+  } catch (e) {
+    status.textContent = `${action === "cancel" ? "Not cancelled" : "Not requeued"}: ${e.message}`;
+  }
+}
+
+export function openJob(id, push = true) {
+  if (!id) return;
+  const changed = ui.panelJob !== id;
+  const was = ui.selected;
+  ui.selected = id;
+  ui.panelJob = id;
+  writeHash(push && was !== id);
+  const panel = $("job-detail");
+  if (changed) {
+    stopLog(); // the log that shows is the new job's, from its first read
+    const job = ui.jobsById.get(id);
+    $("detail-experiment").textContent = job ? job.experiment : "…";
+    $("detail-state").replaceChildren(job ? badge(job.state) : "");
+    $("detail-sub").textContent = job ? `${job.group} · ${job.id}` : id;
+    for (const part of ["detail-facts", "detail-charts", "detail-latest", "detail-events"]) $(part).replaceChildren();
+    for (const t of ["detail-attempts", "detail-checkpoints"]) $(t).tBodies[0].replaceChildren();
+    $("detail-body").scrollTop = 0;
+    $("detail-action-status").textContent = "";
+    $("detail-cancel-confirm").hidden = true;
+    setDetailActions(job ? job.state : null);
+  }
+  panel.hidden = false;
+  $("detail-backdrop").hidden = false;
+  document.body.classList.add("detail-open");
+  markSelectedRows();
+  refreshDetail().catch(() => setConn(false));
+}
+
+export function closeJob(push = true) {
+  closeLog();
+  ui.selected = null;
+  ui.panelJob = null;
+  writeHash(push);
+  $("job-detail").hidden = true;
+  $("detail-backdrop").hidden = true;
+  document.body.classList.remove("detail-open");
+  markSelectedRows();
+}
