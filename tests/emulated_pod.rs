@@ -7,12 +7,13 @@
 //! with a message that says so. Run them alone with `cargo test --test emulated_pod`.
 
 mod common;
+mod fake_cloud;
 
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::fake_cloud::*;
 use common::{eventually, Server, PODQ};
+use fake_cloud::*;
 use serde_json::{json, Value};
 
 /// Runs `command` on `host` through the fake gcloud, as the worker's ssh calls do, with a

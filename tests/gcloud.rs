@@ -1,5 +1,5 @@
 //! The gcloud pod driver end to end: a real server and a real worker process driving the
-//! fake cloud of tests/common/fake_cloud.rs, which stands in for `gcloud` and the node's
+//! fake cloud of tests/fake_cloud/mod.rs, which stands in for `gcloud` and the node's
 //! hosts, so the tests assert both behaviour and the exact calls a real gcloud would
 //! receive.
 //!
@@ -7,13 +7,14 @@
 //! serving a directory.
 
 mod common;
+mod fake_cloud;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::fake_cloud::*;
 use common::gcs::FakeGcs;
 use common::{eventually, Process, Server, PODQ};
+use fake_cloud::*;
 use podq_worker::checkpoints::{CheckpointStore, StoreOptions};
 use serde_json::{json, Value};
 

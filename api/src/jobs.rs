@@ -1,3 +1,5 @@
+//! Jobs, their attempts, checkpoints and events: submitting, listing, reading and patching.
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -5,6 +7,8 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+use crate::{CheckpointAdvice, Goodput, MetricValue, PodTime};
 
 /// The life of a job. See docs/architecture.md §2.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -184,44 +188,6 @@ pub struct SubmitResponse {
     pub skipped: Vec<SkippedExperiment>,
 }
 
-/// One line of a job's log: which attempt and host printed it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct LogLine {
-    /// Arrival order; pass the last one seen as `after` to read on.
-    pub id: i64,
-    pub attempt: i64,
-    pub host: u32,
-    pub at: DateTime<Utc>,
-    pub text: String,
-}
-
-/// Lines the server no longer keeps for one attempt and host: it keeps the newest
-/// `kept_per_host` and drops the oldest first.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct LogDropped {
-    pub attempt: i64,
-    pub host: u32,
-    pub lines: i64,
-}
-
-/// `GET /api/v1/jobs/{id}/logs`: a page of the job's log lines in arrival order.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct JobLogs {
-    pub job_id: Uuid,
-    pub lines: Vec<LogLine>,
-    /// The cursor for the next page (the last line's id, or the `after` sent).
-    pub next_after: i64,
-    /// Whether more lines matched than the page holds.
-    pub more: bool,
-    /// Where the server dropped old lines of the attempts and hosts asked for.
-    pub dropped: Vec<LogDropped>,
-    /// The cap per attempt and host.
-    pub kept_per_host: i64,
-}
-
 /// A job as the API shows it. A job linked to another run (`same_as`) shows that run's state,
 /// progress and checkpoint location.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -298,13 +264,6 @@ pub struct Checkpoint {
     pub seen_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct MetricValue {
-    pub step: i64,
-    pub value: f64,
-}
-
 /// `GET /api/v1/jobs/{id}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -343,191 +302,4 @@ pub struct Event {
     pub pod: Option<String>,
     pub kind: String,
     pub message: String,
-}
-
-/// `GET /api/v1/jobs/{id}/metrics`: downsampled series.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct MetricSeries {
-    pub name: String,
-    /// Points stored for the series when it came back whole; null when it was sampled.
-    pub total_points: Option<i64>,
-    pub points: Vec<MetricValue>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct JobMetrics {
-    pub job_id: Uuid,
-    pub series: Vec<MetricSeries>,
-}
-
-/// Where pod time went, in pod-seconds. `kept_s` produced progress that a committed
-/// checkpoint (or the end of the run) kept; `lost_s` was trained after the last committed
-/// checkpoint of an interrupted attempt and must be trained again; `overhead_s` is
-/// preparing the hosts and start-up until the first step.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Goodput {
-    pub kept_s: f64,
-    pub lost_s: f64,
-    pub overhead_s: f64,
-    /// Steps kept, each counted once however often it was trained.
-    pub kept_steps: i64,
-    /// kept / (kept + lost + overhead); null before any pod time was spent.
-    pub ratio: Option<f64>,
-}
-
-impl Goodput {
-    pub fn add(&mut self, other: &Goodput) {
-        self.kept_s += other.kept_s;
-        self.lost_s += other.lost_s;
-        self.overhead_s += other.overhead_s;
-        self.kept_steps += other.kept_steps;
-        self.finish();
-    }
-
-    pub fn finish(&mut self) {
-        let total = self.kept_s + self.lost_s + self.overhead_s;
-        self.ratio = (total > 0.0).then(|| self.kept_s / total);
-    }
-}
-
-/// Pod time split by where it went (issue 19; the causes follow Google's
-/// ml-goodput-measurement). In seconds; the parts sum to `total_s`.
-///
-/// An attempt's time runs from its lease to its end, plus the pod's recovery that followed it
-/// directly when it ended preempted or lost. A pod's time also holds the recoveries no
-/// attempt caused and its idle time.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct PodTime {
-    /// Waiting for the pod to be usable again: re-provisioning after a preemption, a
-    /// recreated node, a host coming back, a maintenance window, a failing preflight.
-    pub provisioning_s: f64,
-    /// From the lease to the trainers' launch: checking the checkpoint store, staging the
-    /// config, cleaning the hosts, starting the agents.
-    pub setup_s: f64,
-    /// From the launch to the first step, restore excepted: the trainer's start-up, JAX's
-    /// initialisation and compilation (`compile_s` of it, when the trainer reported it).
-    pub startup_s: f64,
-    /// Restoring the checkpoint resumed from, as the trainer reported it.
-    pub restore_s: f64,
-    /// Training whose progress was kept.
-    pub productive_s: f64,
-    /// The blocking part of checkpoint saves, as the trainer reported it.
-    pub save_s: f64,
-    /// Training after the last committed checkpoint of an attempt that did not succeed:
-    /// done again by the next attempt.
-    pub wasted_s: f64,
-    /// From the decision to stop (a shutdown notice, a cancel, a host's end) to the end.
-    pub stopping_s: f64,
-    /// A ready pod with nothing it could lease (only in a pod's or the grant's time).
-    pub idle_s: f64,
-    /// Of `startup_s`: compiling the first step, as the trainer reported it.
-    pub compile_s: f64,
-    pub total_s: f64,
-}
-
-impl PodTime {
-    /// The causes in display order, with their names as `/metrics` and the CLI write them.
-    pub fn causes(&self) -> [(&'static str, f64); 9] {
-        [
-            ("provisioning", self.provisioning_s),
-            ("setup", self.setup_s),
-            ("startup", self.startup_s),
-            ("restore", self.restore_s),
-            ("productive", self.productive_s),
-            ("save", self.save_s),
-            ("wasted", self.wasted_s),
-            ("stopping", self.stopping_s),
-            ("idle", self.idle_s),
-        ]
-    }
-
-    pub fn add(&mut self, other: &PodTime) {
-        self.provisioning_s += other.provisioning_s;
-        self.setup_s += other.setup_s;
-        self.startup_s += other.startup_s;
-        self.restore_s += other.restore_s;
-        self.productive_s += other.productive_s;
-        self.save_s += other.save_s;
-        self.wasted_s += other.wasted_s;
-        self.stopping_s += other.stopping_s;
-        self.idle_s += other.idle_s;
-        self.compile_s += other.compile_s;
-        self.finish();
-    }
-
-    /// Sets `total_s` to the sum of the causes.
-    pub fn finish(&mut self) {
-        self.total_s = self.causes().iter().map(|(_, s)| s).sum();
-    }
-}
-
-/// `GET /api/v1/pod-time`: where the pod time of the whole grant, each pod and each group
-/// went. A pod's and the grant's include idle time and recoveries no attempt caused; a
-/// group's are its runs' attempts.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct PodTimeReport {
-    pub grant: PodTime,
-    pub pods: BTreeMap<String, PodTime>,
-    pub groups: BTreeMap<String, PodTime>,
-}
-
-/// Young/Daly checkpoint advice for one run (issue 19).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct CheckpointAdvice {
-    /// The run's interval: its config's (`checkpoint_interval`, or every evaluation with
-    /// `checkpoint_every_eval`, or only at the end); the advised one under `auto`.
-    pub interval_steps_now: u64,
-    /// Daly's optimum, sqrt(2·C·MTBF) to first order, in steps of the run's step time.
-    pub interval_steps_advised: u64,
-    /// C: the blocking save cost, from the trainer's save timings or, before it reported
-    /// any, the assumed `10` s.
-    pub save_cost_s: f64,
-    /// The pod type's mean time between interruptions, from its history with a prior of
-    /// one a day counted as one interruption.
-    pub mtbf_s: f64,
-    /// Pod-hours the advised interval would save over the run's remaining hours.
-    pub pod_hours_saved: f64,
-    /// `true` when the run follows the advice itself (`checkpoint_interval: auto`).
-    pub auto: bool,
-    /// Where C came from: `trainer` (its save timings) or `assumed`.
-    pub save_cost_source: String,
-}
-
-/// `POST /api/v1/schedules`: submit `submit` whenever `cron` fires.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct ScheduleRequest {
-    /// Standard 5-field cron (`min hour day month weekday`, UTC), or 6/7 fields with seconds,
-    /// or a shorthand (`@daily`). A field out of range is 422 `invalid_cron`.
-    #[cfg_attr(
-        feature = "openapi",
-        schema(pattern = r"^\s*(@[A-Za-z]+|\S+(\s+\S+){4,6})\s*$", max_length = 200)
-    )]
-    pub cron: String,
-    pub submit: SubmitRequest,
-    #[serde(default = "enabled_by_default")]
-    pub enabled: bool,
-}
-
-fn enabled_by_default() -> bool {
-    true
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Schedule {
-    pub id: Uuid,
-    pub cron: String,
-    pub submit: SubmitRequest,
-    pub enabled: bool,
-    pub next_run_at: Option<DateTime<Utc>>,
-    pub last_run_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
 }

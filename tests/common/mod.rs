@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub mod fake_cloud;
 pub mod gcs;
 pub mod postgres;
 

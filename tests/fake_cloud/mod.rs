@@ -12,6 +12,10 @@
 //!
 //! The node is a v4-64 (what the suite's jobs ask for) cut down to 4 hosts to keep the
 //! tests light; the driver takes the host count from the node's network endpoints.
+//!
+//! Only the test binaries that drive the fake cloud declare this module (`mod fake_cloud;`,
+//! next to `mod common;`), so the others do not compile it; each uses a part of it.
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -22,7 +26,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{alive, shared_tempdir, Process, Server, PODQ};
+use crate::common::{alive, shared_tempdir, Process, Server, PODQ};
 
 pub const RUN: Duration = Duration::from_secs(150);
 pub const SHORT: Duration = Duration::from_secs(60);
@@ -542,7 +546,7 @@ pub fn gs_server(dir: &Path, bucket: &str) -> (Process, String) {
         .args(["server", "--listen", "127.0.0.1:0", "--db"])
         .arg(dir.join("podq.db"))
         .arg("--experiments")
-        .arg(super::experiments_dir())
+        .arg(crate::common::experiments_dir())
         .args(["--bucket", bucket])
         .args([
             "--lease-ttl-s",

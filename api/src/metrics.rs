@@ -1,0 +1,28 @@
+//! A job's metric series: single values and `GET /api/v1/jobs/{id}/metrics`.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MetricValue {
+    pub step: i64,
+    pub value: f64,
+}
+
+/// `GET /api/v1/jobs/{id}/metrics`: downsampled series.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MetricSeries {
+    pub name: String,
+    /// Points stored for the series when it came back whole; null when it was sampled.
+    pub total_points: Option<i64>,
+    pub points: Vec<MetricValue>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobMetrics {
+    pub job_id: Uuid,
+    pub series: Vec<MetricSeries>,
+}
