@@ -3,8 +3,9 @@
 //!
 //! Two names are as far apart as the edits that turn one into the other by optimal string
 //! alignment (`strsim::osa_distance`: insertions, deletions, substitutions and swaps of
-//! neighbours, so `golbal` is one edit from `global`), after case, `_` and `-` are set aside
-//! (`GlobalBatchSize` is `global_batch_size` written another way).
+//! neighbours, so `golbal` is one edit from `global`), where case does not count and `_` and
+//! `-` are the same character. A name that differs only in case and separators is the same
+//! name written another way, at distance 0 (`GlobalBatchSize` and `global_batch_size`).
 
 /// Edits that turn `a` into `b`.
 pub fn edit_distance(a: &str, b: &str) -> usize {
@@ -14,11 +15,11 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
 /// The known names close enough to `typed` to read as a typo of them, each with its
 /// distance, in the order given.
 fn near_misses<'a>(typed: &str, known: impl IntoIterator<Item = &'a str>) -> Vec<(usize, &'a str)> {
-    let wanted = normalized(typed);
+    let wanted = Spelling::of(typed);
     known
         .into_iter()
         .filter(|name| *name != typed)
-        .map(|name| (edit_distance(&wanted, &normalized(name)), name))
+        .map(|name| (distance(&wanted, name), name))
         .filter(|(distance, name)| {
             *distance <= tolerance(typed.chars().count().max(name.chars().count()))
         })
@@ -67,12 +68,32 @@ pub fn question(suggestions: &[String]) -> Option<String> {
     }
 }
 
-/// The same name written another way: case, `_` and `-` do not count.
-fn normalized(name: &str) -> String {
-    name.chars()
-        .filter(|c| *c != '_' && *c != '-')
-        .flat_map(char::to_lowercase)
-        .collect()
+/// A name as it is compared: in lower case with `-` for `_`, and without separators.
+struct Spelling {
+    lower: String,
+    bare: String,
+}
+
+impl Spelling {
+    fn of(name: &str) -> Spelling {
+        let lower: String = name
+            .chars()
+            .map(|c| if c == '_' { '-' } else { c })
+            .flat_map(char::to_lowercase)
+            .collect();
+        let bare = lower.chars().filter(|c| *c != '-').collect();
+        Spelling { lower, bare }
+    }
+}
+
+/// 0 for the same name written another way, else the edits between the two spellings.
+fn distance(typed: &Spelling, known: &str) -> usize {
+    let known = Spelling::of(known);
+    if typed.bare == known.bare {
+        0
+    } else {
+        edit_distance(&typed.lower, &known.lower)
+    }
 }
 
 /// How many edits still read as a typo of a name this long: one for the shortest names, up to
