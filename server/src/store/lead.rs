@@ -5,11 +5,10 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::backend::postgres::{prepare_to_lead, take_lead};
-use super::writer::{WriteFailure, WriteOp, Writer};
+use super::backend::Reconnect;
 use super::{now_ms, Conn, Store, StoreError};
 
 /// Whether this server is the one that writes. A SQLite store is always active; servers
@@ -43,11 +42,6 @@ const LEAD_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// to another.
 const LEAD_FRESHNESS_MS: i64 = 5_000;
 
-/// How the writer reaches its database again after the connection broke (PostgreSQL only:
-/// a SQLite file does not go away).
-pub(super) type Reconnect =
-    Box<dyn Fn() -> BoxFuture<'static, Result<Conn, sqlx::Error>> + Send + Sync>;
-
 impl Store {
     /// Active or standby, now and as it changes.
     pub fn role(&self) -> watch::Receiver<Role> {
@@ -62,121 +56,73 @@ impl Store {
     }
 }
 
-impl Writer {
-    pub(super) fn confirm(&self) {
-        if self.lead.is_some() {
-            self.confirmed.store(now_ms(), Ordering::SeqCst);
+/// A new connection in place of one that broke or went silent (dropping the old one ends its
+/// session, and with it any lock it held), within `LEAD_CHECK_TIMEOUT`.
+async fn reconnect(conn: &mut Conn, connect: &Reconnect) -> bool {
+    match tokio::time::timeout(LEAD_CHECK_TIMEOUT, connect()).await {
+        Ok(Ok(new)) => {
+            *conn = new;
+            true
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "the writer cannot reach its database");
+            false
+        }
+        Err(_) => {
+            tracing::warn!("the writer's database did not answer a new connection");
+            false
         }
     }
+}
 
-    /// A new connection in place of one that broke or went silent (dropping the old one ends
-    /// its session, and with it any lock it held), within `LEAD_CHECK_TIMEOUT`.
-    async fn reconnect(&mut self, connect: &Reconnect) -> bool {
-        match tokio::time::timeout(LEAD_CHECK_TIMEOUT, connect()).await {
-            Ok(Ok(conn)) => {
-                self.conn = conn;
-                true
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "the writer cannot reach its database");
-                false
-            }
-            Err(_) => {
-                tracing::warn!("the writer's database did not answer a new connection");
-                false
-            }
-        }
+/// Whether the writer's PostgreSQL connection `conn` still holds the lead. One that answers
+/// within `LEAD_CHECK_TIMEOUT` still holds its session's lock; one that broke or went silent
+/// is replaced, and the new one must take the lock again, which fails if a standby took it
+/// meanwhile or the old session still holds it.
+pub(super) async fn check_or_retake(conn: &mut Conn, connect: &Reconnect) -> bool {
+    let answered = tokio::time::timeout(LEAD_CHECK_TIMEOUT, conn.batch("SELECT 1")).await;
+    if matches!(answered, Ok(Ok(()))) {
+        return true;
     }
+    if !reconnect(conn, connect).await {
+        return false;
+    }
+    match tokio::time::timeout(LEAD_CHECK_TIMEOUT, take_lead(conn)).await {
+        Ok(Ok(true)) => {
+            tracing::warn!("the writer's connection broke; reconnected and kept the lead");
+            true
+        }
+        _ => false,
+    }
+}
 
-    /// After a failed transaction, and every second while idle: whether this server still
-    /// holds the lead. A SQLite store always does. A PostgreSQL connection that answers
-    /// within `LEAD_CHECK_TIMEOUT` still holds its session's lock; one that broke or went
-    /// silent is replaced, and the new one must take the lock again, which fails if a
-    /// standby took it meanwhile or the old session still holds it.
-    pub(super) async fn still_leads(&mut self) -> bool {
-        let Some(connect) = self.lead.take() else {
-            return true;
-        };
-        let leads = self.check_or_retake(&connect).await;
-        self.lead = Some(connect);
-        leads
+/// One try of a standby's writer connection `conn` to take the lead, and to prepare to
+/// write if it did (true). A connection that broke is replaced first.
+pub(super) async fn try_to_lead(conn: &mut Conn, connect: &Reconnect) -> bool {
+    let alive = tokio::time::timeout(LEAD_CHECK_TIMEOUT, conn.batch("SELECT 1")).await;
+    if !matches!(alive, Ok(Ok(()))) && !reconnect(conn, connect).await {
+        return false;
     }
-
-    async fn check_or_retake(&mut self, connect: &Reconnect) -> bool {
-        let answered = tokio::time::timeout(LEAD_CHECK_TIMEOUT, self.conn.batch("SELECT 1")).await;
-        if matches!(answered, Ok(Ok(()))) {
-            return true;
+    let prepared = async {
+        if !take_lead(conn).await? {
+            return Ok(false);
         }
-        if !self.reconnect(connect).await {
-            return false;
+        prepare_to_lead(conn).await?;
+        Ok::<_, StoreError>(true)
+    };
+    // Migrations may take a while; the lock and the connection are dropped if they fail or
+    // never answer.
+    match tokio::time::timeout(Duration::from_secs(300), prepared).await {
+        Ok(Ok(true)) => return true,
+        Ok(Ok(false)) => {}
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "cannot take the lead; letting it go");
+            reconnect(conn, connect).await;
         }
-        match tokio::time::timeout(LEAD_CHECK_TIMEOUT, take_lead(&mut self.conn)).await {
-            Ok(Ok(true)) => {
-                tracing::warn!("the writer's connection broke; reconnected and kept the lead");
-                true
-            }
-            _ => false,
+        Err(_) => {
+            tracing::error!("taking the lead did not finish; letting it go");
+            reconnect(conn, connect).await;
         }
     }
-
-    /// Refuses writes until this server takes the lead (true), or the store is dropped
-    /// (false). Meanwhile the commit counter moves every second, so reads cached against it
-    /// follow what the active server writes.
-    pub(super) async fn stand_by(
-        &mut self,
-        rx: &mut mpsc::Receiver<WriteOp>,
-        committed: &watch::Sender<u64>,
-    ) -> bool {
-        let Some(connect) = self.lead.take() else {
-            return true;
-        };
-        let led = self.wait_for_lead(&connect, rx, committed).await;
-        self.lead = Some(connect);
-        led
-    }
-
-    async fn wait_for_lead(
-        &mut self,
-        connect: &Reconnect,
-        rx: &mut mpsc::Receiver<WriteOp>,
-        committed: &watch::Sender<u64>,
-    ) -> bool {
-        let mut tick = tokio::time::interval(STANDBY_RETRY);
-        loop {
-            tokio::select! {
-                op = rx.recv() => match op {
-                    Some(op) => (op.finish)(Err(WriteFailure::Standby)),
-                    None => return false,
-                },
-                _ = tick.tick() => {
-                    committed.send_modify(|n| *n = n.wrapping_add(1));
-                    let alive = tokio::time::timeout(LEAD_CHECK_TIMEOUT, self.conn.batch("SELECT 1")).await;
-                    if !matches!(alive, Ok(Ok(()))) && !self.reconnect(connect).await {
-                        continue;
-                    }
-                    let prepared = async {
-                        if !take_lead(&mut self.conn).await? {
-                            return Ok(false);
-                        }
-                        prepare_to_lead(&mut self.conn).await?;
-                        Ok::<_, StoreError>(true)
-                    };
-                    // Migrations may take a while; the lock and the connection are dropped
-                    // if they fail or never answer.
-                    match tokio::time::timeout(Duration::from_secs(300), prepared).await {
-                        Ok(Ok(true)) => return true,
-                        Ok(Ok(false)) => {}
-                        Ok(Err(e)) => {
-                            tracing::error!(error = %e, "cannot take the lead; letting it go");
-                            self.reconnect(connect).await;
-                        }
-                        Err(_) => {
-                            tracing::error!("taking the lead did not finish; letting it go");
-                            self.reconnect(connect).await;
-                        }
-                    }
-                }
-            }
-        }
-    }
+    false
 }

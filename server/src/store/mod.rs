@@ -92,11 +92,27 @@ impl Store {
 
     /// Opens the store at `location`, applies its migrations and starts the writer.
     pub async fn open_at(location: &Location) -> Result<Store, StoreError> {
-        backend::open(location).await
+        let opened = match location {
+            Location::Sqlite(path) => backend::sqlite::open(path).await?,
+            Location::Postgres(url) => backend::postgres::open(url).await?,
+        };
+        Ok(Store::start(opened))
     }
 
     /// Starts the writer task on what a backend opened.
-    fn start(readers: db::Pool, writer: writer::Writer, role: Role) -> Store {
+    fn start(opened: backend::Opened) -> Store {
+        let readers = opened.readers;
+        let role = if opened.leads {
+            Role::Active
+        } else {
+            Role::Standby
+        };
+        let writer = writer::Writer {
+            conn: opened.writer,
+            lead: opened.lead,
+            max_group_commit: opened.max_group_commit,
+            confirmed: Arc::new(AtomicI64::new(opened.confirmed_at)),
+        };
         let (tx, rx) = mpsc::channel(4096);
         let (committed, commits) = watch::channel(0);
         let (role_tx, role_rx) = watch::channel(role);

@@ -6,9 +6,6 @@ use futures::future::BoxFuture;
 use super::backend::dialect;
 use super::{Conn, Store, StoreError};
 
-/// Read-only connections in the pool.
-pub(super) const READERS: u32 = 8;
-
 impl Store {
     /// A read-only connection from the pool: for queries that change nothing.
     pub async fn read(&self) -> Result<Conn, StoreError> {

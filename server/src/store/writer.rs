@@ -10,16 +10,16 @@
 //! each backend sets (`backend/`).
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::backend::dialect;
-use super::lead::{Reconnect, Role, STANDBY_RETRY};
-use super::{Conn, Store, StoreError};
+use super::backend::{dialect, Reconnect};
+use super::lead::{self, Role, STANDBY_RETRY};
+use super::{now_ms, Conn, Store, StoreError};
 
 type RunOp = Box<dyn for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, bool> + Send>;
 
@@ -28,17 +28,17 @@ type RunOp = Box<dyn for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, bool> + Send>
 /// could not start), and answers the caller.
 pub(super) struct WriteOp {
     run: RunOp,
-    pub(super) finish: Finisher,
+    finish: Finisher,
 }
 
 /// Why a write was not committed.
 #[derive(Clone, Debug)]
-pub(super) enum WriteFailure {
+enum WriteFailure {
     Commit(String),
     Standby,
 }
 
-pub(super) type Finisher = Box<dyn FnOnce(Result<(), WriteFailure>) + Send>;
+type Finisher = Box<dyn FnOnce(Result<(), WriteFailure>) + Send>;
 
 /// What the writer reports about itself, for `/metrics`.
 #[derive(Clone)]
@@ -71,7 +71,7 @@ impl FromCommitFailure for StoreError {
     }
 }
 
-/// The writer task's state, as each backend opens it.
+/// The writer task's state.
 pub(super) struct Writer {
     pub(super) conn: Conn,
     /// How to reach the database again and take the lead (PostgreSQL only: a SQLite file
@@ -80,6 +80,65 @@ pub(super) struct Writer {
     pub(super) max_group_commit: usize,
     /// When the writer last confirmed it holds the lead (see `lead.rs`).
     pub(super) confirmed: Arc<AtomicI64>,
+}
+
+impl Writer {
+    fn confirm(&self) {
+        if self.lead.is_some() {
+            self.confirmed.store(now_ms(), Ordering::SeqCst);
+        }
+    }
+
+    /// After a failed transaction, and every second while idle: whether this server still
+    /// holds the lead. A SQLite store always does; on PostgreSQL see
+    /// [`lead::check_or_retake`].
+    async fn still_leads(&mut self) -> bool {
+        let Some(connect) = self.lead.take() else {
+            return true;
+        };
+        let leads = lead::check_or_retake(&mut self.conn, &connect).await;
+        self.lead = Some(connect);
+        leads
+    }
+
+    /// Refuses writes until this server takes the lead (true), or the store is dropped
+    /// (false). Meanwhile the commit counter moves every second, so reads cached against it
+    /// follow what the active server writes.
+    async fn stand_by(
+        &mut self,
+        rx: &mut mpsc::Receiver<WriteOp>,
+        committed: &watch::Sender<u64>,
+    ) -> bool {
+        let Some(connect) = self.lead.take() else {
+            return true;
+        };
+        let led = self.wait_for_lead(&connect, rx, committed).await;
+        self.lead = Some(connect);
+        led
+    }
+
+    async fn wait_for_lead(
+        &mut self,
+        connect: &Reconnect,
+        rx: &mut mpsc::Receiver<WriteOp>,
+        committed: &watch::Sender<u64>,
+    ) -> bool {
+        let mut tick = tokio::time::interval(STANDBY_RETRY);
+        loop {
+            tokio::select! {
+                op = rx.recv() => match op {
+                    Some(op) => (op.finish)(Err(WriteFailure::Standby)),
+                    None => return false,
+                },
+                _ = tick.tick() => {
+                    committed.send_modify(|n| *n = n.wrapping_add(1));
+                    if lead::try_to_lead(&mut self.conn, connect).await {
+                        return true;
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Store {

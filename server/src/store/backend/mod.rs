@@ -6,7 +6,10 @@
 pub(super) mod postgres;
 pub(super) mod sqlite;
 
-use super::{goodput, pod_time, Backend, Conn, Location, Store, StoreError};
+use futures::future::BoxFuture;
+
+use super::db::Pool;
+use super::{goodput, pod_time, Backend, Conn, StoreError};
 
 // The shape of a statement that differs only in part: each backend fills it in.
 
@@ -58,13 +61,28 @@ pub(super) fn dialect(backend: Backend) -> &'static Dialect {
     }
 }
 
-/// Opens the store at `location`, applies its migrations and starts the writer.
-pub(super) async fn open(location: &Location) -> Result<Store, StoreError> {
-    match location {
-        Location::Sqlite(path) => sqlite::open(path).await,
-        Location::Postgres(url) => postgres::open(url).await,
-    }
+/// Read-only connections in the pool, on either backend.
+const READERS: u32 = 8;
+
+/// What a backend opened, for the store to start its writer on.
+pub(super) struct Opened {
+    /// The writer's own connection, migrated and settled if this server leads.
+    pub writer: Conn,
+    pub readers: Pool,
+    /// Whether this server took the lead (a SQLite store always does).
+    pub leads: bool,
+    /// How to reach the database again and take the lead (PostgreSQL only).
+    pub lead: Option<Reconnect>,
+    /// How many waiting writes one transaction takes at most.
+    pub max_group_commit: usize,
+    /// Since when the lead counts as confirmed (ms since the epoch; `i64::MAX`: always).
+    pub confirmed_at: i64,
 }
+
+/// How the writer reaches its database again after the connection broke (PostgreSQL only:
+/// a SQLite file does not go away).
+pub(super) type Reconnect =
+    Box<dyn Fn() -> BoxFuture<'static, Result<Conn, sqlx::Error>> + Send + Sync>;
 
 /// Work the store does once at start-up on history written by older versions, on either
 /// backend, before it writes anything else.

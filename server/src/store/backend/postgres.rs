@@ -3,19 +3,14 @@
 //! runs.
 
 use std::str::FromStr;
-use std::sync::atomic::AtomicI64;
-use std::sync::Arc;
 
 use futures::FutureExt;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::ConnectOptions;
 
-use super::{progressed_queue, settle_history, Dialect};
+use super::{progressed_queue, settle_history, Dialect, Opened, Reconnect, READERS};
 use crate::store::db::{self, Conn, Pool};
-use crate::store::lead::{Reconnect, Role};
-use crate::store::readers::READERS;
-use crate::store::writer::Writer;
-use crate::store::{now_ms, Store, StoreError};
+use crate::store::{now_ms, StoreError};
 
 /// How many waiting writes one transaction takes at most: fewer than on SQLite, since a
 /// backend caches at most 64 open subtransactions (one per savepoint,
@@ -45,19 +40,18 @@ pub(in crate::store) fn check_url(url: &str) -> Result<(), sqlx::Error> {
 
 /// Opens a PostgreSQL store. The server that takes the lead lock migrates the database
 /// and writes; any other becomes a standby that answers reads and takes the lead when it
-/// is free (see [`Role`]). Commits are durable (`synchronous_commit=on`); readers are
+/// is free (see `lead.rs`). Commits are durable (`synchronous_commit=on`); readers are
 /// read-only sessions.
-pub(in crate::store) async fn open(url: &str) -> Result<Store, StoreError> {
+pub(in crate::store) async fn open(url: &str) -> Result<Opened, StoreError> {
     let base = PgConnectOptions::from_str(url)?.disable_statement_logging();
     let writer_options = base.clone().options([("synchronous_commit", "on")]);
     let mut writer = Conn::Postgres(writer_options.clone().connect().await?);
-    let role = if take_lead(&mut writer).await? {
+    let leads = take_lead(&mut writer).await?;
+    if leads {
         prepare_to_lead(&mut writer).await?;
-        Role::Active
     } else {
         tracing::info!("another podq server is active on this database: standing by");
-        Role::Standby
-    };
+    }
     let readers = PgPoolOptions::new()
         .max_connections(READERS)
         .min_connections(1)
@@ -67,16 +61,14 @@ pub(in crate::store) async fn open(url: &str) -> Result<Store, StoreError> {
         let options = writer_options.clone();
         async move { Ok(Conn::Postgres(options.connect().await?)) }.boxed()
     });
-    Ok(Store::start(
-        Pool::Postgres(readers),
-        Writer {
-            conn: writer,
-            lead: Some(connect),
-            max_group_commit: MAX_GROUP_COMMIT,
-            confirmed: Arc::new(AtomicI64::new(now_ms())),
-        },
-        role,
-    ))
+    Ok(Opened {
+        writer,
+        readers: Pool::Postgres(readers),
+        leads,
+        lead: Some(connect),
+        max_group_commit: MAX_GROUP_COMMIT,
+        confirmed_at: now_ms(),
+    })
 }
 
 /// Takes the lead lock if it is free; never waits for it.

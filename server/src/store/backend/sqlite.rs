@@ -3,8 +3,6 @@
 
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::atomic::AtomicI64;
-use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{
@@ -13,12 +11,9 @@ use sqlx::sqlite::{
 };
 use sqlx::{ConnectOptions, Row, TypeInfo, ValueRef};
 
-use super::{progressed_queue, settle_history, Dialect};
+use super::{progressed_queue, settle_history, Dialect, Opened, READERS};
 use crate::store::db::{Arg, Conn, Pool};
-use crate::store::lead::Role;
-use crate::store::readers::READERS;
-use crate::store::writer::Writer;
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 
 /// How many waiting writes one transaction takes at most.
 const MAX_GROUP_COMMIT: usize = 512;
@@ -38,9 +33,9 @@ pub(super) static DIALECT: Dialect = Dialect {
 /// 0 ms through this index, measured on the bench's database).
 const PROGRESSED_QUEUE: &str = progressed_queue!("INDEXED BY jobs_progressed_queue");
 
-/// Opens (creating if needed) the SQLite file, applies migrations and starts the writer.
-/// Commits are durable (`synchronous=FULL`) and readers never wait for the writer (WAL).
-pub(in crate::store) async fn open(path: &Path) -> Result<Store, StoreError> {
+/// Opens (creating if needed) the SQLite file and applies migrations. Commits are durable
+/// (`synchronous=FULL`) and readers never wait for the writer (WAL).
+pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
     let base = SqliteConnectOptions::from_str("sqlite:")?
         .filename(path)
         .journal_mode(SqliteJournalMode::Wal)
@@ -59,16 +54,14 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Store, StoreError> {
         .min_connections(1)
         .connect_with(base.read_only(true))
         .await?;
-    Ok(Store::start(
-        Pool::Sqlite(readers),
-        Writer {
-            conn: writer,
-            lead: None,
-            max_group_commit: MAX_GROUP_COMMIT,
-            confirmed: Arc::new(AtomicI64::new(i64::MAX)),
-        },
-        Role::Active,
-    ))
+    Ok(Opened {
+        writer,
+        readers: Pool::Sqlite(readers),
+        leads: true,
+        lead: None,
+        max_group_commit: MAX_GROUP_COMMIT,
+        confirmed_at: i64::MAX,
+    })
 }
 
 /// A SQLite file opened read-only with the driver's own connection, as `podq migrate` reads
