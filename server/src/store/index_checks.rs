@@ -2,7 +2,7 @@
 //! do: here on SQLite, in `tests/scheduler.rs` on PostgreSQL.
 
 use super::backend::dialect;
-use super::{goodput, jobs, leases, views, Backend};
+use super::{events, goodput, leases, views, Backend};
 
 /// The fixed queries that run on every status, lease and dashboard call, as (what, SQL,
 /// ordered), for the tests that check each store reads them through an index. `ordered`: the
@@ -15,7 +15,7 @@ pub fn hot_reads(backend: Backend) -> [(&'static str, &'static str, bool); 6] {
         ("fresh queue", views::FRESH_QUEUE, false),
         ("any leasable", leases::ANY_LEASABLE, false),
         ("open attempts", goodput::OPEN_ATTEMPTS, false),
-        ("job events", jobs::JOB_EVENTS, false),
+        ("job events", events::JOB_EVENTS, false),
     ]
 }
 

@@ -15,6 +15,7 @@ pub mod catalog;
 pub mod checkpoints;
 pub mod copy;
 pub mod db;
+pub mod events;
 pub mod goodput;
 pub mod grant;
 pub mod idempotency;
