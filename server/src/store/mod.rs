@@ -27,6 +27,7 @@ mod location;
 pub mod logs;
 pub mod metrics;
 pub mod pod_time;
+pub mod pod_time_model;
 pub mod pods;
 mod readers;
 mod rows;
