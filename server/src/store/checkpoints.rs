@@ -3,7 +3,7 @@
 use super::db::{self, Conn};
 use podq_api::CheckpointReport;
 
-use super::jobs::insert_event;
+use super::events::insert_event;
 use super::rows::CheckpointRow;
 use super::{now_ms, StoreError};
 

@@ -3,10 +3,11 @@
 //! destination's triggers kept, match the source's.
 
 use futures::{FutureExt, TryStreamExt};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteRow};
-use sqlx::{ConnectOptions, Connection, Row, SqliteConnection, TypeInfo, ValueRef};
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Connection, Row, SqliteConnection};
 
-use super::db::{self, Arg, Builder, Conn};
+use super::backend::{postgres, sqlite};
+use super::db::{self, Builder, Conn};
 use super::{Backend, Location, Store, StoreError};
 
 /// Every table, parents first. The maintained totals (`job_counts`, `fresh_queue`) are not
@@ -82,11 +83,7 @@ pub async fn sqlite_to_postgres(from: &Location, to: &Location) -> Result<Counts
             "a podq server is running on {to}: stop every server on it first"
         )));
     }
-    let source = SqliteConnectOptions::new()
-        .filename(path)
-        .read_only(true)
-        .connect()
-        .await?;
+    let source = sqlite::open_source(path).await?;
     let copied = destination
         .write(move |conn| {
             async move {
@@ -133,12 +130,7 @@ async fn copy_tables(source: &mut SqliteConnection, to: &mut Conn) -> Result<Cou
         counts.push((table.to_string(), copied, here));
     }
     for table in IDENTITY_TABLES {
-        db::query(sqlx::AssertSqlSafe(format!(
-            "SELECT setval(pg_get_serial_sequence('{table}', 'id'), \
-             COALESCE((SELECT MAX(id) FROM {table}), 0) + 1, false)"
-        )))
-        .execute(to)
-        .await?;
+        postgres::continue_ids(to, table).await?;
     }
     Ok(counts)
 }
@@ -205,7 +197,7 @@ async fn insert(to: &mut Conn, table: &str, rows: &[SqliteRow]) -> Result<i64, S
     for row in rows {
         let mut row_values = Vec::with_capacity(columns.len());
         for index in 0..columns.len() {
-            row_values.push(value(row, index)?);
+            row_values.push(sqlite::stored_value(row, index)?);
         }
         values.push(row_values);
     }
@@ -216,33 +208,4 @@ async fn insert(to: &mut Conn, table: &str, rows: &[SqliteRow]) -> Result<i64, S
     });
     statement.build().execute(to).await?;
     Ok(rows.len() as i64)
-}
-
-fn value(row: &SqliteRow, index: usize) -> Result<Arg, StoreError> {
-    let raw = row.try_get_raw(index)?;
-    if raw.is_null() {
-        // A NULL is typed by its column's declared type: PostgreSQL will not put a text
-        // NULL in a BIGINT column.
-        let declared = sqlx::Column::type_info(&row.columns()[index])
-            .name()
-            .to_uppercase();
-        return Ok(if declared.contains("INT") {
-            Arg::Int(None)
-        } else if declared.contains("REAL") {
-            Arg::Real(None)
-        } else {
-            Arg::Text(None)
-        });
-    }
-    Ok(match raw.type_info().name() {
-        "INTEGER" => Arg::Int(Some(row.try_get(index)?)),
-        "REAL" => Arg::Real(Some(row.try_get(index)?)),
-        "TEXT" => Arg::Text(Some(row.try_get(index)?)),
-        other => {
-            return Err(StoreError::Corrupt(format!(
-                "a {other} value in column {index} of a {} row",
-                row.columns().len()
-            )))
-        }
-    })
 }

@@ -2,10 +2,11 @@
 //!
 //! podq's SQL is written once, in the dialect both SQLite and PostgreSQL accept, with SQLite's
 //! `?` / `?N` placeholders. A query carries its arguments as plain values ([`Arg`]) and is
-//! bound natively when it meets a connection: on SQLite exactly as before, on PostgreSQL after
-//! its placeholders are renumbered to `$N`. Both sides use sqlx's own drivers, so each keeps
-//! its types, its statement cache and its `EXPLAIN`; the few statements that differ ask
-//! [`Conn::backend`].
+//! bound natively when it meets a connection: on SQLite as written, on PostgreSQL after its
+//! placeholders are renumbered to `$N`. Both sides use sqlx's own drivers, so each keeps its
+//! types, its statement cache and its `EXPLAIN`. The connection ([`Conn`]) and the read pool
+//! ([`Pool`]) dispatch to either driver; the few statements that differ live in `backend/`,
+//! chosen by [`Conn::backend`].
 //!
 //! This was chosen over sqlx's `Any` driver (placeholders are passed through unchanged, so
 //! `QueryBuilder<Any>` writes `?` that PostgreSQL rejects; rows are copied into its own value
@@ -17,9 +18,9 @@ use std::borrow::Cow;
 use std::marker::PhantomData;
 
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgArguments, PgConnection, PgRow};
-use sqlx::sqlite::{SqliteArguments, SqliteConnection, SqliteRow};
-use sqlx::{Arguments, AssertSqlSafe, FromRow, Postgres, Sqlite};
+use sqlx::postgres::{PgArguments, PgConnection, PgPool, PgRow};
+use sqlx::sqlite::{SqliteArguments, SqliteConnection, SqlitePool, SqliteRow};
+use sqlx::{Arguments, AssertSqlSafe, Connection, FromRow, Postgres, Sqlite};
 
 /// Which database a store keeps its state in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +84,38 @@ impl Conn {
             Conn::PostgresPooled(c) => c.close_on_drop(),
             Conn::Sqlite(_) | Conn::Postgres(_) => {}
         }
+    }
+
+    /// Ends the writer's own connection cleanly; a pooled one just goes back to its pool.
+    pub async fn close(self) -> Result<(), sqlx::Error> {
+        match self {
+            Conn::Sqlite(c) => c.close().await,
+            Conn::Postgres(c) => c.close().await,
+            Conn::SqlitePooled(_) | Conn::PostgresPooled(_) => Ok(()),
+        }
+    }
+}
+
+/// The read pool of either store.
+#[derive(Clone)]
+pub enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+impl Pool {
+    pub fn backend(&self) -> Backend {
+        match self {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    pub async fn acquire(&self) -> Result<Conn, sqlx::Error> {
+        Ok(match self {
+            Pool::Sqlite(pool) => Conn::SqlitePooled(pool.acquire().await?),
+            Pool::Postgres(pool) => Conn::PostgresPooled(pool.acquire().await?),
+        })
     }
 }
 

@@ -1,4 +1,4 @@
-//! SQL about jobs, attempts, checkpoints, metrics and events.
+//! SQL about jobs and their attempts, and what a job's page gathers from the other files.
 
 use super::db::{self, Builder, Conn};
 use sqlx::AssertSqlSafe;
@@ -6,10 +6,13 @@ use std::collections::BTreeMap;
 
 use podq_api as api;
 
-use super::rows::{AttemptRow, EventRow, JobRow, JOB_COLUMNS};
+use super::rows::{AttemptRow, JobRow, JOB_COLUMNS};
 use uuid::Uuid;
 
 use super::{now_ms, parse_uuid, StoreError};
+
+/// Events were written and read here before `events.rs` held them.
+pub use super::events::{insert_event, job_events, last_event_id, recent_events};
 
 pub async fn get_job(db: &mut Conn, id: &str) -> Result<Option<JobRow>, StoreError> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM job_view WHERE id = ?");
@@ -188,62 +191,6 @@ pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreErr
     .execute(conn)
     .await?;
     Ok(())
-}
-
-pub async fn insert_event(
-    conn: &mut Conn,
-    job_id: Option<&str>,
-    pod: Option<&str>,
-    kind: &str,
-    message: &str,
-) -> Result<(), StoreError> {
-    db::query("INSERT INTO events (at, job_id, pod, kind, message) VALUES (?, ?, ?, ?, ?)")
-        .bind(now_ms())
-        .bind(job_id)
-        .bind(pod)
-        .bind(kind)
-        .bind(message)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
-pub(crate) const JOB_EVENTS: &str = "SELECT id, at, job_id, pod, kind, message FROM events \
-     WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?";
-
-pub async fn job_events(
-    db: &mut Conn,
-    job_id: &str,
-    after_id: i64,
-    limit: i64,
-) -> Result<Vec<EventRow>, StoreError> {
-    Ok(db::query_as::<EventRow>(JOB_EVENTS)
-        .bind(job_id)
-        .bind(after_id)
-        .bind(limit)
-        .fetch_all(db)
-        .await?)
-}
-
-/// The id of the newest event, 0 when there is none.
-pub async fn last_event_id(db: &mut Conn) -> Result<i64, StoreError> {
-    Ok(db::query_scalar("SELECT COALESCE(MAX(id), 0) FROM events")
-        .fetch_one(db)
-        .await?)
-}
-
-pub async fn recent_events(
-    db: &mut Conn,
-    after_id: i64,
-    limit: i64,
-) -> Result<Vec<EventRow>, StoreError> {
-    Ok(db::query_as::<EventRow>(
-        "SELECT id, at, job_id, pod, kind, message FROM events WHERE id > ? ORDER BY id LIMIT ?",
-    )
-    .bind(after_id)
-    .bind(limit)
-    .fetch_all(db)
-    .await?)
 }
 
 pub async fn attempts(db: &mut Conn, job_id: &str) -> Result<Vec<AttemptRow>, StoreError> {

@@ -5,7 +5,7 @@
 use super::db::{self, Conn};
 use uuid::Uuid;
 
-use super::jobs::insert_event;
+use super::events::insert_event;
 use super::pod_time::PodActivity;
 use super::{now_ms, StoreError};
 

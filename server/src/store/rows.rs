@@ -1,4 +1,5 @@
-//! Rows as SQLite holds them, and their conversion into wire types.
+//! Rows as either store holds them (times in ms since the epoch, ids as text), and their
+//! conversion into wire types.
 
 use std::str::FromStr;
 

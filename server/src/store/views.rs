@@ -1,6 +1,7 @@
 //! The reads behind `GET /status` and `GET /plan`. Each reads only what is live (jobs on a
 //! pod or in the queue) or maintained totals, never the finished history.
 
+use super::backend::{active_run_select, dialect};
 use super::db::{self, Conn};
 use super::StoreError;
 
@@ -23,57 +24,16 @@ pub struct ActiveRun {
     pub linked: Option<String>,
 }
 
-/// The columns of an `ActiveRun`, from `jobs j` (read through `$index`, when given) and its
-/// open attempt `a`.
-macro_rules! active_run_select {
-    ($index:literal) => {
-        concat!(
-            "SELECT j.id, j.experiment, j.group_name, j.state, j.priority, j.attempts, j.est_hours, \
-             j.last_step, j.total_steps, a.first_step, a.first_step_at, a.end_step, \
-             (SELECT string_agg(l.experiment, ',') FROM jobs l \
-                WHERE l.same_as = j.id AND l.link_cancelled = 0) AS linked \
-             FROM jobs j ",
-            $index,
-            " LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt = j.attempts \
-               AND a.ended_at IS NULL "
-        )
-    };
-}
-
-macro_rules! progressed_queue_where {
-    () => {
-        "WHERE j.state = 'queued' AND j.same_as IS NULL AND j.last_step IS NOT NULL \
-         ORDER BY j.priority DESC, j.seq"
-    };
-}
-
 /// Runs (not linked jobs) on a pod (leased or running), in lease order.
 pub(crate) const RUNS_ON_PODS: &str = concat!(
     active_run_select!(""),
     "WHERE j.same_as IS NULL AND j.state IN ('leased', 'running') ORDER BY j.priority DESC, j.seq"
 );
 
-/// Queued runs that made progress before (preempted, failed, lost), in lease order, on
-/// their own partial index: a deep queue is mostly runs that never reported a step, which
-/// status needs only the sum of (`FRESH_QUEUE`). Named: without statistics SQLite prefers
-/// `jobs_state_seq` (state = 'queued'), which reads every queued job (76 ms at 40,000 against
-/// 0 ms through this index, measured on the bench's database).
-pub(crate) const PROGRESSED_QUEUE: &str = concat!(
-    active_run_select!("INDEXED BY jobs_progressed_queue"),
-    progressed_queue_where!()
-);
-
-/// PostgreSQL has no `INDEXED BY`; its planner keeps statistics and picks the partial index.
-pub(crate) const PROGRESSED_QUEUE_POSTGRES: &str =
-    concat!(active_run_select!(""), progressed_queue_where!());
-
 /// Runs on a pod, then queued runs that made progress.
 pub async fn active_runs(db: &mut Conn) -> Result<Vec<ActiveRun>, StoreError> {
     let mut runs: Vec<ActiveRun> = db::query_as(RUNS_ON_PODS).fetch_all(db).await?;
-    let progressed = match db.backend() {
-        db::Backend::Sqlite => PROGRESSED_QUEUE,
-        db::Backend::Postgres => PROGRESSED_QUEUE_POSTGRES,
-    };
+    let progressed = dialect(db.backend()).progressed_queue;
     runs.extend(db::query_as::<ActiveRun>(progressed).fetch_all(db).await?);
     Ok(runs)
 }

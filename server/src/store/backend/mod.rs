@@ -1,0 +1,105 @@
+//! Everything that differs between the two stores lives below this module, one file per
+//! backend: how each is opened and tuned, its transaction statements, and the queries only
+//! one of them runs (`sqlite.rs`, `postgres.rs`). The rest of the store writes its SQL once,
+//! for both, through `db.rs`; where a statement differs it asks [`dialect`].
+
+pub(super) mod postgres;
+pub(super) mod sqlite;
+
+use futures::future::BoxFuture;
+
+use super::db::Pool;
+use super::{goodput, pod_time, Backend, Conn, StoreError};
+
+// The shape of a statement that differs only in part: each backend fills it in.
+
+/// The columns of an `ActiveRun`, from `jobs j` (read through `$index`, when given) and its
+/// open attempt `a`.
+macro_rules! active_run_select {
+    ($index:literal) => {
+        concat!(
+            "SELECT j.id, j.experiment, j.group_name, j.state, j.priority, j.attempts, j.est_hours, \
+             j.last_step, j.total_steps, a.first_step, a.first_step_at, a.end_step, \
+             (SELECT string_agg(l.experiment, ',') FROM jobs l \
+                WHERE l.same_as = j.id AND l.link_cancelled = 0) AS linked \
+             FROM jobs j ",
+            $index,
+            " LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt = j.attempts \
+               AND a.ended_at IS NULL "
+        )
+    };
+}
+
+/// Queued runs that made progress before (preempted, failed, lost), in lease order, through
+/// `$index` (when given): each backend reads them on their own partial index
+/// (`Dialect::progressed_queue`).
+macro_rules! progressed_queue {
+    ($index:literal) => {
+        concat!(
+            $crate::store::backend::active_run_select!($index),
+            "WHERE j.state = 'queued' AND j.same_as IS NULL AND j.last_step IS NOT NULL \
+             ORDER BY j.priority DESC, j.seq"
+        )
+    };
+}
+pub(super) use {active_run_select, progressed_queue};
+
+/// The statements that differ between the stores, one set per backend.
+pub(super) struct Dialect {
+    /// Starts a write transaction and its first write's savepoint, in one round trip.
+    pub begin_write: &'static str,
+    /// Starts a read transaction whose reads all come from one snapshot.
+    pub begin_snapshot: &'static str,
+    /// The queued runs that made progress (`views::active_runs`), on their partial index.
+    pub progressed_queue: &'static str,
+}
+
+pub(super) fn dialect(backend: Backend) -> &'static Dialect {
+    match backend {
+        Backend::Sqlite => &sqlite::DIALECT,
+        Backend::Postgres => &postgres::DIALECT,
+    }
+}
+
+/// Read-only connections in the pool, on either backend.
+const READERS: u32 = 8;
+
+/// What a backend opened, for the store to start its writer on.
+pub(super) struct Opened {
+    /// The writer's own connection, migrated and settled if this server leads.
+    pub writer: Conn,
+    pub readers: Pool,
+    /// Whether this server took the lead (a SQLite store always does).
+    pub leads: bool,
+    /// How to reach the database again and take the lead (PostgreSQL only).
+    pub lead: Option<Reconnect>,
+    /// How many waiting writes one transaction takes at most.
+    pub max_group_commit: usize,
+    /// Since when the lead counts as confirmed (ms since the epoch; `i64::MAX`: always).
+    pub confirmed_at: i64,
+}
+
+/// How the writer reaches its database again after the connection broke (PostgreSQL only:
+/// a SQLite file does not go away).
+pub(super) type Reconnect =
+    Box<dyn Fn() -> BoxFuture<'static, Result<Conn, sqlx::Error>> + Send + Sync>;
+
+/// Work the store does once at start-up on history written by older versions, on either
+/// backend, before it writes anything else.
+pub(super) async fn settle_history(writer: &mut Conn) -> Result<(), StoreError> {
+    let settled = goodput::settle_unsettled(writer).await?;
+    if settled > 0 {
+        tracing::info!(
+            attempts = settled,
+            "stored the goodput of attempts that ended before it was kept per attempt"
+        );
+    }
+    let settled = pod_time::settle_unsettled(writer).await?;
+    if settled > 0 {
+        tracing::info!(
+            attempts = settled,
+            "split the pod time of attempts that ended before it was kept by cause"
+        );
+    }
+    Ok(())
+}
