@@ -1,6 +1,6 @@
 //! What a person does to a job: cancel it, requeue it, change its priority.
 
-use crate::store::Conn;
+use crate::store::{events, Conn};
 use futures::FutureExt;
 use podq_api::{Job, JobState};
 use uuid::Uuid;
@@ -55,7 +55,7 @@ impl Scheduler {
                     let id = id.to_string();
                     let job = existing(conn, &id).await?;
                     jobs::set_priority(conn, &id, priority).await?;
-                    jobs::insert_event(
+                    events::insert_event(
                         conn,
                         Some(&id),
                         None,
@@ -89,7 +89,7 @@ async fn cancel(conn: &mut Conn, id: &str) -> Result<(JobRow, Option<Uuid>)> {
         (None, Some(lease)) => format!("cancelled; the pod holding lease {lease} is told to stop"),
         (None, None) => "cancelled".to_owned(),
     };
-    jobs::insert_event(conn, Some(id), None, "cancelled", &message).await?;
+    events::insert_event(conn, Some(id), None, "cancelled", &message).await?;
     Ok((existing(conn, id).await?, lease))
 }
 
@@ -131,7 +131,7 @@ async fn requeue(conn: &mut Conn, id: &str) -> Result<JobRow> {
         .as_deref()
         .map(|r| format!("; it resumes from {r}"))
         .unwrap_or_default();
-    jobs::insert_event(
+    events::insert_event(
         conn,
         Some(id),
         None,

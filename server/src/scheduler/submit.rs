@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::store::Conn;
+use crate::store::{events, Conn};
 use podq_api::{CreatedJob, LinkedJob, SkippedExperiment, SubmitRequest, SubmitResponse};
 use uuid::Uuid;
 
@@ -299,6 +299,6 @@ async fn insert(
         }
         None => format!("submitted with priority {priority}"),
     };
-    jobs::insert_event(conn, Some(&id_text), None, "submitted", &message).await?;
+    events::insert_event(conn, Some(&id_text), None, "submitted", &message).await?;
     Ok(())
 }

@@ -11,9 +11,6 @@ use uuid::Uuid;
 
 use super::{now_ms, parse_uuid, StoreError};
 
-/// Events were written and read here before `events.rs` held them.
-pub use super::events::{insert_event, job_events, last_event_id, recent_events};
-
 pub async fn get_job(db: &mut Conn, id: &str) -> Result<Option<JobRow>, StoreError> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM job_view WHERE id = ?");
     Ok(db::query_as::<JobRow>(AssertSqlSafe(sql))

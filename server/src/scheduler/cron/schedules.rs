@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::cron_dialect::{next_after, parse_cron};
 use crate::scheduler::{submit, Result, Scheduler, SchedulerError};
-use crate::store::jobs::insert_event;
+use crate::store::events::insert_event;
 use crate::store::schedules::{self as stored, NewSchedule, ScheduleRow};
 use crate::store::{now_ms, StoreError};
 

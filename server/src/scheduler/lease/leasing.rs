@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::policy::{self, AttemptProgress, JobBudget};
 use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
-use crate::store::jobs::insert_event;
+use crate::store::events::insert_event;
 use crate::store::leases::{self as sql, AttemptEnd, JobAfter};
 use crate::store::{checkpoints, metrics, now_ms, parse_uuid, pod_time, pods, Conn, StoreError};
 

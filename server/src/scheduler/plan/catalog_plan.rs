@@ -16,7 +16,7 @@ use super::planner::{self, Group, Limits, Phase, Pool, Run};
 use super::pod_time::ExpectedWaste;
 use crate::scheduler::{submit, Result, Scheduler};
 use crate::store::views::{self, PlanJob};
-use crate::store::{goodput, grant, jobs, now_ms, parse_uuid, pods};
+use crate::store::{events, goodput, grant, jobs, now_ms, parse_uuid, pods};
 
 /// Runs and groups as the planner sees them, and the experiment each waiting run would be
 /// submitted as.
@@ -90,7 +90,7 @@ impl Scheduler {
                                 };
                                 if row.priority != priority {
                                     jobs::set_priority(conn, &id, priority).await?;
-                                    jobs::insert_event(
+                                    events::insert_event(
                                         conn,
                                         Some(&id),
                                         None,

@@ -13,7 +13,9 @@ use uuid::Uuid;
 
 use crate::scheduler::{submit, Result, Scheduler, SchedulerError};
 use crate::store::jobs::{self, JobFilter};
-use crate::store::{checkpoints, metrics, ms_to_datetime, parse_uuid, webhooks, StoreError};
+use crate::store::{
+    checkpoints, events, metrics, ms_to_datetime, parse_uuid, webhooks, StoreError,
+};
 
 /// `GET /jobs`'s filters and page, as the HTTP layer parsed them.
 #[derive(Debug, Clone, Default)]
@@ -133,9 +135,9 @@ impl Scheduler {
         let row = jobs::get_job(&mut db, &id.to_string())
             .await?
             .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
-        let mut rows = jobs::job_events(&mut db, &row.id, after, limit).await?;
+        let mut rows = events::job_events(&mut db, &row.id, after, limit).await?;
         if row.run_id != row.id {
-            rows.extend(jobs::job_events(&mut db, &row.run_id, after, limit).await?);
+            rows.extend(events::job_events(&mut db, &row.run_id, after, limit).await?);
             rows.sort_by_key(|e| e.id);
             rows.truncate(usize::try_from(limit).unwrap_or(0));
         }
@@ -198,14 +200,14 @@ impl Scheduler {
 
     /// The newest timeline event's id (0 before any): where a live follower starts.
     pub async fn last_event_id(&self) -> Result<i64> {
-        Ok(jobs::last_event_id(&mut self.store.read().await?).await?)
+        Ok(events::last_event_id(&mut self.store.read().await?).await?)
     }
 
     /// Up to `limit` timeline events after the event id `after`, oldest first; a row that
     /// cannot be read is logged as an alarm and left out.
     pub async fn events_after(&self, after: i64, limit: i64) -> Result<Vec<Event>> {
         let mut events = Vec::new();
-        for row in jobs::recent_events(&mut self.store.read().await?, after, limit).await? {
+        for row in events::recent_events(&mut self.store.read().await?, after, limit).await? {
             match row.into_api() {
                 Ok(event) => events.push(event),
                 Err(e) => tracing::error!(alarm = true, error = %e, "an event row is unreadable"),
