@@ -7,12 +7,12 @@ use podq_api::Lease;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
+use super::supervise::Hosts;
 use super::{AttemptSettings, Context};
 use crate::checkpoints::CheckpointStore;
 use crate::client::ServerClient;
 use crate::events::TrainerEvent;
 use crate::pod::{AgentStart, HostLaunch, PodDriver, StagedConfig};
-use crate::supervise::Hosts;
 
 /// What a launch gives the supervision loop.
 pub(super) struct Launched {

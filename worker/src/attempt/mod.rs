@@ -3,7 +3,9 @@
 
 mod heartbeat;
 mod launch;
+pub mod log_tail;
 pub mod outcome;
+pub mod supervise;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -23,8 +25,8 @@ use crate::phases::PhaseClock;
 use crate::pod::{AgentStart, PodDriver};
 use crate::report::{self, Report, ReporterSettings};
 use crate::running::RunningAttempt;
-use crate::supervise::Hosts;
 use outcome::{Observed, Stop};
+use supervise::Hosts;
 
 #[derive(Debug, Clone)]
 pub struct AttemptSettings {
