@@ -6,6 +6,7 @@ mod launch;
 pub mod log_tail;
 pub mod outcome;
 pub mod supervise;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -27,6 +28,7 @@ use crate::report::{self, Report, ReporterSettings};
 use crate::running::RunningAttempt;
 use outcome::{Observed, Stop};
 use supervise::Hosts;
+use watch::{Agents, Fact, Limits, Watch};
 
 #[derive(Debug, Clone)]
 pub struct AttemptSettings {
@@ -93,9 +95,6 @@ async fn await_capacity_loss(driver: &dyn PodDriver, within: Duration) -> crate:
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
-
-/// How long a reattached worker waits for the first call of the attempt's agents.
-const REATTACH_GRACE: Duration = Duration::from_secs(30);
 
 /// Runs a newly leased attempt to its end.
 pub async fn run(ctx: &Context<'_>, lease: Lease) {
@@ -231,139 +230,76 @@ async fn attempt(
         lease_lost.clone(),
     ));
 
-    let mut first_step: Option<i64> = None;
-    let mut last_step: Option<i64> = None;
-    let mut last_progress = tokio::time::Instant::now();
-    let began = tokio::time::Instant::now();
-    let mut maintenance_since: Option<tokio::time::Instant> = None;
+    let now = || tokio::time::Instant::now().into_std();
+    let limits = Limits {
+        hang_timeout: settings.hang_timeout,
+        maintenance_lead: settings.maintenance_lead,
+        maintenance_timeout: settings.maintenance_timeout,
+    };
+    let mut watch = Watch::new(limits, reattached, resume_step, now());
     let mut phases = PhaseClock::default();
     let mut poll = tokio::time::interval(settings.status_poll);
     let stop = loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break Stop::Shutdown,
-            _ = lease_lost.cancelled() => break Stop::LeaseLost,
-            _ = cancel.cancelled() => break Stop::Cancelled,
+        let fact = tokio::select! {
+            _ = shutdown.cancelled() => Fact::Shutdown,
+            _ = lease_lost.cancelled() => Fact::LeaseLost,
+            _ = cancel.cancelled() => Fact::Cancelled,
             exit = hosts.next_exit() => {
-                *shared.hosts_alive.lock().unwrap_or_else(|e| e.into_inner()) = hosts.alive();
-                match exit {
-                    None => break Stop::AllExited,
-                    Some(exit) if exit.success() => {
-                        if hosts.alive().iter().all(|alive| !alive) {
-                            break Stop::AllExited;
-                        }
-                    }
-                    Some(exit) => break Stop::HostEnded(exit),
-                }
+                let alive = hosts.alive();
+                *shared.hosts_alive.lock().unwrap_or_else(|e| e.into_inner()) = alive.clone();
+                Fact::Exit { exit, alive }
             }
             event = events_rx.recv() => match event {
                 Some(TrainerEvent::Metrics { step, values }) => {
-                    if first_step.is_none() {
-                        first_step = Some(step);
-                        if let Some(resume) = resume_step.filter(|r| step < *r) {
-                            break Stop::SilentRestart(format!(
-                                "the trainer was given checkpoint step {resume} but reported step {step} first: \
-                                 it could not load the checkpoint and started over"
-                            ));
-                        }
+                    if let Some(stop) = watch.observe(Fact::Step(step), now()) {
+                        break stop;
                     }
-                    if last_step.is_none_or(|last| step > last) {
-                        last_step = Some(step);
-                        last_progress = tokio::time::Instant::now();
+                    if let Some(step) = watch.last_step() {
                         shared.step.store(step, Ordering::SeqCst);
                         shared.has_step.store(true, Ordering::SeqCst);
                     }
                     let _ = report_tx.send(Report::Metrics { step, values });
+                    continue;
                 }
                 Some(TrainerEvent::Checkpoint { .. }) => {
-                    last_progress = tokio::time::Instant::now();
                     let _ = report_tx.send(Report::CheckpointHint);
+                    Fact::Checkpoint
                 }
-                // A phase line is a sign of life: a long compile or save is not a hang.
                 Some(TrainerEvent::Phase { phase, edge, received, .. }) => {
-                    last_progress = tokio::time::Instant::now();
-                    if phases.note(phase, edge, received.unwrap_or(last_progress)) {
+                    if phases.note(phase, edge, received.unwrap_or_else(tokio::time::Instant::now)) {
                         let _ = report_tx.send(Report::Phases(phases.totals()));
                     }
+                    Fact::Phase
                 }
-                None => {}
+                None => continue,
             },
             _ = poll.tick() => {
-                match driver.status().await {
-                    Ok(status) if status.is_preempted() => {
-                        break Stop::Preempted(format!("pod state {}/{}", status.state, status.health));
+                let pod = match driver.status().await {
+                    Ok(status) => Some(status),
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "cannot read the pod's state");
+                        None
                     }
-                    // Under maintenance nothing is killed: the hosts usually come back as
-                    // they were, and a paused trainer is not hung. Hosts that restart are
-                    // seen through their agents.
-                    Ok(status) if status.in_maintenance() => {
-                        let since = *maintenance_since.get_or_insert_with(tokio::time::Instant::now);
-                        last_progress = tokio::time::Instant::now();
-                        if since.elapsed() >= settings.maintenance_timeout {
-                            break Stop::Preempted(format!(
-                                "a maintenance event has not ended after {}s (pod state {}/{})",
-                                since.elapsed().as_secs(), status.state, status.health
-                            ));
-                        }
-                    }
-                    Ok(status) => {
-                        maintenance_since = None;
-                        if let Some(m) = status.maintenance_ahead(settings.maintenance_lead, chrono::Utc::now()) {
-                            break Stop::Maintenance(format!(
-                                "a {} maintenance window opens at {}: stopped ahead of it with \
-                                 SIGTERM and the full grace, so the trainer could save; not charged",
-                                m.kind,
-                                m.window_start.map_or("an unknown time".into(), |t| t.to_rfc3339()),
-                            ));
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot read the pod's state"),
-                }
-                if reattached
-                    && last_progress.elapsed() >= REATTACH_GRACE
-                    && !hosts.any_contacted()
-                {
-                    break Stop::AgentsGone(format!(
-                        "no agent called within {}s of the worker's restart; not charged",
-                        REATTACH_GRACE.as_secs()
-                    ));
-                }
-                if !reattached
-                    && began.elapsed() >= settings.hang_timeout.max(REATTACH_GRACE)
-                    && !hosts.any_contacted()
-                {
-                    break Stop::AgentsGone(format!(
-                        "no agent called within {}s of the launch; not charged",
-                        began.elapsed().as_secs()
-                    ));
-                }
-                // A silent agent is replaced; while one is silent, no progress is not the
-                // trainer's fault: its reports have nowhere to go. One that stays silent
-                // through new agents for the hang timeout is given up on.
+                };
                 let silent = hosts.silent(settings.agent_silence);
-                if let Some((host, quiet)) = hosts
-                    .quiet()
-                    .into_iter()
-                    .find(|(_, quiet)| *quiet >= settings.hang_timeout)
-                {
-                    break Stop::AgentsGone(format!(
-                        "host {host}'s agent has not called for {}s, nor any agent started \
-                         there since; not charged",
-                        quiet.as_secs()
-                    ));
+                let agents = Agents {
+                    contacted: hosts.any_contacted(),
+                    quiet: hosts.quiet(),
+                    silent: !silent.is_empty(),
+                };
+                let seen = Fact::Poll { pod, utc: chrono::Utc::now(), agents };
+                if let Some(stop) = watch.observe(seen, now()) {
+                    break stop;
                 }
                 if !silent.is_empty() {
                     supervise_agents(ctx, lease_id, &hosts, start.as_ref(), &silent).await;
-                    last_progress = last_progress.max(
-                        tokio::time::Instant::now() - settings.hang_timeout / 2,
-                    );
-                } else if last_progress.elapsed() >= settings.hang_timeout {
-                    break Stop::Hung(format!(
-                        "no step progress for {}s while every host's agent reported (last step {})",
-                        settings.hang_timeout.as_secs(),
-                        last_step.map_or("none".into(), |s| s.to_string())
-                    ));
+                    watch.observe(Fact::SilentAgentsTended, now());
                 }
+                continue;
             }
+        };
+        if let Some(stop) = watch.observe(fact, now()) {
+            break stop;
         }
     };
     let stop_decided = tokio::time::Instant::now();
@@ -385,7 +321,7 @@ async fn attempt(
     while let Ok(event) = events_rx.try_recv() {
         match event {
             TrainerEvent::Metrics { step, values } => {
-                last_step = Some(last_step.map_or(step, |l| l.max(step)));
+                watch.step_after_stop(step);
                 let _ = report_tx.send(Report::Metrics { step, values });
             }
             // Timed when they arrived: the final save's end, a save on the shutdown notice
@@ -438,7 +374,7 @@ async fn attempt(
         outcome,
         exit_codes: hosts.exit_codes(),
         start_step: resume_step,
-        end_step: last_step,
+        end_step: watch.last_step(),
         log_tail: Some(hosts.log.text()),
         message: Some(message),
         phases: Some(phases.totals()),
