@@ -3,6 +3,7 @@
 
 mod heartbeat;
 mod launch;
+mod lines;
 pub mod log_tail;
 pub mod outcome;
 pub mod supervise;
@@ -21,11 +22,11 @@ use crate::agent::hub::AgentHub;
 use crate::agent::new_secret;
 use crate::checkpoints::CheckpointStore;
 use crate::client::ServerClient;
-use crate::events::TrainerEvent;
 use crate::phases::PhaseClock;
 use crate::pod::{AgentStart, PodDriver};
 use crate::report::{self, Report, ReporterSettings};
 use crate::running::RunningAttempt;
+use lines::{Progress, Routes};
 use outcome::{Observed, Stop};
 use supervise::Hosts;
 use watch::{Agents, Fact, Limits, Watch};
@@ -172,7 +173,11 @@ async fn attempt(
             None
         }
     };
-    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    // Host 0's metric values go straight to the reporter; its progress comes to the loop.
+    let (report_tx, report_rx) = mpsc::unbounded_channel();
+    let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
+    let routes = Routes::new(progress_tx, &report_tx);
+    let stopping = routes.stopping.clone();
     let reattached = matches!(begin, Begin::Reattach(_));
     let (mut hosts, resume_step, start) = match begin {
         Begin::Reattach(saved) => (
@@ -181,13 +186,16 @@ async fn attempt(
                 &lease_id.to_string(),
                 &saved.secret,
                 saved.hosts,
-                events_tx,
+                Routes {
+                    resume_step: saved.resume_step,
+                    ..routes
+                },
             ),
             saved.resume_step,
             saved.start,
         ),
         Begin::Launch(secret) => {
-            match launch::launch(ctx, lease, store.as_ref(), &secret, events_tx).await {
+            match launch::launch(ctx, lease, store.as_ref(), &secret, routes).await {
                 Ok(launched) => (launched.hosts, launched.resume_step, Some(launched.start)),
                 Err(message) => {
                     let stop = Stop::LaunchFailed(message);
@@ -215,7 +223,6 @@ async fn attempt(
     shared.phase_changed.notify_one();
     *shared.hosts_alive.lock().unwrap_or_else(|e| e.into_inner()) = hosts.alive();
 
-    let (report_tx, report_rx) = mpsc::unbounded_channel();
     let reporter = tokio::spawn(report::run(
         client.clone(),
         lease_id,
@@ -249,29 +256,18 @@ async fn attempt(
                 *shared.hosts_alive.lock().unwrap_or_else(|e| e.into_inner()) = alive.clone();
                 Fact::Exit { exit, alive }
             }
-            event = events_rx.recv() => match event {
-                Some(TrainerEvent::Metrics { step, values }) => {
-                    if let Some(stop) = watch.observe(Fact::Step(step), now()) {
-                        break stop;
-                    }
-                    if let Some(step) = watch.last_step() {
-                        shared.step.store(step, Ordering::SeqCst);
-                        shared.has_step.store(true, Ordering::SeqCst);
-                    }
-                    let _ = report_tx.send(Report::Metrics { step, values });
-                    continue;
-                }
-                Some(TrainerEvent::Checkpoint { .. }) => {
+            Some(progress) = progress_rx.recv() => match progress {
+                Progress::Step(step) => Fact::Step(step),
+                Progress::Checkpoint => {
                     let _ = report_tx.send(Report::CheckpointHint);
                     Fact::Checkpoint
                 }
-                Some(TrainerEvent::Phase { phase, edge, received, .. }) => {
-                    if phases.note(phase, edge, received.unwrap_or_else(tokio::time::Instant::now)) {
+                Progress::Phase { phase, edge, received } => {
+                    if phases.note(phase, edge, received) {
                         let _ = report_tx.send(Report::Phases(phases.totals()));
                     }
                     Fact::Phase
                 }
-                None => continue,
             },
             _ = poll.tick() => {
                 let pod = match driver.status().await {
@@ -298,10 +294,17 @@ async fn attempt(
                 continue;
             }
         };
-        if let Some(stop) = watch.observe(fact, now()) {
+        let stop = watch.observe(fact, now());
+        // The heartbeat reports the last step.
+        if let Some(step) = watch.last_step() {
+            shared.step.store(step, Ordering::SeqCst);
+            shared.has_step.store(true, Ordering::SeqCst);
+        }
+        if let Some(stop) = stop {
             break stop;
         }
     };
+    stopping.store(true, Ordering::SeqCst);
     let stop_decided = tokio::time::Instant::now();
     phases.stopped(stop_decided);
     if matches!(stop, Stop::Shutdown) && settings.detach_on_shutdown {
@@ -318,27 +321,19 @@ async fn attempt(
         .await;
     hosts.drain_lines().await;
     // Lines already printed still count.
-    while let Ok(event) = events_rx.try_recv() {
-        match event {
-            TrainerEvent::Metrics { step, values } => {
-                watch.step_after_stop(step);
-                let _ = report_tx.send(Report::Metrics { step, values });
-            }
+    while let Ok(progress) = progress_rx.try_recv() {
+        match progress {
+            Progress::Step(step) => watch.step_after_stop(step),
             // Timed when they arrived: the final save's end, a save on the shutdown notice
             // (which the clock leaves to the stopping).
-            TrainerEvent::Phase {
+            Progress::Phase {
                 phase,
                 edge,
                 received,
-                ..
             } => {
-                phases.note(
-                    phase,
-                    edge,
-                    received.unwrap_or_else(tokio::time::Instant::now),
-                );
+                phases.note(phase, edge, received);
             }
-            TrainerEvent::Checkpoint { .. } => {}
+            Progress::Checkpoint => {}
         }
     }
     drop(report_tx);

@@ -6,10 +6,10 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
+use super::lines::{self, Routes};
 use super::log_tail::LogTail;
-use crate::agent::hub::{AgentHub, HostEnded, HostLine};
+use crate::agent::hub::{AgentHub, HostEnded};
 use crate::agent::wire::StopCommand;
-use crate::events::{parse_line, TrainerEvent};
 use crate::pod::{AgentStart, PodDriver, StopSignal};
 
 /// How a host's process ended.
@@ -53,7 +53,7 @@ pub struct Hosts {
     exits: Vec<Option<HostExit>>,
     exit_rx: mpsc::UnboundedReceiver<HostEnded>,
     hub: AgentHub,
-    /// Forwards the agents' lines to the log tail and host 0's reports to the attempt.
+    /// Passes the agents' lines on (`lines::read`).
     reader: Option<tokio::task::JoinHandle<()>>,
     pub log: LogTail,
 }
@@ -82,20 +82,20 @@ impl StopReport {
 }
 
 impl Hosts {
-    /// Starts the lease's agent on every host. Host 0's report lines go to `events`; every
+    /// Starts the lease's agent on every host. Host 0's report lines go by `routes`; every
     /// line goes to the log tail.
     pub async fn launch(
         driver: &dyn PodDriver,
         hub: &AgentHub,
         start: &AgentStart,
-        events: mpsc::UnboundedSender<TrainerEvent>,
+        routes: Routes,
     ) -> anyhow::Result<Hosts> {
         let hosts = Hosts::attach(
             hub,
             &start.lease,
             &start.secret,
             start.launches.len() as u32,
-            events,
+            routes,
         );
         if let Err(e) = driver.start_agents(start).await {
             hub.finish(&start.lease);
@@ -106,16 +106,10 @@ impl Hosts {
 
     /// Supervises agents that are already running (after a worker restart): they push
     /// their whole log again, from the start.
-    pub fn attach(
-        hub: &AgentHub,
-        lease: &str,
-        secret: &str,
-        hosts: u32,
-        events: mpsc::UnboundedSender<TrainerEvent>,
-    ) -> Hosts {
+    pub fn attach(hub: &AgentHub, lease: &str, secret: &str, hosts: u32, routes: Routes) -> Hosts {
         let streams = hub.register(lease, secret, hosts);
         let log = LogTail::default();
-        let reader = tokio::spawn(read_lines(streams.lines, log.clone(), events));
+        let reader = tokio::spawn(lines::read(streams.lines, log.clone(), routes));
         Hosts {
             lease: lease.to_owned(),
             exits: vec![None; hosts as usize],
@@ -280,26 +274,3 @@ impl Hosts {
 
 /// How long agents get to act on a command and say so.
 const AGENT_ANSWER: Duration = Duration::from_secs(5);
-
-async fn read_lines(
-    mut lines: mpsc::UnboundedReceiver<HostLine>,
-    log: LogTail,
-    events: mpsc::UnboundedSender<TrainerEvent>,
-) {
-    while let Some(HostLine { host, offset, line }) = lines.recv().await {
-        if host == 0 {
-            match parse_line(&line) {
-                Some(Ok(mut event)) => {
-                    if let TrainerEvent::Phase { received, .. } = &mut event {
-                        *received = Some(tokio::time::Instant::now());
-                    }
-                    let _ = events.send(event);
-                    continue;
-                }
-                Some(Err(problem)) => tracing::warn!(host, "{problem}"),
-                None => {}
-            }
-        }
-        log.push(host, offset, line);
-    }
-}
