@@ -1,6 +1,13 @@
-//! One attempt of one job on the pod: verify where to resume, stage the config on every host,
-//! clean the hosts, launch, supervise, stop, classify, finish.
+//! One attempt of one job on the pod: launch (or reattach), watch, stop, classify, finish.
+//!
+//! - `launch`: where to resume, clean and stage the hosts, start the agents;
+//! - `follow` feeds the facts of the running attempt to `watch`, which decides when to stop;
+//! - `end`: stop the hosts, then `outcome` classifies;
+//! - `supervise` (the hosts and their agents), `lines` (where their lines go), `log_tail`,
+//!   `heartbeat`.
 
+mod end;
+mod follow;
 mod heartbeat;
 mod launch;
 mod lines;
@@ -22,14 +29,14 @@ use crate::agent::hub::AgentHub;
 use crate::agent::new_secret;
 use crate::checkpoints::CheckpointStore;
 use crate::client::ServerClient;
-use crate::phases::PhaseClock;
 use crate::pod::{AgentStart, PodDriver};
-use crate::report::{self, Report, ReporterSettings};
+use crate::report::{self, ReporterSettings};
 use crate::running::RunningAttempt;
-use lines::{Progress, Routes};
-use outcome::{Observed, Stop};
+use end::Ended;
+use follow::Follow;
+use lines::Routes;
+use outcome::Stop;
 use supervise::Hosts;
-use watch::{Agents, Fact, Limits, Watch};
 
 #[derive(Debug, Clone)]
 pub struct AttemptSettings {
@@ -79,21 +86,24 @@ struct Shared {
     phase_changed: tokio::sync::Notify,
 }
 
-/// How long a host shutting down may take before its node says why: Compute Engine gives a
-/// preempted Spot or preemptible VM 30 s of ACPI soft off
-/// (https://cloud.google.com/compute/docs/instances/spot#preemption-process), and describe
-/// lags behind.
-const SHUTDOWN_NOTICE: Duration = Duration::from_secs(45);
+impl Shared {
+    /// The agents run: the heartbeat says so at once, with the live hosts.
+    fn now_running(&self, alive: Vec<bool>) {
+        self.running.store(true, Ordering::SeqCst);
+        self.phase_changed.notify_one();
+        self.set_hosts_alive(alive);
+    }
 
-/// The pod's state once it shows its capacity lost, or after `within`.
-async fn await_capacity_loss(driver: &dyn PodDriver, within: Duration) -> crate::pod::PodStatus {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let status = driver.status().await.unwrap_or_default();
-        if status.is_preempted() || tokio::time::Instant::now() >= deadline {
-            return status;
+    fn set_hosts_alive(&self, alive: Vec<bool>) {
+        *self.hosts_alive.lock().unwrap_or_else(|e| e.into_inner()) = alive;
+    }
+
+    /// The last step the trainer reported, once it reported one.
+    fn set_step(&self, step: Option<i64>) {
+        if let Some(step) = step {
+            self.step.store(step, Ordering::SeqCst);
+            self.has_step.store(true, Ordering::SeqCst);
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -158,259 +168,122 @@ async fn attempt(
     cancel: &CancellationToken,
     lease_lost: &CancellationToken,
 ) -> Option<FinishRequest> {
-    let (client, driver, settings, shutdown) = (ctx.client, ctx.driver, ctx.settings, ctx.shutdown);
-    let lease_id = lease.lease_id;
-    let store = match CheckpointStore::open(&lease.checkpoint_dir) {
+    let store = open_store(ctx.client, lease).await;
+    // Host 0's metric values go straight to the reporter; its progress comes to the loop.
+    let (report_tx, report_rx) = mpsc::unbounded_channel();
+    let (progress_tx, progress_rx) = mpsc::unbounded_channel();
+    let routes = Routes::new(progress_tx, &report_tx);
+    let stopping = routes.stopping.clone();
+    let reattached = matches!(begin, Begin::Reattach(_));
+
+    // Launch, or take over the agents of a restarted worker.
+    let (mut hosts, resume_step, start) = match begin {
+        Begin::Reattach(saved) => reattach_hosts(ctx, lease, *saved, routes),
+        Begin::Launch(secret) => {
+            match launch::launch(ctx, lease, store.as_ref(), &secret, routes).await {
+                Ok(launched) => (launched.hosts, launched.resume_step, Some(launched.start)),
+                Err(message) => return end::launch_failed(lease, message),
+            }
+        }
+    };
+    shared.now_running(hosts.alive());
+    let reporter = spawn_reporter(ctx, lease, store, &hosts, report_rx, lease_lost);
+
+    // Watch until the attempt must stop.
+    let mut follow = Follow::new(
+        ctx,
+        lease.lease_id,
+        reattached,
+        resume_step,
+        progress_rx,
+        report_tx,
+    );
+    let stop = follow
+        .until_stop(ctx, &mut hosts, start.as_ref(), shared, cancel, lease_lost)
+        .await;
+    stopping.store(true, Ordering::SeqCst);
+    let stop_decided = tokio::time::Instant::now();
+    follow.stopped(stop_decided);
+    if matches!(stop, Stop::Shutdown) && ctx.settings.detach_on_shutdown {
+        hosts.detach();
+        reporter.abort();
+        return None;
+    }
+
+    // Stop every host; what they printed until then still counts.
+    let stopped = end::stop(ctx, &mut hosts, &stop).await;
+    let seen = follow.after_stop();
+    let _ = reporter.await;
+
+    // Classify.
+    let ended = Ended {
+        stop,
+        stopped,
+        start_step: resume_step,
+        seen,
+        stop_decided,
+    };
+    end::classify(ctx, lease, &hosts, ended).await
+}
+
+fn spawn_reporter(
+    ctx: &Context<'_>,
+    lease: &Lease,
+    store: Option<CheckpointStore>,
+    hosts: &Hosts,
+    reports: mpsc::UnboundedReceiver<report::Report>,
+    lease_lost: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(report::run(
+        ctx.client.clone(),
+        lease.lease_id,
+        store,
+        hosts.log.clone(),
+        ReporterSettings {
+            flush: ctx.settings.metrics_flush,
+            max_points: ctx.settings.metrics_max_points,
+            scan: ctx.settings.checkpoint_scan,
+        },
+        reports,
+        lease_lost.clone(),
+    ))
+}
+
+/// The checkpoint store of the lease; an event says when it cannot be opened.
+async fn open_store(client: &ServerClient, lease: &Lease) -> Option<CheckpointStore> {
+    match CheckpointStore::open(&lease.checkpoint_dir) {
         Ok(store) => Some(store),
         Err(e) => {
             let _ = client
                 .event(
-                    lease_id,
+                    lease.lease_id,
                     "checkpoint_store",
                     format!("cannot open {}: {e:#}", lease.checkpoint_dir),
                 )
                 .await;
             None
         }
-    };
-    // Host 0's metric values go straight to the reporter; its progress comes to the loop.
-    let (report_tx, report_rx) = mpsc::unbounded_channel();
-    let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
-    let routes = Routes::new(progress_tx, &report_tx);
-    let stopping = routes.stopping.clone();
-    let reattached = matches!(begin, Begin::Reattach(_));
-    let (mut hosts, resume_step, start) = match begin {
-        Begin::Reattach(saved) => (
-            Hosts::attach(
-                ctx.hub,
-                &lease_id.to_string(),
-                &saved.secret,
-                saved.hosts,
-                Routes {
-                    resume_step: saved.resume_step,
-                    ..routes
-                },
-            ),
-            saved.resume_step,
-            saved.start,
-        ),
-        Begin::Launch(secret) => {
-            match launch::launch(ctx, lease, store.as_ref(), &secret, routes).await {
-                Ok(launched) => (launched.hosts, launched.resume_step, Some(launched.start)),
-                Err(message) => {
-                    let stop = Stop::LaunchFailed(message);
-                    let (outcome, message) = outcome::classify(&Observed {
-                        stop: &stop,
-                        exits: &[],
-                        pod: None,
-                        stopped: &Default::default(),
-                    })?;
-                    return Some(FinishRequest {
-                        outcome,
-                        exit_codes: Vec::new(),
-                        start_step: lease.resume_step,
-                        end_step: None,
-                        log_tail: None,
-                        message: Some(message),
-                        phases: None,
-                        stopping_s: None,
-                    });
-                }
-            }
-        }
-    };
-    shared.running.store(true, Ordering::SeqCst);
-    shared.phase_changed.notify_one();
-    *shared.hosts_alive.lock().unwrap_or_else(|e| e.into_inner()) = hosts.alive();
-
-    let reporter = tokio::spawn(report::run(
-        client.clone(),
-        lease_id,
-        store,
-        hosts.log.clone(),
-        ReporterSettings {
-            flush: settings.metrics_flush,
-            max_points: settings.metrics_max_points,
-            scan: settings.checkpoint_scan,
-        },
-        report_rx,
-        lease_lost.clone(),
-    ));
-
-    let now = || tokio::time::Instant::now().into_std();
-    let limits = Limits {
-        hang_timeout: settings.hang_timeout,
-        maintenance_lead: settings.maintenance_lead,
-        maintenance_timeout: settings.maintenance_timeout,
-    };
-    let mut watch = Watch::new(limits, reattached, resume_step, now());
-    let mut phases = PhaseClock::default();
-    let mut poll = tokio::time::interval(settings.status_poll);
-    let stop = loop {
-        let fact = tokio::select! {
-            _ = shutdown.cancelled() => Fact::Shutdown,
-            _ = lease_lost.cancelled() => Fact::LeaseLost,
-            _ = cancel.cancelled() => Fact::Cancelled,
-            exit = hosts.next_exit() => {
-                let alive = hosts.alive();
-                *shared.hosts_alive.lock().unwrap_or_else(|e| e.into_inner()) = alive.clone();
-                Fact::Exit { exit, alive }
-            }
-            Some(progress) = progress_rx.recv() => match progress {
-                Progress::Step(step) => Fact::Step(step),
-                Progress::Checkpoint => {
-                    let _ = report_tx.send(Report::CheckpointHint);
-                    Fact::Checkpoint
-                }
-                Progress::Phase { phase, edge, received } => {
-                    if phases.note(phase, edge, received) {
-                        let _ = report_tx.send(Report::Phases(phases.totals()));
-                    }
-                    Fact::Phase
-                }
-            },
-            _ = poll.tick() => {
-                let pod = match driver.status().await {
-                    Ok(status) => Some(status),
-                    Err(e) => {
-                        tracing::warn!(error = %format!("{e:#}"), "cannot read the pod's state");
-                        None
-                    }
-                };
-                let silent = hosts.silent(settings.agent_silence);
-                let agents = Agents {
-                    contacted: hosts.any_contacted(),
-                    quiet: hosts.quiet(),
-                    silent: !silent.is_empty(),
-                };
-                let seen = Fact::Poll { pod, utc: chrono::Utc::now(), agents };
-                if let Some(stop) = watch.observe(seen, now()) {
-                    break stop;
-                }
-                if !silent.is_empty() {
-                    supervise_agents(ctx, lease_id, &hosts, start.as_ref(), &silent).await;
-                    watch.observe(Fact::SilentAgentsTended, now());
-                }
-                continue;
-            }
-        };
-        let stop = watch.observe(fact, now());
-        // The heartbeat reports the last step.
-        if let Some(step) = watch.last_step() {
-            shared.step.store(step, Ordering::SeqCst);
-            shared.has_step.store(true, Ordering::SeqCst);
-        }
-        if let Some(stop) = stop {
-            break stop;
-        }
-    };
-    stopping.store(true, Ordering::SeqCst);
-    let stop_decided = tokio::time::Instant::now();
-    phases.stopped(stop_decided);
-    if matches!(stop, Stop::Shutdown) && settings.detach_on_shutdown {
-        hosts.detach();
-        reporter.abort();
-        return None;
     }
-    let stopped = hosts
-        .stop(
-            driver,
-            settings.stop_grace,
-            matches!(stop, Stop::Preempted(_)),
-        )
-        .await;
-    hosts.drain_lines().await;
-    // Lines already printed still count.
-    while let Ok(progress) = progress_rx.try_recv() {
-        match progress {
-            Progress::Step(step) => watch.step_after_stop(step),
-            // Timed when they arrived: the final save's end, a save on the shutdown notice
-            // (which the clock leaves to the stopping).
-            Progress::Phase {
-                phase,
-                edge,
-                received,
-            } => {
-                phases.note(phase, edge, received);
-            }
-            Progress::Checkpoint => {}
-        }
-    }
-    drop(report_tx);
-    let _ = reporter.await;
-
-    // A host that ended on its own may be the first sign of a preemption: ask the pod
-    // (again, as its API can lag) before blaming the trainer.
-    let exits = hosts.exits();
-    let ended_badly = match &stop {
-        Stop::HostEnded(_) => true,
-        Stop::AllExited => exits.iter().flatten().any(|e| !e.success()),
-        _ => false,
-    };
-    let pod = if ended_badly && outcome::terminated_from_outside(&exits) {
-        // The hosts are shutting down: a preemption's notice gives the guest about 30 s
-        // before the node reads PREEMPTED, so wait that long before calling it anything else.
-        Some(await_capacity_loss(driver, SHUTDOWN_NOTICE).await)
-    } else if ended_badly {
-        driver.confirm_status().await.ok()
-    } else {
-        None
-    };
-    if let Stop::SilentRestart(what) = &stop {
-        let _ = client.event(lease_id, "silent_restart", what.clone()).await;
-    }
-    let (outcome, message) = outcome::classify(&Observed {
-        stop: &stop,
-        exits: &exits,
-        pod: pod.as_ref(),
-        stopped: &stopped,
-    })?;
-    Some(FinishRequest {
-        outcome,
-        exit_codes: hosts.exit_codes(),
-        start_step: resume_step,
-        end_step: watch.last_step(),
-        log_tail: Some(hosts.log.text()),
-        message: Some(message),
-        phases: Some(phases.totals()),
-        stopping_s: Some(stop_decided.elapsed().as_secs_f64()),
-    })
 }
 
-/// Starts a new agent on each host whose agent went silent while its trainer runs (the OOM
-/// killer, a crash); the trainer itself is left alone. A host that cannot be reached is
-/// tried again at the next poll.
-async fn supervise_agents(
+/// The hosts of an attempt a restarted worker takes over, where it resumed, and how its
+/// agents were started (if that was kept).
+fn reattach_hosts(
     ctx: &Context<'_>,
-    lease_id: uuid::Uuid,
-    hosts: &Hosts,
-    start: Option<&AgentStart>,
-    silent: &[u32],
-) {
-    let Some(start) = start else {
-        tracing::warn!(lease = %lease_id, ?silent, "agents are silent, and this attempt's start was not kept: cannot start new ones");
-        return;
+    lease: &Lease,
+    saved: crate::running::Saved,
+    routes: Routes,
+) -> (Hosts, Option<i64>, Option<AgentStart>) {
+    let routes = Routes {
+        resume_step: saved.resume_step,
+        ..routes
     };
-    for &host in silent {
-        let why = format!(
-            "host {host}'s agent has not called for {}s",
-            ctx.settings.agent_silence.as_secs()
-        );
-        match hosts.restart_agent(ctx.driver, start, host).await {
-            Ok(()) => {
-                tracing::warn!(lease = %lease_id, host, "{why}: started a new one");
-                let _ = ctx
-                    .client
-                    .event(
-                        lease_id,
-                        "agent_restarted",
-                        format!("{why}; started a new agent, which adopts the running trainer"),
-                    )
-                    .await;
-            }
-            Err(e) => {
-                tracing::warn!(lease = %lease_id, host, error = %format!("{e:#}"), "{why}; cannot start a new one yet")
-            }
-        }
-    }
+    let hosts = Hosts::attach(
+        ctx.hub,
+        &lease.lease_id.to_string(),
+        &saved.secret,
+        saved.hosts,
+        routes,
+    );
+    (hosts, saved.resume_step, saved.start)
 }
