@@ -14,4 +14,3 @@ pub mod pod;
 pub mod procs;
 pub mod report;
 pub mod running;
-pub mod supervise;

@@ -13,9 +13,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::attempt::log_tail::LogTail;
 use crate::checkpoints::CheckpointStore;
 use crate::client::{CallError, ServerClient};
-use crate::supervise::LogTail;
 
 /// Log lines per call at most, and about this much text: well under the server's 4 MiB
 /// body limit, so a batch is never refused for its size.

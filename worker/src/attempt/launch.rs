@@ -5,14 +5,13 @@ use std::collections::BTreeMap;
 
 use podq_api::Lease;
 use sha2::{Digest, Sha256};
-use tokio::sync::mpsc;
 
+use super::lines::Routes;
+use super::supervise::Hosts;
 use super::{AttemptSettings, Context};
 use crate::checkpoints::CheckpointStore;
 use crate::client::ServerClient;
-use crate::events::TrainerEvent;
 use crate::pod::{AgentStart, HostLaunch, PodDriver, StagedConfig};
-use crate::supervise::Hosts;
 
 /// What a launch gives the supervision loop.
 pub(super) struct Launched {
@@ -31,7 +30,7 @@ pub(super) async fn launch(
     lease: &Lease,
     store: Option<&CheckpointStore>,
     secret: &str,
-    events: mpsc::UnboundedSender<TrainerEvent>,
+    routes: Routes,
 ) -> Result<Launched, String> {
     let (client, driver, settings) = (ctx.client, ctx.driver, ctx.settings);
     let lease_id = lease.lease_id;
@@ -104,7 +103,11 @@ pub(super) async fn launch(
         resume_step,
         start: Some(start.clone()),
     });
-    let hosts = Hosts::launch(driver, ctx.hub, &start, events)
+    let routes = Routes {
+        resume_step,
+        ..routes
+    };
+    let hosts = Hosts::launch(driver, ctx.hub, &start, routes)
         .await
         .map_err(|e| format!("launch failed: {e:#}"))?;
     Ok(Launched {

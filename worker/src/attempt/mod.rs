@@ -1,9 +1,20 @@
-//! One attempt of one job on the pod: verify where to resume, stage the config on every host,
-//! clean the hosts, launch, supervise, stop, classify, finish.
+//! One attempt of one job on the pod: launch (or reattach), watch, stop, classify, finish.
+//!
+//! - `launch`: where to resume, clean and stage the hosts, start the agents;
+//! - `follow` feeds the facts of the running attempt to `watch`, which decides when to stop;
+//! - `end`: stop the hosts, then `outcome` classifies;
+//! - `supervise` (the hosts and their agents), `lines` (where their lines go), `log_tail`,
+//!   `heartbeat`.
 
+mod end;
+mod follow;
 mod heartbeat;
 mod launch;
+mod lines;
+pub mod log_tail;
 pub mod outcome;
+pub mod supervise;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -18,13 +29,14 @@ use crate::agent::hub::AgentHub;
 use crate::agent::new_secret;
 use crate::checkpoints::CheckpointStore;
 use crate::client::ServerClient;
-use crate::events::TrainerEvent;
-use crate::phases::PhaseClock;
 use crate::pod::{AgentStart, PodDriver};
-use crate::report::{self, Report, ReporterSettings};
+use crate::report::{self, ReporterSettings};
 use crate::running::RunningAttempt;
-use crate::supervise::Hosts;
-use outcome::{Observed, Stop};
+use end::Ended;
+use follow::Follow;
+use lines::Routes;
+use outcome::Stop;
+use supervise::Hosts;
 
 #[derive(Debug, Clone)]
 pub struct AttemptSettings {
@@ -74,26 +86,26 @@ struct Shared {
     phase_changed: tokio::sync::Notify,
 }
 
-/// How long a host shutting down may take before its node says why: Compute Engine gives a
-/// preempted Spot or preemptible VM 30 s of ACPI soft off
-/// (https://cloud.google.com/compute/docs/instances/spot#preemption-process), and describe
-/// lags behind.
-const SHUTDOWN_NOTICE: Duration = Duration::from_secs(45);
+impl Shared {
+    /// The agents run: the heartbeat says so at once, with the live hosts.
+    fn now_running(&self, alive: Vec<bool>) {
+        self.running.store(true, Ordering::SeqCst);
+        self.phase_changed.notify_one();
+        self.set_hosts_alive(alive);
+    }
 
-/// The pod's state once it shows its capacity lost, or after `within`.
-async fn await_capacity_loss(driver: &dyn PodDriver, within: Duration) -> crate::pod::PodStatus {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let status = driver.status().await.unwrap_or_default();
-        if status.is_preempted() || tokio::time::Instant::now() >= deadline {
-            return status;
+    fn set_hosts_alive(&self, alive: Vec<bool>) {
+        *self.hosts_alive.lock().unwrap_or_else(|e| e.into_inner()) = alive;
+    }
+
+    /// The last step the trainer reported, once it reported one.
+    fn set_step(&self, step: Option<i64>) {
+        if let Some(step) = step {
+            self.step.store(step, Ordering::SeqCst);
+            self.has_step.store(true, Ordering::SeqCst);
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
-
-/// How long a reattached worker waits for the first call of the attempt's agents.
-const REATTACH_GRACE: Duration = Duration::from_secs(30);
 
 /// Runs a newly leased attempt to its end.
 pub async fn run(ctx: &Context<'_>, lease: Lease) {
@@ -156,328 +168,122 @@ async fn attempt(
     cancel: &CancellationToken,
     lease_lost: &CancellationToken,
 ) -> Option<FinishRequest> {
-    let (client, driver, settings, shutdown) = (ctx.client, ctx.driver, ctx.settings, ctx.shutdown);
-    let lease_id = lease.lease_id;
-    let store = match CheckpointStore::open(&lease.checkpoint_dir) {
+    let store = open_store(ctx.client, lease).await;
+    // Host 0's metric values go straight to the reporter; its progress comes to the loop.
+    let (report_tx, report_rx) = mpsc::unbounded_channel();
+    let (progress_tx, progress_rx) = mpsc::unbounded_channel();
+    let routes = Routes::new(progress_tx, &report_tx);
+    let stopping = routes.stopping.clone();
+    let reattached = matches!(begin, Begin::Reattach(_));
+
+    // Launch, or take over the agents of a restarted worker.
+    let (mut hosts, resume_step, start) = match begin {
+        Begin::Reattach(saved) => reattach_hosts(ctx, lease, *saved, routes),
+        Begin::Launch(secret) => {
+            match launch::launch(ctx, lease, store.as_ref(), &secret, routes).await {
+                Ok(launched) => (launched.hosts, launched.resume_step, Some(launched.start)),
+                Err(message) => return end::launch_failed(lease, message),
+            }
+        }
+    };
+    shared.now_running(hosts.alive());
+    let reporter = spawn_reporter(ctx, lease, store, &hosts, report_rx, lease_lost);
+
+    // Watch until the attempt must stop.
+    let mut follow = Follow::new(
+        ctx,
+        lease.lease_id,
+        reattached,
+        resume_step,
+        progress_rx,
+        report_tx,
+    );
+    let stop = follow
+        .until_stop(ctx, &mut hosts, start.as_ref(), shared, cancel, lease_lost)
+        .await;
+    stopping.store(true, Ordering::SeqCst);
+    let stop_decided = tokio::time::Instant::now();
+    follow.stopped(stop_decided);
+    if matches!(stop, Stop::Shutdown) && ctx.settings.detach_on_shutdown {
+        hosts.detach();
+        reporter.abort();
+        return None;
+    }
+
+    // Stop every host; what they printed until then still counts.
+    let stopped = end::stop(ctx, &mut hosts, &stop).await;
+    let seen = follow.after_stop();
+    let _ = reporter.await;
+
+    // Classify.
+    let ended = Ended {
+        stop,
+        stopped,
+        start_step: resume_step,
+        seen,
+        stop_decided,
+    };
+    end::classify(ctx, lease, &hosts, ended).await
+}
+
+fn spawn_reporter(
+    ctx: &Context<'_>,
+    lease: &Lease,
+    store: Option<CheckpointStore>,
+    hosts: &Hosts,
+    reports: mpsc::UnboundedReceiver<report::Report>,
+    lease_lost: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(report::run(
+        ctx.client.clone(),
+        lease.lease_id,
+        store,
+        hosts.log.clone(),
+        ReporterSettings {
+            flush: ctx.settings.metrics_flush,
+            max_points: ctx.settings.metrics_max_points,
+            scan: ctx.settings.checkpoint_scan,
+        },
+        reports,
+        lease_lost.clone(),
+    ))
+}
+
+/// The checkpoint store of the lease; an event says when it cannot be opened.
+async fn open_store(client: &ServerClient, lease: &Lease) -> Option<CheckpointStore> {
+    match CheckpointStore::open(&lease.checkpoint_dir) {
         Ok(store) => Some(store),
         Err(e) => {
             let _ = client
                 .event(
-                    lease_id,
+                    lease.lease_id,
                     "checkpoint_store",
                     format!("cannot open {}: {e:#}", lease.checkpoint_dir),
                 )
                 .await;
             None
         }
-    };
-    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
-    let reattached = matches!(begin, Begin::Reattach(_));
-    let (mut hosts, resume_step, start) = match begin {
-        Begin::Reattach(saved) => (
-            Hosts::attach(
-                ctx.hub,
-                &lease_id.to_string(),
-                &saved.secret,
-                saved.hosts,
-                events_tx,
-            ),
-            saved.resume_step,
-            saved.start,
-        ),
-        Begin::Launch(secret) => {
-            match launch::launch(ctx, lease, store.as_ref(), &secret, events_tx).await {
-                Ok(launched) => (launched.hosts, launched.resume_step, Some(launched.start)),
-                Err(message) => {
-                    let stop = Stop::LaunchFailed(message);
-                    let (outcome, message) = outcome::classify(&Observed {
-                        stop: &stop,
-                        exits: &[],
-                        pod: None,
-                        stopped: &Default::default(),
-                    })?;
-                    return Some(FinishRequest {
-                        outcome,
-                        exit_codes: Vec::new(),
-                        start_step: lease.resume_step,
-                        end_step: None,
-                        log_tail: None,
-                        message: Some(message),
-                        phases: None,
-                        stopping_s: None,
-                    });
-                }
-            }
-        }
-    };
-    shared.running.store(true, Ordering::SeqCst);
-    shared.phase_changed.notify_one();
-    *shared.hosts_alive.lock().unwrap_or_else(|e| e.into_inner()) = hosts.alive();
-
-    let (report_tx, report_rx) = mpsc::unbounded_channel();
-    let reporter = tokio::spawn(report::run(
-        client.clone(),
-        lease_id,
-        store,
-        hosts.log.clone(),
-        ReporterSettings {
-            flush: settings.metrics_flush,
-            max_points: settings.metrics_max_points,
-            scan: settings.checkpoint_scan,
-        },
-        report_rx,
-        lease_lost.clone(),
-    ));
-
-    let mut first_step: Option<i64> = None;
-    let mut last_step: Option<i64> = None;
-    let mut last_progress = tokio::time::Instant::now();
-    let began = tokio::time::Instant::now();
-    let mut maintenance_since: Option<tokio::time::Instant> = None;
-    let mut phases = PhaseClock::default();
-    let mut poll = tokio::time::interval(settings.status_poll);
-    let stop = loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break Stop::Shutdown,
-            _ = lease_lost.cancelled() => break Stop::LeaseLost,
-            _ = cancel.cancelled() => break Stop::Cancelled,
-            exit = hosts.next_exit() => {
-                *shared.hosts_alive.lock().unwrap_or_else(|e| e.into_inner()) = hosts.alive();
-                match exit {
-                    None => break Stop::AllExited,
-                    Some(exit) if exit.success() => {
-                        if hosts.alive().iter().all(|alive| !alive) {
-                            break Stop::AllExited;
-                        }
-                    }
-                    Some(exit) => break Stop::HostEnded(exit),
-                }
-            }
-            event = events_rx.recv() => match event {
-                Some(TrainerEvent::Metrics { step, values }) => {
-                    if first_step.is_none() {
-                        first_step = Some(step);
-                        if let Some(resume) = resume_step.filter(|r| step < *r) {
-                            break Stop::SilentRestart(format!(
-                                "the trainer was given checkpoint step {resume} but reported step {step} first: \
-                                 it could not load the checkpoint and started over"
-                            ));
-                        }
-                    }
-                    if last_step.is_none_or(|last| step > last) {
-                        last_step = Some(step);
-                        last_progress = tokio::time::Instant::now();
-                        shared.step.store(step, Ordering::SeqCst);
-                        shared.has_step.store(true, Ordering::SeqCst);
-                    }
-                    let _ = report_tx.send(Report::Metrics { step, values });
-                }
-                Some(TrainerEvent::Checkpoint { .. }) => {
-                    last_progress = tokio::time::Instant::now();
-                    let _ = report_tx.send(Report::CheckpointHint);
-                }
-                // A phase line is a sign of life: a long compile or save is not a hang.
-                Some(TrainerEvent::Phase { phase, edge, received, .. }) => {
-                    last_progress = tokio::time::Instant::now();
-                    if phases.note(phase, edge, received.unwrap_or(last_progress)) {
-                        let _ = report_tx.send(Report::Phases(phases.totals()));
-                    }
-                }
-                None => {}
-            },
-            _ = poll.tick() => {
-                match driver.status().await {
-                    Ok(status) if status.is_preempted() => {
-                        break Stop::Preempted(format!("pod state {}/{}", status.state, status.health));
-                    }
-                    // Under maintenance nothing is killed: the hosts usually come back as
-                    // they were, and a paused trainer is not hung. Hosts that restart are
-                    // seen through their agents.
-                    Ok(status) if status.in_maintenance() => {
-                        let since = *maintenance_since.get_or_insert_with(tokio::time::Instant::now);
-                        last_progress = tokio::time::Instant::now();
-                        if since.elapsed() >= settings.maintenance_timeout {
-                            break Stop::Preempted(format!(
-                                "a maintenance event has not ended after {}s (pod state {}/{})",
-                                since.elapsed().as_secs(), status.state, status.health
-                            ));
-                        }
-                    }
-                    Ok(status) => {
-                        maintenance_since = None;
-                        if let Some(m) = status.maintenance_ahead(settings.maintenance_lead, chrono::Utc::now()) {
-                            break Stop::Maintenance(format!(
-                                "a {} maintenance window opens at {}: stopped ahead of it with \
-                                 SIGTERM and the full grace, so the trainer could save; not charged",
-                                m.kind,
-                                m.window_start.map_or("an unknown time".into(), |t| t.to_rfc3339()),
-                            ));
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot read the pod's state"),
-                }
-                if reattached
-                    && last_progress.elapsed() >= REATTACH_GRACE
-                    && !hosts.any_contacted()
-                {
-                    break Stop::AgentsGone(format!(
-                        "no agent called within {}s of the worker's restart; not charged",
-                        REATTACH_GRACE.as_secs()
-                    ));
-                }
-                if !reattached
-                    && began.elapsed() >= settings.hang_timeout.max(REATTACH_GRACE)
-                    && !hosts.any_contacted()
-                {
-                    break Stop::AgentsGone(format!(
-                        "no agent called within {}s of the launch; not charged",
-                        began.elapsed().as_secs()
-                    ));
-                }
-                // A silent agent is replaced; while one is silent, no progress is not the
-                // trainer's fault: its reports have nowhere to go. One that stays silent
-                // through new agents for the hang timeout is given up on.
-                let silent = hosts.silent(settings.agent_silence);
-                if let Some((host, quiet)) = hosts
-                    .quiet()
-                    .into_iter()
-                    .find(|(_, quiet)| *quiet >= settings.hang_timeout)
-                {
-                    break Stop::AgentsGone(format!(
-                        "host {host}'s agent has not called for {}s, nor any agent started \
-                         there since; not charged",
-                        quiet.as_secs()
-                    ));
-                }
-                if !silent.is_empty() {
-                    supervise_agents(ctx, lease_id, &hosts, start.as_ref(), &silent).await;
-                    last_progress = last_progress.max(
-                        tokio::time::Instant::now() - settings.hang_timeout / 2,
-                    );
-                } else if last_progress.elapsed() >= settings.hang_timeout {
-                    break Stop::Hung(format!(
-                        "no step progress for {}s while every host's agent reported (last step {})",
-                        settings.hang_timeout.as_secs(),
-                        last_step.map_or("none".into(), |s| s.to_string())
-                    ));
-                }
-            }
-        }
-    };
-    let stop_decided = tokio::time::Instant::now();
-    phases.stopped(stop_decided);
-    if matches!(stop, Stop::Shutdown) && settings.detach_on_shutdown {
-        hosts.detach();
-        reporter.abort();
-        return None;
     }
-    let stopped = hosts
-        .stop(
-            driver,
-            settings.stop_grace,
-            matches!(stop, Stop::Preempted(_)),
-        )
-        .await;
-    hosts.drain_lines().await;
-    // Lines already printed still count.
-    while let Ok(event) = events_rx.try_recv() {
-        match event {
-            TrainerEvent::Metrics { step, values } => {
-                last_step = Some(last_step.map_or(step, |l| l.max(step)));
-                let _ = report_tx.send(Report::Metrics { step, values });
-            }
-            // Timed when they arrived: the final save's end, a save on the shutdown notice
-            // (which the clock leaves to the stopping).
-            TrainerEvent::Phase {
-                phase,
-                edge,
-                received,
-                ..
-            } => {
-                phases.note(
-                    phase,
-                    edge,
-                    received.unwrap_or_else(tokio::time::Instant::now),
-                );
-            }
-            TrainerEvent::Checkpoint { .. } => {}
-        }
-    }
-    drop(report_tx);
-    let _ = reporter.await;
-
-    // A host that ended on its own may be the first sign of a preemption: ask the pod
-    // (again, as its API can lag) before blaming the trainer.
-    let exits = hosts.exits();
-    let ended_badly = match &stop {
-        Stop::HostEnded(_) => true,
-        Stop::AllExited => exits.iter().flatten().any(|e| !e.success()),
-        _ => false,
-    };
-    let pod = if ended_badly && outcome::terminated_from_outside(&exits) {
-        // The hosts are shutting down: a preemption's notice gives the guest about 30 s
-        // before the node reads PREEMPTED, so wait that long before calling it anything else.
-        Some(await_capacity_loss(driver, SHUTDOWN_NOTICE).await)
-    } else if ended_badly {
-        driver.confirm_status().await.ok()
-    } else {
-        None
-    };
-    if let Stop::SilentRestart(what) = &stop {
-        let _ = client.event(lease_id, "silent_restart", what.clone()).await;
-    }
-    let (outcome, message) = outcome::classify(&Observed {
-        stop: &stop,
-        exits: &exits,
-        pod: pod.as_ref(),
-        stopped: &stopped,
-    })?;
-    Some(FinishRequest {
-        outcome,
-        exit_codes: hosts.exit_codes(),
-        start_step: resume_step,
-        end_step: last_step,
-        log_tail: Some(hosts.log.text()),
-        message: Some(message),
-        phases: Some(phases.totals()),
-        stopping_s: Some(stop_decided.elapsed().as_secs_f64()),
-    })
 }
 
-/// Starts a new agent on each host whose agent went silent while its trainer runs (the OOM
-/// killer, a crash); the trainer itself is left alone. A host that cannot be reached is
-/// tried again at the next poll.
-async fn supervise_agents(
+/// The hosts of an attempt a restarted worker takes over, where it resumed, and how its
+/// agents were started (if that was kept).
+fn reattach_hosts(
     ctx: &Context<'_>,
-    lease_id: uuid::Uuid,
-    hosts: &Hosts,
-    start: Option<&AgentStart>,
-    silent: &[u32],
-) {
-    let Some(start) = start else {
-        tracing::warn!(lease = %lease_id, ?silent, "agents are silent, and this attempt's start was not kept: cannot start new ones");
-        return;
+    lease: &Lease,
+    saved: crate::running::Saved,
+    routes: Routes,
+) -> (Hosts, Option<i64>, Option<AgentStart>) {
+    let routes = Routes {
+        resume_step: saved.resume_step,
+        ..routes
     };
-    for &host in silent {
-        let why = format!(
-            "host {host}'s agent has not called for {}s",
-            ctx.settings.agent_silence.as_secs()
-        );
-        match hosts.restart_agent(ctx.driver, start, host).await {
-            Ok(()) => {
-                tracing::warn!(lease = %lease_id, host, "{why}: started a new one");
-                let _ = ctx
-                    .client
-                    .event(
-                        lease_id,
-                        "agent_restarted",
-                        format!("{why}; started a new agent, which adopts the running trainer"),
-                    )
-                    .await;
-            }
-            Err(e) => {
-                tracing::warn!(lease = %lease_id, host, error = %format!("{e:#}"), "{why}; cannot start a new one yet")
-            }
-        }
-    }
+    let hosts = Hosts::attach(
+        ctx.hub,
+        &lease.lease_id.to_string(),
+        &saved.secret,
+        saved.hosts,
+        routes,
+    );
+    (hosts, saved.resume_step, saved.start)
 }

@@ -9,8 +9,8 @@
 
 use podq_api::AttemptOutcome;
 
+use super::supervise::{HostExit, StopReport};
 use crate::pod::PodStatus;
-use crate::supervise::{HostExit, StopReport};
 
 /// Why the supervision loop ended.
 #[derive(Debug, Clone, PartialEq)]

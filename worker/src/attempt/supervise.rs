@@ -1,18 +1,15 @@
 //! The trainers of one attempt, one per host, each owned by that host's agent: watched
 //! on their own, stopped together.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 
-use podq_api::HostLogLine;
-
-use crate::agent::hub::{AgentHub, HostEnded, HostLine};
+use super::lines::{self, Routes};
+use super::log_tail::LogTail;
+use crate::agent::hub::{AgentHub, HostEnded};
 use crate::agent::wire::StopCommand;
-use crate::events::{parse_line, TrainerEvent};
 use crate::pod::{AgentStart, PodDriver, StopSignal};
 
 /// How a host's process ended.
@@ -49,100 +46,6 @@ impl HostExit {
     }
 }
 
-/// What the hosts printed: the last lines, for the attempt's log tail, and every line not
-/// yet sent to the server (the reporter takes them each flush).
-#[derive(Clone, Default)]
-pub struct LogTail {
-    inner: Arc<Mutex<LogLines>>,
-}
-
-#[derive(Default)]
-struct LogLines {
-    tail: VecDeque<String>,
-    unsent: VecDeque<HostLogLine>,
-    /// Lines dropped from `unsent` while the server could not take them.
-    dropped: u64,
-}
-
-const LOG_TAIL_LINES: usize = 200;
-#[cfg(test)]
-use podq_api::MAX_LOG_LINE_BYTES as MAX_LINE_BYTES;
-/// Lines held for the server while it is away, at most: about 10 minutes of 8 hosts
-/// printing 50 lines a second. The oldest go first, as on the server.
-const UNSENT_LINES: usize = 250_000;
-
-impl LogTail {
-    fn push(&self, host: u32, offset: u64, mut text: String) {
-        // Cut before it is held or sent, at the length the server cuts at.
-        podq_api::cut_long_log_line(&mut text);
-        let mut lines = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if lines.tail.len() == LOG_TAIL_LINES {
-            lines.tail.pop_front();
-        }
-        lines.tail.push_back(format!("[host {host}] {text}"));
-        if lines.unsent.len() == UNSENT_LINES {
-            lines.unsent.pop_front();
-            lines.dropped += 1;
-        }
-        lines.unsent.push_back(HostLogLine {
-            host,
-            offset,
-            at: chrono::Utc::now(),
-            text,
-        });
-    }
-
-    pub fn text(&self) -> String {
-        let lines = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        lines
-            .tail
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
-    /// The lines not sent yet, oldest first, up to `max_lines` and about `max_bytes` of
-    /// text (at least one line), and how many were dropped since the last call because the
-    /// server was away too long.
-    pub fn take_unsent(&self, max_lines: usize, max_bytes: usize) -> (Vec<HostLogLine>, u64) {
-        let mut lines = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let mut bytes = 0;
-        let n = lines
-            .unsent
-            .iter()
-            .take(max_lines)
-            .take_while(|line| {
-                bytes += line.text.len() + 64;
-                bytes <= max_bytes
-            })
-            .count()
-            .max(usize::from(!lines.unsent.is_empty()));
-        let taken = lines.unsent.drain(..n).collect();
-        (taken, std::mem::take(&mut lines.dropped))
-    }
-
-    pub fn has_unsent(&self) -> bool {
-        !self
-            .inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .unsent
-            .is_empty()
-    }
-
-    /// Puts back lines a call could not deliver, ahead of any that came since.
-    pub fn put_back(&self, batch: Vec<HostLogLine>) {
-        let mut lines = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let room = UNSENT_LINES.saturating_sub(lines.unsent.len());
-        let oldest = batch.len().saturating_sub(room);
-        lines.dropped += oldest as u64;
-        for line in batch.into_iter().skip(oldest).rev() {
-            lines.unsent.push_front(line);
-        }
-    }
-}
-
 /// The hosts of one attempt, each one's trainer owned by the `podq agent` on that host.
 pub struct Hosts {
     /// The lease the trainers run under (their `PODQ_LEASE_ID`).
@@ -150,7 +53,7 @@ pub struct Hosts {
     exits: Vec<Option<HostExit>>,
     exit_rx: mpsc::UnboundedReceiver<HostEnded>,
     hub: AgentHub,
-    /// Forwards the agents' lines to the log tail and host 0's reports to the attempt.
+    /// Passes the agents' lines on (`lines::read`).
     reader: Option<tokio::task::JoinHandle<()>>,
     pub log: LogTail,
 }
@@ -179,20 +82,20 @@ impl StopReport {
 }
 
 impl Hosts {
-    /// Starts the lease's agent on every host. Host 0's report lines go to `events`; every
+    /// Starts the lease's agent on every host. Host 0's report lines go by `routes`; every
     /// line goes to the log tail.
     pub async fn launch(
         driver: &dyn PodDriver,
         hub: &AgentHub,
         start: &AgentStart,
-        events: mpsc::UnboundedSender<TrainerEvent>,
+        routes: Routes,
     ) -> anyhow::Result<Hosts> {
         let hosts = Hosts::attach(
             hub,
             &start.lease,
             &start.secret,
             start.launches.len() as u32,
-            events,
+            routes,
         );
         if let Err(e) = driver.start_agents(start).await {
             hub.finish(&start.lease);
@@ -203,16 +106,10 @@ impl Hosts {
 
     /// Supervises agents that are already running (after a worker restart): they push
     /// their whole log again, from the start.
-    pub fn attach(
-        hub: &AgentHub,
-        lease: &str,
-        secret: &str,
-        hosts: u32,
-        events: mpsc::UnboundedSender<TrainerEvent>,
-    ) -> Hosts {
+    pub fn attach(hub: &AgentHub, lease: &str, secret: &str, hosts: u32, routes: Routes) -> Hosts {
         let streams = hub.register(lease, secret, hosts);
         let log = LogTail::default();
-        let reader = tokio::spawn(read_lines(streams.lines, log.clone(), events));
+        let reader = tokio::spawn(lines::read(streams.lines, log.clone(), routes));
         Hosts {
             lease: lease.to_owned(),
             exits: vec![None; hosts as usize],
@@ -377,57 +274,3 @@ impl Hosts {
 
 /// How long agents get to act on a command and say so.
 const AGENT_ANSWER: Duration = Duration::from_secs(5);
-
-async fn read_lines(
-    mut lines: mpsc::UnboundedReceiver<HostLine>,
-    log: LogTail,
-    events: mpsc::UnboundedSender<TrainerEvent>,
-) {
-    while let Some(HostLine { host, offset, line }) = lines.recv().await {
-        if host == 0 {
-            match parse_line(&line) {
-                Some(Ok(mut event)) => {
-                    if let TrainerEvent::Phase { received, .. } = &mut event {
-                        *received = Some(tokio::time::Instant::now());
-                    }
-                    let _ = events.send(event);
-                    continue;
-                }
-                Some(Err(problem)) => tracing::warn!(host, "{problem}"),
-                None => {}
-            }
-        }
-        log.push(host, offset, line);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unsent_lines_go_oldest_first_in_batches_bounded_by_size_and_come_back_in_order() {
-        let log = LogTail::default();
-        for n in 0..10u64 {
-            log.push(1, n * 100, format!("line {n} {}", "x".repeat(90)));
-        }
-        // Each line counts its text (97 bytes) and 64 for its framing: 500 bytes take 3.
-        let (first, dropped) = log.take_unsent(100, 500);
-        assert_eq!((first.len(), dropped), (3, 0));
-        assert_eq!(first[0].offset, 0);
-        log.put_back(first);
-        let (all, _) = log.take_unsent(100, usize::MAX);
-        let offsets: Vec<u64> = all.iter().map(|l| l.offset).collect();
-        assert_eq!(offsets, (0..10).map(|n| n * 100).collect::<Vec<_>>());
-        // One line is always taken, however long.
-        log.push(0, 0, "y".repeat(MAX_LINE_BYTES * 2));
-        let (long, _) = log.take_unsent(100, 10);
-        assert_eq!(long.len(), 1);
-        assert!(long[0].text.len() < MAX_LINE_BYTES + 64);
-        assert!(long[0]
-            .text
-            .ends_with(&format!("[... {MAX_LINE_BYTES} more bytes cut by podq]")));
-        assert!(!log.has_unsent());
-        assert!(log.text().contains("[host 1] line 9"));
-    }
-}
