@@ -88,7 +88,7 @@ pub fn p50_p99(v: &mut [f64]) -> (f64, f64) {
 // Raw SQLite baselines, on scratch files
 
 fn sqlite_options(path: &Path) -> Res<SqliteConnectOptions> {
-    // The server's settings (server/src/store/mod.rs).
+    // The server's settings (server/src/store/backend/sqlite.rs).
     Ok(SqliteConnectOptions::from_str("sqlite:")?
         .filename(path)
         .journal_mode(SqliteJournalMode::Wal)
