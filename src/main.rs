@@ -59,8 +59,18 @@ enum Command {
     Cancel(client::JobArg),
     /// Put a failed, cancelled or held job back in the queue with a fresh failure budget.
     Requeue(client::JobArg),
-    /// Change a job's priority (higher runs first).
+    /// Change a job's priority (higher runs first) or its priority class (--class).
     Priority(client::PriorityArgs),
+    /// Pause a job: a queued one is held; a running one saves, stops and is held. Uncharged.
+    Suspend(client::JobArg),
+    /// Put a suspended (held) job back in the queue.
+    Resume(client::JobArg),
+    /// The team's people and their tokens (admins): add, list, disable, rotate, hash.
+    Users(client::UsersArgs),
+    /// Who the server takes you for, and what you may do.
+    Whoami(client::WhoAmIArgs),
+    /// Who changed what, newest first.
+    Audit(client::AuditArgs),
     /// The queue and the catalog projected onto the pods: what finishes before the deadline,
     /// under today's order and the recommended one.
     Plan(client::PlanArgs),
@@ -125,6 +135,17 @@ pub struct ServerArgs {
     /// Bearer token for workers.
     #[arg(long, env = "PODQ_WORKER_TOKEN", hide_env_values = true)]
     pub worker_token: Option<String>,
+    /// Take the team's people from this YAML file (name, role, token_sha256, pods) instead of
+    /// the store; see docs/operations.md.
+    #[arg(long, env = "PODQ_USERS")]
+    pub users: Option<PathBuf>,
+    /// Serve reads without a token even when listening beyond loopback.
+    #[arg(long, env = "PODQ_OPEN_READS")]
+    pub open_reads: bool,
+    /// No running attempt is evicted before it has run this long (e.g. 30m, 2h, 0s),
+    /// whatever its priority class says.
+    #[arg(long, env = "PODQ_EVICTION_MIN_RUNTIME", value_parser = duration)]
+    pub eviction_min_runtime: Option<Duration>,
     /// Seconds without a heartbeat after which a lease is reaped as lost.
     #[arg(long, env = "PODQ_LEASE_TTL_S", default_value_t = 60)]
     pub lease_ttl_s: u64,
@@ -159,6 +180,10 @@ pub struct ServerArgs {
     pub prior_mtbf_h: f64,
 }
 
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
+    podq_server::catalog::classes::parse_duration(text)
+}
+
 fn positive_hours(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(h) if h.is_finite() && h > 0.0 && h <= 24.0 * 365.0 => Ok(h),
@@ -187,6 +212,12 @@ impl ServerArgs {
         };
         config.admin_token = self.admin_token.clone().filter(|t| !t.is_empty());
         config.worker_token = self.worker_token.clone().filter(|t| !t.is_empty());
+        if let Some(file) = &self.users {
+            config.users_file =
+                Some(podq_server::team::users_file::load(file).map_err(anyhow::Error::msg)?);
+        }
+        config.open_reads = self.open_reads;
+        config.eviction_min_runtime = self.eviction_min_runtime;
         config.lease_ttl = Duration::from_secs(self.lease_ttl_s.max(1));
         config.heartbeat = Duration::from_secs(self.heartbeat_s.max(1));
         config.backoff_base = Duration::from_secs(self.backoff_s);
@@ -295,6 +326,11 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Cancel(args) => client::cancel(args).await,
         Command::Requeue(args) => client::requeue(args).await,
         Command::Priority(args) => client::priority(args).await,
+        Command::Suspend(args) => client::suspend(args).await,
+        Command::Resume(args) => client::resume(args).await,
+        Command::Users(args) => client::users(args).await,
+        Command::Whoami(args) => client::whoami(args).await,
+        Command::Audit(args) => client::audit(args).await,
         Command::Plan(args) => client::plan(args).await,
         Command::Grant(args) => client::grant(args).await,
         Command::Validate { .. } => unreachable!("handled before the runtime starts"),

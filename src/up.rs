@@ -38,6 +38,16 @@ pub struct UpArgs {
     /// Bearer token for workers.
     #[arg(long, env = "PODQ_WORKER_TOKEN", hide_env_values = true)]
     worker_token: Option<String>,
+    /// Take the team's people from this YAML file instead of the store (see `podq server`).
+    #[arg(long, env = "PODQ_USERS")]
+    users: Option<PathBuf>,
+    /// Serve reads without a token even when listening beyond loopback.
+    #[arg(long, env = "PODQ_OPEN_READS")]
+    open_reads: bool,
+    /// No running attempt is evicted before it has run this long (e.g. 30m, 0s), whatever
+    /// its priority class says.
+    #[arg(long, env = "PODQ_EVICTION_MIN_RUNTIME", value_parser = crate::duration)]
+    eviction_min_runtime: Option<std::time::Duration>,
     /// Seconds without a heartbeat after which a lease is reaped as lost.
     #[arg(long, default_value_t = 15)]
     lease_ttl_s: u64,
@@ -99,6 +109,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         accelerator: "v4-64".into(),
         admin_token: args.admin_token.clone(),
         worker_token: args.worker_token.clone(),
+        users: args.users.clone(),
+        open_reads: args.open_reads,
+        eviction_min_runtime: args.eviction_min_runtime,
         lease_ttl_s: args.lease_ttl_s,
         heartbeat_s: args.heartbeat_s,
         backoff_s: args.backoff_s,

@@ -486,7 +486,8 @@ async fn tokens_guard_state_changes() {
             &[("authorization", "Bearer wrong")],
         )
         .await;
-    assert_error(status, &answer, 403, "forbidden");
+    // A token the server does not know is not a role too small (issue 27): 401.
+    assert_error(status, &answer, 401, "unauthorized");
     let (status, answer) = server
         .send(
             Method::POST,

@@ -14,8 +14,10 @@ use podq_api::{
     PodDescription, SubmitRequest,
 };
 use podq_server::catalog::Catalog;
+use podq_server::scheduler::control::JobChange;
 use podq_server::scheduler::{Scheduler, SchedulerError};
 use podq_server::store::{db, Location, Store};
+use podq_server::team::Acting;
 use podq_server::ServerConfig;
 use sqlx::Connection;
 use tempfile::TempDir;
@@ -125,6 +127,18 @@ async fn fixture_on(database: Database) -> Fixture {
     }
 }
 
+/// The scheduler called as podq itself: an admin, so no job is another's.
+fn podq() -> Acting {
+    Acting::podq()
+}
+
+fn priority(priority: i64) -> JobChange {
+    JobChange {
+        priority: Some(priority),
+        class: None,
+    }
+}
+
 fn submit(body: serde_json::Value) -> SubmitRequest {
     serde_json::from_value(body).unwrap()
 }
@@ -168,7 +182,11 @@ async fn two_pods_asking_at_once_get_one_job_once(backend: Backend) {
     let f = fixture(backend).await;
     let created = f
         .scheduler
-        .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
+        .submit(
+            &podq(),
+            submit(serde_json::json!({"experiments": ["exp07a"]})),
+            None,
+        )
         .await
         .unwrap()
         .created;
@@ -197,7 +215,11 @@ async fn a_waiting_pod_is_woken_by_a_submission(backend: Backend) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         f.scheduler
-            .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
+            .submit(
+                &podq(),
+                submit(serde_json::json!({"experiments": ["exp07a"]})),
+                None,
+            )
             .await
             .unwrap()
     };
@@ -214,7 +236,11 @@ async fn a_waiting_pod_is_woken_by_a_submission(backend: Backend) {
 async fn reap_once_ends_only_leases_past_their_ttl(backend: Backend) {
     let f = fixture(backend).await;
     f.scheduler
-        .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
+        .submit(
+            &podq(),
+            submit(serde_json::json!({"experiments": ["exp07a"]})),
+            None,
+        )
         .await
         .unwrap();
     let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();
@@ -297,7 +323,7 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition(backend
     let f = fixture(backend).await;
     let answer = f
         .scheduler
-        .submit(submit(serde_json::json!({"all": true})), None)
+        .submit(&podq(), submit(serde_json::json!({"all": true})), None)
         .await
         .unwrap();
     assert!(
@@ -350,7 +376,7 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition(backend
 
     // Run the first run with a link to success, through a lease.
     f.scheduler
-        .set_priority(linked.same_as.unwrap(), 100)
+        .change_job(&podq(), linked.same_as.unwrap(), priority(100))
         .await
         .unwrap();
     let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();
@@ -365,17 +391,17 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition(backend
 
     // Cancel one link, then its run goes on without it.
     f.scheduler
-        .cancel(another_link.job_id.unwrap(), None)
+        .cancel(&podq(), another_link.job_id.unwrap(), None)
         .await
         .unwrap();
     check("cancelling a link").await;
     f.scheduler
-        .cancel(another_link.same_as.unwrap(), None)
+        .cancel(&podq(), another_link.same_as.unwrap(), None)
         .await
         .unwrap();
     check("cancelling a run").await;
     f.scheduler
-        .requeue(another_link.same_as.unwrap(), None)
+        .requeue(&podq(), another_link.same_as.unwrap(), None)
         .await
         .unwrap();
     check("requeueing a run").await;
@@ -384,7 +410,7 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition(backend
         "cancelled"
     );
     f.scheduler
-        .requeue(another_link.job_id.unwrap(), None)
+        .requeue(&podq(), another_link.job_id.unwrap(), None)
         .await
         .unwrap();
     check("requeueing a link").await;
@@ -406,7 +432,11 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition(backend
 async fn a_job_says_why_its_last_attempt_ended(backend: Backend) {
     let f = fixture(backend).await;
     f.scheduler
-        .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
+        .submit(
+            &podq(),
+            submit(serde_json::json!({"experiments": ["exp07a"]})),
+            None,
+        )
         .await
         .unwrap();
     let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();
@@ -428,6 +458,7 @@ async fn a_restarted_server_wakes_a_waiting_pod_for_every_backoff_that_ends(back
     let f = fixture(backend).await;
     f.scheduler
         .submit(
+            &podq(),
             submit(serde_json::json!({"experiments": ["exp07a", "exp07c"]})),
             None,
         )
@@ -490,7 +521,11 @@ fn recovering() -> podq_api::PodReport {
 async fn a_pods_time_between_attempts_goes_to_recovery_or_idleness_once(backend: Backend) {
     let f = fixture(backend).await;
     f.scheduler
-        .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
+        .submit(
+            &podq(),
+            submit(serde_json::json!({"experiments": ["exp07a"]})),
+            None,
+        )
         .await
         .unwrap();
     let lease = f.scheduler.lease("p", ask(0)).await.unwrap().unwrap();
@@ -502,7 +537,10 @@ async fn a_pods_time_between_attempts_goes_to_recovery_or_idleness_once(backend:
     preempted.stopping_s = Some(0.1);
     f.scheduler.finish(lease.lease_id, preempted).await.unwrap();
     // Nothing to lease afterwards, so the pod idles once ready.
-    f.scheduler.cancel(lease.job_id, None).await.unwrap();
+    f.scheduler
+        .cancel(&podq(), lease.job_id, None)
+        .await
+        .unwrap();
     f.scheduler.report_pod("p", recovering()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     f.scheduler.report_pod("p", recovering()).await.unwrap();
@@ -624,7 +662,11 @@ async fn the_hot_reads_use_indexes_on_postgres() {
 async fn a_metrics_batch_that_repeats_a_step_keeps_its_last_value(backend: Backend) {
     let f = fixture(backend).await;
     f.scheduler
-        .submit(submit(serde_json::json!({"experiments": ["exp07a"]})), None)
+        .submit(
+            &podq(),
+            submit(serde_json::json!({"experiments": ["exp07a"]})),
+            None,
+        )
         .await
         .unwrap();
     let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();

@@ -137,6 +137,10 @@ pub struct SubmitRequest {
     /// Higher runs first. Default 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
+    /// The priority class (the suite's `priority_classes`); default the suite's default,
+    /// `normal` in the shipped suite.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class: Option<String>,
     /// Failures (not preemptions) a job may spend before it fails for good. Default 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_failures: Option<u32>,
@@ -217,6 +221,18 @@ pub struct Job {
     pub message: Option<String>,
     /// Only a pod of this accelerator type leases the job.
     pub accelerator: String,
+    /// Who submitted the job: a person, or `schedule:ID`. None for jobs from before podq
+    /// knew people.
+    #[serde(default)]
+    pub submitted_by: Option<String>,
+    /// The job's priority class (the suite's `priority_classes`): the queue's first order,
+    /// and which running jobs it may evict.
+    #[serde(default = "default_class")]
+    pub priority_class: String,
+}
+
+fn default_class() -> String {
+    "normal".to_owned()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -287,10 +303,31 @@ pub struct JobDetail {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PatchJobRequest {
-    /// Absent or null changes nothing, and a patch that changes nothing is refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Absent changes nothing, and a patch that changes nothing is refused.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub priority: Option<i64>,
+    /// Move the job to another priority class (the suite's `priority_classes`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, min_length = 1))]
+    pub priority_class: Option<String>,
+}
+
+/// A field that may be absent but not null: null is refused as the wrong type.
+fn not_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -302,4 +339,11 @@ pub struct Event {
     pub pod: Option<String>,
     pub kind: String,
     pub message: String,
+    /// Who made it happen: a person's name, `worker:POD`, `schedule:ID` or `podq`.
+    #[serde(default = "podq")]
+    pub by: String,
+}
+
+fn podq() -> String {
+    "podq".to_owned()
 }

@@ -16,6 +16,7 @@ pub mod pods;
 pub mod schedules;
 pub mod status;
 pub mod study;
+pub mod team;
 pub mod time;
 pub mod trainer;
 pub mod webhooks;
@@ -32,6 +33,7 @@ pub use pods::*;
 pub use schedules::*;
 pub use status::*;
 pub use study::*;
+pub use team::*;
 pub use webhooks::*;
 pub use worker::*;
 

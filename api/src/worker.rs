@@ -103,6 +103,19 @@ pub struct HeartbeatResponse {
     pub lease_expires_at: DateTime<Utc>,
     /// The job was cancelled: stop every host and finish with `cancelled`.
     pub cancel: bool,
+    /// The server needs the pod back for a job that did nothing wrong (evicted by a job of a
+    /// higher class, or suspended by a person): stop every host with the full grace, so the
+    /// trainer saves, and finish with `preempted`. Absent from servers before issue 27.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<StopOrder>,
+}
+
+/// Why the server asks a worker to stop an attempt that did nothing wrong.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StopOrder {
+    /// E.g. `evicted by job 0c9e… (exp01a, urgent) submitted by alice`.
+    pub reason: String,
 }
 
 /// One reported step of a trainer: the values of several metrics at that step.

@@ -20,6 +20,13 @@ pub struct ServerConfig {
     pub admin_token: Option<String>,
     /// Bearer token for the worker protocol. None: no check (loopback only).
     pub worker_token: Option<String>,
+    /// People kept as code (`--users FILE`): the server takes its people from here alone.
+    pub users_file: Option<Vec<crate::team::users_file::FilePerson>>,
+    /// Reads need no token even when the server listens beyond loopback.
+    pub open_reads: bool,
+    /// Overrides every class's `min_runtime`: no attempt is evicted before it has run this
+    /// long (`--eviction-min-runtime`).
+    pub eviction_min_runtime: Option<Duration>,
     /// A lease not heartbeated for this long is reaped as `lost`.
     pub lease_ttl: Duration,
     /// How often workers are asked to heartbeat.
@@ -50,6 +57,9 @@ impl ServerConfig {
             catalog: CatalogOptions::default(),
             admin_token: None,
             worker_token: None,
+            users_file: None,
+            open_reads: false,
+            eviction_min_runtime: None,
             lease_ttl: Duration::from_secs(60),
             heartbeat: Duration::from_secs(10),
             backoff_base: Duration::from_secs(60),
@@ -83,6 +93,9 @@ impl std::fmt::Debug for ServerConfig {
             .field("bucket", &self.catalog.bucket)
             .field("admin_token", &redact(&self.admin_token))
             .field("worker_token", &redact(&self.worker_token))
+            .field("users_file", &self.users_file.as_ref().map(Vec::len))
+            .field("open_reads", &self.open_reads)
+            .field("eviction_min_runtime", &self.eviction_min_runtime)
             .field("accelerator", &self.catalog.accelerator)
             .field("lease_ttl", &self.lease_ttl)
             .field("heartbeat", &self.heartbeat)

@@ -6,6 +6,7 @@ pub mod http;
 pub mod names;
 pub mod scheduler;
 pub mod store;
+pub mod team;
 pub mod telemetry;
 pub mod webhooks;
 
@@ -26,15 +27,6 @@ pub use http::AppState;
 /// Loads the catalog (refusing one with errors), opens the store and checks the listen
 /// address is safe for the tokens configured.
 pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
-    if !config.listen.ip().is_loopback()
-        && (config.admin_token.is_none() || config.worker_token.is_none())
-    {
-        bail!(
-            "refusing to listen on {} without tokens: set PODQ_ADMIN_TOKEN and PODQ_WORKER_TOKEN, \
-             or listen on a loopback address",
-            config.listen
-        );
-    }
     let catalog = Catalog::load(&config.experiments, &config.catalog);
     let errors = catalog.errors();
     if !errors.is_empty() {
@@ -69,6 +61,22 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
     let catalog = Arc::new(catalog);
     let config = Arc::new(config);
     let scheduler = Scheduler::load(store.clone(), catalog.clone(), config.clone()).await?;
+    // Beyond loopback every call needs a token, so an admin and a worker must be able to
+    // present one: the built-in tokens, or people in the store or in --users FILE.
+    let roles = [
+        (team::Role::Admin, "PODQ_ADMIN_TOKEN"),
+        (team::Role::Worker, "PODQ_WORKER_TOKEN"),
+    ];
+    for (role, variable) in roles {
+        if !config.listen.ip().is_loopback() && !scheduler.tokens_exist_for(&[role]) {
+            bail!(
+                "refusing to listen on {} without tokens: no {role} token exists; set {variable} \
+                 (or add an {role} with `podq users add`, or list one in --users FILE), or listen \
+                 on a loopback address",
+                config.listen
+            );
+        }
+    }
     // The server that leads records the catalog and registers the webhook receivers before
     // it serves, so no event of its first requests misses a receiver; a standby writes
     // nothing, and does this when it takes the lead (`run_while_active`).

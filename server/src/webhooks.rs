@@ -321,8 +321,14 @@ fn payload(format: Format, pending: &Pending) -> anyhow::Result<Vec<u8>> {
                 .as_deref()
                 .or(event.pod.as_deref())
                 .unwrap_or("podq");
+            // A person's change names them; podq's and the workers' own do not need to.
+            let by = if event.by == "podq" || event.by.starts_with("worker:") {
+                String::new()
+            } else {
+                format!(" (by {})", event.by)
+            };
             serde_json::json!({
-                "text": format!("podq: {} {subject}: {}", event.kind, event.message),
+                "text": format!("podq: {} {subject}: {}{by}", event.kind, event.message),
             })
         }
     };

@@ -1,5 +1,5 @@
-//! Changing a job: `podq cancel`, `podq requeue`, `podq priority`. Each needs the admin token
-//! when the server has one.
+//! Changing a job: `podq cancel`, `podq requeue`, `podq priority`, `podq suspend`, `podq
+//! resume`. A submitter may change the jobs they submitted, an admin any.
 
 use std::process::ExitCode;
 
@@ -25,8 +25,12 @@ pub struct PriorityArgs {
     /// A job id, or an experiment name for that experiment's newest job.
     job: String,
     /// The new priority: higher runs first; may be negative.
-    #[arg(allow_negative_numbers = true)]
-    priority: i64,
+    #[arg(allow_negative_numbers = true, required_unless_present = "class")]
+    priority: Option<i64>,
+    /// Move the job to this priority class (the suite's `priority_classes`, e.g. urgent,
+    /// normal, sweep).
+    #[arg(long)]
+    class: Option<String>,
 }
 
 pub async fn cancel(args: JobArg) -> anyhow::Result<ExitCode> {
@@ -67,11 +71,42 @@ pub async fn priority(args: PriorityArgs) -> anyhow::Result<ExitCode> {
             client
                 .request(Method::PATCH, &format!("/jobs/{}", encode(&args.job)))
                 .json(&PatchJobRequest {
-                    priority: Some(args.priority),
+                    priority: args.priority,
+                    priority_class: args.class,
                 }),
         )
         .await?;
-    emit_line!("{}: priority {}", name(&job), job.priority);
+    emit_line!(
+        "{}: priority {}, class {}",
+        name(&job),
+        job.priority,
+        job.priority_class
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn suspend(args: JobArg) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(&args.address).await;
+    let job: Job = client
+        .json(client.request(
+            Method::POST,
+            &format!("/jobs/{}/suspend", encode(&args.job)),
+        ))
+        .await?;
+    let what = match job.state {
+        podq_api::JobState::Held => "held".to_owned(),
+        state => format!("{state}; its pod saves and stops it, then it is held"),
+    };
+    emit_line!("{}: suspended, {what}", name(&job));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn resume(args: JobArg) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(&args.address).await;
+    let job: Job = client
+        .json(client.request(Method::POST, &format!("/jobs/{}/resume", encode(&args.job))))
+        .await?;
+    emit_line!("{}: resumed, now {}", name(&job), job.state);
     Ok(ExitCode::SUCCESS)
 }
 

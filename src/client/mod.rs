@@ -25,6 +25,7 @@ mod jobs;
 mod plan;
 mod submit;
 mod table;
+mod team;
 
 use std::fmt;
 
@@ -33,10 +34,11 @@ use podq_api::ErrorBody;
 use reqwest::{Method, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
 
-pub use control::{cancel, priority, requeue, JobArg, PriorityArgs};
+pub use control::{cancel, priority, requeue, resume, suspend, JobArg, PriorityArgs};
 pub use jobs::{job, jobs, logs, JobArgs, JobsArgs, LogsArgs};
 pub use plan::{grant, plan, GrantArgs, PlanArgs};
 pub use submit::{status, submit, StatusArgs, SubmitArgs};
+pub use team::{audit, users, whoami, AuditArgs, UsersArgs, WhoAmIArgs};
 
 /// Where the server is and the token for calls that change something. `global` so it can
 /// follow a subcommand (`podq plan apply --token ...`).
@@ -51,9 +53,9 @@ pub struct ServerAddress {
         global = true
     )]
     pub server: String,
-    /// The server's admin token, sent as a bearer token; needed for calls that change
-    /// something when the server has one configured.
-    #[arg(long, env = "PODQ_ADMIN_TOKEN", hide_env_values = true, global = true)]
+    /// Your token (`podq users add` printed it), sent as a bearer token; PODQ_ADMIN_TOKEN
+    /// is used when neither this nor PODQ_TOKEN is given.
+    #[arg(long, env = "PODQ_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
 }
 
@@ -73,7 +75,11 @@ impl Client {
         let server = ready_server(&http, &servers).await;
         Client {
             base: format!("{server}/api/v1"),
-            token: address.token.clone().filter(|t| !t.is_empty()),
+            token: address
+                .token
+                .clone()
+                .or_else(|| std::env::var("PODQ_ADMIN_TOKEN").ok())
+                .filter(|t| !t.is_empty()),
             http,
         }
     }
@@ -207,7 +213,7 @@ impl ServerError {
             }
         }
         if matches!(status.as_u16(), 401 | 403) {
-            text.push_str(" (give it with --token or PODQ_ADMIN_TOKEN)");
+            text.push_str(" (give it with --token or PODQ_TOKEN)");
         }
         // With a suggestion the line is enough; otherwise the details that say something
         // the message does not (the valid names, say) follow, one per line.
@@ -347,6 +353,6 @@ mod tests {
             401,
             serde_json::json!({"error": {"code": "unauthorized", "message": "this call needs the admin token"}}),
         );
-        assert!(auth.ends_with("(give it with --token or PODQ_ADMIN_TOKEN)"));
+        assert!(auth.ends_with("(give it with --token or PODQ_TOKEN)"));
     }
 }

@@ -21,6 +21,10 @@ pub struct SubmitArgs {
     /// Higher runs first [server default: 0].
     #[arg(long, allow_negative_numbers = true)]
     priority: Option<i64>,
+    /// The priority class (the suite's `priority_classes`, e.g. urgent, normal, sweep)
+    /// [server default: the suite's default, normal].
+    #[arg(long)]
+    class: Option<String>,
     /// Failures (not preemptions) a job may spend before it fails for good, 0 to 100
     /// [server default: 3].
     #[arg(long)]
@@ -42,6 +46,7 @@ pub struct StatusArgs {
 pub async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let mut req = SubmitRequest {
         priority: args.priority,
+        priority_class: args.class,
         max_failures: args.max_failures,
         dry_run: args.dry_run,
         force: args.force,

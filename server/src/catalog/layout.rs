@@ -61,6 +61,9 @@ struct SuiteFile {
     /// `auto` or steps, for every run of the suite.
     #[serde(default)]
     checkpoint_interval: Option<serde_yaml::Value>,
+    /// The priority classes (catalog/classes.rs); absent: the shipped set.
+    #[serde(default)]
+    priority_classes: Option<serde_yaml::Value>,
 }
 
 impl Catalog {
@@ -107,6 +110,17 @@ impl Catalog {
                         &text,
                         "checkpoint_interval",
                     );
+                    if let Some(value) = &suite.priority_classes {
+                        match super::classes::PriorityClasses::parse(value) {
+                            Ok(classes) => self.classes = classes,
+                            Err(message) => self.file_findings.push(error_at(
+                                "invalid_priority_classes",
+                                message,
+                                "suite.yaml",
+                                line_of_key(&text, "priority_classes"),
+                            )),
+                        }
+                    }
                     dirs.retain(|d| suite.groups.contains(d));
                     dirs.sort_by_key(|d| suite.groups.iter().position(|g| g == d));
                 }

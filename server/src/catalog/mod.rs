@@ -10,6 +10,7 @@
 //! `layout` reads podq's layout and `legacy` the user's; both hand `resolve` candidates to
 //! compose, check and hash (`hash`), and `findings` then checks them against each other.
 
+pub mod classes;
 mod findings;
 mod hash;
 pub mod hydra;
@@ -175,6 +176,8 @@ pub struct Catalog {
     pub groups: Vec<Group>,
     /// Problems not tied to one experiment (unreadable files, group docs).
     pub file_findings: Vec<Finding>,
+    /// The suite's priority classes (`priority_classes:` in `suite.yaml`).
+    pub classes: classes::PriorityClasses,
 }
 
 /// What the loader knows about an experiment before composing it.

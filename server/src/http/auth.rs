@@ -1,60 +1,262 @@
-//! Bearer tokens: the admin token for state-changing user calls, the worker token for the
-//! worker protocol. With no token configured (loopback only) the check is off.
+//! Who is calling, and whether they may. Every API call's bearer token is looked up in the
+//! team's directory (`scheduler/users.rs`); the caller's role must cover the route's:
+//!
+//! - reads: anyone while the server listens on loopback (or with `--open-reads`), else a
+//!   viewer;
+//! - submitting and acting on jobs: a submitter (whose own jobs the scheduler checks);
+//! - the grant, the plan, schedules and people: an admin;
+//! - the worker protocol: a worker, for the pods its token names.
+//!
+//! A role's calls are not checked while no token of it exists (a loopback-only server, as
+//! before podq knew people): the caller is then `anonymous`. An unknown or disabled token
+//! is 401; a role too small is 403 naming the role needed. The caller, the address and the
+//! request id go with the request as an [`Acting`], which the audit records beside each
+//! change. The request id is the client's `X-Request-Id` if it sent a sane one, else a new
+//! uuid, and the answer carries it back.
 
-use axum::extract::{Request, State};
-use axum::http::StatusCode;
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
-use axum::response::Response;
-use subtle::ConstantTimeEq;
+use axum::response::{IntoResponse, Response};
+use uuid::Uuid;
 
 use super::error::ApiError;
+use crate::scheduler::users::TokenCheck;
+use crate::store::events::Actor;
+use crate::team::{Acting, Caller, Role};
 use crate::AppState;
 
-pub async fn require_admin(
-    State(state): State<AppState>,
-    req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    // Reads stay open; only calls that change something need the token.
-    if req.method().is_safe() {
-        return Ok(next.run(req).await);
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// Which calls a route group makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    Read,
+    Submit,
+    Manage,
+    Work,
+}
+
+impl Need {
+    fn role(self) -> Role {
+        match self {
+            Need::Read => Role::Viewer,
+            Need::Submit => Role::Submitter,
+            Need::Manage => Role::Admin,
+            Need::Work => Role::Worker,
+        }
     }
-    check(state.config.admin_token.as_deref(), &req, "admin")?;
-    Ok(next.run(req).await)
+
+    /// The roles whose tokens, once any exists, make these calls checked.
+    fn checked_by(self) -> &'static [Role] {
+        match self {
+            Need::Work => &[Role::Worker],
+            _ => &[Role::Viewer, Role::Submitter, Role::Admin],
+        }
+    }
 }
 
-pub async fn require_worker(
+pub async fn require_read(state: State<AppState>, req: Request, next: Next) -> Response {
+    authorize(state, req, next, Need::Read).await
+}
+
+pub async fn require_submitter(state: State<AppState>, req: Request, next: Next) -> Response {
+    authorize(state, req, next, Need::Submit).await
+}
+
+pub async fn require_admin(state: State<AppState>, req: Request, next: Next) -> Response {
+    authorize(state, req, next, Need::Manage).await
+}
+
+pub async fn require_worker(state: State<AppState>, req: Request, next: Next) -> Response {
+    authorize(state, req, next, Need::Work).await
+}
+
+/// Identifies the caller of a route open to all (`/whoami`): a bad token is still 401.
+pub async fn identify(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let request_id = request_id(&req);
+    match caller(&state, &req) {
+        Ok(caller) => {
+            let caller = caller.unwrap_or_else(|| anonymous(&state, Need::Read));
+            run(req, next, caller, request_id).await
+        }
+        Err(e) => with_request_id(e.into_response(), &request_id),
+    }
+}
+
+async fn authorize(
     State(state): State<AppState>,
     req: Request,
     next: Next,
-) -> Result<Response, ApiError> {
-    check(state.config.worker_token.as_deref(), &req, "worker")?;
-    Ok(next.run(req).await)
+    need: Need,
+) -> Response {
+    let request_id = request_id(&req);
+    match check(&state, &req, need) {
+        Ok(caller) => run(req, next, caller, request_id).await,
+        Err(e) => with_request_id(e.into_response(), &request_id),
+    }
 }
 
-fn check(expected: Option<&str>, req: &Request, role: &str) -> Result<(), ApiError> {
-    let Some(expected) = expected else {
-        return Ok(());
-    };
-    let presented = req
-        .headers()
-        .get("authorization")
+async fn run(mut req: Request, next: Next, caller: Caller, request_id: String) -> Response {
+    let address = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(a)| a.ip().to_string());
+    let actor = Actor::request(&caller.name, address, Some(request_id.clone()));
+    req.extensions_mut().insert(Acting { caller, actor });
+    with_request_id(next.run(req).await, &request_id)
+}
+
+fn with_request_id(mut response: Response, request_id: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(request_id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    response
+}
+
+/// The client's `X-Request-Id` when it is 1 to 200 visible ASCII characters, else a new one.
+fn request_id(req: &Request) -> String {
+    req.headers()
+        .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
+        .filter(|v| (1..=200).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map_or_else(|| Uuid::new_v4().to_string(), str::to_owned)
+}
+
+/// Whether reads need a token: the server listens beyond loopback without `--open-reads`.
+pub fn reads_need_token(state: &AppState) -> bool {
+    !state.config.listen.ip().is_loopback() && !state.config.open_reads
+}
+
+/// The caller a call without a token is taken for, when the call needs none: anyone may
+/// do anything on a server with no tokens, as before podq knew people; open reads do not
+/// make their reader more than a viewer once tokens exist.
+fn anonymous(state: &AppState, need: Need) -> Caller {
+    let mut caller = Caller::anonymous();
+    if need == Need::Read && state.scheduler.tokens_exist_for(Need::Manage.checked_by()) {
+        caller.role = Role::Viewer;
+    }
+    caller
+}
+
+fn check(state: &AppState, req: &Request, need: Need) -> Result<Caller, ApiError> {
+    let presented = caller(state, req)?;
+    let checked = state.scheduler.tokens_exist_for(need.checked_by())
+        && (need != Need::Read || reads_need_token(state));
+    let caller = match presented {
+        Some(caller) => caller,
+        None if !checked => return Ok(anonymous(state, need)),
+        None => {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                format!(
+                    "this call needs a token of a {} or more: send `Authorization: Bearer <token>`",
+                    need.role()
+                ),
+            ))
+        }
+    };
+    let allowed = match need {
+        Need::Work => caller.role == Role::Worker,
+        _ => caller.role.covers(need.role()),
+    };
+    // A call that is not checked at all lets any valid token through, as it would have let
+    // no token through.
+    if !allowed && checked {
+        let needed = match need {
+            Need::Work => "the worker role".to_owned(),
+            _ => format!("the {} role or more", need.role()),
+        };
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("this call needs {needed}; {} is a {}", caller.name, caller.role),
+        )
+        .with_details(serde_json::json!({ "role_needed": need.role().as_str(), "role": caller.role.as_str() })));
+    }
+    if need == Need::Work {
+        if let Some(pod) = pod_of(state, req) {
+            if !caller.may_act_for_pod(&pod) {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "pod_not_allowed",
+                    format!(
+                        "the token of {} is limited to pods {}: it cannot act for pod {pod}",
+                        caller.name,
+                        caller.pods.as_deref().unwrap_or_default().join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(caller)
+}
+
+/// The caller the request's bearer token names; None when it sent none.
+fn caller(state: &AppState, req: &Request) -> Result<Option<Caller>, ApiError> {
+    let Some(header) = req.headers().get("authorization") else {
+        return Ok(None);
+    };
+    let token = header
+        .to_str()
+        .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
-                format!("this call needs the {role} token: send `Authorization: Bearer <token>`"),
+                "the Authorization header must be `Bearer <token>`",
             )
         })?;
-    if bool::from(presented.as_bytes().ct_eq(expected.as_bytes())) {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!("the token sent is not the {role} token"),
-        ))
+    match state.scheduler.check_token(token) {
+        TokenCheck::Known(caller) => Ok(Some(caller)),
+        TokenCheck::Disabled(name) => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "token_disabled",
+            format!("the token of {name} was disabled: ask an admin for a new one (`podq users rotate {name}`)"),
+        )),
+        TokenCheck::Unknown => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "the token sent is not one this server knows: check PODQ_TOKEN, or ask an admin",
+        )),
+    }
+}
+
+/// The pod a worker call acts for: named in its path, or holding the lease it names.
+fn pod_of(state: &AppState, req: &Request) -> Option<String> {
+    let mut segments = req.uri().path().split('/');
+    while let Some(segment) = segments.next() {
+        match segment {
+            "pods" => return segments.next().map(str::to_owned),
+            "leases" => {
+                let lease = segments.next()?.parse::<Uuid>().ok()?;
+                return state.scheduler.pod_of_lease(lease);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+impl FromRequestParts<AppState> for Acting {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Acting, ApiError> {
+        parts.extensions.get::<Acting>().cloned().ok_or_else(|| {
+            // A route that changes something without one of the layers above: a bug.
+            tracing::error!(path = %parts.uri.path(), "a route needs a caller but has no auth layer");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the server could not tell who is calling",
+            )
+        })
     }
 }

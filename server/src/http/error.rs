@@ -121,6 +121,10 @@ impl From<SchedulerError> for ApiError {
                     None => error,
                 }
             }
+            SchedulerError::Forbidden { code, .. } => {
+                ApiError::new(StatusCode::FORBIDDEN, code, message)
+            }
+            SchedulerError::Conflict { code, .. } => ApiError::conflict(code, message),
             SchedulerError::IdempotencyKeyReused => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency_key_reused",

@@ -157,8 +157,16 @@ impl FromRequestParts<AppState> for JobRef {
             axum::extract::Path::from_request_parts(parts, state)
                 .await
                 .map_err(|e| ApiError::bad_request("invalid_path", e.to_string()))?;
+        JobRef::resolve(state, &raw).await.map(JobRef)
+    }
+}
+
+impl JobRef {
+    /// The job a uuid or an experiment name means (a query's `job=` too).
+    pub async fn resolve(state: &AppState, raw: &str) -> Result<Uuid, ApiError> {
+        let raw = raw.to_owned();
         if let Some(id) = state.scheduler.job_id_of(&raw).await? {
-            return Ok(JobRef(id));
+            return Ok(id);
         }
         if state.catalog.experiment(&raw).is_some() {
             return Err(ApiError::not_found(format!(

@@ -15,6 +15,8 @@ use super::error::ApiError;
 use super::extract::{BodyDigest, IdempotencyKey, JobRef, JsonBody, QueryParams};
 use crate::names;
 use crate::scheduler;
+use crate::scheduler::control::JobChange;
+use crate::team::Acting;
 use crate::AppState;
 
 pub fn read_routes() -> OpenApiRouter<AppState> {
@@ -32,6 +34,8 @@ pub fn admin_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(patch))
         .routes(routes!(cancel))
         .routes(routes!(requeue))
+        .routes(routes!(suspend))
+        .routes(routes!(resume))
 }
 
 /// `{id}` of every job route.
@@ -55,11 +59,12 @@ const JOB_ID: &str = "A job's uuid, or an experiment name: that experiment's new
 )]
 async fn submit_jobs(
     State(state): State<AppState>,
+    acting: Acting,
     IdempotencyKey(key): IdempotencyKey,
     JsonBody(req, digest): JsonBody<SubmitRequest>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
     let key = remembered(key, "POST /jobs", digest);
-    let answer = state.scheduler.submit(req, key).await?;
+    let answer = state.scheduler.submit(&acting, req, key).await?;
     let status = if answer.dry_run || (answer.created.is_empty() && answer.linked.is_empty()) {
         StatusCode::OK
     } else {
@@ -292,11 +297,12 @@ async fn job_metrics(
 )]
 async fn cancel(
     State(state): State<AppState>,
+    acting: Acting,
     JobRef(id): JobRef,
     IdempotencyKey(key): IdempotencyKey,
 ) -> Result<Json<Job>, ApiError> {
     let key = remembered(key, "POST /jobs/{id}/cancel", BodyDigest(id.to_string()));
-    Ok(Json(state.scheduler.cancel(id, key).await?))
+    Ok(Json(state.scheduler.cancel(&acting, id, key).await?))
 }
 
 #[utoipa::path(
@@ -315,37 +321,90 @@ async fn cancel(
 )]
 async fn requeue(
     State(state): State<AppState>,
+    acting: Acting,
     JobRef(id): JobRef,
     IdempotencyKey(key): IdempotencyKey,
 ) -> Result<Json<Job>, ApiError> {
     let key = remembered(key, "POST /jobs/{id}/requeue", BodyDigest(id.to_string()));
-    Ok(Json(state.scheduler.requeue(id, key).await?))
+    Ok(Json(state.scheduler.requeue(&acting, id, key).await?))
 }
 
 #[utoipa::path(
     patch,
     path = "/jobs/{id}",
     tag = "jobs",
-    summary = "Change a job's priority",
+    summary = "Change a job's priority or priority class",
     params(("id" = String, Path, description = JOB_ID)),
     request_body = PatchJobRequest,
     responses(
         (status = 200, description = "The job", body = Job),
+        (status = 403, description = "`not_owner`: a submitter changing another's job", body = ErrorBody),
         (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
+        (status = 422, description = "`unknown_class`, with the closest class", body = ErrorBody),
         (status = 409, description = "The job's state does not allow it", body = ErrorBody),
     ),
     security(("admin_token" = [])),
 )]
 async fn patch(
     State(state): State<AppState>,
+    acting: Acting,
     JobRef(id): JobRef,
     JsonBody(req, _): JsonBody<PatchJobRequest>,
 ) -> Result<Json<Job>, ApiError> {
-    let Some(priority) = req.priority else {
+    if req.priority.is_none() && req.priority_class.is_none() {
         return Err(ApiError::bad_request(
             "empty_patch",
-            "nothing to change: give `priority`",
+            "nothing to change: give `priority`, `priority_class` or both",
         ));
+    }
+    let change = JobChange {
+        priority: req.priority,
+        class: req.priority_class,
     };
-    Ok(Json(state.scheduler.set_priority(id, priority).await?))
+    Ok(Json(state.scheduler.change_job(&acting, id, change).await?))
+}
+
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/suspend",
+    tag = "jobs",
+    summary = "Pause a job: a queued one is held, a running one saves, stops and is held",
+    description = "A person's pause, uncharged: the trainer gets its full stop grace, so it saves. `resume` puts it back in the queue.",
+    params(("id" = String, Path, description = JOB_ID)),
+    responses(
+        (status = 200, description = "The job, held or stopping", body = Job),
+        (status = 403, description = "`not_owner`: a submitter suspending another's job", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
+        (status = 409, description = "`not_suspendable`: the job is neither queued nor running", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
+async fn suspend(
+    State(state): State<AppState>,
+    acting: Acting,
+    JobRef(id): JobRef,
+) -> Result<Json<Job>, ApiError> {
+    Ok(Json(state.scheduler.suspend(&acting, id).await?))
+}
+
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/resume",
+    tag = "jobs",
+    summary = "Put a held job back in the queue, its failure budget as it was",
+    params(("id" = String, Path, description = JOB_ID)),
+    responses(
+        (status = 200, description = "The job, queued", body = Job),
+        (status = 403, description = "`not_owner`: a submitter resuming another's job", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
+        (status = 409, description = "`not_held`, or `job_stopping` while its pod still stops it", body = ErrorBody),
+    ),
+    security(("admin_token" = [])),
+)]
+async fn resume(
+    State(state): State<AppState>,
+    acting: Acting,
+    JobRef(id): JobRef,
+) -> Result<Json<Job>, ApiError> {
+    Ok(Json(state.scheduler.resume(&acting, id).await?))
 }

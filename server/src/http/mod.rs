@@ -1,5 +1,6 @@
 //! The HTTP API: routing, authentication and the handlers' shared pieces.
 
+mod audit;
 mod auth;
 mod dashboard;
 pub mod error;
@@ -19,6 +20,7 @@ mod state;
 mod status;
 mod stream;
 mod trace;
+mod users;
 mod webhooks;
 mod worker;
 
@@ -72,29 +74,43 @@ pub fn router(state: AppState) -> Router {
 /// Every route of the API and `/metrics`: the router and its OpenAPI document, both made from
 /// the handlers' `#[utoipa::path]` declarations, so the two cannot drift apart.
 fn documented(state: &AppState) -> OpenApiRouter<AppState> {
-    let admin = OpenApiRouter::new()
-        .merge(jobs::admin_routes())
-        .merge(schedules::admin_routes())
-        .merge(plan::admin_routes())
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_admin,
-        ));
-    let worker = worker::routes().route_layer(axum::middleware::from_fn_with_state(
-        state.clone(),
-        auth::require_worker,
-    ));
+    macro_rules! layer {
+        ($router:expr, $check:expr $(,)?) => {
+            $router.route_layer(axum::middleware::from_fn_with_state(state.clone(), $check))
+        };
+    }
+    // Each group's routes need a role (http/auth.rs); `/whoami` only names the caller.
+    let submit = layer!(
+        OpenApiRouter::new().merge(jobs::admin_routes()),
+        auth::require_submitter
+    );
+    let admin = layer!(
+        OpenApiRouter::new()
+            .merge(schedules::admin_routes())
+            .merge(plan::admin_routes())
+            .merge(users::admin_routes()),
+        auth::require_admin,
+    );
+    let worker = layer!(worker::routes(), auth::require_worker);
+    let reads = layer!(
+        OpenApiRouter::new()
+            .merge(experiments::routes())
+            .merge(jobs::read_routes())
+            .merge(logs::routes())
+            .merge(schedules::read_routes())
+            .merge(status::routes())
+            .merge(stream::routes())
+            .merge(webhooks::routes())
+            .merge(plan::read_routes())
+            .merge(pod_time::routes())
+            .merge(audit::routes())
+            .merge(openapi::routes()),
+        auth::require_read,
+    );
     let api = OpenApiRouter::new()
-        .merge(experiments::routes())
-        .merge(jobs::read_routes())
-        .merge(logs::routes())
-        .merge(schedules::read_routes())
-        .merge(status::routes())
-        .merge(stream::routes())
-        .merge(webhooks::routes())
-        .merge(plan::read_routes())
-        .merge(pod_time::routes())
-        .merge(openapi::routes())
+        .merge(reads)
+        .merge(layer!(users::open_routes(), auth::identify))
+        .merge(submit)
         .merge(admin)
         .merge(worker);
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())

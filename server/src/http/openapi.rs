@@ -30,7 +30,7 @@ use crate::AppState;
 #[openapi(
     info(
         title = "podq",
-        description = "Schedules ML experiments onto whole TPU pod slices. Every body is a wire type of the crate podq-api; every error answer is an `ErrorBody`. Reads are open; calls that change something need the admin token, the worker protocol needs the worker token (when the server has them)."
+        description = "Schedules ML experiments onto whole TPU pod slices. Every body is a wire type of the crate podq-api; every error answer is an `ErrorBody`. Each person has a token and a role (viewer, submitter, admin, worker): reads need a viewer's when the server listens beyond loopback without --open-reads; submitting and acting on one's own jobs a submitter's; the grant, plan, schedules and people an admin's; the worker protocol a worker's. A role's calls are not checked while no token of it exists."
     ),
     components(schemas(podq_api::ErrorBody)),
     modifiers(&BearerTokens),
@@ -40,6 +40,7 @@ use crate::AppState;
         (name = "status", description = "What runs where, the pods, live events"),
         (name = "plan", description = "The compute grant and the order that completes the most groups"),
         (name = "schedules", description = "Cron submissions"),
+        (name = "team", description = "People, their roles and tokens, and the audit trail"),
         (name = "webhooks", description = "Notices sent out and their deliveries"),
         (name = "worker", description = "The worker protocol (docs/architecture.md §3.2)"),
         (name = "operations", description = "Metrics and this document"),
@@ -55,9 +56,12 @@ impl Modify for BearerTokens {
         for (name, what) in [
             (
                 ADMIN,
-                "The server's --admin-token: calls that change something",
+                "A person's token (`podq users add`), or the server's PODQ_ADMIN_TOKEN",
             ),
-            (WORKER, "The server's --worker-token: the worker protocol"),
+            (
+                WORKER,
+                "A worker's token (role worker, maybe limited to pods), or PODQ_WORKER_TOKEN",
+            ),
         ] {
             components.add_security_scheme(
                 name,
@@ -208,8 +212,8 @@ fn add_shared_errors(operation: &mut Operation) {
     let needs_token = operation.security.as_ref().is_some_and(|s| !s.is_empty());
     let shared: [(&str, bool, &str); 7] = [
         ("400", takes_input, "The path, query or body cannot be read (`invalid_query`, `invalid_id`, `invalid_body`, `malformed_json`, ...)"),
-        ("401", needs_token, "`unauthorized`: the call needs a bearer token and none was sent"),
-        ("403", needs_token, "`forbidden`: the token sent is not the one this call needs"),
+        ("401", true, "`unauthorized` or `token_disabled`: a token is needed and none was sent, or the one sent is unknown or disabled"),
+        ("403", needs_token, "`forbidden`: the caller's role is too small (the answer names the role needed); `not_owner`: another's job; `pod_not_allowed`: a worker token limited to other pods"),
         ("408", has_body, "`request_timeout`: the body did not arrive in time"),
         ("413", has_body, "`body_too_large`: the body is larger than the server accepts"),
         ("500", true, "`internal` or `store_corrupt`: the server failed; its log says why"),

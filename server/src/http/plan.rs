@@ -16,6 +16,7 @@ use utoipa_axum::routes;
 use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams};
 use super::negotiate::{json_or_table, Table};
+use crate::team::Acting;
 use crate::AppState;
 
 pub fn read_routes() -> OpenApiRouter<AppState> {
@@ -91,9 +92,15 @@ async fn plan(
 )]
 async fn apply(
     State(state): State<AppState>,
+    acting: Acting,
     QueryParams(q): QueryParams<PlanQuery>,
 ) -> Result<Json<PlanApplied>, ApiError> {
-    Ok(Json(state.scheduler.apply_plan(q.deadline()?).await?))
+    Ok(Json(
+        state
+            .scheduler
+            .apply_plan(&acting.actor, q.deadline()?)
+            .await?,
+    ))
 }
 
 #[utoipa::path(
@@ -122,9 +129,10 @@ async fn grant(State(state): State<AppState>) -> Result<Json<Option<Grant>>, Api
 )]
 async fn set_grant(
     State(state): State<AppState>,
+    acting: Acting,
     JsonBody(req, _): JsonBody<GrantRequest>,
 ) -> Result<Json<Grant>, ApiError> {
-    Ok(Json(state.scheduler.set_grant(req).await?))
+    Ok(Json(state.scheduler.set_grant(&acting.actor, req).await?))
 }
 
 fn fits(f: Option<bool>) -> &'static str {

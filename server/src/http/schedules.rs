@@ -9,6 +9,7 @@ use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathUuid};
+use crate::team::Acting;
 use crate::AppState;
 
 pub fn read_routes() -> OpenApiRouter<AppState> {
@@ -48,11 +49,12 @@ async fn list(State(state): State<AppState>) -> Result<Json<Vec<Schedule>>, ApiE
 )]
 async fn create(
     State(state): State<AppState>,
+    acting: Acting,
     JsonBody(req, _): JsonBody<ScheduleRequest>,
 ) -> Result<(StatusCode, Json<Schedule>), ApiError> {
     Ok((
         StatusCode::CREATED,
-        Json(state.scheduler.create_schedule(req).await?),
+        Json(state.scheduler.create_schedule(&acting.actor, req).await?),
     ))
 }
 
@@ -70,8 +72,9 @@ async fn create(
 )]
 async fn remove(
     State(state): State<AppState>,
+    acting: Acting,
     PathUuid(id): PathUuid,
 ) -> Result<StatusCode, ApiError> {
-    state.scheduler.delete_schedule(id).await?;
+    state.scheduler.delete_schedule(&acting.actor, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

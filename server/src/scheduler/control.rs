@@ -1,13 +1,16 @@
-//! What a person does to a job: cancel it, requeue it, change its priority.
+//! What a person does to a job: cancel it, requeue it, change its priority or class, suspend
+//! and resume it. A submitter may do these to the jobs they submitted, an admin to any.
 
-use crate::store::{events, Conn};
+use crate::store::events;
+use crate::store::{jobs, Conn, JobRow};
+use crate::team::Acting;
 use futures::FutureExt;
 use podq_api::{Job, JobState};
 use uuid::Uuid;
 
+use super::lease::policy::StopRequest;
 use super::{IdempotencyKey, Result, Scheduler, SchedulerError};
-use crate::store::jobs::{self, get_job};
-use crate::store::JobRow;
+use crate::store::jobs::get_job;
 
 async fn existing(conn: &mut Conn, id: &str) -> Result<JobRow> {
     get_job(&mut *conn, id)
@@ -15,14 +18,36 @@ async fn existing(conn: &mut Conn, id: &str) -> Result<JobRow> {
         .ok_or_else(|| SchedulerError::UnknownJob(id.to_owned()))
 }
 
+/// The job, if `acting` may `verb` it: a submitter only their own.
+async fn owned(conn: &mut Conn, acting: &Acting, id: &str, verb: &str) -> Result<JobRow> {
+    let job = existing(conn, id).await?;
+    acting
+        .may_act_on(id, job.submitted_by.as_deref(), verb)
+        .map_err(|message| SchedulerError::forbidden("not_owner", message))?;
+    Ok(job)
+}
+
+/// A change to a job's priority or class (`PATCH /jobs/{id}`).
+#[derive(Debug, Clone, Default)]
+pub struct JobChange {
+    pub priority: Option<i64>,
+    pub class: Option<String>,
+}
+
 impl Scheduler {
     /// Cancels a job. A job on a pod keeps its lease until the worker has stopped every
     /// host: the next heartbeat tells it to stop.
-    pub async fn cancel(&self, id: Uuid, key: Option<IdempotencyKey>) -> Result<Job> {
+    pub async fn cancel(
+        &self,
+        acting: &Acting,
+        id: Uuid,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Job> {
+        let acting = acting.clone();
         let (job, lease) = self
             .idempotent_write(key, move |conn| {
                 async move {
-                    let (row, lease) = cancel(conn, &id.to_string()).await?;
+                    let (row, lease) = cancel(conn, &acting, &id.to_string()).await?;
                     Ok((row.into_api()?, lease))
                 }
                 .boxed()
@@ -36,10 +61,17 @@ impl Scheduler {
 
     /// Puts a failed, cancelled or held job back in the queue with a fresh failure budget.
     /// It resumes from its newest committed checkpoint.
-    pub async fn requeue(&self, id: Uuid, key: Option<IdempotencyKey>) -> Result<Job> {
+    pub async fn requeue(
+        &self,
+        acting: &Acting,
+        id: Uuid,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Job> {
+        let acting = acting.clone();
         let job = self
             .idempotent_write(key, move |conn| {
-                async move { Ok(requeue(conn, &id.to_string()).await?.into_api()?) }.boxed()
+                async move { Ok(requeue(conn, &acting, &id.to_string()).await?.into_api()?) }
+                    .boxed()
             })
             .await?;
         if job.same_as.is_none() {
@@ -48,31 +80,156 @@ impl Scheduler {
         Ok(job)
     }
 
-    pub async fn set_priority(&self, id: Uuid, priority: i64) -> Result<Job> {
-        self.store
+    /// Changes a job's priority, its class, or both. A class may be changed while the job
+    /// runs: it decides what the job may evict and what may evict it from then on.
+    pub async fn change_job(&self, acting: &Acting, id: Uuid, change: JobChange) -> Result<Job> {
+        let class = change
+            .class
+            .as_deref()
+            .map(|name| {
+                let (rank, class) = self
+                    .catalog
+                    .classes
+                    .resolve(Some(name))
+                    .map_err(|message| SchedulerError::unprocessable("unknown_class", message))?;
+                Ok::<_, SchedulerError>((class.name.clone(), rank))
+            })
+            .transpose()?;
+        let acting = acting.clone();
+        let job = self
+            .store
             .write(move |conn| {
                 async move {
                     let id = id.to_string();
-                    let job = existing(conn, &id).await?;
-                    jobs::set_priority(conn, &id, priority).await?;
-                    events::insert_event(
-                        conn,
-                        Some(&id),
-                        None,
-                        "priority",
-                        &format!("priority {} -> {priority}", job.priority),
-                    )
-                    .await?;
+                    let job = owned(conn, &acting, &id, "reprioritise").await?;
+                    if let Some(priority) = change.priority.filter(|p| *p != job.priority) {
+                        jobs::set_priority(conn, &id, priority).await?;
+                        let message = format!("priority {} -> {priority}", job.priority);
+                        events::insert_event(
+                            conn,
+                            &acting.actor,
+                            Some(&id),
+                            None,
+                            "priority",
+                            &message,
+                        )
+                        .await?;
+                    }
+                    if let Some((class, rank)) = class.filter(|(c, _)| *c != job.priority_class) {
+                        jobs::set_class(conn, &id, &class, rank).await?;
+                        let message = format!("class {} -> {class}", job.priority_class);
+                        events::insert_event(
+                            conn,
+                            &acting.actor,
+                            Some(&id),
+                            None,
+                            "class",
+                            &message,
+                        )
+                        .await?;
+                    }
+                    Ok::<_, SchedulerError>(existing(conn, &id).await?.into_api()?)
+                }
+                .boxed()
+            })
+            .await?;
+        self.waiters.leasable(&job.accelerator, 1);
+        Ok(job)
+    }
+
+    /// A person's pause. A queued job is held at once; a job on a pod is stopped with its
+    /// full grace (the trainer saves), uncharged, and then held. `resume` undoes it.
+    pub async fn suspend(&self, acting: &Acting, id: Uuid) -> Result<Job> {
+        let acting = acting.clone();
+        let (job, lease) = self
+            .store
+            .write(move |conn| {
+                async move {
+                    let id = id.to_string();
+                    let job = owned(conn, &acting, &id, "suspend").await?;
+                    let state = job.state()?;
+                    let why = format!("suspended by {}", acting.caller.name);
+                    let lease = match state {
+                        JobState::Queued if job.same_as.is_none() => {
+                            jobs::hold(conn, &id, &why).await?;
+                            None
+                        }
+                        JobState::Leased | JobState::Running if job.same_as.is_none() => {
+                            let lease = jobs::live_lease(conn, &id).await?;
+                            jobs::request_stop(conn, &id, StopRequest::Suspended.as_str(), &why)
+                                .await?;
+                            lease
+                        }
+                        _ => {
+                            return Err(SchedulerError::wrong_state(
+                                &id,
+                                state,
+                                "not_suspendable",
+                                format!(
+                                    "job {id} is {state}{}; only a queued or running job can be suspended",
+                                    if job.same_as.is_some() { " and shares another job's run" } else { "" }
+                                ),
+                            ))
+                        }
+                    };
+                    let message = match lease {
+                        Some(_) => format!("{why}; its pod saves and stops it"),
+                        None => why.clone(),
+                    };
+                    events::insert_event(conn, &acting.actor, Some(&id), None, "suspended", &message)
+                        .await?;
+                    Ok((existing(conn, &id).await?.into_api()?, lease.map(|l| (l, why))))
+                }
+                .boxed()
+            })
+            .await?;
+        if let Some((lease, why)) = lease {
+            self.live.flag_stop(lease, why);
+        }
+        Ok(job)
+    }
+
+    /// Puts a held job back in the queue with its failure budget as it was.
+    pub async fn resume(&self, acting: &Acting, id: Uuid) -> Result<Job> {
+        let acting = acting.clone();
+        let job = self
+            .store
+            .write(move |conn| {
+                async move {
+                    let id = id.to_string();
+                    let job = owned(conn, &acting, &id, "resume").await?;
+                    let state = job.state()?;
+                    if state != JobState::Held {
+                        return Err(SchedulerError::wrong_state(
+                            &id,
+                            state,
+                            "not_held",
+                            format!("job {id} is {state}; only a held (suspended) job can be resumed"),
+                        ));
+                    }
+                    if jobs::live_lease(conn, &id).await?.is_some() {
+                        return Err(SchedulerError::wrong_state(
+                            &id,
+                            state,
+                            "job_stopping",
+                            format!("job {id} is still stopping on its pod; resume it once the pod has let go"),
+                        ));
+                    }
+                    jobs::resume(conn, &id).await?;
+                    events::insert_event(conn, &acting.actor, Some(&id), None, "resumed", "resumed")
+                        .await?;
                     Ok(existing(conn, &id).await?.into_api()?)
                 }
                 .boxed()
             })
-            .await
+            .await?;
+        self.waiters.leasable(&job.accelerator, 1);
+        Ok(job)
     }
 }
 
-async fn cancel(conn: &mut Conn, id: &str) -> Result<(JobRow, Option<Uuid>)> {
-    let job = existing(conn, id).await?;
+async fn cancel(conn: &mut Conn, acting: &Acting, id: &str) -> Result<(JobRow, Option<Uuid>)> {
+    let job = owned(conn, acting, id, "cancel").await?;
     let state = job.state()?;
     if state.is_terminal() {
         return Err(SchedulerError::wrong_state(
@@ -83,18 +240,18 @@ async fn cancel(conn: &mut Conn, id: &str) -> Result<(JobRow, Option<Uuid>)> {
         ));
     }
     // A linked job only stops sharing the run; the run itself goes on for the others.
-    let lease = jobs::cancel(conn, id).await?;
+    let lease = jobs::cancel(conn, id, &acting.caller.name).await?;
     let message = match (&job.same_as, &lease) {
         (Some(run), _) => format!("cancelled; stopped sharing the run of job {run}"),
         (None, Some(lease)) => format!("cancelled; the pod holding lease {lease} is told to stop"),
         (None, None) => "cancelled".to_owned(),
     };
-    events::insert_event(conn, Some(id), None, "cancelled", &message).await?;
+    events::insert_event(conn, &acting.actor, Some(id), None, "cancelled", &message).await?;
     Ok((existing(conn, id).await?, lease))
 }
 
-async fn requeue(conn: &mut Conn, id: &str) -> Result<JobRow> {
-    let job = existing(conn, id).await?;
+async fn requeue(conn: &mut Conn, acting: &Acting, id: &str) -> Result<JobRow> {
+    let job = owned(conn, acting, id, "requeue").await?;
     let state = job.state()?;
     match state {
         JobState::Failed | JobState::Cancelled | JobState::Held => {}
@@ -133,6 +290,7 @@ async fn requeue(conn: &mut Conn, id: &str) -> Result<JobRow> {
         .unwrap_or_default();
     events::insert_event(
         conn,
+        &acting.actor,
         Some(id),
         None,
         "requeued",

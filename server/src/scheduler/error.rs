@@ -48,6 +48,12 @@ pub enum SchedulerError {
         message: String,
         details: Option<serde_json::Value>,
     },
+    /// The caller may not do this: their role is too small, or the job is another's.
+    #[error("{message}")]
+    Forbidden { code: &'static str, message: String },
+    /// Impossible while something else holds (a name taken, people kept in a file).
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     #[error("this Idempotency-Key was used with a different request body")]
     IdempotencyKeyReused,
     #[error(transparent)]
@@ -60,6 +66,20 @@ impl SchedulerError {
             code,
             message: message.into(),
             details: None,
+        }
+    }
+
+    pub fn forbidden(code: &'static str, message: impl Into<String>) -> Self {
+        SchedulerError::Forbidden {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        SchedulerError::Conflict {
+            code,
+            message: message.into(),
         }
     }
 

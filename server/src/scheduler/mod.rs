@@ -7,7 +7,8 @@
 //! waking waiting workers, the retry policy), `plan/` (the grant, the plan, forecasts, pod
 //! time and checkpoint advice), `reads/` (every read, the log follower and the live feed of
 //! events, and the views cached between commits), `cron/` (scheduled submissions). Beside
-//! them: `submit.rs` and `control.rs` (what a person does to jobs), `outbox.rs` (the webhook
+//! them: `submit.rs` and `control.rs` (what a person does to jobs), `users.rs` (the team's
+//! directory of tokens and its changes), `outbox.rs` (the webhook
 //! outbox as its deliverer sees it) and `error.rs`.
 
 pub mod control;
@@ -18,6 +19,7 @@ pub mod outbox;
 pub mod plan;
 pub mod reads;
 pub mod submit;
+pub mod users;
 
 use std::sync::Arc;
 
@@ -56,6 +58,8 @@ pub struct Scheduler {
     /// Whether this server serves as the active one: its store leads and it has taken over
     /// (the live leases are loaded). Worker calls are refused until then.
     serving: std::sync::atomic::AtomicBool,
+    /// Who each token belongs to (`users.rs`).
+    directory: users::Directory,
 }
 
 struct ReadCaches {
@@ -99,7 +103,10 @@ impl Scheduler {
             progress: tokio::sync::broadcast::channel(256).0,
             telemetry: Arc::new(Telemetry::new(store_instruments)),
             serving: std::sync::atomic::AtomicBool::new(false),
+            directory: users::Directory::default(),
         };
+        // A standby checks tokens too (it answers `/whoami` and refuses the rest).
+        scheduler.load_directory().await?;
         if scheduler.store.is_active() {
             scheduler.take_over().await?;
         }
@@ -111,6 +118,7 @@ impl Scheduler {
     /// on with the same lease), and the pending backoffs are armed. A standby's table stays
     /// empty: it answers no worker calls.
     pub async fn take_over(&self) -> Result<()> {
+        self.load_directory().await?;
         let mut conn = self.store.read().await?;
         self.live.reload(store::leases::live(&mut conn).await?)?;
         for (accelerator, at) in store::leases::backoff_ends(&mut conn).await? {

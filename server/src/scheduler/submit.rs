@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use crate::store::{events, Conn};
+use crate::store::events::{self, Actor};
+use crate::store::Conn;
+use crate::team::Acting;
 use podq_api::{CreatedJob, LinkedJob, SkippedExperiment, SubmitRequest, SubmitResponse};
 use uuid::Uuid;
 
@@ -134,20 +136,37 @@ impl Scheduler {
     /// transaction, and wakes one waiting worker per job created.
     pub async fn submit(
         &self,
+        acting: &Acting,
         req: SubmitRequest,
         key: Option<IdempotencyKey>,
     ) -> Result<SubmitResponse> {
         let experiments: Vec<Experiment> =
             select(&self.catalog, &req)?.into_iter().cloned().collect();
+        let class = self.class_of(&req)?;
+        let actor = acting.actor.clone();
         let answer = self
             .idempotent_write(key, move |conn| {
-                async move { submit(conn, &experiments, &req).await }.boxed()
+                async move { submit(conn, &actor, &class, &experiments, &req).await }.boxed()
             })
             .await?;
         if !answer.dry_run {
             self.wake_for(answer.created.iter().map(|c| c.experiment.as_str()));
         }
         Ok(answer)
+    }
+
+    /// The class a submission names (the suite's default when it names none), with its
+    /// rank; an unknown name is 422 with the closest.
+    pub(super) fn class_of(&self, req: &SubmitRequest) -> Result<Class> {
+        let (rank, class) = self
+            .catalog
+            .classes
+            .resolve(req.priority_class.as_deref())
+            .map_err(|message| SchedulerError::unprocessable("unknown_class", message))?;
+        Ok(Class {
+            name: class.name.clone(),
+            rank,
+        })
     }
 
     /// Wakes one waiting pod of each experiment's accelerator per experiment whose job was
@@ -165,10 +184,19 @@ impl Scheduler {
     }
 }
 
-/// Creates, links or skips a job for each experiment, in one transaction. With `dry_run`
-/// it decides the same way and writes nothing.
+/// A priority class as a job stores it: its name and its place in the queue order.
+#[derive(Debug, Clone)]
+pub struct Class {
+    pub name: String,
+    pub rank: i64,
+}
+
+/// Creates, links or skips a job for each experiment, in one transaction, as `by` submitted
+/// them. With `dry_run` it decides the same way and writes nothing.
 pub async fn submit(
     conn: &mut Conn,
+    by: &Actor,
+    class: &Class,
     experiments: &[Experiment],
     req: &SubmitRequest,
 ) -> Result<SubmitResponse> {
@@ -216,11 +244,15 @@ pub async fn submit(
             let id = Uuid::new_v4();
             insert(
                 conn,
+                by,
                 id,
                 e,
                 run.as_ref().map(|r| (r.0, r.1.as_str())),
-                priority,
-                max_failures,
+                Ordering {
+                    priority,
+                    class,
+                    max_failures,
+                },
             )
             .await?;
             Some(id)
@@ -250,15 +282,27 @@ pub async fn submit(
     Ok(answer)
 }
 
+/// Where a new job goes in the queue, and its failure budget.
+struct Ordering<'a> {
+    priority: i64,
+    class: &'a Class,
+    max_failures: i64,
+}
+
 /// Stores one job and its `submitted` event; `run` is the run it shares, if any.
 async fn insert(
     conn: &mut Conn,
+    by: &Actor,
     id: Uuid,
     e: &Experiment,
     run: Option<(Option<Uuid>, &str)>,
-    priority: i64,
-    max_failures: i64,
+    ordering: Ordering<'_>,
 ) -> Result<()> {
+    let Ordering {
+        priority,
+        class,
+        max_failures,
+    } = ordering;
     let config_json = serde_json::to_string(&e.config)
         .map_err(|err| StoreError::Corrupt(format!("the config of {}: {err}", e.name)))?;
     let id_text = id.to_string();
@@ -288,6 +332,9 @@ async fn insert(
             same_as: same_as.as_deref(),
             total_steps: podq_api::trainer::total_steps_of_config(&e.config)
                 .and_then(|s| i64::try_from(s).ok()),
+            submitted_by: &by.by,
+            priority_class: &class.name,
+            class_rank: class.rank,
         },
     )
     .await?;
@@ -297,8 +344,8 @@ async fn insert(
                 "submitted; shares the run of {experiment} (job {run_id}): same training config"
             )
         }
-        None => format!("submitted with priority {priority}"),
+        None => format!("submitted with priority {priority}, class {}", class.name),
     };
-    events::insert_event(conn, Some(&id_text), None, "submitted", &message).await?;
+    events::insert_event(conn, by, Some(&id_text), None, "submitted", &message).await?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 use super::db::{self, Conn};
 use podq_api::CheckpointReport;
 
-use super::events::insert_event;
+use super::events::{insert_event, Actor};
 use super::rows::CheckpointRow;
 use super::{now_ms, StoreError};
 
@@ -11,6 +11,7 @@ use super::{now_ms, StoreError};
 /// never downgraded; the newest committed one becomes where the next attempt resumes.
 pub async fn record(
     conn: &mut Conn,
+    actor: &Actor,
     job_id: &str,
     attempt: i64,
     checkpoints: &[CheckpointReport],
@@ -54,6 +55,7 @@ pub async fn record(
             .await?;
             insert_event(
                 conn,
+                actor,
                 Some(job_id),
                 None,
                 "checkpoint",

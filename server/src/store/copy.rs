@@ -14,7 +14,7 @@ use super::{Backend, Location, Store, StoreError};
 /// copied: the destination's triggers count the rows as they arrive, and the check below
 /// compares them with the source's. `webhook_outbox` comes after `events`, `webhooks` after
 /// both: the outbox trigger must not queue old events again.
-const TABLES: [&str; 17] = [
+const TABLES: [&str; 18] = [
     "experiments",
     "jobs",
     "attempts",
@@ -32,6 +32,7 @@ const TABLES: [&str; 17] = [
     "log_counts",
     "pod_time_totals",
     "goodput_totals",
+    "users",
 ];
 
 /// Tables whose ids are generated: their sequences continue after the copied ids.

@@ -5,25 +5,83 @@ use super::db::{self, Conn};
 use super::rows::EventRow;
 use super::{now_ms, StoreError};
 
+/// Who made a change, as the audit trail records it beside the change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// A person's name, `worker:POD`, `schedule:ID` or `podq`.
+    pub by: String,
+    /// The address the request came from, when a request made the change.
+    pub address: Option<String>,
+    /// The request's id (its `X-Request-Id`), when a request made the change.
+    pub request_id: Option<String>,
+}
+
+impl Actor {
+    fn named(by: String) -> Actor {
+        Actor {
+            by,
+            address: None,
+            request_id: None,
+        }
+    }
+
+    /// podq itself: the reaper, a catalog reload, a start-up repair.
+    pub fn podq() -> Actor {
+        Actor::named("podq".to_owned())
+    }
+
+    /// The worker beside `pod`, reporting through its lease.
+    pub fn worker(pod: &str) -> Actor {
+        Actor::named(format!("worker:{pod}"))
+    }
+
+    /// A cron schedule submitting on time.
+    pub fn schedule(id: &str) -> Actor {
+        Actor::named(format!("schedule:{id}"))
+    }
+
+    /// A request: `by` is the caller's name.
+    pub fn request(by: &str, address: Option<String>, request_id: Option<String>) -> Actor {
+        Actor {
+            by: by.to_owned(),
+            address,
+            request_id,
+        }
+    }
+
+    /// The person's name when a person made the change (not a worker, schedule or podq).
+    pub fn person(&self) -> Option<&str> {
+        let by = self.by.as_str();
+        (by != "podq" && !by.starts_with("worker:") && !by.starts_with("schedule:")).then_some(by)
+    }
+}
+
 pub async fn insert_event(
     conn: &mut Conn,
+    actor: &Actor,
     job_id: Option<&str>,
     pod: Option<&str>,
     kind: &str,
     message: &str,
 ) -> Result<(), StoreError> {
-    db::query("INSERT INTO events (at, job_id, pod, kind, message) VALUES (?, ?, ?, ?, ?)")
-        .bind(now_ms())
-        .bind(job_id)
-        .bind(pod)
-        .bind(kind)
-        .bind(message)
-        .execute(conn)
-        .await?;
+    db::query(
+        "INSERT INTO events (at, job_id, pod, kind, message, actor, address, request_id) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(now_ms())
+    .bind(job_id)
+    .bind(pod)
+    .bind(kind)
+    .bind(message)
+    .bind(&actor.by)
+    .bind(&actor.address)
+    .bind(&actor.request_id)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
-pub(crate) const JOB_EVENTS: &str = "SELECT id, at, job_id, pod, kind, message FROM events \
+pub(crate) const JOB_EVENTS: &str = "SELECT id, at, job_id, pod, kind, message, actor FROM events \
      WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?";
 
 pub async fn job_events(
@@ -53,7 +111,7 @@ pub async fn recent_events(
     limit: i64,
 ) -> Result<Vec<EventRow>, StoreError> {
     Ok(db::query_as::<EventRow>(
-        "SELECT id, at, job_id, pod, kind, message FROM events WHERE id > ? ORDER BY id LIMIT ?",
+        "SELECT id, at, job_id, pod, kind, message, actor FROM events WHERE id > ? ORDER BY id LIMIT ?",
     )
     .bind(after_id)
     .bind(limit)

@@ -160,6 +160,9 @@ pub struct NewJob<'a> {
     pub max_failures: i64,
     pub same_as: Option<&'a str>,
     pub total_steps: Option<i64>,
+    pub submitted_by: &'a str,
+    pub priority_class: &'a str,
+    pub class_rank: i64,
 }
 
 pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreError> {
@@ -167,10 +170,10 @@ pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreErr
     db::query(
         "INSERT INTO jobs (id, seq, experiment, group_name, state, priority, accelerator, \
          config_json, config_sha256, est_hours, checkpoint_dir, max_failures, same_as, \
-         total_steps, submitted_at, updated_at) \
+         total_steps, submitted_at, updated_at, submitted_by, priority_class, class_rank) \
          VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?2, ?3, \
            COALESCE((SELECT state FROM jobs WHERE id = ?11), 'queued'), \
-           ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13)",
+           ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16)",
     )
     .bind(job.id)
     .bind(job.experiment)
@@ -185,6 +188,9 @@ pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreErr
     .bind(job.same_as)
     .bind(job.total_steps)
     .bind(now)
+    .bind(job.submitted_by)
+    .bind(job.priority_class)
+    .bind(job.class_rank)
     .execute(conn)
     .await?;
     Ok(())
@@ -252,12 +258,13 @@ pub async fn live_lease(conn: &mut Conn, id: &str) -> Result<Option<Uuid>, Store
 
 /// Marks the job cancelled and answers the lease its pod must be told to stop. A linked job
 /// only cancels its link: the run goes on for the others.
-pub async fn cancel(conn: &mut Conn, id: &str) -> Result<Option<Uuid>, StoreError> {
+pub async fn cancel(conn: &mut Conn, id: &str, by: &str) -> Result<Option<Uuid>, StoreError> {
     let lease: Option<Option<String>> = db::query_scalar(
         "UPDATE jobs SET state = 'cancelled', link_cancelled = CASE WHEN same_as IS NULL THEN 0 ELSE 1 END, \
-         cancel_requested = CASE WHEN lease_id IS NULL THEN 0 ELSE 1 END, message = 'cancelled by request', \
+         cancel_requested = CASE WHEN lease_id IS NULL THEN 0 ELSE 1 END, message = ?, \
          updated_at = ? WHERE id = ? RETURNING lease_id",
     )
+    .bind(format!("cancelled by {by}"))
     .bind(now_ms())
     .bind(id)
     .fetch_optional(conn)
@@ -272,6 +279,64 @@ pub async fn requeue(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
         "UPDATE jobs SET state = COALESCE((SELECT r.state FROM jobs r WHERE r.id = jobs.same_as), 'queued'), \
          link_cancelled = 0, failures = 0, stalled_attempts = 0, not_before = NULL, \
          cancel_requested = 0, message = NULL, updated_at = ? WHERE id = ?",
+    )
+    .bind(now_ms())
+    .bind(id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Moves a job to another priority class; `rank` is the class's place in the queue order.
+pub async fn set_class(
+    conn: &mut Conn,
+    id: &str,
+    class: &str,
+    rank: i64,
+) -> Result<(), StoreError> {
+    db::query("UPDATE jobs SET priority_class = ?, class_rank = ?, updated_at = ? WHERE id = ?")
+        .bind(class)
+        .bind(rank)
+        .bind(now_ms())
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Asks the worker holding the job's lease to stop it ('evicted' or 'suspended'), saying why.
+pub async fn request_stop(
+    conn: &mut Conn,
+    id: &str,
+    request: &str,
+    why: &str,
+) -> Result<(), StoreError> {
+    db::query("UPDATE jobs SET stop_request = ?, stop_message = ?, updated_at = ? WHERE id = ?")
+        .bind(request)
+        .bind(why)
+        .bind(now_ms())
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Holds a queued job (a person's pause): no pod leases it until it is resumed.
+pub async fn hold(conn: &mut Conn, id: &str, why: &str) -> Result<(), StoreError> {
+    db::query("UPDATE jobs SET state = 'held', message = ?, updated_at = ? WHERE id = ?")
+        .bind(why)
+        .bind(now_ms())
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Puts a suspended job back in the queue as it was: its failure budget is untouched.
+pub async fn resume(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
+    db::query(
+        "UPDATE jobs SET state = 'queued', message = NULL, not_before = NULL, updated_at = ? \
+         WHERE id = ?",
     )
     .bind(now_ms())
     .bind(id)

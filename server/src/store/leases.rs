@@ -5,7 +5,7 @@
 use super::db::{self, Conn};
 use uuid::Uuid;
 
-use super::events::insert_event;
+use super::events::{insert_event, Actor};
 use super::pod_time::PodActivity;
 use super::{now_ms, StoreError};
 
@@ -51,8 +51,9 @@ pub struct Claimed {
     pub fallback_checkpoints: Vec<String>,
 }
 
-/// Claims the first leasable job for `accelerator` (priority, then submission order) for
-/// `pod`, starts its attempt and notes it on the timeline. Claims nothing while the pod
+/// Claims the job an eviction reserved `pod` for, else the first leasable job for
+/// `accelerator` (class, an evicted job at the head of its class, priority, then submission
+/// order) for `pod`, starts its attempt and notes it on the timeline. Claims nothing while the pod
 /// holds a live lease: a pod runs one job at a time.
 pub async fn claim(
     conn: &mut Conn,
@@ -63,10 +64,14 @@ pub async fn claim(
     let now = now_ms();
     let claimed: Option<Claimed> = db::query_as(
         "UPDATE jobs SET state = 'leased', lease_id = ?1, lease_pod = ?2, \
-         attempts = attempts + 1, cancel_requested = 0, not_before = NULL, updated_at = ?3 \
-         WHERE id = (SELECT id FROM jobs WHERE state = 'queued' AND same_as IS NULL \
-           AND accelerator = ?4 AND (not_before IS NULL OR not_before <= ?3) \
-           ORDER BY priority DESC, seq LIMIT 1) \
+         attempts = attempts + 1, cancel_requested = 0, not_before = NULL, updated_at = ?3, \
+         reserved_pod = NULL, reserved_until = NULL, queue_head = 0 \
+         WHERE id = COALESCE( \
+           (SELECT id FROM jobs WHERE reserved_pod = ?2 AND reserved_until > ?3 \
+             AND state = 'queued' AND same_as IS NULL AND accelerator = ?4 LIMIT 1), \
+           (SELECT id FROM jobs WHERE state = 'queued' AND same_as IS NULL \
+             AND accelerator = ?4 AND (not_before IS NULL OR not_before <= ?3) \
+             ORDER BY class_rank, queue_head DESC, priority DESC, seq LIMIT 1)) \
          AND NOT EXISTS (SELECT 1 FROM jobs WHERE lease_pod = ?2 AND state IN ('leased', 'running')) \
          RETURNING id, attempts, experiment, group_name, config_json, config_sha256, \
            checkpoint_dir, resume_from, resume_step",
@@ -111,6 +116,7 @@ pub async fn claim(
         .unwrap_or_default();
     insert_event(
         conn,
+        &Actor::worker(pod),
         Some(&claimed.id),
         Some(pod),
         "leased",
@@ -161,6 +167,7 @@ pub async fn mark_running(
         .await?;
     insert_event(
         conn,
+        &Actor::worker(pod),
         Some(job_id),
         Some(pod),
         "running",
@@ -187,6 +194,10 @@ pub struct LeaseHolder {
     pub end_step: Option<i64>,
     /// Whether this attempt committed a checkpoint.
     pub new_checkpoint: bool,
+    /// What the server asked the worker to stop for ('evicted', 'suspended'), and the
+    /// message the attempt ends with.
+    pub stop_request: Option<String>,
+    pub stop_message: Option<String>,
 }
 
 pub async fn holder(conn: &mut Conn, lease_id: Uuid) -> Result<Option<LeaseHolder>, StoreError> {
@@ -195,7 +206,8 @@ pub async fn holder(conn: &mut Conn, lease_id: Uuid) -> Result<Option<LeaseHolde
          (j.cancel_requested <> 0) AS cancel_requested, j.resume_step, j.lease_pod, j.accelerator, \
          a.start_step, a.first_step, a.end_step, \
          EXISTS (SELECT 1 FROM checkpoints c WHERE c.job_id = j.id \
-           AND c.attempt = j.attempts AND c.committed = 1) AS new_checkpoint \
+           AND c.attempt = j.attempts AND c.committed = 1) AS new_checkpoint, \
+         j.stop_request, j.stop_message \
          FROM jobs j JOIN attempts a ON a.lease_id = j.lease_id WHERE j.lease_id = ?",
     )
     .bind(lease_id.to_string())
@@ -213,6 +225,8 @@ pub struct AttemptEnd<'a> {
     pub message: Option<&'a str>,
     pub phases: Option<podq_api::TrainerPhases>,
     pub stopping_s: Option<f64>,
+    /// Why the server stopped it, beyond its outcome: 'evicted' or 'suspended'.
+    pub cause: Option<&'a str>,
 }
 
 /// What the job becomes when its attempt ends.
@@ -224,6 +238,8 @@ pub struct JobAfter<'a> {
     pub not_before: Option<i64>,
     pub verify_checkpoints: bool,
     pub message: Option<&'a str>,
+    /// Evicted: back to the head of its class.
+    pub queue_head: bool,
 }
 
 /// Ends the attempt of `lease_id`, settles its goodput and releases the job's lease.
@@ -243,7 +259,7 @@ pub async fn end_attempt(
         "UPDATE attempts SET ended_at = ?, running_at = COALESCE(running_at, first_step_at), \
          outcome = ?, start_step = COALESCE(?, start_step), \
          end_step = COALESCE(end_step, ?), exit_codes_json = ?, log_tail = ?, message = ?, \
-         stopping_s = ? \
+         stopping_s = ?, cause = ? \
          WHERE lease_id = ?",
     )
     .bind(now)
@@ -254,6 +270,7 @@ pub async fn end_attempt(
     .bind(end.log_tail)
     .bind(end.message)
     .bind(end.stopping_s)
+    .bind(end.cause)
     .bind(&lease)
     .execute(conn)
     .await?;
@@ -266,10 +283,12 @@ pub async fn end_attempt(
     super::pod_time::pod_ledger(conn, &pod, PodActivity::Between, now).await?;
     db::query(
         "UPDATE jobs SET state = ?, lease_id = NULL, lease_pod = NULL, cancel_requested = 0, \
+         stop_request = NULL, stop_message = NULL, queue_head = ?, \
          failures = ?, stalled_attempts = ?, preemptions = preemptions + ?, not_before = ?, \
          verify_checkpoints = ?, message = COALESCE(?, message), updated_at = ? WHERE id = ?",
     )
     .bind(job.state)
+    .bind(job.queue_head)
     .bind(job.failures)
     .bind(job.stalled_attempts)
     .bind(i64::from(job.preemption))
@@ -305,12 +324,13 @@ pub struct LiveRow {
     pub attempts: i64,
     pub cancel_requested: bool,
     pub state: String,
+    pub stop_message: Option<String>,
 }
 
 pub async fn live(db: &mut Conn) -> Result<Vec<LiveRow>, StoreError> {
     Ok(db::query_as(
         "SELECT lease_id, id, COALESCE(lease_pod, '') AS pod, attempts, \
-         (cancel_requested <> 0) AS cancel_requested, state \
+         (cancel_requested <> 0) AS cancel_requested, state, stop_message \
          FROM jobs WHERE lease_id IS NOT NULL",
     )
     .fetch_all(db)

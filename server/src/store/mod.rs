@@ -10,12 +10,14 @@
 //! (opening, settings, the statements only one of them runs) lives in `backend/`. The other
 //! files hold the SQL of one subject each (jobs, events, leases, pod time, …).
 
+pub mod audit;
 mod backend;
 pub mod catalog;
 pub mod checkpoints;
 pub mod copy;
 pub mod db;
 pub mod events;
+pub mod evictions;
 pub mod goodput;
 pub mod grant;
 pub mod idempotency;
@@ -33,6 +35,7 @@ mod readers;
 mod rows;
 pub mod schedules;
 mod time;
+pub mod users;
 pub mod views;
 pub mod webhooks;
 mod writer;

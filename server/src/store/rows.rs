@@ -11,7 +11,8 @@ use super::{ms_to_datetime, StoreError};
 /// The columns of `job_view`, in the order every job query selects them.
 pub const JOB_COLUMNS: &str = "id, seq, experiment, group_name, state, priority, submitted_at, \
     updated_at, config_sha256, checkpoint_dir, resume_from, last_step, total_steps, attempts, \
-    failures, max_failures, preemptions, same_as, not_before, message, run_id, est_hours, accelerator";
+    failures, max_failures, preemptions, same_as, not_before, message, run_id, est_hours, accelerator, \
+    submitted_by, priority_class";
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct JobRow {
@@ -40,6 +41,8 @@ pub struct JobRow {
     pub run_id: String,
     pub est_hours: f64,
     pub accelerator: String,
+    pub submitted_by: Option<String>,
+    pub priority_class: String,
 }
 
 pub fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
@@ -73,6 +76,8 @@ impl JobRow {
             not_before: self.not_before.map(ms_to_datetime),
             message: self.message,
             accelerator: self.accelerator,
+            submitted_by: self.submitted_by,
+            priority_class: self.priority_class,
         })
     }
 }
@@ -155,6 +160,7 @@ pub struct EventRow {
     pub pod: Option<String>,
     pub kind: String,
     pub message: String,
+    pub actor: String,
 }
 
 impl EventRow {
@@ -166,6 +172,7 @@ impl EventRow {
             pod: self.pod,
             kind: self.kind,
             message: self.message,
+            by: self.actor,
         })
     }
 }

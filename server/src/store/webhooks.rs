@@ -53,12 +53,13 @@ pub async fn head(db: &mut Conn, webhook: i64) -> Result<Option<Pending>, StoreE
         Option<String>,
         String,
         String,
+        String,
         Option<String>,
         Option<String>,
     );
     let row: Option<Row> = db::query_as(
         "SELECT o.id, o.attempts, o.next_attempt_at, e.id, e.at, e.job_id, e.pod, e.kind, \
-         e.message, j.experiment, j.group_name FROM webhook_outbox o \
+         e.message, e.actor, j.experiment, j.group_name FROM webhook_outbox o \
          JOIN events e ON e.id = o.event_id LEFT JOIN jobs j ON j.id = e.job_id \
          WHERE o.webhook_id = ? AND o.delivered_at IS NULL ORDER BY o.id LIMIT 1",
     )
@@ -66,7 +67,20 @@ pub async fn head(db: &mut Conn, webhook: i64) -> Result<Option<Pending>, StoreE
     .fetch_optional(db)
     .await?;
     Ok(row.map(
-        |(delivery, attempts, next, id, at, job_id, pod, kind, message, experiment, group)| {
+        |(
+            delivery,
+            attempts,
+            next,
+            id,
+            at,
+            job_id,
+            pod,
+            kind,
+            message,
+            actor,
+            experiment,
+            group,
+        )| {
             Pending {
                 delivery,
                 attempts,
@@ -78,6 +92,7 @@ pub async fn head(db: &mut Conn, webhook: i64) -> Result<Option<Pending>, StoreE
                     pod,
                     kind,
                     message,
+                    actor,
                 },
                 experiment,
                 group,

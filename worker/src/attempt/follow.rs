@@ -81,7 +81,10 @@ impl Follow {
             let fact = tokio::select! {
                 _ = ctx.shutdown.cancelled() => Fact::Shutdown,
                 _ = lease_lost.cancelled() => Fact::LeaseLost,
-                _ = cancel.cancelled() => Fact::Cancelled,
+                _ = cancel.cancelled() => match shared.stop_order() {
+                    Some(why) => Fact::StopOrdered(why),
+                    None => Fact::Cancelled,
+                },
                 exit = hosts.next_exit() => {
                     let alive = hosts.alive();
                     shared.set_hosts_alive(alive.clone());

@@ -1,5 +1,5 @@
 //! The lease's heartbeat: the attempt's phase, step and live hosts every `heartbeat_s`, and
-//! the server's answer (cancel, or the lease is lost).
+//! the server's answer (cancel, a stop order, or the lease is lost).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -41,8 +41,14 @@ pub(super) async fn heartbeat_loop(
                 .clone(),
         };
         match client.heartbeat(lease.lease_id, &request).await {
-            Ok(answer) if answer.cancel => cancel.cancel(),
-            Ok(_) => {}
+            Ok(answer) => {
+                if let Some(order) = answer.stop {
+                    shared.set_stop_order(order.reason);
+                    cancel.cancel();
+                } else if answer.cancel {
+                    cancel.cancel();
+                }
+            }
             Err(CallError::LeaseLost(message)) => {
                 tracing::warn!(lease = %lease.lease_id, "{message}");
                 lease_lost.cancel();

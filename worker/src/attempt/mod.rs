@@ -84,6 +84,9 @@ struct Shared {
     hosts_alive: Mutex<Vec<bool>>,
     /// Wakes the heartbeat at once when the attempt starts running.
     phase_changed: tokio::sync::Notify,
+    /// Why the server asked for the pod back (eviction, suspension), set before the
+    /// heartbeat fires the cancel token: the loop then stops with the full grace.
+    stop_order: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -92,6 +95,17 @@ impl Shared {
         self.running.store(true, Ordering::SeqCst);
         self.phase_changed.notify_one();
         self.set_hosts_alive(alive);
+    }
+
+    fn set_stop_order(&self, why: String) {
+        *self.stop_order.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+
+    fn stop_order(&self) -> Option<String> {
+        self.stop_order
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn set_hosts_alive(&self, alive: Vec<bool>) {

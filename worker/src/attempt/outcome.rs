@@ -34,6 +34,9 @@ pub enum Stop {
     LaunchFailed(String),
     /// The run was stopped ahead of a maintenance window the pod announced.
     Maintenance(String),
+    /// The server asked for the pod back (an eviction, a person's suspend): stopped with the
+    /// full grace, so the trainer saves; the server does not charge it.
+    Ordered(String),
 }
 
 /// What the worker knows when the attempt ends.
@@ -59,6 +62,13 @@ pub fn classify(o: &Observed) -> Option<(AttemptOutcome, String)> {
         ),
         Stop::Preempted(what) => (AttemptOutcome::Preempted, what.clone()),
         Stop::Maintenance(what) => (AttemptOutcome::Preempted, what.clone()),
+        Stop::Ordered(why) => (
+            AttemptOutcome::Preempted,
+            format!(
+                "stopped as the server asked ({why}): {}",
+                o.stopped.describe()
+            ),
+        ),
         Stop::LaunchFailed(what) => (
             AttemptOutcome::Lost,
             format!("{what}; the trainer never started, so the run is not charged"),
@@ -218,6 +228,7 @@ mod tests {
             ("a trainer exited 1 among SIGTERMs", Stop::AllExited, vec![exit(0, Some(143), None), Some(crash)], Some(&ready), &none, Some(Failed)),
             ("the pod said preempted", Stop::Preempted("pod state PREEMPTED".into()), vec![], None, &none, Some(Preempted)),
             ("maintenance ahead", Stop::Maintenance("window".into()), vec![], None, &none, Some(Preempted)),
+            ("the server asked for the pod", Stop::Ordered("evicted".into()), vec![], None, &none, Some(Preempted)),
             ("a trainer crashed during maintenance", Stop::HostEnded(crash), vec![Some(crash)], Some(&maintenance), &none, Some(Failed)),
             ("install or staging failed", Stop::LaunchFailed("launch failed: scp".into()), vec![], None, &none, Some(Lost)),
             ("no agent ever called", Stop::AgentsGone("no agent called".into()), vec![], None, &none, Some(Lost)),

@@ -37,6 +37,8 @@ pub enum Fact {
     LeaseLost,
     /// The server asked for the attempt to be cancelled.
     Cancelled,
+    /// The server needs the pod back for a job that did nothing wrong (evicted, suspended).
+    StopOrdered(String),
     /// A host's trainer ended (`None`: every host had already ended), and which hosts'
     /// trainers still run after it.
     Exit {
@@ -118,6 +120,7 @@ impl Watch {
             Fact::Shutdown => Some(Stop::Shutdown),
             Fact::LeaseLost => Some(Stop::LeaseLost),
             Fact::Cancelled => Some(Stop::Cancelled),
+            Fact::StopOrdered(why) => Some(Stop::Ordered(why)),
             Fact::Exit { exit: None, .. } => Some(Stop::AllExited),
             Fact::Exit {
                 exit: Some(exit),
@@ -338,6 +341,7 @@ mod tests {
             Stop::AgentsGone(why) => ("AgentsGone", why.clone()),
             Stop::LaunchFailed(why) => ("LaunchFailed", why.clone()),
             Stop::Maintenance(why) => ("Maintenance", why.clone()),
+            Stop::Ordered(why) => ("Ordered", why.clone()),
         }
     }
 
@@ -380,6 +384,7 @@ mod tests {
             ("the worker is leaving", launched, None, vec![], Fact::Shutdown, 1, Some(("Shutdown", ""))),
             ("the lease was lost", launched, None, vec![], Fact::LeaseLost, 1, Some(("LeaseLost", ""))),
             ("the server cancelled", launched, None, vec![], Fact::Cancelled, 1, Some(("Cancelled", ""))),
+            ("the server wants the pod back", launched, None, vec![], Fact::StopOrdered("evicted by job j".into()), 1, Some(("Ordered", "evicted by job j"))),
             // The hosts' exits.
             ("every host had ended", launched, None, vec![], Fact::Exit { exit: None, alive: vec![false, false] }, 1, Some(("AllExited", ""))),
             ("one host exited 0, another runs", launched, None, vec![], ended(ok, &[false, true]), 1, None),

@@ -14,14 +14,16 @@ use uuid::Uuid;
 
 use super::cron_dialect::{next_after, parse_cron};
 use crate::scheduler::{submit, Result, Scheduler, SchedulerError};
-use crate::store::events::insert_event;
+use crate::store::events::{insert_event, Actor};
 use crate::store::schedules::{self as stored, NewSchedule, ScheduleRow};
 use crate::store::{now_ms, StoreError};
 
 impl Scheduler {
-    pub async fn create_schedule(&self, req: ScheduleRequest) -> Result<Schedule> {
+    pub async fn create_schedule(&self, by: &Actor, req: ScheduleRequest) -> Result<Schedule> {
         parse_cron(&req.cron)?;
         submit::select(&self.catalog, &req.submit)?;
+        self.class_of(&req.submit)?;
+        let by = by.clone();
         if req.submit.dry_run {
             return Err(SchedulerError::invalid(
                 "invalid_schedule",
@@ -43,6 +45,8 @@ impl Scheduler {
                         next_run_at: next,
                     };
                     stored::insert(conn, &new).await?;
+                    let message = format!("created schedule {id} ({}): {body}", req.cron);
+                    insert_event(conn, &by, None, None, "schedule_created", &message).await?;
                     let row = stored::get(conn, id)
                         .await?
                         .ok_or(SchedulerError::UnknownSchedule(id))?;
@@ -61,13 +65,16 @@ impl Scheduler {
             .collect::<Result<_, _>>()?)
     }
 
-    pub async fn delete_schedule(&self, id: Uuid) -> Result<()> {
+    pub async fn delete_schedule(&self, by: &Actor, id: Uuid) -> Result<()> {
+        let by = by.clone();
         self.store
             .write(move |conn| {
                 async move {
                     if !stored::delete(conn, id).await? {
                         return Err(SchedulerError::UnknownSchedule(id));
                     }
+                    let message = format!("deleted schedule {id}");
+                    insert_event(conn, &by, None, None, "schedule_deleted", &message).await?;
                     Ok(())
                 }
                 .boxed()
@@ -117,15 +124,22 @@ impl Scheduler {
         };
         let next = next_after(&schedule.cron, Utc::now());
         let id = schedule.id.clone();
+        // A class the suite no longer has falls back to its default, and says so.
+        let class = self.class_of(&req).or_else(|e| {
+            tracing::warn!(schedule = %schedule.id, error = %e, "the schedule's class is gone: submitting in the default class");
+            self.class_of(&SubmitRequest::default())
+        })?;
+        let actor = Actor::schedule(&id);
         let answer = self
             .store
             .write(move |conn| {
                 async move {
-                    let answer = submit::submit(conn, &experiments, &req).await?;
+                    let answer = submit::submit(conn, &actor, &class, &experiments, &req).await?;
                     stored::fired(conn, &id, next).await?;
                     for job_id in answer.created.iter().filter_map(|job| job.job_id) {
                         insert_event(
                             conn,
+                            &actor,
                             Some(&job_id.to_string()),
                             None,
                             "scheduled",

@@ -13,9 +13,9 @@ use podq_api::{
 };
 use uuid::Uuid;
 
-use super::policy::{self, AttemptProgress, JobBudget};
+use super::policy::{self, AttemptProgress, JobBudget, StopRequest};
 use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
-use crate::store::events::insert_event;
+use crate::store::events::{insert_event, Actor};
 use crate::store::leases::{self as sql, AttemptEnd, JobAfter};
 use crate::store::{checkpoints, metrics, now_ms, parse_uuid, pod_time, pods, Conn, StoreError};
 
@@ -32,6 +32,11 @@ pub(in crate::scheduler) struct Fenced {
 impl Scheduler {
     /// The live lease `lease_id`, or `LeaseLost`: the cheap check in memory every worker
     /// call makes before it touches the store.
+    /// The pod a live lease is held by (the check of a pod-limited worker token).
+    pub fn pod_of_lease(&self, lease_id: Uuid) -> Option<String> {
+        self.live.get(lease_id).map(|l| l.pod)
+    }
+
     pub(in crate::scheduler) fn live_lease(&self, lease_id: Uuid) -> Result<LiveLease> {
         self.live
             .get(lease_id)
@@ -74,7 +79,10 @@ impl Scheduler {
         for stale in self.live.of_pod(pod) {
             let message =
                 "the pod asked for a new lease while holding this one: its worker restarted";
-            match self.end_lease(stale, lost(message)).await {
+            match self
+                .end_lease(stale, lost(message), Some(Actor::worker(pod)))
+                .await
+            {
                 Ok(_) | Err(SchedulerError::LeaseLost(_)) => {}
                 Err(e) => return Err(e),
             }
@@ -140,6 +148,7 @@ impl Scheduler {
                 attempt: claimed.attempts,
                 expires_at: Instant::now() + self.live.ttl,
                 cancel: false,
+                stop: None,
                 running: false,
                 running_recorded: false,
                 step: claimed.resume_step,
@@ -182,7 +191,16 @@ impl Scheduler {
                 async move {
                     record_pod(conn, &name, &report.pod).await?;
                     if let Some(event) = &report.event {
-                        insert_event(conn, None, Some(&name), &event.kind, &event.message).await?;
+                        let worker = Actor::worker(&name);
+                        insert_event(
+                            conn,
+                            &worker,
+                            None,
+                            Some(&name),
+                            &event.kind,
+                            &event.message,
+                        )
+                        .await?;
                     }
                     Ok::<_, SchedulerError>(())
                 }
@@ -195,7 +213,7 @@ impl Scheduler {
 
     /// Extends the lease; answers whether to stop. Memory only: see `live.rs`.
     pub fn heartbeat(&self, lease_id: Uuid, req: HeartbeatRequest) -> Result<HeartbeatResponse> {
-        let cancel = {
+        let (cancel, stop) = {
             let mut leases = self.live.lock();
             let entry = leases
                 .get_mut(&lease_id)
@@ -205,12 +223,13 @@ impl Scheduler {
             if req.step.is_some() {
                 entry.step = req.step;
             }
-            entry.cancel
+            (entry.cancel, entry.stop.clone())
         };
         Ok(HeartbeatResponse {
             lease_expires_at: chrono::Utc::now()
                 + chrono::Duration::from_std(self.live.ttl).unwrap_or_default(),
             cancel,
+            stop: stop.map(|reason| podq_api::StopOrder { reason }),
         })
     }
 
@@ -256,11 +275,11 @@ impl Scheduler {
     /// Records what the worker found in the checkpoint store. The newest committed
     /// checkpoint becomes where the next attempt resumes.
     pub async fn record_checkpoints(&self, lease_id: Uuid, batch: CheckpointsBatch) -> Result<()> {
-        self.live_lease(lease_id)?;
+        let worker = Actor::worker(&self.live_lease(lease_id)?.pod);
         self.write_fenced(lease_id, move |conn, fenced| {
             async move {
-                checkpoints::record(conn, &fenced.job_id, fenced.attempt, &batch.checkpoints)
-                    .await?;
+                let job = &fenced.job_id;
+                checkpoints::record(conn, &worker, job, fenced.attempt, &batch.checkpoints).await?;
                 Ok(())
             }
             .boxed()
@@ -271,11 +290,13 @@ impl Scheduler {
     /// Things the worker saw, onto the job's timeline.
     pub async fn record_worker_events(&self, lease_id: Uuid, events: WorkerEvents) -> Result<()> {
         let pod = self.live_lease(lease_id)?.pod;
+        let worker = Actor::worker(&pod);
         self.write_fenced(lease_id, move |conn, fenced| {
             async move {
                 let job = Some(fenced.job_id.as_str());
                 for event in &events.events {
-                    insert_event(conn, job, Some(&pod), &event.kind, &event.message).await?;
+                    insert_event(conn, &worker, job, Some(&pod), &event.kind, &event.message)
+                        .await?;
                 }
                 Ok(())
             }
@@ -294,13 +315,16 @@ impl Scheduler {
                 "phases and stopping_s: times must be finite and 0 or more",
             ));
         }
-        self.end_lease(lease_id, req).await
+        self.end_lease(lease_id, req, None).await
     }
 
+    /// Ends the attempt of `lease_id` as `req` says: reported by its worker, or (`by`) ended
+    /// by podq itself.
     pub(in crate::scheduler) async fn end_lease(
         &self,
         lease_id: Uuid,
         req: FinishRequest,
+        by: Option<Actor>,
     ) -> Result<FinishResponse> {
         let config = self.config.clone();
         let jitter: f64 = rand::random();
@@ -327,6 +351,10 @@ impl Scheduler {
                             max_failures: holder.max_failures,
                             stalled_attempts: holder.stalled_attempts,
                             cancel_requested: holder.cancel_requested,
+                            stop_request: holder
+                                .stop_request
+                                .as_deref()
+                                .and_then(StopRequest::parse),
                         },
                         progressed,
                         config.backoff_base,
@@ -340,6 +368,7 @@ impl Scheduler {
                     let exit_codes_json = serde_json::to_string(&req.exit_codes)
                         .map_err(|e| StoreError::Corrupt(format!("exit codes: {e}")))?;
                     let pod = holder.lease_pod.as_deref();
+                    let actor = by.unwrap_or_else(|| Actor::worker(pod.unwrap_or("?")));
                     let detail = req
                         .message
                         .as_deref()
@@ -350,11 +379,35 @@ impl Scheduler {
                         (JobState::Queued, None) => "; requeued".to_owned(),
                         (state, _) => format!("; job {state}"),
                     };
+                    // A stop the server asked for ends with the server's reason, whatever the
+                    // worker saw (a worker from before issue 27 stops it as a cancel).
+                    let requested = holder
+                        .stop_request
+                        .as_deref()
+                        .and_then(StopRequest::parse)
+                        .filter(|_| policy::ends_a_requested_stop(req.outcome));
+                    let cause = requested.map(StopRequest::as_str);
+                    let detail = match (requested, &holder.stop_message) {
+                        (Some(_), Some(why)) => format!(": {why}"),
+                        _ => detail,
+                    };
+                    let next = match requested {
+                        Some(StopRequest::Evicted) => {
+                            "; requeued at the head of its class".to_owned()
+                        }
+                        Some(StopRequest::Suspended) => "; held until `podq resume`".to_owned(),
+                        None => next,
+                    };
                     let summary =
                         format!("attempt {} {}{detail}{next}", holder.attempts, req.outcome);
                     // The job's message says why its last attempt ended, so a list of jobs
-                    // shows the reason next to the state; the policy's verdict wins.
-                    let job_message = decision.message.clone().unwrap_or_else(|| summary.clone());
+                    // shows the reason next to the state; the policy's verdict wins. A
+                    // cancelled job keeps the message that names who cancelled it.
+                    let job_message = match &decision.message {
+                        Some(verdict) => Some(verdict.clone()),
+                        None if holder.cancel_requested => None,
+                        None => Some(summary.clone()),
+                    };
                     sql::end_attempt(
                         conn,
                         lease_id,
@@ -368,6 +421,7 @@ impl Scheduler {
                             message: req.message.as_deref(),
                             phases: req.phases,
                             stopping_s: req.stopping_s,
+                            cause,
                         },
                         &JobAfter {
                             state: decision.state.as_str(),
@@ -376,16 +430,18 @@ impl Scheduler {
                             preemption: decision.preemption,
                             not_before,
                             verify_checkpoints: req.outcome == AttemptOutcome::Lost,
-                            message: Some(&job_message),
+                            message: job_message.as_deref(),
+                            queue_head: requested == Some(StopRequest::Evicted),
                         },
                     )
                     .await?;
-                    insert_event(conn, Some(&holder.id), pod, req.outcome.as_str(), &summary)
-                        .await?;
+                    let job = Some(holder.id.as_str());
+                    insert_event(conn, &actor, job, pod, req.outcome.as_str(), &summary).await?;
                     if let Some(message) = &decision.message {
                         if matches!(decision.state, JobState::Held | JobState::Failed) {
                             insert_event(
                                 conn,
+                                &Actor::podq(),
                                 Some(&holder.id),
                                 None,
                                 decision.state.as_str(),
@@ -437,6 +493,7 @@ async fn record_pod(
         if state != desc.state || health != desc.health {
             insert_event(
                 conn,
+                &Actor::worker(pod),
                 None,
                 Some(pod),
                 "pod_state",

@@ -25,6 +25,9 @@ pub struct LiveLease {
     pub attempt: i64,
     pub expires_at: Instant,
     pub cancel: bool,
+    /// The server asked the worker to stop the attempt (eviction, suspension): this is why,
+    /// and the next heartbeat says so.
+    pub stop: Option<String>,
     pub running: bool,
     /// Whether the database knows the attempt is running yet (see `Scheduler::persist_running`).
     pub running_recorded: bool,
@@ -59,6 +62,7 @@ impl LiveLeases {
                         attempt: row.attempts,
                         expires_at: now + ttl,
                         cancel: row.cancel_requested,
+                        stop: row.stop_message,
                         running,
                         running_recorded: running,
                         step: None,
@@ -106,6 +110,12 @@ impl LiveLeases {
     pub(in crate::scheduler) fn flag_cancel(&self, lease: Uuid) {
         if let Some(live) = self.lock().get_mut(&lease) {
             live.cancel = true;
+        }
+    }
+
+    pub(in crate::scheduler) fn flag_stop(&self, lease: Uuid, why: String) {
+        if let Some(live) = self.lock().get_mut(&lease) {
+            live.stop = Some(why);
         }
     }
 
@@ -158,6 +168,23 @@ impl LiveLeases {
                 last_seen: Utc::now(),
             },
         );
+    }
+
+    /// Pods of `accelerator` heard from within a lease's TTL, ready, and holding no lease:
+    /// one of them leases the head of the queue soon, so nothing needs evicting.
+    pub(in crate::scheduler) fn idle_pods(&self, accelerator: &str) -> usize {
+        let busy: std::collections::HashSet<String> =
+            self.lock().values().map(|l| l.pod.clone()).collect();
+        let recent = Utc::now() - chrono::Duration::from_std(self.ttl).unwrap_or_default();
+        self.pods()
+            .iter()
+            .filter(|(pod, seen)| {
+                seen.recorded.accelerator == accelerator
+                    && seen.recorded.state.eq_ignore_ascii_case("ready")
+                    && seen.last_seen >= recent
+                    && !busy.contains(*pod)
+            })
+            .count()
     }
 
     /// When `pod` was last heard from since this server started.

@@ -2,6 +2,7 @@
 //! ending leases whose worker went silent, waking waiting workers, and the retry policy that
 //! turns an attempt's outcome into the job's next state.
 
+mod evict;
 mod leasing;
 pub mod live;
 pub mod policy;

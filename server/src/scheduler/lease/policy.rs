@@ -11,6 +11,35 @@ pub struct JobBudget {
     pub max_failures: i64,
     pub stalled_attempts: i64,
     pub cancel_requested: bool,
+    /// The server asked the worker to stop the attempt for this.
+    pub stop_request: Option<StopRequest>,
+}
+
+/// Why the server stopped a running attempt that had done nothing wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopRequest {
+    /// Another job of a class that may evict this one's takes the pod: requeued at the head
+    /// of its class, uncharged.
+    Evicted,
+    /// A person's pause (`podq suspend`): held until `podq resume`, uncharged.
+    Suspended,
+}
+
+impl StopRequest {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopRequest::Evicted => "evicted",
+            StopRequest::Suspended => "suspended",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<StopRequest> {
+        match text {
+            "evicted" => Some(StopRequest::Evicted),
+            "suspended" => Some(StopRequest::Suspended),
+            _ => None,
+        }
+    }
 }
 
 /// Attempts in a row without progress after which a person must look.
@@ -60,6 +89,15 @@ pub fn progressed(p: AttemptProgress) -> bool {
         }
 }
 
+/// Whether an attempt that ended so ended the stop the server asked for (rather than
+/// crashing or finishing on the way out).
+pub fn ends_a_requested_stop(outcome: AttemptOutcome) -> bool {
+    matches!(
+        outcome,
+        AttemptOutcome::Preempted | AttemptOutcome::Lost | AttemptOutcome::Cancelled
+    )
+}
+
 pub fn decide(
     outcome: AttemptOutcome,
     budget: JobBudget,
@@ -81,9 +119,19 @@ pub fn decide(
         backoff: None,
         message: None,
     };
+    // The job's message already names who cancelled it.
     if budget.cancel_requested && outcome != AttemptOutcome::Succeeded {
         decision.state = JobState::Cancelled;
-        decision.message = Some("cancelled by request".into());
+        return decision;
+    }
+    // A stop the server asked for costs the job nothing, however the worker saw it end: the
+    // trainer saved on the way out. A crash on the way out is still a failure.
+    if let (Some(stop), true) = (budget.stop_request, ends_a_requested_stop(outcome)) {
+        decision.stalled_attempts = budget.stalled_attempts;
+        decision.state = match stop {
+            StopRequest::Evicted => JobState::Queued,
+            StopRequest::Suspended => JobState::Held,
+        };
         return decision;
     }
     match outcome {
@@ -130,7 +178,40 @@ mod tests {
             max_failures: 3,
             stalled_attempts: stalled,
             cancel_requested: false,
+            stop_request: None,
         }
+    }
+
+    #[test]
+    fn a_stop_the_server_asked_for_is_uncharged() {
+        use AttemptOutcome::*;
+        let asked = |stop| JobBudget {
+            stop_request: Some(stop),
+            ..budget(1, 2)
+        };
+        for outcome in [Preempted, Lost, Cancelled] {
+            let evicted = decide(outcome, asked(StopRequest::Evicted), false, MIN, CAP, 0.5);
+            assert_eq!(
+                (
+                    evicted.state,
+                    evicted.failures,
+                    evicted.stalled_attempts,
+                    evicted.preemption
+                ),
+                (JobState::Queued, 1, 2, false),
+                "{outcome}"
+            );
+            assert!(evicted.backoff.is_none() && evicted.message.is_none());
+            let suspended = decide(outcome, asked(StopRequest::Suspended), false, MIN, CAP, 0.5);
+            assert_eq!(suspended.state, JobState::Held, "{outcome}");
+        }
+        let crashed = decide(Failed, asked(StopRequest::Evicted), false, MIN, CAP, 0.5);
+        assert_eq!(
+            crashed.failures, 2,
+            "a crash on the way out is still charged"
+        );
+        let done = decide(Succeeded, asked(StopRequest::Evicted), true, MIN, CAP, 0.5);
+        assert_eq!(done.state, JobState::Succeeded);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The reaper's tick: record attempts that started running, end leases whose worker went
-//! silent, and wake a waiting worker for each job whose backoff ended. A tick that finds
+//! silent, wake a waiting worker for each job whose backoff ended, and (every 2 s) weigh
+//! evictions (`evict.rs`). A tick that finds
 //! nothing to do touches no table.
 
 use std::sync::Arc;
@@ -11,9 +12,11 @@ use uuid::Uuid;
 
 use super::leasing::lost;
 use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
+use crate::store::events::Actor;
 use crate::store::{leases as sql, now_ms};
 
 const TICK: Duration = Duration::from_millis(250);
+const EVICT_EVERY: u64 = 8;
 
 /// What one tick did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -28,13 +31,19 @@ impl Scheduler {
     /// Runs the reaper every 250 ms until `shutdown`.
     pub async fn run_reaper(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(TICK);
-        loop {
+        for ticks in 0u64.. {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
             }
             if let Err(e) = self.reap_once(Instant::now()).await {
                 tracing::error!(error = %e, "the reaper's tick failed");
+            }
+            // Evictions are weighed every 2 s: they read the queue's head and the running jobs.
+            if ticks % EVICT_EVERY == 0 {
+                if let Err(e) = self.evict_tick().await {
+                    tracing::error!(error = %e, "weighing evictions failed");
+                }
             }
         }
     }
@@ -50,7 +59,10 @@ impl Scheduler {
                 "no heartbeat for {}s: the worker is gone",
                 self.live.ttl.as_secs()
             );
-            match self.end_lease(lease, lost(message)).await {
+            match self
+                .end_lease(lease, lost(message), Some(Actor::podq()))
+                .await
+            {
                 Ok(_) => {
                     tracing::warn!(%lease, "reaped a lease whose worker stopped heartbeating");
                     reaped.lost.push(lease);

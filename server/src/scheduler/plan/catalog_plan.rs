@@ -15,6 +15,7 @@ use super::grant::check_deadline;
 use super::planner::{self, Group, Limits, Phase, Pool, Run};
 use super::pod_time::ExpectedWaste;
 use crate::scheduler::{submit, Result, Scheduler};
+use crate::store::events::Actor;
 use crate::store::views::{self, PlanJob};
 use crate::store::{events, goodput, grant, jobs, now_ms, parse_uuid, pods};
 
@@ -57,7 +58,13 @@ impl Scheduler {
 
     /// Applies the recommended order: submits the experiments it includes that were never
     /// submitted, and sets priorities so jobs lease in that order. One transaction.
-    pub async fn apply_plan(&self, deadline: Option<DateTime<Utc>>) -> Result<PlanApplied> {
+    pub async fn apply_plan(
+        &self,
+        by: &Actor,
+        deadline: Option<DateTime<Utc>>,
+    ) -> Result<PlanApplied> {
+        let class = self.class_of(&SubmitRequest::default())?;
+        let by = by.clone();
         let (plan, order) = self.project(deadline, true).await?;
         // Per run: its job, or the experiments to submit for it (the run's own first, then
         // those that share its config, which submission links to it), and its priority.
@@ -92,6 +99,7 @@ impl Scheduler {
                                     jobs::set_priority(conn, &id, priority).await?;
                                     events::insert_event(
                                         conn,
+                                        &by,
                                         Some(&id),
                                         None,
                                         "priority",
@@ -113,7 +121,8 @@ impl Scheduler {
                                     ..SubmitRequest::default()
                                 };
                                 let answer =
-                                    submit::submit(conn, &experiments, &req).await?;
+                                    submit::submit(conn, &by, &class, &experiments, &req)
+                                        .await?;
                                 submitted.extend(answer.created.into_iter().map(|c| c.experiment));
                                 submitted.extend(answer.linked.into_iter().map(|l| l.experiment));
                             }

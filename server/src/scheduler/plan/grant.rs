@@ -6,6 +6,7 @@ use futures::FutureExt;
 use podq_api::{Grant, GrantRequest};
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};
+use crate::store::events::{insert_event, Actor};
 use crate::store::grant::{self, GrantRow};
 use crate::store::{ms_to_datetime, pods};
 
@@ -30,7 +31,7 @@ impl Scheduler {
 
     /// Stores the grant after checking it: it ends in the future and after it starts, and
     /// every budget names an accelerator podq knows and is not negative.
-    pub async fn set_grant(&self, req: GrantRequest) -> Result<Grant> {
+    pub async fn set_grant(&self, by: &Actor, req: GrantRequest) -> Result<Grant> {
         let now = Utc::now();
         let start = req.start.unwrap_or(now);
         check_deadline(req.end, now)?;
@@ -62,8 +63,20 @@ impl Scheduler {
             pod_hours: req.pod_hours,
         };
         let pod_hours = row.pod_hours.clone();
+        let message = format!(
+            "set the grant: {start} to {}, pod-hours {}",
+            req.end,
+            serde_json::to_string(&pod_hours).unwrap_or_default()
+        );
+        let by = by.clone();
         self.store
-            .write(move |conn| async move { grant::put(conn, &row).await }.boxed())
+            .write(move |conn| {
+                async move {
+                    grant::put(conn, &row).await?;
+                    insert_event(conn, &by, None, None, "grant", &message).await
+                }
+                .boxed()
+            })
             .await?;
         Ok(Grant {
             start: ms_to_datetime(start.timestamp_millis()),

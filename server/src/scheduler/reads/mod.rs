@@ -2,6 +2,7 @@
 //! logs and their followers, the live feed of events and progress, and the views cached
 //! between commits. The HTTP layer reads through here and imports nothing of `store/`.
 
+pub mod audit;
 mod follow;
 mod job_reads;
 mod live_events;

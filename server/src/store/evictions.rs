@@ -1,0 +1,127 @@
+//! SQL of eviction: the job at the head of each accelerator's queue, the running jobs it
+//! might evict with what an eviction would cost them, and the write that asks for the pod.
+
+use super::db::{self, Conn};
+use super::events::{insert_event, Actor};
+use super::{now_ms, StoreError};
+
+/// The accelerators of the jobs on pods now.
+pub async fn live_accelerators(db: &mut Conn) -> Result<Vec<String>, StoreError> {
+    Ok(db::query_scalar(
+        "SELECT DISTINCT accelerator FROM jobs WHERE state IN ('leased', 'running') \
+         AND same_as IS NULL ORDER BY accelerator",
+    )
+    .fetch_all(db)
+    .await?)
+}
+
+/// The job a freed pod of its accelerator would go to.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct QueueHead {
+    pub id: String,
+    pub experiment: String,
+    pub priority_class: String,
+    pub submitted_by: Option<String>,
+    /// Set while an eviction it asked for is under way.
+    pub reserved_pod: Option<String>,
+    pub reserved_until: Option<i64>,
+}
+
+pub async fn queue_head(db: &mut Conn, accelerator: &str) -> Result<Option<QueueHead>, StoreError> {
+    Ok(db::query_as(
+        "SELECT id, experiment, priority_class, submitted_by, reserved_pod, reserved_until \
+         FROM jobs WHERE state = 'queued' AND same_as IS NULL AND accelerator = ? \
+         AND (not_before IS NULL OR not_before <= ?) \
+         ORDER BY class_rank, queue_head DESC, priority DESC, seq LIMIT 1",
+    )
+    .bind(accelerator)
+    .bind(now_ms())
+    .fetch_optional(db)
+    .await?)
+}
+
+/// A running job of `accelerator` an eviction could stop, with what stopping it would lose.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Running {
+    pub id: String,
+    pub experiment: String,
+    pub priority_class: String,
+    pub lease_id: String,
+    pub pod: String,
+    /// When its attempt was leased, and when its trainer started (ms since the epoch).
+    pub started_at: i64,
+    pub running_at: Option<i64>,
+    /// When this attempt last committed a checkpoint.
+    pub last_commit_at: Option<i64>,
+    /// Attempts of this job evicted in the last 24 hours.
+    pub evictions_today: i64,
+}
+
+pub async fn running(db: &mut Conn, accelerator: &str) -> Result<Vec<Running>, StoreError> {
+    let day_ago = now_ms() - 24 * 3600 * 1000;
+    Ok(db::query_as(
+        "SELECT j.id, j.experiment, j.priority_class, j.lease_id, j.lease_pod AS pod, \
+         a.started_at, a.running_at, \
+         (SELECT MAX(c.seen_at) FROM checkpoints c WHERE c.job_id = j.id \
+           AND c.attempt = j.attempts AND c.committed = 1) AS last_commit_at, \
+         (SELECT COUNT(*) FROM attempts e WHERE e.job_id = j.id AND e.cause = 'evicted' \
+           AND e.ended_at >= ?) AS evictions_today \
+         FROM jobs j JOIN attempts a ON a.lease_id = j.lease_id \
+         WHERE j.state IN ('leased', 'running') AND j.same_as IS NULL AND j.accelerator = ? \
+         AND j.stop_request IS NULL AND j.cancel_requested = 0",
+    )
+    .bind(day_ago)
+    .bind(accelerator)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Asks for `victim`'s pod for `evictor`: the victim's worker is told to stop it, and the
+/// pod is held for the evictor until `reserved_until`. Answers false (and writes nothing)
+/// when either job moved on since they were read.
+pub async fn evict(
+    conn: &mut Conn,
+    evictor: &str,
+    victim: &Running,
+    why: &str,
+    reserved_until: i64,
+) -> Result<bool, StoreError> {
+    let now = now_ms();
+    let stopped = db::query(
+        "UPDATE jobs SET stop_request = 'evicted', stop_message = ?, updated_at = ? \
+         WHERE id = ? AND lease_id = ? AND stop_request IS NULL AND cancel_requested = 0",
+    )
+    .bind(why)
+    .bind(now)
+    .bind(&victim.id)
+    .bind(&victim.lease_id)
+    .execute(conn)
+    .await?;
+    if stopped == 0 {
+        return Ok(false);
+    }
+    let reserved = db::query(
+        "UPDATE jobs SET reserved_pod = ?, reserved_until = ?, updated_at = ? \
+         WHERE id = ? AND state = 'queued'",
+    )
+    .bind(&victim.pod)
+    .bind(reserved_until)
+    .bind(now)
+    .bind(evictor)
+    .execute(conn)
+    .await?;
+    if reserved == 0 {
+        return Err(StoreError::Corrupt(format!(
+            "job {evictor} left the queue inside the eviction's transaction"
+        )));
+    }
+    let podq = Actor::podq();
+    let pod = Some(victim.pod.as_str());
+    insert_event(conn, &podq, Some(&victim.id), pod, "evicting", why).await?;
+    let message = format!(
+        "pod {} is held for this job while job {} ({}) saves and stops",
+        victim.pod, victim.id, victim.experiment
+    );
+    insert_event(conn, &podq, Some(evictor), pod, "evicting", &message).await?;
+    Ok(true)
+}
