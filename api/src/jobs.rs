@@ -265,6 +265,10 @@ pub struct Attempt {
     /// Per host, in host order; null where the host's exit code is unknown.
     pub exit_codes: Vec<Option<i32>>,
     pub message: Option<String>,
+    /// Why the server stopped it beyond its outcome: `evicted` (by a job of a higher
+    /// class) or `suspended` (a person's pause); both end `preempted`, uncharged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
     pub log_tail: Option<String>,
     /// Where this attempt's pod time went; for an attempt still running, up to now.
     pub pod_time: PodTime,

@@ -199,7 +199,7 @@ pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreErr
 pub async fn attempts(db: &mut Conn, job_id: &str) -> Result<Vec<AttemptRow>, StoreError> {
     Ok(db::query_as::<AttemptRow>(
         "SELECT attempt, lease_id, pod, resume_from, started_at, running_at, ended_at, outcome, \
-         start_step, end_step, exit_codes_json, log_tail, message \
+         start_step, end_step, exit_codes_json, log_tail, message, cause \
          FROM attempts WHERE job_id = ? ORDER BY attempt",
     )
     .bind(job_id)

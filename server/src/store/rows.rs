@@ -97,6 +97,7 @@ pub struct AttemptRow {
     pub exit_codes_json: Option<String>,
     pub log_tail: Option<String>,
     pub message: Option<String>,
+    pub cause: Option<String>,
 }
 
 impl AttemptRow {
@@ -125,6 +126,7 @@ impl AttemptRow {
                 .map_err(|e| StoreError::Corrupt(format!("exit codes: {e}")))?
                 .unwrap_or_default(),
             message: self.message,
+            cause: self.cause,
             log_tail: self.log_tail,
             pod_time,
         })
