@@ -106,6 +106,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         deadline: args.deadline,
         webhooks: args.webhooks.clone(),
         metrics_listen: args.metrics_listen,
+        tls_cert: None,
+        tls_key: None,
         log_lines_per_host: 20_000,
         prior_mtbf_h: 24.0,
     };

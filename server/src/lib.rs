@@ -7,6 +7,7 @@ pub mod names;
 pub mod scheduler;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 pub mod webhooks;
 
 use std::sync::Arc;
@@ -23,8 +24,9 @@ use store::Store;
 
 pub use http::AppState;
 
-/// Loads the catalog (refusing one with errors), opens the store and checks the listen
-/// address is safe for the tokens configured.
+/// Loads the catalog (refusing one with errors), opens the store, checks the listen
+/// address is safe for the tokens configured and the TLS files (warning when a server that
+/// listens beyond loopback has none).
 pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
     if !config.listen.ip().is_loopback()
         && (config.admin_token.is_none() || config.worker_token.is_none())
@@ -34,6 +36,16 @@ pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
              or listen on a loopback address",
             config.listen
         );
+    }
+    match &config.tls {
+        // Refused now, naming the file, rather than at the first connection.
+        Some(files) => drop(files.acceptor()?),
+        None if !config.listen.ip().is_loopback() => tracing::warn!(
+            listen = %config.listen,
+            "serving plain HTTP beyond loopback: tokens cross the network in clear text; \
+             give --tls-cert and --tls-key (PODQ_TLS_CERT, PODQ_TLS_KEY) to serve HTTPS"
+        ),
+        None => {}
     }
     let catalog = Catalog::load(&config.experiments, &config.catalog);
     let errors = catalog.errors();
@@ -96,6 +108,10 @@ pub async fn serve(
         shutdown: shutdown.clone(),
         ..state
     };
+    let tls = match &state.config.tls {
+        Some(files) => Some(files.acceptor()?),
+        None => None,
+    };
     let leading = tokio::spawn(run_while_active(state.clone(), shutdown.clone()));
     let metrics = match state.config.metrics_listen {
         Some(listen) => {
@@ -104,18 +120,17 @@ pub async fn serve(
                 .with_context(|| format!("cannot listen on {listen} for /metrics"))?;
             tracing::info!(address = %listener.local_addr()?, "serving /metrics");
             let app = http::metrics_router(state.clone());
-            let stop = shutdown.clone();
-            Some(tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stop.cancelled_owned())
-                    .await
-            }))
+            Some(tokio::spawn(serve_on(
+                listener,
+                tls.clone(),
+                app,
+                shutdown.clone(),
+            )))
         }
         None => None,
     };
     let app = http::router(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+    serve_on(listener, tls, app, shutdown.clone())
         .await
         .context("HTTP server failed")?;
     shutdown.cancel();
@@ -124,6 +139,27 @@ pub async fn serve(
         let _ = metrics.await;
     }
     Ok(())
+}
+
+/// Serves `app` on `listener`, over TLS when there is an acceptor, until `shutdown`.
+async fn serve_on(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    app: axum::Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    match tls {
+        Some(acceptor) => {
+            axum::serve(tls::TlsListener::new(listener, acceptor), app)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        }
+    }
 }
 
 /// Runs what must happen once among the servers sharing a database (the lease reaper, cron
