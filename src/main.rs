@@ -356,8 +356,13 @@ pub fn shutdown_on_signal() -> CancellationToken {
 /// levels from `PODQ_LOG` (an env filter, default `info`).
 fn init_tracing() {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PODQ_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_http=warn"));
+    // rustls-platform-verifier logs each certificate it rejects at ERROR; the call that
+    // failed says so with what to do (`podq_worker::trust::explain`).
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PODQ_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "info,sqlx=warn,tower_http=warn,rustls_platform_verifier=off",
+        )
+    });
     let json = std::env::var("PODQ_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -168,7 +168,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         lease_wait: Duration::from_secs(20),
         preflight_retry: Duration::from_secs(2),
     };
-    let client = ServerClient::new(&base, config.worker_token.clone(), shutdown.clone());
+    let client = ServerClient::new(&base, config.worker_token.clone(), None, shutdown.clone());
     let worker = tokio::spawn(podq_worker::daemon::run(
         client,
         driver,
