@@ -169,6 +169,13 @@ pub struct ServerArgs {
     /// Also serve /metrics on this address (it is always served on --listen).
     #[arg(long, env = "PODQ_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve HTTPS with this certificate (PEM: the server's first, then any intermediates),
+    /// on --listen and --metrics-listen. Needs --tls-key.
+    #[arg(long, env = "PODQ_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "PODQ_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Trainer log lines kept per attempt and host; the oldest are dropped first.
     #[arg(long, env = "PODQ_LOG_LINES_PER_HOST", default_value_t = 20_000,
           value_parser = clap::value_parser!(i64).range(100..=10_000_000))]
@@ -227,6 +234,14 @@ impl ServerArgs {
             config.webhooks = podq_server::webhooks::load_config(file)?;
         }
         config.metrics_listen = self.metrics_listen;
+        config.tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(podq_server::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            // clap requires each with the other.
+            _ => None,
+        };
         config.log_lines_per_host = self.log_lines_per_host;
         config.prior_mtbf = Duration::from_secs_f64(self.prior_mtbf_h * 3600.0);
         Ok(config)
@@ -339,12 +354,17 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
 
 pub async fn run_server(config: ServerConfig) -> anyhow::Result<()> {
     let listen = config.listen;
+    let tls = config.tls.is_some();
     let state = podq_server::prepare(config).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     // On stdout, for scripts and tests that start the server on port 0.
-    println!("podq server listening on http://{}", listener.local_addr()?);
+    let scheme = if tls { "https" } else { "http" };
+    println!(
+        "podq server listening on {scheme}://{}",
+        listener.local_addr()?
+    );
     podq_server::serve(state, listener, shutdown_on_signal()).await
 }
 
@@ -372,8 +392,13 @@ pub fn shutdown_on_signal() -> CancellationToken {
 /// levels from `PODQ_LOG` (an env filter, default `info`).
 fn init_tracing() {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PODQ_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,tower_http=warn"));
+    // rustls-platform-verifier logs each certificate it rejects at ERROR; the call that
+    // failed says so with what to do (`podq_worker::trust::explain`).
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PODQ_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "info,sqlx=warn,tower_http=warn,rustls_platform_verifier=off",
+        )
+    });
     let json = std::env::var("PODQ_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

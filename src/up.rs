@@ -2,18 +2,20 @@
 //! trainer time-scaled so a whole training run takes about a minute.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use podq_api::SubmitRequest;
+use podq_server::tls::TlsFiles;
 use podq_worker::attempt::AttemptSettings;
 use podq_worker::client::ServerClient;
 use podq_worker::daemon::DaemonSettings;
 use podq_worker::pod::local::LocalPod;
+use podq_worker::trust::{explain, http_client, CaFile};
 
 use crate::ServerArgs;
 
@@ -70,6 +72,17 @@ pub struct UpArgs {
     /// Also serve /metrics on this address (it is always served on --listen).
     #[arg(long, env = "PODQ_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Serve HTTPS with this certificate (PEM: the server's first, then any intermediates).
+    /// Needs --tls-key. `up`'s own worker and calls trust it, or --ca.
+    #[arg(long, env = "PODQ_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "PODQ_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// With --tls-cert: the CA certificate(s) (PEM) that signed it, which `up`'s own worker
+    /// and calls trust [default: the --tls-cert file itself, for a self-signed certificate].
+    #[arg(long, env = "PODQ_CA", value_name = "FILE")]
+    ca: Option<PathBuf>,
     /// Where the database, the simulated pod's hosts and the checkpoints (`<data-dir>/bucket`,
     /// standing in for the GCS bucket) live.
     #[arg(long, env = "PODQ_DATA_DIR", default_value = "./podq-data")]
@@ -119,6 +132,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         deadline: args.deadline,
         webhooks: args.webhooks.clone(),
         metrics_listen: args.metrics_listen,
+        tls_cert: args.tls_cert.clone(),
+        tls_key: args.tls_key.clone(),
         log_lines_per_host: 20_000,
         prior_mtbf_h: 24.0,
     };
@@ -135,8 +150,16 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             )
         })?;
     let address = listener.local_addr()?;
+    let (base, ca) = match &config.tls {
+        None => (format!("http://{address}"), None),
+        Some(files) => {
+            let ca = args.ca.clone().unwrap_or_else(|| files.cert.clone());
+            let base = own_https_address(files, &ca, address)?;
+            (base, Some(CaFile::load(&ca)?))
+        }
+    };
     let server = tokio::spawn(podq_server::serve(state, listener, shutdown.clone()));
-    let base = format!("http://{address}");
+    let http = http_client(ca.as_ref()).build()?;
 
     let pod_root = data_dir.join("pod");
     let driver = Arc::new(LocalPod::new(
@@ -179,7 +202,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         lease_wait: Duration::from_secs(20),
         preflight_retry: Duration::from_secs(2),
     };
-    let client = ServerClient::new(&base, config.worker_token.clone(), shutdown.clone());
+    let client = ServerClient::new(
+        &base,
+        config.worker_token.clone(),
+        ca.as_ref(),
+        shutdown.clone(),
+    );
     let worker = tokio::spawn(podq_worker::daemon::run(
         client,
         driver,
@@ -187,15 +215,19 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
 
-    let submitted = submit(&base, &args.submit, config.admin_token.as_deref()).await?;
+    let submitted = submit(&http, &base, &args.submit, config.admin_token.as_deref()).await?;
+    let curl = match &ca {
+        Some(ca) => format!("curl -s --cacert {}", ca.path.display()),
+        None => "curl -s".to_owned(),
+    };
     println!();
     println!(
         "podq is up: a server and a simulated {}-host v4-64 pod named stable-1.",
         args.hosts
     );
     println!("  dashboard   {base}/");
-    println!("  status      curl -s {base}/api/v1/status");
-    println!("  jobs        curl -s {base}/api/v1/jobs");
+    println!("  status      {curl} {base}/api/v1/status");
+    println!("  jobs        {curl} {base}/api/v1/jobs");
     println!("  API         {base}/api/v1/openapi.json");
     println!("  database    {}", config.db.display());
     println!(
@@ -210,7 +242,39 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn submit(base: &str, what: &str, token: Option<&str>) -> anyhow::Result<String> {
+/// The `https://` address `up`'s own worker and calls reach its server at: the listen
+/// address (127.0.0.1 for an unspecified one), or `localhost` for a loopback one, whichever
+/// the certificate is valid for with the CA `ca`. Refuses a certificate valid for neither
+/// now, rather than leaving the worker to retry for ever.
+fn own_https_address(files: &TlsFiles, ca: &Path, address: SocketAddr) -> anyhow::Result<String> {
+    let ip = match address.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    let by_ip = SocketAddr::new(ip, address.port());
+    let error = match files.verify_for(ca, &ip.to_string()) {
+        Ok(()) => return Ok(format!("https://{by_ip}")),
+        Err(e) => e,
+    };
+    if ip.is_loopback() && files.verify_for(ca, "localhost").is_ok() {
+        return Ok(format!("https://localhost:{}", address.port()));
+    }
+    anyhow::bail!(
+        "podq up's own worker reaches its server at https://{by_ip}, but the certificate {} \
+         is not valid there for a client trusting {}: {error:#}. Give a certificate whose \
+         subjectAltName names {ip} or localhost, and --ca the CA that signed it",
+        files.cert.display(),
+        ca.display()
+    )
+}
+
+async fn submit(
+    http: &reqwest::Client,
+    base: &str,
+    what: &str,
+    token: Option<&str>,
+) -> anyhow::Result<String> {
     let request = match what {
         "none" => return Ok("nothing submitted (--submit none)".into()),
         "all" => SubmitRequest {
@@ -222,13 +286,14 @@ async fn submit(base: &str, what: &str, token: Option<&str>) -> anyhow::Result<S
             ..SubmitRequest::default()
         },
     };
-    let mut call = reqwest::Client::new()
-        .post(format!("{base}/api/v1/jobs"))
-        .json(&request);
+    let mut call = http.post(format!("{base}/api/v1/jobs")).json(&request);
     if let Some(token) = token {
         call = call.bearer_auth(token);
     }
-    let response = call.send().await.context("submitting")?;
+    let response = call
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("submitting: {}", explain(&e, base)))?;
     let status = response.status();
     let body = response.text().await?;
     if !status.is_success() {

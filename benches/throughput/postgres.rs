@@ -47,11 +47,13 @@ impl PostgresServer {
             .execute(&mut admin)
             .await?;
         admin.close().await?;
-        let root = self
-            .url
-            .rsplit_once('/')
-            .map_or(self.url.as_str(), |(root, _)| root);
-        Ok(format!("{root}/{name}"))
+        // The query (scripts/postgres-cluster's `sslmode` and `sslrootcert`, a path) stays.
+        let (base, query) = match self.url.split_once('?') {
+            Some((base, query)) => (base, format!("?{query}")),
+            None => (self.url.as_str(), String::new()),
+        };
+        let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
+        Ok(format!("{root}/{name}{query}"))
     }
 
     /// One single-row INSERT per transaction, durably committed, for `RAW_WINDOW`.

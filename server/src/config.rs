@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::catalog::CatalogOptions;
 use crate::store::Location;
+use crate::tls::TlsFiles;
 
 #[derive(Clone)]
 pub struct ServerConfig {
@@ -40,6 +41,8 @@ pub struct ServerConfig {
     pub webhooks: Vec<crate::webhooks::WebhookConfig>,
     /// Serve `/metrics` on this address too (it is always on the main one).
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve HTTPS with this certificate and key, on both addresses. None: plain HTTP.
+    pub tls: Option<TlsFiles>,
     /// Trainer log lines kept per attempt and host; older ones are dropped first.
     pub log_lines_per_host: i64,
     /// The mean time between interruptions assumed for a pod type before it has history
@@ -67,6 +70,7 @@ impl ServerConfig {
             deadline: None,
             webhooks: Vec::new(),
             metrics_listen: None,
+            tls: None,
             log_lines_per_host: 20_000,
             prior_mtbf: Duration::from_secs(24 * 3600),
         }
@@ -108,6 +112,7 @@ impl std::fmt::Debug for ServerConfig {
                     .collect::<Vec<_>>(),
             )
             .field("metrics_listen", &self.metrics_listen)
+            .field("tls", &self.tls)
             .finish()
     }
 }

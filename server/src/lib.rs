@@ -8,6 +8,7 @@ pub mod scheduler;
 pub mod store;
 pub mod team;
 pub mod telemetry;
+pub mod tls;
 pub mod webhooks;
 
 use std::sync::Arc;
@@ -24,9 +25,20 @@ use store::Store;
 
 pub use http::AppState;
 
-/// Loads the catalog (refusing one with errors), opens the store and checks the listen
-/// address is safe for the tokens configured.
+/// Loads the catalog (refusing one with errors), opens the store, checks the listen
+/// address is safe for the tokens configured and the TLS files (warning when a server that
+/// listens beyond loopback has none).
 pub async fn prepare(config: ServerConfig) -> anyhow::Result<AppState> {
+    match &config.tls {
+        // Refused now, naming the file, rather than at the first connection.
+        Some(files) => drop(files.acceptor()?),
+        None if !config.listen.ip().is_loopback() => tracing::warn!(
+            listen = %config.listen,
+            "serving plain HTTP beyond loopback: tokens cross the network in clear text; \
+             give --tls-cert and --tls-key (PODQ_TLS_CERT, PODQ_TLS_KEY) to serve HTTPS"
+        ),
+        None => {}
+    }
     let catalog = Catalog::load(&config.experiments, &config.catalog);
     let errors = catalog.errors();
     if !errors.is_empty() {
@@ -104,6 +116,10 @@ pub async fn serve(
         shutdown: shutdown.clone(),
         ..state
     };
+    let tls = match &state.config.tls {
+        Some(files) => Some(files.acceptor()?),
+        None => None,
+    };
     let leading = tokio::spawn(run_while_active(state.clone(), shutdown.clone()));
     let metrics = match state.config.metrics_listen {
         Some(listen) => {
@@ -112,18 +128,17 @@ pub async fn serve(
                 .with_context(|| format!("cannot listen on {listen} for /metrics"))?;
             tracing::info!(address = %listener.local_addr()?, "serving /metrics");
             let app = http::metrics_router(state.clone());
-            let stop = shutdown.clone();
-            Some(tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stop.cancelled_owned())
-                    .await
-            }))
+            Some(tokio::spawn(serve_on(
+                listener,
+                tls.clone(),
+                app,
+                shutdown.clone(),
+            )))
         }
         None => None,
     };
     let app = http::router(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+    serve_on(listener, tls, app, shutdown.clone())
         .await
         .context("HTTP server failed")?;
     shutdown.cancel();
@@ -132,6 +147,39 @@ pub async fn serve(
         let _ = metrics.await;
     }
     Ok(())
+}
+
+/// Serves `app` on `listener`, over TLS when there is an acceptor, until `shutdown`.
+async fn serve_on(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    app: axum::Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    match tls {
+        Some(acceptor) => {
+            // axum gives the peer address of a listener of its own kind only; a `tap_io`
+            // wrapper (doing nothing) makes it one.
+            use axum::serve::ListenerExt;
+            let listener = tls::TlsListener::new(listener, acceptor).tap_io(|_| {});
+            axum::serve(listener, with_address(app))
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        }
+        None => {
+            axum::serve(listener, with_address(app))
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        }
+    }
+}
+
+/// The app with each connection's peer address, which the audit records beside a change.
+fn with_address(
+    app: axum::Router,
+) -> axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, std::net::SocketAddr>
+{
+    app.into_make_service_with_connect_info::<std::net::SocketAddr>()
 }
 
 /// Runs what must happen once among the servers sharing a database (the lease reaper, cron

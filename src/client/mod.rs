@@ -31,6 +31,7 @@ use std::fmt;
 
 use clap::Args;
 use podq_api::ErrorBody;
+use podq_worker::trust::{explain, http_client, tls_error, CaFile};
 use reqwest::{Method, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
 
@@ -57,6 +58,11 @@ pub struct ServerAddress {
     /// is used when neither this nor PODQ_TOKEN is given.
     #[arg(long, env = "PODQ_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
+    /// The CA certificate(s) (PEM) that signed an https:// server's certificate; trusted
+    /// instead of the system's roots.
+    #[arg(long, env = "PODQ_CA", global = true, value_name = "FILE",
+          value_parser = CaFile::parse_arg)]
+    pub ca: Option<CaFile>,
 }
 
 /// One server, one token, one connection pool.
@@ -70,7 +76,9 @@ impl Client {
     /// A client of the server `address` names: of several, the first whose `/readyz`
     /// answers 200 (the active one), else the first.
     pub async fn connect(address: &ServerAddress) -> Client {
-        let http = reqwest::Client::new();
+        let http = http_client(address.ca.as_ref())
+            .build()
+            .expect("an HTTP client with a CA file CaFile::load accepted");
         let servers = podq_worker::client::server_list(&address.server);
         let server = ready_server(&http, &servers).await;
         Client {
@@ -116,11 +124,13 @@ impl Client {
     }
 
     async fn send(&self, request: RequestBuilder) -> anyhow::Result<Response> {
-        let response = request.send().await.map_err(|e| {
-            anyhow::anyhow!(
-                "cannot reach the podq server at {} ({e}); is it running? (--server or PODQ_SERVER)",
-                self.base.trim_end_matches("/api/v1")
-            )
+        let server = self.base.trim_end_matches("/api/v1");
+        let response = request.send().await.map_err(|e| match tls_error(&e) {
+            Some(_) => anyhow::anyhow!("{}", explain(&e, server)),
+            None => anyhow::anyhow!(
+                "cannot reach the podq server at {server} ({}); is it running? (--server or PODQ_SERVER)",
+                explain(&e, server)
+            ),
         })?;
         if response.status().is_success() {
             return Ok(response);

@@ -23,6 +23,7 @@ use crate::daemon::{self, DaemonSettings};
 use crate::pod::gcloud::{Capacity, GcloudPod, GcloudSettings};
 use crate::pod::local::LocalPod;
 use crate::pod::PodDriver;
+use crate::trust::CaFile;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -49,6 +50,10 @@ pub struct WorkerArgs {
     /// A file holding the worker token.
     #[arg(long, env = "PODQ_WORKER_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+    /// The CA certificate(s) (PEM) that signed an https:// server's certificate; trusted
+    /// instead of the system's roots.
+    #[arg(long, env = "PODQ_CA")]
+    pub ca: Option<PathBuf>,
     /// The pod's name (the TPU node) [default: stable-1].
     #[arg(long, env = "PODQ_POD")]
     pub pod: Option<String>,
@@ -194,6 +199,8 @@ pub fn default_trainer_command() -> anyhow::Result<String> {
 pub struct WorkerConfig {
     pub server: String,
     pub token: Option<String>,
+    /// The private CA of an `https://` server's certificate.
+    pub ca: Option<CaFile>,
     pub pod: String,
     pub driver: Driver,
     pub accelerator: String,
@@ -245,6 +252,10 @@ impl WorkerArgs {
             },
         }
         .filter(|t| !t.is_empty());
+        let ca = match self.ca.as_ref().or(file.ca.as_ref()) {
+            Some(path) => Some(CaFile::load(path)?),
+            None => None,
+        };
         let mut gcloud = file.gcloud.clone().unwrap_or_default();
         let flags = &self.gcloud;
         if let Some(zone) = &flags.zone {
@@ -286,6 +297,7 @@ impl WorkerArgs {
                 .or(file.server)
                 .unwrap_or_else(|| "http://127.0.0.1:8080".into()),
             token,
+            ca,
             pod: self
                 .pod
                 .clone()
@@ -423,7 +435,12 @@ pub async fn run(args: WorkerArgs, shutdown: CancellationToken) -> anyhow::Resul
             "no worker token configured for a server that is not on this machine"
         );
     }
-    let client = ServerClient::new(&config.server, config.token.clone(), shutdown.clone());
+    let client = ServerClient::new(
+        &config.server,
+        config.token.clone(),
+        config.ca.as_ref(),
+        shutdown.clone(),
+    );
     daemon::run(client, driver, settings, shutdown).await
 }
 

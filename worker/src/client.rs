@@ -16,6 +16,8 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::trust::{explain, http_client, tls_error, CaFile};
+
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     /// The lease is no longer the job's live lease: stop the attempt's processes at once.
@@ -45,8 +47,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 impl ServerClient {
     /// `servers`: one address, or several separated by commas (the worker's config checks
-    /// there is at least one).
-    pub fn new(servers: &str, token: Option<String>, shutdown: CancellationToken) -> Self {
+    /// there is at least one). `ca`: the private CA that signed an `https://` server's
+    /// certificate, when the platform's roots do not cover it.
+    pub fn new(
+        servers: &str,
+        token: Option<String>,
+        ca: Option<&CaFile>,
+        shutdown: CancellationToken,
+    ) -> Self {
         let mut bases: Vec<String> = server_list(servers)
             .into_iter()
             .map(|base| format!("{base}{}", podq_api::API_PREFIX))
@@ -55,10 +63,9 @@ impl ServerClient {
             bases.push(format!("http://127.0.0.1:8080{}", podq_api::API_PREFIX));
         }
         ServerClient {
-            http: reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(5))
+            http: http_client(ca)
                 .build()
-                .expect("an HTTP client with default TLS settings"),
+                .expect("an HTTP client with a CA file CaFile::load accepted"),
             bases: Arc::new(bases),
             current: Arc::new(AtomicUsize::new(0)),
             token,
@@ -139,6 +146,12 @@ impl ServerClient {
                 }
                 Ok(response) => {
                     tracing::warn!(%url, status = %response.status(), "server error; retrying");
+                }
+                // A certificate the worker does not trust will not fix itself: say so
+                // where it is seen, and keep trying (the server's may be replaced).
+                Err(e) if tls_error(&e).is_some() => {
+                    let server = base.trim_end_matches(podq_api::API_PREFIX);
+                    tracing::warn!(%url, error = %explain(&e, server), "TLS failed; retrying");
                 }
                 Err(e) => {
                     tracing::debug!(%url, error = %e, "server unreachable; retrying");

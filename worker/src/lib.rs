@@ -14,3 +14,4 @@ pub mod pod;
 pub mod procs;
 pub mod report;
 pub mod running;
+pub mod trust;

@@ -24,6 +24,9 @@ pub struct WorkerFile {
     pub token: Option<String>,
     /// A file holding the worker token (relative paths are from the config file).
     pub token_file: Option<PathBuf>,
+    /// The CA certificate(s) (PEM) that signed an `https://` server's certificate
+    /// (relative paths are from the config file).
+    pub ca: Option<PathBuf>,
     /// The pod's name: the TPU node.
     pub pod: Option<String>,
     pub driver: Option<Driver>,
@@ -86,6 +89,7 @@ impl WorkerFile {
             }
         };
         relative_to_file(&mut file.token_file);
+        relative_to_file(&mut file.ca);
         relative_to_file(&mut file.local.pod_root);
         Ok(file)
     }
