@@ -630,7 +630,7 @@ async fn every_change_is_in_the_audit_with_who_made_it_across_a_restart() {
         Value::Null,
     )
     .await;
-    let events = events["events"].as_array().cloned().unwrap_or_default();
+    let events = events.as_array().cloned().unwrap_or_default();
     assert!(
         events
             .iter()
