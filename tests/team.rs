@@ -6,6 +6,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::tls::{self, Pki};
 use common::{eventually, Server, ServerOptions};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -16,6 +17,10 @@ const RUN: Duration = Duration::from_secs(120);
 
 /// A server with the built-in admin and worker tokens, and `args` on top of the defaults.
 async fn server_with(args: &[&str], experiments: Option<&Path>) -> Server {
+    Server::start_with(options(args, experiments)).await
+}
+
+fn options(args: &[&str], experiments: Option<&Path>) -> ServerOptions {
     let mut options = ServerOptions {
         env: vec![
             ("PODQ_ADMIN_TOKEN".into(), ADMIN.into()),
@@ -27,7 +32,7 @@ async fn server_with(args: &[&str], experiments: Option<&Path>) -> Server {
     if let Some(dir) = experiments {
         options.experiments = dir.to_owned();
     }
-    Server::start_with(options).await
+    options
 }
 
 /// One call with `token` as the bearer token.
@@ -92,6 +97,17 @@ fn worker(server: &Server, pod: &str, run_secs: &str) -> common::Worker {
     server.worker(pod, 4, &["--token", WORKER, "--trainer-env", &env])
 }
 
+/// The same, trusting the private CA of a server that serves HTTPS.
+fn tls_worker(server: &Server, pod: &str, run_secs: &str, pki: &Pki) -> common::Worker {
+    let env = format!("PODQ_SIM_RUN_SECS={run_secs}");
+    let ca = tls::path(&pki.ca);
+    server.worker(
+        pod,
+        4,
+        &["--token", WORKER, "--trainer-env", &env, "--ca", &ca],
+    )
+}
+
 async fn wait_running(server: &Server, id: &str) -> Value {
     server.wait_state(id, "running", RUN).await
 }
@@ -114,12 +130,15 @@ async fn audit(server: &Server, query: &str) -> Vec<Value> {
     page["entries"].as_array().cloned().unwrap()
 }
 
+/// The whole flow over TLS: the people's calls, the worker's, and the eviction between them.
 #[tokio::test]
 async fn an_urgent_job_evicts_a_running_normal_job_which_resumes_after_it_uncharged() {
-    let server = server_with(&["--eviction-min-runtime", "0s"], None).await;
+    let pki = tls::pki();
+    let env = [("PODQ_ADMIN_TOKEN", ADMIN), ("PODQ_WORKER_TOKEN", WORKER)];
+    let server = tls::tls_server(&pki, &["--eviction-min-runtime", "0s"], &env).await;
     let alice = add_person(&server, "alice", "submitter", None).await;
     let bob = add_person(&server, "bob", "submitter", None).await;
-    let _worker = worker(&server, "pod-a", "20");
+    let _worker = tls_worker(&server, "pod-a", "20", &pki);
 
     let victim = submit_as(&server, &alice, "exp01a", None).await;
     assert_eq!(server.job(&victim).await["priority_class"], "normal");
