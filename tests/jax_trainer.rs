@@ -174,6 +174,70 @@ async fn a_cancelled_jax_run_saves_where_it_stopped_and_exits_within_the_grace()
     assert!(committed_steps(&job).iter().any(|s| *s >= last), "{job}");
 }
 
+/// Eviction (issue 27) gives the victim's trainer its full stop grace: the JAX example saves
+/// the step it stopped at, and its next attempt resumes there, losing no step.
+#[tokio::test]
+async fn an_evicted_jax_run_saves_where_it_stopped_and_resumes_there() {
+    let mut options = common::ServerOptions::default();
+    options
+        .args
+        .extend(["--eviction-min-runtime".to_owned(), "0s".to_owned()]);
+    let server = Server::start_with(options).await;
+    let victim = server.submit_one("exp01a", json!({})).await;
+    let _worker = jax_worker(&server, "pod-jax-e", 2, "0.2", 50);
+    eventually(RUN, "the trainer past its first checkpoint", || async {
+        server.job(&victim).await["last_step"]
+            .as_i64()
+            .filter(|s| *s >= 60)
+    })
+    .await;
+    let urgent = server
+        .submit_one("exp07a", json!({"priority_class": "urgent"}))
+        .await;
+    let job = eventually(RUN, "the victim's attempt to end", || async {
+        let job = server.job(&victim).await;
+        attempts(&job).first()?["ended_at"]
+            .is_string()
+            .then_some(job)
+    })
+    .await;
+    let first = &attempts(&job)[0];
+    assert_eq!(
+        (&first["outcome"], &first["cause"]),
+        (&json!("preempted"), &json!("evicted")),
+        "{first}"
+    );
+    assert_eq!(
+        first["exit_codes"],
+        json!([143, 143]),
+        "saved and stopped: {first}"
+    );
+    assert_eq!(job["failures"], 0, "{job}");
+    let stopped_at = job["last_step"].as_i64().unwrap();
+    // The urgent job has the pod; once it runs, it is cancelled to give the pod back.
+    server.wait_state(&urgent, "running", RUN).await;
+    let (status, body) = server
+        .post(&format!("/jobs/{urgent}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let job = eventually(RUN, "the victim's second attempt to start", || async {
+        let job = server.job(&victim).await;
+        attempts(&job).get(1)?["start_step"].as_i64().map(|_| job)
+    })
+    .await;
+    let resumed = attempts(&job)[1]["start_step"].as_i64().unwrap();
+    let lost = stopped_at - resumed;
+    eprintln!("eviction figures (JAX example): stopped at step {stopped_at}, resumed at {resumed}: {lost} steps lost");
+    assert!(
+        lost <= 0,
+        "resumed at {resumed}, stopped at {stopped_at}: {job}"
+    );
+    let (status, body) = server
+        .post(&format!("/jobs/{victim}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
 /// Every experiment's config as the worker stages it loads with real Hydra's compose API
 /// and has `arch`.
 #[tokio::test]
