@@ -1,7 +1,7 @@
 // The job panel: one job's facts, pod time, charts, attempts, checkpoints and timeline, with
 // Cancel and Requeue; its log is logs.js's.
 
-import { HttpError, adminCall, getJSON } from "./api.js";
+import { HttpError, change, getJSON } from "./api.js";
 import { lineChart } from "./charts.js";
 import { setConn } from "./conn.js";
 import { $, badge, el, timeCell } from "./dom.js";
@@ -141,7 +141,7 @@ export async function jobAction(action, changed) {
   status.textContent = action === "cancel" ? "cancelling…" : "requeueing…";
   $("detail-cancel-confirm").hidden = true;
   try {
-    const answer = await adminCall("POST", `/jobs/${encodeURIComponent(id)}/${action}`);
+    const answer = await change("POST", `/jobs/${encodeURIComponent(id)}/${action}`);
     status.textContent = action === "cancel"
       ? (answer && answer.state === "cancelled" ? "Cancelled." : "Cancel requested: every host is being stopped.")
       : "Requeued.";

@@ -2,7 +2,7 @@
 // (GET /api/v1/plan), its timeline, where the pod time went, and applying the recommended
 // order.
 
-import { adminCall, getJSON } from "./api.js";
+import { change, getJSON } from "./api.js";
 import { drawTimeline } from "./charts.js";
 import { $, el } from "./dom.js";
 import { fmtDate, fmtDuration, fmtNum } from "./format.js";
@@ -128,7 +128,7 @@ export async function applyPlan() {
   const status = $("plan-apply-status");
   status.textContent = "applying…";
   try {
-    const applied = await adminCall("POST", "/plan/apply");
+    const applied = await change("POST", "/plan/apply");
     renderPlan(applied.plan);
     planLoadedAt = Date.now();
     const n = applied.submitted.length;
