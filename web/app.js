@@ -22,8 +22,9 @@
 // methods only: every piece of data reaches the page through textContent or setAttribute,
 // never innerHTML.
 //
-// A server with tokens shows who you are in the top bar. Your token is asked for once when
-// reads need one, and kept for the tab (sessionStorage).
+// A server with tokens shows who you are in the top bar; the actions your role cannot take
+// are disabled, each saying why. Your token is asked for once when reads need one, and kept
+// for the tab (sessionStorage).
 
 import { askForToken, forgetToken, saveToken, token } from "./api.js";
 import { conn } from "./conn.js";
@@ -31,21 +32,24 @@ import { $ } from "./dom.js";
 import { rerenderFromCache } from "./jobs.js";
 import { fullRefresh, jobChanged, restartLive, startLive, tick } from "./live.js";
 import { followLog } from "./logs.js";
-import { closeJob, jobAction, openJob } from "./panel.js";
-import { applyPlan } from "./plan.js";
+import { closeJob, jobAction, openJob, syncDetailActions } from "./panel.js";
+import { applyPlan, syncPlanApply } from "./plan.js";
 import { stateFromHash, syncControls, syncGroupSelect, ui, writeHash } from "./state.js";
 import { changeMetric, closeStudy, goToStudy, openStudy, renderStudyChart, showView } from "./study.js";
 import { loadWho } from "./who.js";
 
 const WHO_RETRY_MS = 5000;
 
-/** Who you are, asked again until the server answers. */
+/** Who you are, asked again until the server answers; then every action says if it is yours. */
 async function refreshWho() {
   try {
-    await loadWho();
+    if (!(await loadWho())) return;
   } catch (_) {
     setTimeout(refreshWho, WHO_RETRY_MS); // the server is not reachable yet
+    return;
   }
+  syncPlanApply();
+  syncDetailActions();
 }
 
 /** A token given, changed or forgotten: who you are, and everything you may read, again. */

@@ -91,7 +91,7 @@ async function refreshJob(id) {
     const job = upsertJob(detail);
     if (isNew) renderJobs();
     else updateJobRow(job);
-    if (ui.selected === id) setDetailActions(job.state);
+    if (ui.selected === id) setDetailActions(job);
   } catch (e) {
     if (!(e instanceof HttpError)) throw e;
   }

@@ -1,5 +1,5 @@
 // The job panel: one job's facts, pod time, charts, attempts, checkpoints and timeline, with
-// Cancel and Requeue; its log is logs.js's.
+// Cancel and Requeue for whoever may; its log is logs.js's.
 
 import { HttpError, change, getJSON } from "./api.js";
 import { lineChart } from "./charts.js";
@@ -10,9 +10,11 @@ import { jobLink, markSelectedRows, updateJobRow, upsertJob } from "./jobs.js";
 import { closeLog, keepLogCurrent, setLogChoices, stopLog } from "./logs.js";
 import { adviceText, goodputText, podTimeBar, podTimeLegend } from "./podtime.js";
 import { ui, writeHash } from "./state.js";
+import { whyNotOnJob, youAre } from "./who.js";
 
 const METRICS = ["train/lm_loss", "train/exact_accuracy", "eval/exact_accuracy"];
 const ACTIVE_STATES = ["queued", "leased", "running", "held"];
+const REQUEUE_STATES = ["failed", "held", "cancelled"];
 
 function fact(label, value, cls) {
   if (value === null || value === undefined || value === "") return [];
@@ -27,7 +29,7 @@ function renderDetail(detail, metrics, events) {
   $("detail-state").replaceChildren(badge(detail.state));
   $("detail-sub").textContent = `${detail.group} · ${detail.id}`;
   $("detail-error").hidden = true;
-  setDetailActions(detail.state);
+  setDetailActions(detail);
 
   const attempts = Array.isArray(detail.attempts) ? detail.attempts : [];
   const checkpoints = Array.isArray(detail.checkpoints) ? detail.checkpoints : [];
@@ -126,11 +128,37 @@ export async function refreshDetail() {
   }
 }
 
-export function setDetailActions(state) {
+let actionsOf = null; // the job the panel's actions were last set for
+
+/** The panel's actions again, for whoever you now are. */
+export function syncDetailActions() {
+  if (ui.selected && actionsOf && actionsOf.id === ui.selected) setDetailActions(actionsOf);
+}
+
+/**
+ * Shows the actions the open job's state allows, disabled (saying why, on the buttons and
+ * beside them) when your role or the job's owner does not let you take them.
+ */
+export function setDetailActions(job) {
+  actionsOf = job;
+  const state = job ? job.state : null;
   const cancellable = ACTIVE_STATES.includes(state);
-  $("detail-cancel").hidden = !cancellable || !$("detail-cancel-confirm").hidden;
-  if (!cancellable) $("detail-cancel-confirm").hidden = true;
-  $("detail-requeue").hidden = !["failed", "held", "cancelled"].includes(state);
+  const requeueable = REQUEUE_STATES.includes(state);
+  const verbs = [cancellable ? "cancel" : null, requeueable ? "requeue" : null].filter(Boolean);
+  const why = job && verbs.length ? whyNotOnJob(job, verbs.join(" or ")) : null;
+  const cancel = $("detail-cancel");
+  const requeue = $("detail-requeue");
+  if (!cancellable || why) $("detail-cancel-confirm").hidden = true;
+  cancel.hidden = !cancellable || !$("detail-cancel-confirm").hidden;
+  requeue.hidden = !requeueable;
+  for (const [button, verb] of [[cancel, "cancel"], [requeue, "requeue"]]) {
+    const no = job ? whyNotOnJob(job, verb) : null;
+    button.disabled = Boolean(no);
+    button.title = no ? `${no}; ${youAre()}` : "";
+  }
+  const line = $("detail-why");
+  line.textContent = why || "";
+  line.hidden = !why;
 }
 
 /** Cancels or requeues the open job; `changed(id)` brings the page up to date after. */
@@ -170,7 +198,7 @@ export function openJob(id, push = true) {
     $("detail-body").scrollTop = 0;
     $("detail-action-status").textContent = "";
     $("detail-cancel-confirm").hidden = true;
-    setDetailActions(job ? job.state : null);
+    setDetailActions(job || null);
   }
   panel.hidden = false;
   $("detail-backdrop").hidden = false;

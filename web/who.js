@@ -1,5 +1,6 @@
 // Who you are: the caller the server takes this tab for (GET /api/v1/whoami), shown in the
-// top bar, and what that caller may do.
+// top bar, and what that caller may do, so the page disables the actions your role cannot
+// take and says why. The server decides in the end: a call it refuses says why too.
 
 import { HttpError, askForToken, getJSON, token } from "./api.js";
 import { $ } from "./dom.js";
@@ -40,6 +41,11 @@ export async function loadWho() {
   return true;
 }
 
+/** `name (role)`, as the page names you. */
+export function youAre() {
+  return `you are ${me.name} (${me.role})`;
+}
+
 function renderWho() {
   const box = $("who");
   // A server without tokens has nobody to tell apart: the page stays as it was.
@@ -52,4 +58,22 @@ function renderWho() {
   box.title = me.name === "anonymous"
     ? `Without a token you are anonymous, a ${me.role}: give yours to act as yourself.`
     : `The server takes this tab for ${me.name}, a ${me.role}. The token is kept for this tab only.`;
+}
+
+/** Why you may not do what needs `manage` (the plan, the grant, schedules, people); null when you may. */
+export function whyNotManage() {
+  return me.may.has("manage") ? null : "admins only";
+}
+
+/**
+ * Why you may not `verb` (e.g. "cancel", "cancel or requeue") `job`; null when you may. An
+ * admin acts on any job; a submitter on the jobs they submitted; a viewer on none.
+ */
+export function whyNotOnJob(job, verb) {
+  if (me.may.has("act_on_any_job")) return null;
+  const owner = job ? job.submitted_by : null;
+  if (owner && owner === me.name && me.may.has("act_on_own_jobs")) return null;
+  if (!owner) return `only an admin may ${verb} this job (submitted before podq knew people)`;
+  if (owner.startsWith("schedule:")) return `only an admin may ${verb} this job (submitted by ${owner})`;
+  return `only ${owner} or an admin may ${verb} this job`;
 }
