@@ -1,5 +1,6 @@
-// The job panel: one job's facts, pod time, charts, attempts, checkpoints and timeline, with
-// Cancel and Requeue for whoever may; its log is logs.js's.
+// The job panel: one job's facts (who submitted it, its class, who last acted on it), pod
+// time, charts, attempts, checkpoints and timeline, with Cancel and Requeue for whoever may;
+// its log is logs.js's.
 
 import { HttpError, change, getJSON } from "./api.js";
 import { lineChart } from "./charts.js";
@@ -15,6 +16,37 @@ import { whyNotOnJob, youAre } from "./who.js";
 const METRICS = ["train/lm_loss", "train/exact_accuracy", "eval/exact_accuracy"];
 const ACTIVE_STATES = ["queued", "leased", "running", "held"];
 const REQUEUE_STATES = ["failed", "held", "cancelled"];
+
+// What a person did to a job, as the panel's "who did what" line says it; the newest of these
+// events is the line. Worker and podq events (leased, preempted, ...) are the timeline's.
+const ACTS = {
+  submitted: () => "submitted",
+  cancelled: () => "cancelled",
+  requeued: () => "requeued",
+  suspended: () => "suspended",
+  resumed: () => "resumed",
+  priority: (e) => e.message, // "priority 0 -> 5"
+  class: (e) => e.message, // "class normal -> urgent"
+};
+
+/** "cancelled by alice, 2h 5m ago": the newest thing a person (or a schedule) did to the job. */
+function lastAct(events) {
+  let last = null;
+  for (const e of events) {
+    if (!ACTS[e.kind] || !e.by) continue;
+    if (!last || e.at > last.at || (e.at === last.at && e.id > last.id)) last = e;
+  }
+  return last ? { kind: last.kind, by: last.by, at: last.at, text: `${ACTS[last.kind](last)} by ${last.by}, ${fmtAgo(last.at)}` } : null;
+}
+
+function renderLastAct(events) {
+  const act = lastAct(events);
+  const line = $("detail-by");
+  line.textContent = act ? act.text : "";
+  line.title = act ? act.at : "";
+  line.dataset.kind = act ? act.kind : "";
+  line.dataset.by = act ? act.by : "";
+}
 
 function fact(label, value, cls) {
   if (value === null || value === undefined || value === "") return [];
@@ -37,7 +69,9 @@ function renderDetail(detail, metrics, events) {
   const attemptCount = listed ? listed.attempt_count : attempts.length;
   $("detail-facts").replaceChildren(
     ...fact("Step", stepText(detail.last_step, detail.total_steps), "mono"),
+    ...fact("Submitted by", detail.submitted_by || "nobody recorded (before podq knew people)"),
     ...fact("Priority", String(detail.priority)),
+    ...fact("Class", detail.priority_class),
     ...fact("Attempts", String(attemptCount)),
     ...fact("Failures", `${detail.failures} of ${detail.max_failures}`),
     ...fact("Preemptions", String(detail.preemptions)),
@@ -89,11 +123,13 @@ function renderDetail(detail, metrics, events) {
     el("td", { class: "mono wrap small" }, c.uri),
   )) : [el("tr", null, el("td", { colspan: 3, class: "muted" }, "No checkpoints yet."))]));
 
+  renderLastAct(events || []);
   const evs = [...(events || [])].sort((a, b) => (b.at < a.at ? -1 : b.at > a.at ? 1 : b.id - a.id));
   $("detail-events").replaceChildren(...(evs.length ? evs.map((e) => el("li", { "data-kind": e.kind, class: `ev ev-${e.kind}` },
     el("div", { class: "ev-head" },
       el("span", { class: "ev-kind" }, e.kind),
       e.pod ? el("span", { class: "muted" }, e.pod) : null,
+      e.by ? el("span", { class: "ev-by", "data-by": e.by }, `by ${e.by}`) : null,
       el("time", { datetime: e.at, title: e.at }, fmtTime(e.at))),
     el("div", { class: "ev-msg" }, e.message),
   )) : [el("li", { class: "muted" }, "No events.")]));
@@ -197,6 +233,7 @@ export function openJob(id, push = true) {
     for (const t of ["detail-attempts", "detail-checkpoints"]) $(t).tBodies[0].replaceChildren();
     $("detail-body").scrollTop = 0;
     $("detail-action-status").textContent = "";
+    renderLastAct([]);
     $("detail-cancel-confirm").hidden = true;
     setDetailActions(job || null);
   }
