@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use browser::{Browser, Page};
 use chrono::{DateTime, Utc};
-use common::{eventually, Server};
+use common::{eventually, Server, ServerOptions};
 use serde_json::{json, Value};
 
 /// How long a page may take to show what the test waits for. Generous: the machine is
@@ -710,6 +710,234 @@ fn a_running_jobs_log_follows_live_per_host_with_search() {
             .eval("document.getElementById('detail-log').scrollIntoView() ?? null")
             .await;
         page.screenshot("log-view").await;
+        browser.close().await;
+    });
+}
+
+/// Submits `experiment` as the person whose token is `token`, returning the new job's id.
+async fn submit_as(server: &Server, token: &str, experiment: &str) -> String {
+    let (status, answer) = server
+        .send(
+            reqwest::Method::POST,
+            "/jobs",
+            json!({"experiments": [experiment]}).to_string(),
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &format!("Bearer {token}")),
+            ],
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    answer["created"][0]["job_id"].as_str().unwrap().to_owned()
+}
+
+/// Adds a person through the API as the admin, returning their token.
+async fn add_user(server: &Server, admin: &str, name: &str, role: &str) -> String {
+    let (status, added) = server
+        .send(
+            reqwest::Method::POST,
+            "/users",
+            json!({"name": name, "role": role}).to_string(),
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &format!("Bearer {admin}")),
+            ],
+        )
+        .await;
+    assert_eq!(status, 201, "{added}");
+    assert_eq!(added["user"]["role"], role, "{added}");
+    added["token"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_submitter_sees_who_they_are_and_what_only_others_may_do() {
+    run(async {
+        let admin = "dashboard-test-admin-token";
+        let server = Server::start_with(ServerOptions {
+            env: vec![("PODQ_ADMIN_TOKEN".into(), admin.into())],
+            ..ServerOptions::default()
+        })
+        .await;
+        let bob = add_user(&server, admin, "bob", "submitter").await;
+        let alice = add_user(&server, admin, "alice", "submitter").await;
+        let theirs = submit_as(&server, &alice, "exp01a").await;
+        let mine = submit_as(&server, &bob, "exp01b").await;
+
+        let browser = Browser::launch().await;
+        let page = browser.open(&format!("{}/", server.url)).await;
+        wait_live(&page).await;
+        // On loopback reads need no token: the page reads, and says who it reads as.
+        let who: Vec<String> = page
+            .wait_for(
+                SHOW,
+                "the top bar naming the anonymous reader",
+                "!document.getElementById('who').hidden && \
+                 [document.getElementById('who-name').textContent, document.getElementById('who-role').textContent]",
+            )
+            .await;
+        assert_eq!(who, ["anonymous", "viewer"]);
+
+        // Bob gives his token, as a person would: the top bar's button, the form.
+        page.click("#who-change").await;
+        page.wait_for::<bool>(
+            SHOW,
+            "the token form",
+            "!document.getElementById('token-form').hidden",
+        )
+        .await;
+        // A token the server does not know is refused, forgotten, and asked for again.
+        page.set_value("#token-input", "podq_not-a-token-of-anyone")
+            .await;
+        page.click("#token-form button[type=submit]").await;
+        let why: String = page
+            .wait_for(
+                SHOW,
+                "the form asking again, with the server's reason",
+                "!document.getElementById('token-form').hidden && \
+                 /not one this server knows/.test(document.getElementById('token-why').textContent) && \
+                 document.getElementById('token-why').textContent",
+            )
+            .await;
+        let kept: Value = page
+            .eval(&format!(
+                "[sessionStorage.getItem('podq-token'), {}]",
+                text_of("#who-name")
+            ))
+            .await;
+        assert_eq!(kept, json!([null, "anonymous"]), "{why}");
+        page.set_value("#token-input", &bob).await;
+        page.click("#token-form button[type=submit]").await;
+        let who: Value = page
+            .wait_for(
+                SHOW,
+                "the top bar naming bob",
+                &format!(
+                    "{} === 'bob' && [{}, {}, document.getElementById('token-form').hidden]",
+                    text_of("#who-name"),
+                    text_of("#who-name"),
+                    text_of("#who-role")
+                ),
+            )
+            .await;
+        assert_eq!(
+            who,
+            json!(["bob", "submitter", true]),
+            "the form closed once used"
+        );
+
+        // Applying the plan is an admin's: the button is disabled, and says so.
+        let apply: Value = page
+            .wait_for(
+                SHOW,
+                "the plan's apply button disabled for a submitter",
+                "(() => { const b = document.getElementById('plan-apply'); \
+                 const why = document.getElementById('plan-apply-why'); \
+                 return document.getElementById('plan').dataset.loaded === 'true' && b.disabled && !why.hidden \
+                 ? {title: b.title, why: why.textContent} : null; })()",
+            )
+            .await;
+        assert_eq!(apply["why"], "admins only", "{apply}");
+        let title = apply["title"].as_str().unwrap();
+        assert!(
+            title.starts_with("admins only") && title.contains("you are bob (submitter)"),
+            "the button's tooltip says why and who: {title}"
+        );
+        page.screenshot("submitter-overview").await;
+
+        // Alice's job: bob may read it, not cancel it.
+        let row = |id: &str| format!("#jobs-table tbody tr[data-job-id={}] td.exp", js_str(id));
+        page.click(&row(&theirs)).await;
+        let panel: Value = page
+            .wait_for(
+                SHOW,
+                "alice's job's panel with its cancel button disabled",
+                &format!(
+                    "(() => {{ const c = document.getElementById('detail-cancel'); \
+                     const why = document.getElementById('detail-why'); \
+                     return document.getElementById('job-detail').dataset.jobId === {id} && \
+                     document.getElementById('detail-by').textContent && !c.hidden && c.disabled && !why.hidden \
+                     ? {{title: c.title, why: why.textContent, by: document.getElementById('detail-by').textContent, \
+                        facts: document.getElementById('detail-facts').innerText}} : null; }})()",
+                    id = js_str(&theirs)
+                ),
+            )
+            .await;
+        assert_eq!(
+            panel["why"], "only alice or an admin may cancel this job",
+            "{panel}"
+        );
+        assert!(
+            panel["title"]
+                .as_str()
+                .unwrap()
+                .ends_with("you are bob (submitter)"),
+            "{panel}"
+        );
+        assert!(
+            panel["by"]
+                .as_str()
+                .unwrap()
+                .starts_with("submitted by alice, "),
+            "{panel}"
+        );
+        let facts = panel["facts"].as_str().unwrap();
+        assert!(
+            facts.contains("Submitted by\nalice") && facts.contains("Class\nnormal"),
+            "the facts name the submitter and the class: {facts}"
+        );
+        page.screenshot("submitter-others-job").await;
+
+        // His own job: he cancels it from the page, and the panel says he did.
+        page.click("#detail-close").await;
+        page.click(&row(&mine)).await;
+        page.wait_for::<bool>(
+            SHOW,
+            "bob's job's panel with its cancel button enabled",
+            &format!(
+                "document.getElementById('job-detail').dataset.jobId === {id} && \
+                 document.getElementById('job-detail').dataset.state === 'queued' && \
+                 !document.getElementById('detail-cancel').hidden && \
+                 !document.getElementById('detail-cancel').disabled && \
+                 document.getElementById('detail-why').hidden",
+                id = js_str(&mine)
+            ),
+        )
+        .await;
+        page.click("#detail-cancel").await;
+        page.click("#detail-cancel-yes").await;
+        let by: String = page
+            .wait_for(
+                SHOW,
+                "the panel saying bob cancelled the job",
+                "document.getElementById('job-detail').dataset.state === 'cancelled' && \
+                 /^cancelled by bob, /.test(document.getElementById('detail-by').textContent) && \
+                 document.getElementById('detail-by').textContent",
+            )
+            .await;
+        assert!(by.ends_with(" ago") || by.ends_with("just now"), "{by}");
+        let (status, events) = server.get(&format!("/jobs/{mine}/events")).await;
+        assert_eq!(status, 200, "{events}");
+        let events = events.as_array().or(events["events"].as_array()).unwrap();
+        assert!(
+            events
+                .iter()
+                .any(|e| e["kind"] == "cancelled" && e["by"] == "bob"),
+            "the API records bob's cancel: {events:?}"
+        );
+        let timeline: bool = page
+            .eval("!!document.querySelector('#detail-events li[data-kind=\"cancelled\"] .ev-by[data-by=\"bob\"]')")
+            .await;
+        assert!(timeline, "the timeline names who cancelled");
+        page.screenshot("submitter-cancelled").await;
+
+        // The token stays with the tab: a reload is still bob.
+        page.reload().await;
+        page.wait_for::<bool>(
+            SHOW,
+            "bob still named after a reload",
+            &format!("{} === 'bob'", text_of("#who-name")),
+        )
+        .await;
         browser.close().await;
     });
 }

@@ -1,7 +1,9 @@
 // podq dashboard: the entry point, which wires the modules beside it together. Native ES
 // modules, served as they are from the binary (no build step):
 //
-//   api.js     talking to the server: JSON calls, their errors, the admin token
+//   api.js     talking to the server: JSON calls, their errors, your token
+//   who.js     who you are (GET /whoami), shown in the top bar, and what your role may do
+//   sse.js     the event stream, read through fetch so it carries your token
 //   state.js   the page's state (`ui`) and its form in the URL's hash
 //   conn.js    how the page keeps current, and the indicator that says so
 //   live.js    keeping the page current: the event stream, the fallback and `?poll=` polling
@@ -19,17 +21,42 @@
 // hash, so reload, back and a shared link all show the same thing. Rendering uses DOM
 // methods only: every piece of data reaches the page through textContent or setAttribute,
 // never innerHTML.
+//
+// A server with tokens shows who you are in the top bar; the actions your role cannot take
+// are disabled, each saying why. Your token is asked for once when reads need one, and kept
+// for the tab (sessionStorage).
 
-import { saveToken } from "./api.js";
+import { askForToken, forgetToken, saveToken, token } from "./api.js";
 import { conn } from "./conn.js";
 import { $ } from "./dom.js";
 import { rerenderFromCache } from "./jobs.js";
-import { fullRefresh, jobChanged, startLive, tick } from "./live.js";
+import { fullRefresh, jobChanged, restartLive, startLive, tick } from "./live.js";
 import { followLog } from "./logs.js";
-import { closeJob, jobAction, openJob } from "./panel.js";
-import { applyPlan } from "./plan.js";
+import { closeJob, jobAction, openJob, syncDetailActions } from "./panel.js";
+import { applyPlan, syncPlanApply } from "./plan.js";
 import { stateFromHash, syncControls, syncGroupSelect, ui, writeHash } from "./state.js";
 import { changeMetric, closeStudy, goToStudy, openStudy, renderStudyChart, showView } from "./study.js";
+import { loadWho } from "./who.js";
+
+const WHO_RETRY_MS = 5000;
+
+/** Who you are, asked again until the server answers; then every action says if it is yours. */
+async function refreshWho() {
+  try {
+    if (!(await loadWho())) return;
+  } catch (_) {
+    setTimeout(refreshWho, WHO_RETRY_MS); // the server is not reachable yet
+    return;
+  }
+  syncPlanApply();
+  syncDetailActions();
+}
+
+/** A token given, changed or forgotten: who you are, and everything you may read, again. */
+async function tokenChanged() {
+  await refreshWho();
+  restartLive();
+}
 
 /** Brings the page to the state the URL describes (reload, back, forward, a pasted link). */
 function applyUrl() {
@@ -134,12 +161,21 @@ function init() {
 
   $("token-form").addEventListener("submit", (e) => {
     e.preventDefault();
-    const token = $("token-input").value.trim();
-    if (token) saveToken(token);
+    const given = $("token-input").value.trim();
     $("token-input").value = "";
     $("token-form").hidden = true;
+    if (given) saveToken(given);
   });
   $("token-cancel").addEventListener("click", () => { $("token-form").hidden = true; });
+  $("token-forget").addEventListener("click", () => {
+    $("token-input").value = "";
+    $("token-form").hidden = true;
+    forgetToken();
+  });
+  $("who-change").addEventListener("click", () => {
+    askForToken(token() ? "Paste another token, or forget this one." : "Paste your token to act as yourself.", true);
+  });
+  window.addEventListener("podq-token", () => { tokenChanged(); });
 
   // Job rows, running rows, legend entries and "shares run of" links open the detail panel.
   document.addEventListener("click", (e) => {
@@ -168,6 +204,7 @@ function init() {
   showView();
   if (ui.study) openStudy(ui.study);
   if (ui.selected) openJob(ui.selected, false);
+  refreshWho();
   startLive();
 }
 

@@ -36,9 +36,9 @@ export function setConn(ok, error) {
     $("last-updated").textContent = `updated ${fmtTime(conn.lastOk.toISOString())}`;
   } else {
     banner.hidden = false;
-    banner.textContent = error instanceof HttpError
-      ? `server error (${error.message}), retrying`
-      : "server unreachable, retrying";
+    banner.textContent = !(error instanceof HttpError) ? "server unreachable, retrying"
+      : error.status === 401 ? `a token is needed: ${error.message}`
+      : `server error (${error.message}), retrying`;
     $("last-updated").textContent = conn.lastOk ? `last update ${fmtTime(conn.lastOk.toISOString())}` : "not connected";
   }
 }

@@ -2,20 +2,26 @@
 // server-sent events): each event makes the page refetch only what it concerns (the job, its
 // group, the status counts, the plan). If the stream breaks, a slow poll keeps the page
 // current until it is back; `?poll=<ms>` keeps the old full refresh instead of the stream.
+// The stream is read through fetch (sse.js), so it carries your token as every call does.
 
 import { API, HttpError, getJSON } from "./api.js";
 import { FALLBACK_POLL_MS, POLL_MS, conn, setConn } from "./conn.js";
 import { renderGroups, renderJobs, setJobs, updateJobRow, upsertJob } from "./jobs.js";
 import { refreshDetail, setDetailActions } from "./panel.js";
 import { PLAN_REFRESH_MS, refreshPlan, schedulePlan } from "./plan.js";
+import { openEventStream } from "./sse.js";
 import { renderRunning, renderStatus } from "./status.js";
 import { ui } from "./state.js";
 import { loadStudy, scheduleSeries, scheduleStudy, studyConcerns } from "./study.js";
 
 const STREAM_OPEN_GRACE_MS = 3000;
+/** How soon a stream that dropped is opened again; a refused one waits longer. */
+const STREAM_RETRY_MS = 3000;
+const STREAM_REFUSED_RETRY_MS = 10000;
 
 const live = {
-  source: null,
+  stream: null,
+  retryTimer: null,
   fallbackTimer: null,
   lastEventId: null,
 };
@@ -85,7 +91,7 @@ async function refreshJob(id) {
     const job = upsertJob(detail);
     if (isNew) renderJobs();
     else updateJobRow(job);
-    if (ui.selected === id) setDetailActions(job.state);
+    if (ui.selected === id) setDetailActions(job);
   } catch (e) {
     if (!(e instanceof HttpError)) throw e;
   }
@@ -166,37 +172,40 @@ function stopFallback() {
 }
 
 function connectStream() {
-  const source = new EventSource(`${API}/events/stream`);
-  live.source = source;
-  source.addEventListener("open", () => {
-    conn.mode = "live";
-    stopFallback();
-    // Whatever happened while the stream was down (or before it opened) is fetched once.
-    tick();
+  clearTimeout(live.retryTimer);
+  live.retryTimer = null;
+  const stream = openEventStream(`${API}/events/stream`, {
+    lastEventId: live.lastEventId,
+    onOpen() {
+      if (live.stream !== stream) return;
+      conn.mode = "live";
+      stopFallback();
+      // Whatever happened while the stream was down (or before it opened) is fetched once.
+      tick();
+    },
+    onMessage(type, data, id) {
+      if (live.stream !== stream) return;
+      let item;
+      try { item = JSON.parse(data); } catch (_) { return; }
+      if (type === "event") {
+        live.lastEventId = id || live.lastEventId;
+        onStreamEvent(item);
+      } else if (type === "progress") {
+        onProgress(item);
+      }
+    },
+    onEnd(error) {
+      if (live.stream !== stream) return;
+      live.stream = null;
+      conn.mode = "fallback";
+      setConn(document.body.dataset.status !== "error");
+      startFallback();
+      // A dropped connection is tried again soon; a refusal (a token needed, say) later.
+      const wait = error instanceof HttpError ? STREAM_REFUSED_RETRY_MS : STREAM_RETRY_MS;
+      live.retryTimer = setTimeout(connectStream, wait);
+    },
   });
-  source.addEventListener("event", (m) => {
-    live.lastEventId = m.lastEventId || live.lastEventId;
-    let ev;
-    try { ev = JSON.parse(m.data); } catch (_) { return; }
-    onStreamEvent(ev);
-  });
-  source.addEventListener("progress", (m) => {
-    let p;
-    try { p = JSON.parse(m.data); } catch (_) { return; }
-    onProgress(p);
-  });
-  source.addEventListener("error", () => {
-    if (live.source !== source) return;
-    conn.mode = "fallback";
-    setConn(document.body.dataset.status !== "error");
-    startFallback();
-    if (source.readyState === EventSource.CLOSED) {
-      // The browser gave up (the server answered with an error): try again later.
-      source.close();
-      live.source = null;
-      setTimeout(connectStream, 10000);
-    }
-  });
+  live.stream = stream;
 }
 
 /** A job the page changed (cancelled, requeued): its row, its panel's buttons, the counts. */
@@ -216,4 +225,17 @@ export function startLive() {
     // A stream that does not open soon: show the page anyway, and keep it current slowly.
     setTimeout(() => { if (conn.mode !== "live") { tick(); startFallback(); } }, STREAM_OPEN_GRACE_MS);
   }
+}
+
+/** Everything fetched again, and the stream opened again, as whoever the token now names. */
+export function restartLive() {
+  refreshPlan();
+  if (POLL_MS) {
+    tick();
+    return;
+  }
+  const old = live.stream;
+  live.stream = null;
+  if (old) old.close();
+  connectStream();
 }

@@ -6,9 +6,9 @@
 // until the job settles. Each line's id is the cursor: a stream that breaks is opened again
 // with `after` = the last line shown, so no line shows twice and none goes missing. A settled
 // job's stream ends; the panel's next refresh (a requeue, say) follows it again from there.
-// Like every read of the page, these send no token.
+// Like every call of the page, these carry your token when you gave one.
 
-import { API, HttpError, getJSON, httpError } from "./api.js";
+import { API, HttpError, getJSON, httpError, withToken } from "./api.js";
 import { $, el } from "./dom.js";
 import { fmtInt } from "./format.js";
 import { ui } from "./state.js";
@@ -168,12 +168,13 @@ async function stream(url, ctl, current) {
   const q = logQuery();
   q.set("after", String(logView.after));
   q.set("limit", String(PAGE_LINES));
+  const headers = withToken({ Accept: "application/json" });
   const resp = await fetch(`${url}?${q}`, {
-    headers: { Accept: "application/json" },
+    headers,
     cache: "no-store",
     signal: ctl.signal,
   });
-  if (!resp.ok) throw await httpError(resp);
+  if (!resp.ok) throw await httpError(resp, headers);
   if (!current()) return;
   showCount();
   const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();

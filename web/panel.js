@@ -1,7 +1,8 @@
-// The job panel: one job's facts, pod time, charts, attempts, checkpoints and timeline, with
-// Cancel and Requeue; its log is logs.js's.
+// The job panel: one job's facts (who submitted it, its class, who last acted on it), pod
+// time, charts, attempts, checkpoints and timeline, with Cancel and Requeue for whoever may;
+// its log is logs.js's.
 
-import { HttpError, adminCall, getJSON } from "./api.js";
+import { HttpError, change, getJSON } from "./api.js";
 import { lineChart } from "./charts.js";
 import { setConn } from "./conn.js";
 import { $, badge, el, timeCell } from "./dom.js";
@@ -10,9 +11,42 @@ import { jobLink, markSelectedRows, updateJobRow, upsertJob } from "./jobs.js";
 import { closeLog, keepLogCurrent, setLogChoices, stopLog } from "./logs.js";
 import { adviceText, goodputText, podTimeBar, podTimeLegend } from "./podtime.js";
 import { ui, writeHash } from "./state.js";
+import { whyNotOnJob, youAre } from "./who.js";
 
 const METRICS = ["train/lm_loss", "train/exact_accuracy", "eval/exact_accuracy"];
 const ACTIVE_STATES = ["queued", "leased", "running", "held"];
+const REQUEUE_STATES = ["failed", "held", "cancelled"];
+
+// What a person did to a job, as the panel's "who did what" line says it; the newest of these
+// events is the line. Worker and podq events (leased, preempted, ...) are the timeline's.
+const ACTS = {
+  submitted: () => "submitted",
+  cancelled: () => "cancelled",
+  requeued: () => "requeued",
+  suspended: () => "suspended",
+  resumed: () => "resumed",
+  priority: (e) => e.message, // "priority 0 -> 5"
+  class: (e) => e.message, // "class normal -> urgent"
+};
+
+/** "cancelled by alice, 2h 5m ago": the newest thing a person (or a schedule) did to the job. */
+function lastAct(events) {
+  let last = null;
+  for (const e of events) {
+    if (!ACTS[e.kind] || !e.by) continue;
+    if (!last || e.at > last.at || (e.at === last.at && e.id > last.id)) last = e;
+  }
+  return last ? { kind: last.kind, by: last.by, at: last.at, text: `${ACTS[last.kind](last)} by ${last.by}, ${fmtAgo(last.at)}` } : null;
+}
+
+function renderLastAct(events) {
+  const act = lastAct(events);
+  const line = $("detail-by");
+  line.textContent = act ? act.text : "";
+  line.title = act ? act.at : "";
+  line.dataset.kind = act ? act.kind : "";
+  line.dataset.by = act ? act.by : "";
+}
 
 function fact(label, value, cls) {
   if (value === null || value === undefined || value === "") return [];
@@ -27,7 +61,7 @@ function renderDetail(detail, metrics, events) {
   $("detail-state").replaceChildren(badge(detail.state));
   $("detail-sub").textContent = `${detail.group} · ${detail.id}`;
   $("detail-error").hidden = true;
-  setDetailActions(detail.state);
+  setDetailActions(detail);
 
   const attempts = Array.isArray(detail.attempts) ? detail.attempts : [];
   const checkpoints = Array.isArray(detail.checkpoints) ? detail.checkpoints : [];
@@ -35,7 +69,9 @@ function renderDetail(detail, metrics, events) {
   const attemptCount = listed ? listed.attempt_count : attempts.length;
   $("detail-facts").replaceChildren(
     ...fact("Step", stepText(detail.last_step, detail.total_steps), "mono"),
+    ...fact("Submitted by", detail.submitted_by || "nobody recorded (before podq knew people)"),
     ...fact("Priority", String(detail.priority)),
+    ...fact("Class", detail.priority_class),
     ...fact("Attempts", String(attemptCount)),
     ...fact("Failures", `${detail.failures} of ${detail.max_failures}`),
     ...fact("Preemptions", String(detail.preemptions)),
@@ -87,11 +123,13 @@ function renderDetail(detail, metrics, events) {
     el("td", { class: "mono wrap small" }, c.uri),
   )) : [el("tr", null, el("td", { colspan: 3, class: "muted" }, "No checkpoints yet."))]));
 
+  renderLastAct(events || []);
   const evs = [...(events || [])].sort((a, b) => (b.at < a.at ? -1 : b.at > a.at ? 1 : b.id - a.id));
   $("detail-events").replaceChildren(...(evs.length ? evs.map((e) => el("li", { "data-kind": e.kind, class: `ev ev-${e.kind}` },
     el("div", { class: "ev-head" },
       el("span", { class: "ev-kind" }, e.kind),
       e.pod ? el("span", { class: "muted" }, e.pod) : null,
+      e.by ? el("span", { class: "ev-by", "data-by": e.by }, `by ${e.by}`) : null,
       el("time", { datetime: e.at, title: e.at }, fmtTime(e.at))),
     el("div", { class: "ev-msg" }, e.message),
   )) : [el("li", { class: "muted" }, "No events.")]));
@@ -126,11 +164,37 @@ export async function refreshDetail() {
   }
 }
 
-export function setDetailActions(state) {
+let actionsOf = null; // the job the panel's actions were last set for
+
+/** The panel's actions again, for whoever you now are. */
+export function syncDetailActions() {
+  if (ui.selected && actionsOf && actionsOf.id === ui.selected) setDetailActions(actionsOf);
+}
+
+/**
+ * Shows the actions the open job's state allows, disabled (saying why, on the buttons and
+ * beside them) when your role or the job's owner does not let you take them.
+ */
+export function setDetailActions(job) {
+  actionsOf = job;
+  const state = job ? job.state : null;
   const cancellable = ACTIVE_STATES.includes(state);
-  $("detail-cancel").hidden = !cancellable || !$("detail-cancel-confirm").hidden;
-  if (!cancellable) $("detail-cancel-confirm").hidden = true;
-  $("detail-requeue").hidden = !["failed", "held", "cancelled"].includes(state);
+  const requeueable = REQUEUE_STATES.includes(state);
+  const verbs = [cancellable ? "cancel" : null, requeueable ? "requeue" : null].filter(Boolean);
+  const why = job && verbs.length ? whyNotOnJob(job, verbs.join(" or ")) : null;
+  const cancel = $("detail-cancel");
+  const requeue = $("detail-requeue");
+  if (!cancellable || why) $("detail-cancel-confirm").hidden = true;
+  cancel.hidden = !cancellable || !$("detail-cancel-confirm").hidden;
+  requeue.hidden = !requeueable;
+  for (const [button, verb] of [[cancel, "cancel"], [requeue, "requeue"]]) {
+    const no = job ? whyNotOnJob(job, verb) : null;
+    button.disabled = Boolean(no);
+    button.title = no ? `${no}; ${youAre()}` : "";
+  }
+  const line = $("detail-why");
+  line.textContent = why || "";
+  line.hidden = !why;
 }
 
 /** Cancels or requeues the open job; `changed(id)` brings the page up to date after. */
@@ -141,7 +205,7 @@ export async function jobAction(action, changed) {
   status.textContent = action === "cancel" ? "cancelling…" : "requeueing…";
   $("detail-cancel-confirm").hidden = true;
   try {
-    const answer = await adminCall("POST", `/jobs/${encodeURIComponent(id)}/${action}`);
+    const answer = await change("POST", `/jobs/${encodeURIComponent(id)}/${action}`);
     status.textContent = action === "cancel"
       ? (answer && answer.state === "cancelled" ? "Cancelled." : "Cancel requested: every host is being stopped.")
       : "Requeued.";
@@ -169,8 +233,9 @@ export function openJob(id, push = true) {
     for (const t of ["detail-attempts", "detail-checkpoints"]) $(t).tBodies[0].replaceChildren();
     $("detail-body").scrollTop = 0;
     $("detail-action-status").textContent = "";
+    renderLastAct([]);
     $("detail-cancel-confirm").hidden = true;
-    setDetailActions(job ? job.state : null);
+    setDetailActions(job || null);
   }
   panel.hidden = false;
   $("detail-backdrop").hidden = false;

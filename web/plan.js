@@ -1,13 +1,14 @@
 // The plan card: today's order against the recommended one before the grant's deadline
 // (GET /api/v1/plan), its timeline, where the pod time went, and applying the recommended
-// order.
+// order (admins only).
 
-import { adminCall, getJSON } from "./api.js";
+import { change, getJSON } from "./api.js";
 import { drawTimeline } from "./charts.js";
 import { $, el } from "./dom.js";
 import { fmtDate, fmtDuration, fmtNum } from "./format.js";
 import { podTimeBar, podTimeLegend } from "./podtime.js";
 import { ui } from "./state.js";
+import { whyNotManage, youAre } from "./who.js";
 
 // The plan follows every change of state through the stream; this only catches the clock.
 export const PLAN_REFRESH_MS = 300000;
@@ -33,7 +34,7 @@ function renderPlan(plan) {
       el("span", { class: "muted" }, ` · ${left > 0 ? `${fmtDuration(left)} left` : "passed"}`));
   } else {
     deadlineBox.replaceChildren(el("span", { class: "no-deadline" }, "no grant set"),
-      el("span", { class: "muted" }, " · set one with PUT /api/v1/grant; until then nothing claims to fit"));
+      el("span", { class: "muted" }, ` · ${whyNotManage() ? "an admin sets" : "set"} one with PUT /api/v1/grant; until then nothing claims to fit`));
   }
   $("plan-runs-current").textContent = fitOf(plan.current.runs_fit, runs);
   $("plan-runs-recommended").textContent = fitOf(plan.recommended.runs_fit, runs);
@@ -63,9 +64,7 @@ function renderPlan(plan) {
       `${fitOf(advised.runs_fit, runs)} runs and ${fitOf(advised.groups_fit, groups)} groups fit.`
     : "";
   refreshPodTime();
-  const same = JSON.stringify(plan.current.runs.map((r) => r.experiment)) === JSON.stringify(plan.recommended.runs.map((r) => r.experiment));
-  $("plan-apply").disabled = same;
-  $("plan-apply").title = same ? "today's order is the recommended one" : "";
+  syncPlanApply();
 
   drawTimeline($("plan-timeline"), plan);
 
@@ -83,6 +82,28 @@ function renderPlan(plan) {
       endCell(g.end_current, g.fits_current),
       endCell(g.end_recommended, g.fits_recommended));
   }));
+}
+
+/**
+ * The apply button: disabled, saying why, when you are not an admin or when today's order is
+ * the recommended one already.
+ */
+export function syncPlanApply() {
+  const button = $("plan-apply");
+  const why = whyNotManage();
+  const plan = ui.plan;
+  const same = Boolean(plan) && JSON.stringify(plan.current.runs.map((r) => r.experiment)) ===
+    JSON.stringify(plan.recommended.runs.map((r) => r.experiment));
+  button.disabled = Boolean(why) || same;
+  button.title = why ? `${why}: applying the plan reprioritises everyone's jobs; ${youAre()}`
+    : same ? "today's order is the recommended one" : "";
+  if (why) {
+    $("plan-apply-confirm").hidden = true;
+    button.hidden = false;
+  }
+  const note = $("plan-apply-why");
+  note.textContent = why || "";
+  note.hidden = !why;
 }
 
 /** The grant's and each pod's split, under the plan. */
@@ -128,7 +149,7 @@ export async function applyPlan() {
   const status = $("plan-apply-status");
   status.textContent = "applying…";
   try {
-    const applied = await adminCall("POST", "/plan/apply");
+    const applied = await change("POST", "/plan/apply");
     renderPlan(applied.plan);
     planLoadedAt = Date.now();
     const n = applied.submitted.length;
