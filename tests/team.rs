@@ -690,3 +690,63 @@ fn a_users_file_with_a_duplicate_or_a_bad_role_is_refused_at_its_line() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("cannot read the users file"), "{stderr}");
 }
+
+/// A server listening on every address (it is reached here through loopback only).
+fn public_server(dir: &Path, extra: &[&str]) -> (common::Process, String) {
+    let mut child = std::process::Command::new(common::PODQ)
+        .args(["server", "--listen", "0.0.0.0:0", "--db"])
+        .arg(dir.join(format!("podq-{}.db", extra.len())))
+        .arg("--experiments")
+        .arg(common::experiments_dir())
+        .args(extra)
+        .env("PODQ_ADMIN_TOKEN", ADMIN)
+        .env("PODQ_WORKER_TOKEN", WORKER)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let url = std::io::BufRead::lines(std::io::BufReader::new(stdout))
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("podq server listening on ")
+                .map(str::to_owned)
+        })
+        .expect("the server's address");
+    let port = url.rsplit(':').next().unwrap().to_owned();
+    let process = common::Process {
+        child,
+        name: "public server".into(),
+    };
+    (process, format!("http://127.0.0.1:{port}/api/v1"))
+}
+
+#[tokio::test]
+async fn beyond_loopback_reads_need_a_token_unless_open_reads() {
+    let dir = common::shared_tempdir();
+    let http = reqwest::Client::new();
+    let (_server, api) = public_server(dir.path(), &[]);
+    let status = |request: reqwest::RequestBuilder| async move {
+        request.send().await.unwrap().status().as_u16()
+    };
+    assert_eq!(status(http.get(format!("{api}/status"))).await, 401);
+    assert_eq!(
+        status(http.get(format!("{api}/status")).bearer_auth(ADMIN)).await,
+        200
+    );
+    let me: Value = http
+        .get(format!("{api}/whoami"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(me["reads_need_token"], true, "{me}");
+    let (_open, api) = public_server(dir.path(), &["--open-reads"]);
+    assert_eq!(status(http.get(format!("{api}/status"))).await, 200);
+    let submit = http
+        .post(format!("{api}/jobs"))
+        .json(&json!({"experiments": ["exp01a"]}));
+    assert_eq!(status(submit).await, 401, "open reads open nothing else");
+}
