@@ -166,6 +166,14 @@ async fn an_urgent_job_evicts_a_running_normal_job_which_resumes_after_it_unchar
         "{first}"
     );
     assert_eq!(evicted["failures"], 0, "{evicted}");
+    // Its stop and lost training are charged to the eviction, not to the pod.
+    let time = &first["pod_time"];
+    assert!(time["evicted_s"].as_f64().unwrap() > 0.0, "{time}");
+    assert_eq!(
+        (time["stopping_s"].as_f64(), time["wasted_s"].as_f64()),
+        (Some(0.0), Some(0.0)),
+        "{time}"
+    );
     let running = wait_running(&server, &urgent).await;
     assert_eq!(
         attempts(&running)[0]["pod"],

@@ -14,7 +14,7 @@ export function goodputText(g) {
 }
 
 /** The causes of pod time in display order, as the API names them (`${cause}_s`). */
-const POD_TIME_CAUSES = ["provisioning", "setup", "startup", "restore", "productive", "save", "wasted", "stopping", "idle"];
+const POD_TIME_CAUSES = ["provisioning", "setup", "startup", "restore", "productive", "save", "wasted", "stopping", "evicted", "idle"];
 
 /** One stacked bar of where `time` (a PodTime) went, each cause a segment as wide as its share. */
 export function podTimeBar(label, time) {

@@ -67,6 +67,11 @@ pub struct PodTime {
     pub stopping_s: f64,
     /// A ready pod with nothing it could lease (only in a pod's or the grant's time).
     pub idle_s: f64,
+    /// Of an attempt evicted for a job of a higher priority class (issue 27): its stop, and
+    /// its training since its last committed checkpoint, which the next attempt does again.
+    /// Charged here rather than to `stopping` and `wasted`, so the cost of evictions is seen.
+    #[serde(default)]
+    pub evicted_s: f64,
     /// Of `startup_s`: compiling the first step, as the trainer reported it.
     pub compile_s: f64,
     pub total_s: f64,
@@ -74,7 +79,7 @@ pub struct PodTime {
 
 impl PodTime {
     /// The causes in display order, with their names as `/metrics` and the CLI write them.
-    pub fn causes(&self) -> [(&'static str, f64); 9] {
+    pub fn causes(&self) -> [(&'static str, f64); 10] {
         [
             ("provisioning", self.provisioning_s),
             ("setup", self.setup_s),
@@ -84,6 +89,7 @@ impl PodTime {
             ("save", self.save_s),
             ("wasted", self.wasted_s),
             ("stopping", self.stopping_s),
+            ("evicted", self.evicted_s),
             ("idle", self.idle_s),
         ]
     }
@@ -98,6 +104,7 @@ impl PodTime {
         self.wasted_s += other.wasted_s;
         self.stopping_s += other.stopping_s;
         self.idle_s += other.idle_s;
+        self.evicted_s += other.evicted_s;
         self.compile_s += other.compile_s;
         self.finish();
     }

@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 use podq_api::{PodTime, TrainerPhases};
 
 use super::pod_time_model::{
-    ledger_step, ledger_time, merge_phases, save_cost, split, with_total, AttemptClock,
-    LedgerCharge,
+    interrupted, ledger_step, ledger_time, merge_phases, save_cost, split, with_total,
+    AttemptClock, LedgerCharge,
 };
-pub use super::pod_time_model::{PodActivity, Totals, INTERRUPTED};
+pub use super::pod_time_model::{PodActivity, Totals};
 use super::{now_ms, StoreError};
 
 /// An attempt's clock as stored, with what the model does not need: whose it is, and its
@@ -35,6 +35,7 @@ struct ClockRow {
     outcome: Option<String>,
     trainer_phases_json: Option<String>,
     stopping_s: Option<f64>,
+    cause: Option<String>,
     pod_time_json: Option<String>,
     group_name: String,
     accelerator: String,
@@ -42,7 +43,7 @@ struct ClockRow {
 
 const ATTEMPT_CLOCK: &str = "SELECT a.job_id, a.attempt, a.pod, a.started_at, a.running_at, \
      a.first_step_at, a.ended_at, a.outcome, a.trainer_phases_json, a.stopping_s, \
-     a.pod_time_json, j.group_name, j.accelerator FROM attempts a JOIN jobs j ON j.id = a.job_id";
+     a.cause, a.pod_time_json, j.group_name, j.accelerator FROM attempts a JOIN jobs j ON j.id = a.job_id";
 
 impl ClockRow {
     fn clock(&self) -> AttemptClock {
@@ -58,6 +59,7 @@ impl ClockRow {
                 .and_then(|json| serde_json::from_str(json).ok())
                 .unwrap_or_default(),
             stopping_s: self.stopping_s,
+            cause: self.cause.clone(),
         }
     }
 
@@ -145,7 +147,7 @@ pub async fn settle_attempt(conn: &mut Conn, lease_id: &str) -> Result<(), Store
         .bind(lease_id)
         .execute(conn)
         .await?;
-    let interrupted = INTERRUPTED.contains(&clock.outcome.as_deref().unwrap_or(""));
+    let interrupted = interrupted(clock.outcome.as_deref(), clock.cause.as_deref());
     for scope in [
         "all".to_owned(),
         format!("pod:{}", clock.pod),
@@ -272,17 +274,24 @@ async fn charge_recovery(
     if !after_attempt {
         return Ok(());
     }
-    let last: Option<(String, Option<String>, Option<String>, String)> = db::query_as(
-        "SELECT a.lease_id, a.outcome, a.pod_time_json, j.group_name FROM attempts a \
+    type Last = (
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        String,
+    );
+    let last: Option<Last> = db::query_as(
+        "SELECT a.lease_id, a.outcome, a.cause, a.pod_time_json, j.group_name FROM attempts a \
          JOIN jobs j ON j.id = a.job_id WHERE a.pod = ? ORDER BY a.started_at DESC LIMIT 1",
     )
     .bind(pod)
     .fetch_optional(conn)
     .await?;
-    let Some((lease, Some(outcome), Some(json), group)) = last else {
+    let Some((lease, outcome, cause, Some(json), group)) = last else {
         return Ok(());
     };
-    if !INTERRUPTED.contains(&outcome.as_str()) {
+    if !interrupted(outcome.as_deref(), cause.as_deref()) {
         return Ok(());
     }
     let mut time: PodTime = serde_json::from_str(&json)

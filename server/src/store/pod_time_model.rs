@@ -15,6 +15,13 @@ use podq_api::{PodTime, TrainerPhases};
 /// pod type's MTBF. A hung or failed trainer is the run's own fault, not the pod's.
 pub const INTERRUPTED: [&str; 2] = ["preempted", "lost"];
 
+/// Whether an attempt was interrupted from outside the run: ended `preempted` or `lost`, and
+/// not stopped by podq itself (an eviction, a person's suspend: `cause`), which is no fault
+/// of the pod's.
+pub fn interrupted(outcome: Option<&str>, cause: Option<&str>) -> bool {
+    cause.is_none() && INTERRUPTED.contains(&outcome.unwrap_or(""))
+}
+
 /// When an attempt reached each of its stages (ms since the epoch), how it ended, and what
 /// its trainer reported.
 #[derive(Debug, Clone, Default)]
@@ -26,6 +33,8 @@ pub struct AttemptClock {
     pub outcome: Option<String>,
     pub phases: TrainerPhases,
     pub stopping_s: Option<f64>,
+    /// Why podq stopped it beyond its outcome: `evicted`, `suspended`.
+    pub cause: Option<String>,
 }
 
 /// The attempt's time from its lease to its end (or `now`), by cause:
@@ -78,6 +87,11 @@ pub fn split(a: &AttemptClock, last_kept_at: Option<i64>, now: i64) -> PodTime {
         compile_s: phases.compile_s.clamp(0.0, startup_window - restore_s),
         ..PodTime::default()
     };
+    if a.cause.as_deref() == Some("evicted") {
+        time.evicted_s = time.stopping_s + time.wasted_s;
+        time.stopping_s = 0.0;
+        time.wasted_s = 0.0;
+    }
     time.finish();
     time
 }
@@ -248,7 +262,30 @@ mod tests {
             outcome: outcome.map(str::to_owned),
             phases: phases.unwrap_or_default(),
             stopping_s: Some(10.0),
+            cause: None,
         }
+    }
+
+    #[test]
+    fn an_evicted_attempts_stop_and_lost_training_are_charged_to_the_eviction() {
+        let preempted = split(&clock(Some("preempted"), None), Some(100_000), 130_000);
+        let evicted = split(
+            &AttemptClock {
+                cause: Some("evicted".into()),
+                ..clock(Some("preempted"), None)
+            },
+            Some(100_000),
+            130_000,
+        );
+        assert_eq!(evicted.evicted_s, preempted.stopping_s + preempted.wasted_s);
+        assert_eq!((evicted.stopping_s, evicted.wasted_s), (0.0, 0.0));
+        assert_eq!(evicted.total_s, preempted.total_s);
+        assert!(interrupted(Some("preempted"), None));
+        assert!(
+            !interrupted(Some("preempted"), Some("evicted")),
+            "podq's own stop"
+        );
+        assert!(!interrupted(Some("failed"), None));
     }
 
     fn parts(t: &PodTime) -> [f64; 7] {
