@@ -180,11 +180,10 @@ async fn an_urgent_job_evicts_a_running_normal_job_which_resumes_after_it_unchar
         "pod-a",
         "the urgent job took the freed pod"
     );
-    let first_step = eventually(RUN, "the urgent job's first step", || async {
-        server.job(&urgent).await["last_step"].as_i64().map(|_| ())
+    eventually(RUN, "the urgent job's first step", || async {
+        server.job(&urgent).await["last_step"].as_i64()
     })
     .await;
-    let _ = first_step;
     let to_first_step = submitted.elapsed();
     // While the urgent job runs, the evicted one waits at the head of its class.
     assert_eq!(server.job(&victim).await["state"], "queued");
