@@ -522,6 +522,37 @@ async fn each_role_does_what_it_may_and_is_told_what_it_may_not() {
     )
     .await;
     assert_error(status, &answer, 409, "user_exists");
+    // The built-in tokens' names are podq's own.
+    let (status, answer) = call(
+        &server,
+        ADMIN,
+        Method::POST,
+        "/users",
+        json!({"name": "admin", "role": "submitter"}),
+    )
+    .await;
+    assert_error(status, &answer, 409, "reserved_name");
+    // An idempotency key is its sender's own: bob replaying alice's key is checked afresh.
+    let alices = submit_as(&server, &alice, "exp01c", None).await;
+    let cancel = |token: String| {
+        let server = &server;
+        let path = format!("/jobs/{alices}/cancel");
+        async move {
+            let auth = format!("Bearer {token}");
+            server
+                .send(
+                    Method::POST,
+                    &path,
+                    String::new(),
+                    &[("authorization", &auth), ("idempotency-key", "k1")],
+                )
+                .await
+        }
+    };
+    let (status, _) = cancel(alice.clone()).await;
+    assert_eq!(status, 200);
+    let (status, answer) = cancel(fresh.to_owned()).await;
+    assert_error(status, &answer, 403, "not_owner");
 }
 
 #[tokio::test]
@@ -689,6 +720,30 @@ fn a_users_file_with_a_duplicate_or_a_bad_role_is_refused_at_its_line() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(said), "{stderr}");
     }
+    // A built-in token that is also a person's would act beyond the person's role.
+    let admins_hash = podq_server::team::tokens::hash(ADMIN);
+    let file = dir.path().join("users.yaml");
+    std::fs::write(
+        &file,
+        format!("- name: alice\n  role: viewer\n  token_sha256: {admins_hash}\n"),
+    )
+    .unwrap();
+    let output = std::process::Command::new(common::PODQ)
+        .args(["server", "--listen", "127.0.0.1:0", "--users"])
+        .arg(&file)
+        .arg("--db")
+        .arg(dir.path().join("podq.db"))
+        .arg("--experiments")
+        .arg(common::experiments_dir())
+        .env("PODQ_ADMIN_TOKEN", ADMIN)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success()
+            && stderr.contains("PODQ_ADMIN_TOKEN is the token of the person alice"),
+        "{stderr}"
+    );
     let output = std::process::Command::new(common::PODQ)
         .args(["server", "--listen", "127.0.0.1:0", "--users"])
         .arg(dir.path().join("missing.yaml"))

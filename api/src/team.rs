@@ -36,7 +36,7 @@ pub struct UserList {
 #[serde(deny_unknown_fields)]
 pub struct AddUserRequest {
     /// 1 to 64 letters, digits, `.`, `_`, `-` or `@`, starting with a letter or digit;
-    /// `podq` and `anonymous` name podq's own actors.
+    /// `podq`, `anonymous`, `admin` and `worker` name podq's own actors.
     #[cfg_attr(
         feature = "openapi",
         schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")

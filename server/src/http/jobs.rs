@@ -63,7 +63,7 @@ async fn submit_jobs(
     IdempotencyKey(key): IdempotencyKey,
     JsonBody(req, digest): JsonBody<SubmitRequest>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
-    let key = remembered(key, "POST /jobs", digest);
+    let key = remembered(&acting, key, "POST /jobs", digest);
     let answer = state.scheduler.submit(&acting, req, key).await?;
     let status = if answer.dry_run || (answer.created.is_empty() && answer.linked.is_empty()) {
         StatusCode::OK
@@ -74,13 +74,16 @@ async fn submit_jobs(
 }
 
 /// The scheduler's form of a request's `Idempotency-Key`, if it sent one.
+/// Keys are the caller's own: another person's key names another request, so it can
+/// neither replay that answer nor skip this caller's checks.
 fn remembered(
+    acting: &Acting,
     key: Option<String>,
     route: &'static str,
     digest: BodyDigest,
 ) -> Option<scheduler::IdempotencyKey> {
     key.map(|key| scheduler::IdempotencyKey {
-        key,
+        key: format!("{}:{key}", acting.caller.name),
         route,
         request_sha256: digest.0,
     })
@@ -301,7 +304,12 @@ async fn cancel(
     JobRef(id): JobRef,
     IdempotencyKey(key): IdempotencyKey,
 ) -> Result<Json<Job>, ApiError> {
-    let key = remembered(key, "POST /jobs/{id}/cancel", BodyDigest(id.to_string()));
+    let key = remembered(
+        &acting,
+        key,
+        "POST /jobs/{id}/cancel",
+        BodyDigest(id.to_string()),
+    );
     Ok(Json(state.scheduler.cancel(&acting, id, key).await?))
 }
 
@@ -325,7 +333,12 @@ async fn requeue(
     JobRef(id): JobRef,
     IdempotencyKey(key): IdempotencyKey,
 ) -> Result<Json<Job>, ApiError> {
-    let key = remembered(key, "POST /jobs/{id}/requeue", BodyDigest(id.to_string()));
+    let key = remembered(
+        &acting,
+        key,
+        "POST /jobs/{id}/requeue",
+        BodyDigest(id.to_string()),
+    );
     Ok(Json(state.scheduler.requeue(&acting, id, key).await?))
 }
 

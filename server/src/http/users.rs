@@ -46,7 +46,7 @@ async fn list(State(state): State<AppState>) -> Result<Json<UserList>, ApiError>
     responses(
         (status = 201, description = "The person and their token", body = UserToken),
         (status = 400, description = "`invalid_name`, `unknown_role` (with the closest)", body = ErrorBody),
-        (status = 409, description = "`user_exists`, `reserved_name`, `admin_first`, or `users_from_file` (people come from --users FILE)", body = ErrorBody),
+        (status = 409, description = "`user_exists`, `reserved_name` (podq, anonymous, admin, worker), `admin_first`, or `users_from_file` (people come from --users FILE)", body = ErrorBody),
         (status = 422, description = "`pods_for_worker_only`, `no_pods`", body = ErrorBody),
     ),
     security(("admin_token" = [])),

@@ -199,12 +199,15 @@ impl Scheduler {
                     let id = id.to_string();
                     let job = owned(conn, &acting, &id, "resume").await?;
                     let state = job.state()?;
-                    if state != JobState::Held {
+                    if state != JobState::Held || job.same_as.is_some() {
                         return Err(SchedulerError::wrong_state(
                             &id,
                             state,
                             "not_held",
-                            format!("job {id} is {state}; only a held (suspended) job can be resumed"),
+                            format!(
+                                "job {id} is {state}{}; only a held (suspended) job can be resumed",
+                                if job.same_as.is_some() { " as the run it shares is" } else { "" }
+                            ),
                         ));
                     }
                     if jobs::live_lease(conn, &id).await?.is_some() {

@@ -132,7 +132,28 @@ impl Scheduler {
     /// Records the catalog as loaded, so the database can answer about experiments on its
     /// own. The active server does it before it serves, and again each time it takes over.
     pub async fn record_catalog(&self) -> Result<()> {
-        Ok(store::catalog::record(&self.store, &self.catalog).await?)
+        store::catalog::record(&self.store, &self.catalog).await?;
+        self.rerank_classes().await
+    }
+
+    /// Jobs not yet finished take the rank their class has in the suite as loaded (its
+    /// `priority_classes` may have been reordered since they were submitted).
+    async fn rerank_classes(&self) -> Result<()> {
+        let classes = &self.catalog.classes;
+        let ranks: Vec<(String, i64)> = classes
+            .all()
+            .iter()
+            .filter_map(|c| classes.get(&c.name).map(|(rank, _)| (c.name.clone(), rank)))
+            .collect();
+        let default_rank = classes.resolve(None).map_or(0, |(rank, _)| rank);
+        self.store
+            .write(move |conn| {
+                futures::FutureExt::boxed(async move {
+                    store::jobs::rerank_classes(conn, &ranks, default_rank).await
+                })
+            })
+            .await?;
+        Ok(())
     }
 
     /// After the store lost the lead: worker calls are refused until the next take-over.

@@ -14,7 +14,7 @@ use crate::config::ServerConfig;
 use crate::store::events::{insert_event, Actor};
 use crate::store::users::{self as stored, NewUser, UserRow};
 use crate::store::{ms_to_datetime, StoreError};
-use crate::team::users_file::{valid_name, NAME_RULE};
+use crate::team::users_file::{valid_name, NAME_RULE, RESERVED_NAMES};
 use crate::team::{tokens, Caller, Role};
 
 /// A token's owner as the directory knows them.
@@ -39,8 +39,15 @@ pub struct Directory {
 }
 
 impl Directory {
-    /// Replaces what the directory knows with the built-in tokens and `people`.
-    fn load(&self, config: &ServerConfig, people: Vec<Holder>, hashes: Vec<String>) {
+    /// Replaces what the directory knows with the built-in tokens and `people`. A built-in
+    /// token that is also a person's is refused: it would act beyond that person's role and
+    /// pods, and disabling the person would not stop it.
+    fn load(
+        &self,
+        config: &ServerConfig,
+        people: Vec<Holder>,
+        hashes: Vec<String>,
+    ) -> std::result::Result<(), String> {
         let mut by_token: HashMap<String, Holder> = people
             .into_iter()
             .zip(hashes)
@@ -54,6 +61,14 @@ impl Directory {
         ];
         for (token, name, role) in builtin {
             if let Some(token) = token {
+                if let Some(person) = by_token.get(&tokens::hash(token)) {
+                    return Err(format!(
+                        "PODQ_{}_TOKEN is the token of the person {}: give the built-in {name} \
+                         its own token (or leave it unset)",
+                        name.to_ascii_uppercase(),
+                        person.caller.name
+                    ));
+                }
                 let caller = Caller {
                     name: name.to_owned(),
                     role,
@@ -67,6 +82,7 @@ impl Directory {
             }
         }
         *self.by_token.write().unwrap_or_else(|e| e.into_inner()) = by_token;
+        Ok(())
     }
 
     pub fn check(&self, token: &str) -> TokenCheck {
@@ -159,8 +175,9 @@ impl Scheduler {
                 (people, hashes)
             }
         };
-        self.directory.load(&self.config, people, hashes);
-        Ok(())
+        self.directory
+            .load(&self.config, people, hashes)
+            .map_err(|message| SchedulerError::conflict("builtin_token_taken", message))
     }
 
     pub async fn users(&self) -> Result<UserList> {
@@ -197,7 +214,7 @@ impl Scheduler {
         pods: Option<Vec<String>>,
     ) -> Result<UserToken> {
         self.refuse_if_file()?;
-        if matches!(name.as_str(), "podq" | "anonymous") {
+        if RESERVED_NAMES.contains(&name.as_str()) {
             return Err(SchedulerError::conflict(
                 "reserved_name",
                 format!("`{name}` names podq's own actor in the audit: choose another name"),

@@ -111,9 +111,15 @@ pub async fn evict(
     .execute(conn)
     .await?;
     if reserved == 0 {
-        return Err(StoreError::Corrupt(format!(
-            "job {evictor} left the queue inside the eviction's transaction"
-        )));
+        // The evictor was leased (or left the queue) since it was read: nothing to evict for.
+        db::query(
+            "UPDATE jobs SET stop_request = NULL, stop_message = NULL WHERE id = ? AND lease_id = ?",
+        )
+        .bind(&victim.id)
+        .bind(&victim.lease_id)
+        .execute(conn)
+        .await?;
+        return Ok(false);
     }
     let podq = Actor::podq();
     let pod = Some(victim.pod.as_str());

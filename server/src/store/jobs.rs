@@ -262,7 +262,7 @@ pub async fn cancel(conn: &mut Conn, id: &str, by: &str) -> Result<Option<Uuid>,
     let lease: Option<Option<String>> = db::query_scalar(
         "UPDATE jobs SET state = 'cancelled', link_cancelled = CASE WHEN same_as IS NULL THEN 0 ELSE 1 END, \
          cancel_requested = CASE WHEN lease_id IS NULL THEN 0 ELSE 1 END, message = ?, \
-         updated_at = ? WHERE id = ? RETURNING lease_id",
+         reserved_pod = NULL, reserved_until = NULL, updated_at = ? WHERE id = ? RETURNING lease_id",
     )
     .bind(format!("cancelled by {by}"))
     .bind(now_ms())
@@ -278,7 +278,8 @@ pub async fn requeue(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
     db::query(
         "UPDATE jobs SET state = COALESCE((SELECT r.state FROM jobs r WHERE r.id = jobs.same_as), 'queued'), \
          link_cancelled = 0, failures = 0, stalled_attempts = 0, not_before = NULL, \
-         cancel_requested = 0, message = NULL, updated_at = ? WHERE id = ?",
+         cancel_requested = 0, message = NULL, reserved_pod = NULL, reserved_until = NULL, \
+         queue_head = 0, updated_at = ? WHERE id = ?",
     )
     .bind(now_ms())
     .bind(id)
@@ -304,6 +305,33 @@ pub async fn set_class(
     Ok(())
 }
 
+/// Gives every job not yet finished the rank its class has in the suite now (`ranks`: each
+/// class's name and rank; a class the suite no longer has ranks as `default_rank`). Writes
+/// only the rows whose rank changed.
+pub async fn rerank_classes(
+    conn: &mut Conn,
+    ranks: &[(String, i64)],
+    default_rank: i64,
+) -> Result<u64, StoreError> {
+    // The CASE appears twice; its values are bound once per appearance.
+    let push_case = |update: &mut Builder| {
+        update.push("CASE priority_class");
+        for (class, value) in ranks {
+            update
+                .push(" WHEN ")
+                .push_bind(class.clone())
+                .push(" THEN ")
+                .push_bind(*value);
+        }
+        update.push(" ELSE ").push_bind(default_rank).push(" END");
+    };
+    let mut update = Builder::new("UPDATE jobs SET class_rank = ");
+    push_case(&mut update);
+    update.push(" WHERE state IN ('queued', 'leased', 'running', 'held') AND class_rank <> ");
+    push_case(&mut update);
+    Ok(update.build().execute(conn).await?)
+}
+
 /// Asks the worker holding the job's lease to stop it ('evicted' or 'suspended'), saying why.
 pub async fn request_stop(
     conn: &mut Conn,
@@ -323,20 +351,23 @@ pub async fn request_stop(
 
 /// Holds a queued job (a person's pause): no pod leases it until it is resumed.
 pub async fn hold(conn: &mut Conn, id: &str, why: &str) -> Result<(), StoreError> {
-    db::query("UPDATE jobs SET state = 'held', message = ?, updated_at = ? WHERE id = ?")
-        .bind(why)
-        .bind(now_ms())
-        .bind(id)
-        .execute(conn)
-        .await?;
+    db::query(
+        "UPDATE jobs SET state = 'held', message = ?, reserved_pod = NULL, reserved_until = NULL, \
+         updated_at = ? WHERE id = ?",
+    )
+    .bind(why)
+    .bind(now_ms())
+    .bind(id)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
 /// Puts a suspended job back in the queue as it was: its failure budget is untouched.
 pub async fn resume(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
     db::query(
-        "UPDATE jobs SET state = 'queued', message = NULL, not_before = NULL, updated_at = ? \
-         WHERE id = ?",
+        "UPDATE jobs SET state = 'queued', message = NULL, not_before = NULL, \
+         reserved_pod = NULL, reserved_until = NULL, updated_at = ? WHERE id = ?",
     )
     .bind(now_ms())
     .bind(id)

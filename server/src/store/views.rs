@@ -55,6 +55,8 @@ pub struct PlanJob {
     pub group_name: String,
     pub state: String,
     pub priority: i64,
+    pub class_rank: i64,
+    pub queue_head: i64,
     pub same_as: Option<String>,
     pub est_hours: f64,
     pub last_step: Option<i64>,
@@ -68,7 +70,7 @@ pub struct PlanJob {
 }
 
 const PLAN_JOB: &str = "SELECT j.id, j.seq, j.experiment, j.group_name, j.state, j.priority, \
-     j.same_as, j.est_hours, j.last_step, j.total_steps, j.config_sha256, \
+     j.class_rank, j.queue_head, j.same_as, j.est_hours, j.last_step, j.total_steps, j.config_sha256, \
      j.accelerator, a.first_step, a.first_step_at, a.end_step, a.ended_at FROM jobs j \
      LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt = (SELECT MAX(attempt) FROM attempts \
        WHERE job_id = j.id AND first_step IS NOT NULL)";

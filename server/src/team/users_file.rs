@@ -109,9 +109,12 @@ pub fn valid_name(name: &str) -> bool {
     chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
         && name.len() <= 64
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
-        // These name podq's own actors in the audit.
-        && !matches!(name, "podq" | "anonymous")
+        && !RESERVED_NAMES.contains(&name)
 }
+
+/// Names podq's own actors: `podq` itself, a caller without a token, and the built-in
+/// tokens (a person so named would own the jobs submitted with PODQ_ADMIN_TOKEN).
+pub const RESERVED_NAMES: [&str; 4] = ["podq", "anonymous", "admin", "worker"];
 
 /// The 1-based line each entry of the top-level list starts on.
 fn entry_lines(text: &str) -> Vec<usize> {

@@ -228,7 +228,9 @@ impl Scheduler {
         Ok(HeartbeatResponse {
             lease_expires_at: chrono::Utc::now()
                 + chrono::Duration::from_std(self.live.ttl).unwrap_or_default(),
-            cancel,
+            // A worker from before issue 27 knows no `stop`: it stops as for a cancel, and
+            // its `cancelled` finish ends the requested stop all the same (policy.rs).
+            cancel: cancel || stop.is_some(),
             stop: stop.map(|reason| podq_api::StopOrder { reason }),
         })
     }
@@ -385,7 +387,9 @@ impl Scheduler {
                         .stop_request
                         .as_deref()
                         .and_then(StopRequest::parse)
-                        .filter(|_| policy::ends_a_requested_stop(req.outcome));
+                        .filter(|_| {
+                            !holder.cancel_requested && policy::ends_a_requested_stop(req.outcome)
+                        });
                     let cause = requested.map(StopRequest::as_str);
                     let detail = match (requested, &holder.stop_message) {
                         (Some(_), Some(why)) => format!(": {why}"),

@@ -320,7 +320,7 @@ impl Scheduler {
                             phase: Phase::Waiting,
                             priority: None,
                             // After every queued job, in suite order.
-                            order: (Reverse(i64::MIN), position as i64),
+                            order: (i64::MAX, Reverse(0), Reverse(i64::MIN), position as i64),
                             remaining_hours: e.est_hours,
                             estimate: EstimateSource::Catalog,
                             also_finishes: Vec::new(),
@@ -385,7 +385,12 @@ fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
         state: job.state.clone(),
         phase,
         priority: Some(job.priority),
-        order: (Reverse(job.priority), job.seq),
+        order: (
+            job.class_rank,
+            Reverse(job.queue_head),
+            Reverse(job.priority),
+            job.seq,
+        ),
         remaining_hours,
         estimate: match (phase, rate) {
             (Phase::Done, _) => EstimateSource::Done,

@@ -32,6 +32,9 @@ pub enum Phase {
     Blocked,
 }
 
+/// Class rank, evicted first (reversed), priority (reversed), submission order.
+pub type QueueOrder = (i64, Reverse<i64>, Reverse<i64>, i64);
+
 #[derive(Debug, Clone)]
 pub struct Run {
     pub job_id: Option<Uuid>,
@@ -41,8 +44,10 @@ pub struct Run {
     pub state: String,
     pub phase: Phase,
     pub priority: Option<i64>,
-    /// Its place in today's order among waiting runs (lease order, then suite order).
-    pub order: (Reverse<i64>, i64),
+    /// Its place in today's order among waiting runs, as the claim orders them: class rank,
+    /// an evicted job first in its class, priority, submission (then suite order for runs
+    /// never submitted).
+    pub order: QueueOrder,
     pub remaining_hours: f64,
     pub estimate: EstimateSource,
     pub also_finishes: Vec<String>,
@@ -459,7 +464,7 @@ mod tests {
             state: "not_submitted".into(),
             phase: Phase::Waiting,
             priority: None,
-            order: (Reverse(0), order),
+            order: (1, Reverse(0), Reverse(0), order),
             remaining_hours: hours,
             estimate: EstimateSource::Catalog,
             also_finishes: Vec::new(),
