@@ -182,6 +182,9 @@ fn with_address(
     app.into_make_service_with_connect_info::<std::net::SocketAddr>()
 }
 
+/// How often a standby reloads the team's people from the database.
+const DIRECTORY_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Runs what must happen once among the servers sharing a database (the lease reaper, cron
 /// submissions, webhook delivery) while this server is the active one. Each time it becomes
 /// active it first does what a restarted server does: records the catalog, registers the
@@ -190,10 +193,24 @@ fn with_address(
 /// took the lead while starting from missing it.)
 async fn run_while_active(state: AppState, shutdown: CancellationToken) {
     let mut role = state.scheduler.store_role();
+    // A standby answers reads: it checks their tokens against the people the active server
+    // keeps, reloaded this often.
+    let mut refresh = tokio::time::interval(DIRECTORY_REFRESH);
     loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            changed = role.wait_for(|r| *r == store::Role::Active) => if changed.is_err() { return },
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                // Only whether it changed: the watch's guard must not live across an await.
+                active = async { role.wait_for(|r| *r == store::Role::Active).await.is_ok() } => {
+                    if !active { return }
+                    break;
+                }
+                _ = refresh.tick() => {
+                    if let Err(e) = state.scheduler.reload_directory().await {
+                        tracing::warn!(error = %e, "a standby could not reload the team's tokens");
+                    }
+                }
+            }
         }
         let receivers = match take_over(&state).await {
             Ok(receivers) => receivers,

@@ -441,7 +441,18 @@ pub fn log_tail(path: &Path) -> String {
 
 /// Waits for the job to reach `state`; on timeout the panic shows the worker's log.
 pub async fn wait_job(server: &Server, id: &str, state: &str, log: &Path) -> Value {
-    let deadline = std::time::Instant::now() + RUN;
+    wait_job_within(server, id, state, log, RUN).await
+}
+
+/// `wait_job` with its own deadline, for a run that trains for minutes (a JAX trainer's).
+pub async fn wait_job_within(
+    server: &Server,
+    id: &str,
+    state: &str,
+    log: &Path,
+    within: Duration,
+) -> Value {
+    let deadline = std::time::Instant::now() + within;
     loop {
         let job = server.job(id).await;
         if job["state"] == state {

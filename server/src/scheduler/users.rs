@@ -146,6 +146,12 @@ impl Scheduler {
         self.directory.any_of(roles)
     }
 
+    /// Reloads the directory: what a standby does now and then, since people are added and
+    /// disabled on the active server.
+    pub async fn reload_directory(&self) -> Result<()> {
+        self.load_directory().await
+    }
+
     /// Loads the directory: from `--users FILE` when given, else from the store.
     pub(super) async fn load_directory(&self) -> Result<()> {
         let (people, hashes) = match &self.config.users_file {
