@@ -1087,7 +1087,9 @@ async fn a_launch_whose_every_ssh_is_run_twice_still_runs_one_trainer_per_host()
         let bin = cloud.home(host).join(".podq/bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::copy(PODQ, bin.join("podq")).unwrap();
-        cloud.control(&format!("ssh-drop-{host}"), "0.3 agent --worker-url");
+        // Dropped once the command has run (or 20 s into it): a fixed 0.3 s raced the
+        // start itself on a loaded machine, hanging up before any agent began.
+        cloud.control(&format!("ssh-drop-{host}"), "20 agent --worker-url");
     }
     let id = server.submit_one("exp01a", json!({})).await;
     let config = cloud.worker_config(&server.url, json!({}), json!({}));
