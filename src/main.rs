@@ -57,8 +57,9 @@ enum Command {
     Logs(client::LogsArgs),
     /// Cancel a job; a running one is stopped on every host.
     Cancel(client::JobArg),
-    /// Put a failed, cancelled or held job back in the queue with a fresh failure budget.
-    Requeue(client::JobArg),
+    /// Put a failed, cancelled, held or stopped job back in the queue with a fresh failure
+    /// budget (`--ignore-stop-rules` lifts a stopped job's rules).
+    Requeue(client::RequeueArgs),
     /// Change a job's priority (higher runs first) or its priority class (--class).
     Priority(client::PriorityArgs),
     /// Pause a job: a queued one is held; a running one saves, stops and is held. Uncharged.

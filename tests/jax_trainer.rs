@@ -238,6 +238,75 @@ async fn an_evicted_jax_run_saves_where_it_stopped_and_resumes_there() {
     assert_eq!(status, 200, "{body}");
 }
 
+#[tokio::test]
+async fn a_jax_run_whose_loss_becomes_nan_is_stopped_by_the_divergence_guard() {
+    let server = Server::start().await;
+    let id = server.submit_one("exp01a", json!({})).await;
+    // A NaN learning rate from step 60: the update makes every parameter NaN, so the loss is
+    // NaN from step 61 on. The trainer reports every 10 steps: 70, 80 and 90 are the three
+    // bad reports in a row the guard waits for.
+    let command = trainer_command();
+    let _worker = server.worker(
+        "pod-jax-nan",
+        2,
+        &[
+            "--trainer-command",
+            &command,
+            "--trainer-env",
+            "PODQ_EXAMPLE_TOTAL_STEPS=300",
+            "--trainer-env",
+            "PODQ_EXAMPLE_NAN_AT_STEP=60",
+            "--trainer-env",
+            "PODQ_EXAMPLE_STEP_SLEEP_S=0.2",
+            "--trainer-env",
+            "JAX_PLATFORMS=cpu",
+            "--stop-grace-s",
+            "30",
+            "--hang-timeout-s",
+            "120",
+        ],
+    );
+    let job = server.wait_state(&id, "stopped", RUN).await;
+    let fired = &job["stopped_by"];
+    assert_eq!(
+        (&fired["step"], &fired["value"]),
+        (&json!(90), &json!("NaN")),
+        "{job}"
+    );
+    assert_eq!(job["failures"], 0, "{job}");
+    let first = &attempts(&job)[0];
+    assert_eq!(
+        first["exit_codes"],
+        json!([143, 143]),
+        "saved and stopped: {first}"
+    );
+    // The non-finite values reached the server as what they are.
+    let (_, metrics) = server
+        .get(&format!(
+            "/jobs/{id}/metrics?names=train/loss,train/diverged&max_points=1000"
+        ))
+        .await;
+    let series = metrics["series"].as_array().unwrap();
+    let value_at = |name: &str, step: i64| {
+        series.iter().find(|s| s["name"] == name).unwrap()["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["step"] == step)
+            .map(|p| p["value"].clone())
+    };
+    assert!(value_at("train/loss", 60).unwrap().is_f64(), "{metrics}");
+    assert_eq!(value_at("train/loss", 70), Some(json!("NaN")), "{metrics}");
+    assert_eq!(
+        value_at("train/diverged", 70),
+        Some(json!(1.0)),
+        "{metrics}"
+    );
+    let last = job["last_step"].as_i64().unwrap();
+    eprintln!("divergence figures (JAX example): NaN from step 61, guard fired at 90, trainer stopped at {last} of 300");
+    assert!(last < 300, "{job}");
+}
+
 /// Every experiment's config as the worker stages it loads with real Hydra's compose API
 /// and has `arch`.
 #[tokio::test]

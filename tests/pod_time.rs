@@ -18,25 +18,12 @@ const RUN: Duration = Duration::from_secs(120);
 /// The repository's catalog with `checkpoint_interval: auto` for the whole suite.
 fn auto_catalog(dir: &Path) -> std::path::PathBuf {
     let root = dir.join("experiments-auto");
-    copy_dir(&common::experiments_dir(), &root);
+    common::copy_dir(&common::experiments_dir(), &root);
     let suite = root.join("suite.yaml");
     let mut text = std::fs::read_to_string(&suite).unwrap();
     text.push_str("checkpoint_interval: auto\n");
     std::fs::write(&suite, text).unwrap();
     root
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 fn causes(time: &Value) -> Vec<(&'static str, f64)> {

@@ -401,7 +401,7 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition(backend
         .unwrap();
     check("cancelling a run").await;
     f.scheduler
-        .requeue(&podq(), another_link.same_as.unwrap(), None)
+        .requeue(&podq(), another_link.same_as.unwrap(), false, None)
         .await
         .unwrap();
     check("requeueing a run").await;
@@ -410,7 +410,7 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition(backend
         "cancelled"
     );
     f.scheduler
-        .requeue(&podq(), another_link.job_id.unwrap(), None)
+        .requeue(&podq(), another_link.job_id.unwrap(), false, None)
         .await
         .unwrap();
     check("requeueing a link").await;

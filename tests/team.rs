@@ -232,7 +232,7 @@ async fn an_urgent_job_evicts_a_running_normal_job_which_resumes_after_it_unchar
 /// The experiments directory with `classes` as the suite's priority classes.
 fn catalog_with_classes(dir: &Path, classes: &str) -> std::path::PathBuf {
     let target = dir.join("experiments");
-    copy_dir(&common::experiments_dir(), &target);
+    common::copy_dir(&common::experiments_dir(), &target);
     let suite = target.join("suite.yaml");
     let text = std::fs::read_to_string(&suite).unwrap();
     let groups = &text[..text
@@ -240,19 +240,6 @@ fn catalog_with_classes(dir: &Path, classes: &str) -> std::path::PathBuf {
         .expect("the shipped suite declares its classes")];
     std::fs::write(&suite, format!("{groups}priority_classes:\n{classes}")).unwrap();
     target
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let path = entry.path();
-        if path.is_dir() {
-            copy_dir(&path, &to.join(entry.file_name()));
-        } else {
-            std::fs::copy(&path, to.join(entry.file_name())).unwrap();
-        }
-    }
 }
 
 #[tokio::test]

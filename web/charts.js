@@ -23,6 +23,7 @@ function runClass(run) {
   if (run.state === "succeeded") return "done";
   if (run.fits_deadline === true) return "fit";
   if (run.fits_deadline === false) return "late";
+  if (run.state === "stopped") return "done";
   if (["failed", "held", "cancelled"].includes(run.state)) return "norun";
   return "nodeadline";
 }
@@ -180,14 +181,18 @@ export function lineChart(name, points) {
   const text = (x, y, str, cls, anchor = "start") => svg.append(svgEl("text", { x, y, class: cls, "text-anchor": anchor }, str));
   const line = (x1, y1, x2, y2, cls) => svg.append(svgEl("line", { x1, y1, x2, y2, class: cls }));
   text(4, 14, name, "c-title");
+  // A non-finite value comes as "NaN", "Infinity" or "-Infinity" (issue 28): the curve stops
+  // there and a red mark at the top says where the run diverged.
   const pts = (points || []).filter((p) => Number.isFinite(p.value));
-  svg.setAttribute("aria-label", `${name}: ${pts.length} points`);
-  if (pts.length === 0) {
+  const bad = (points || []).filter((p) => typeof p.value === "string");
+  svg.setAttribute("aria-label", `${name}: ${pts.length} points` + (bad.length ? `, non-finite from step ${bad[0].step}` : ""));
+  if (pts.length === 0 && bad.length === 0) {
     text(W / 2, H / 2 + 6, "no data yet", "c-empty", "middle");
     return svg;
   }
-  let [x0, x1] = [pts[0].step, pts[pts.length - 1].step];
-  let y0 = Math.min(...pts.map((p) => p.value)), y1 = Math.max(...pts.map((p) => p.value));
+  const steps = [...pts, ...bad].map((p) => p.step);
+  let [x0, x1] = [Math.min(...steps), Math.max(...steps)];
+  let y0 = pts.length ? Math.min(...pts.map((p) => p.value)) : 0, y1 = pts.length ? Math.max(...pts.map((p) => p.value)) : 1;
   if (x1 === x0) { x0 -= 1; x1 += 1; }
   if (y1 === y0) { const d = Math.abs(y0) * 0.05 || 1; y0 -= d; y1 += d; }
   const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
@@ -197,11 +202,18 @@ export function lineChart(name, points) {
   line(L, T, L, H - B, "c-axis");
   text(L - 4, T + 4, fmtNum(y1), "c-label", "end");
   text(L - 4, H - B, fmtNum(y0), "c-label", "end");
-  text(L, H - 6, fmtInt(pts[0].step), "c-label", "start");
-  text(W - R, H - 6, `step ${fmtInt(pts[pts.length - 1].step)}`, "c-label", "end");
-  svg.append(svgEl("polyline", { points: pts.map((p) => `${sx(p.step).toFixed(1)},${sy(p.value).toFixed(1)}`).join(" "), class: "c-line" }));
-  const last = pts[pts.length - 1];
-  svg.append(svgEl("circle", { cx: sx(last.step).toFixed(1), cy: sy(last.value).toFixed(1), r: 2.5, class: "c-dot" }));
-  text(W - R, 14, fmtNum(last.value), "c-last", "end");
+  text(L, H - 6, fmtInt(x0), "c-label", "start");
+  text(W - R, H - 6, `step ${fmtInt(x1)}`, "c-label", "end");
+  if (pts.length) {
+    svg.append(svgEl("polyline", { points: pts.map((p) => `${sx(p.step).toFixed(1)},${sy(p.value).toFixed(1)}`).join(" "), class: "c-line" }));
+  }
+  for (const p of bad) line(sx(p.step).toFixed(1), T, sx(p.step).toFixed(1), T + 6, "c-nonfinite");
+  const newest = [...pts, ...bad].reduce((a, b) => (b.step > a.step ? b : a));
+  if (typeof newest.value === "string") {
+    text(W - R, 14, newest.value, "c-last c-nonfinite-text", "end");
+  } else {
+    svg.append(svgEl("circle", { cx: sx(newest.step).toFixed(1), cy: sy(newest.value).toFixed(1), r: 2.5, class: "c-dot" }));
+    text(W - R, 14, fmtNum(newest.value), "c-last", "end");
+  }
   return svg;
 }

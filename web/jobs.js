@@ -6,7 +6,7 @@ import { fmtNum, fmtTime, stepText } from "./format.js";
 import { hashOf, syncGroupSelect, ui } from "./state.js";
 
 /** Job states in the order the page lists them. */
-export const STATES = ["running", "leased", "queued", "held", "succeeded", "failed", "cancelled"];
+export const STATES = ["running", "leased", "queued", "held", "succeeded", "stopped", "failed", "cancelled"];
 
 function experimentOf(id) {
   const job = ui.jobsById.get(id);

@@ -15,7 +15,7 @@ import { whyNotOnJob, youAre } from "./who.js";
 
 const METRICS = ["train/lm_loss", "train/exact_accuracy", "eval/exact_accuracy"];
 const ACTIVE_STATES = ["queued", "leased", "running", "held"];
-const REQUEUE_STATES = ["failed", "held", "cancelled"];
+const REQUEUE_STATES = ["failed", "held", "cancelled", "stopped"];
 
 // What a person did to a job, as the panel's "who did what" line says it; the newest of these
 // events is the line. Worker and podq events (leased, preempted, ...) are the timeline's.
@@ -46,6 +46,13 @@ function renderLastAct(events) {
   line.title = act ? act.at : "";
   line.dataset.kind = act ? act.kind : "";
   line.dataset.by = act ? act.by : "";
+}
+
+/** "`eval/loss not improved in 3 evaluations` at step 4,070 (eval/loss = 0.61)". */
+function stoppedBy(fired) {
+  if (!fired) return null;
+  const value = typeof fired.value === "number" ? fmtNum(fired.value) : fired.value;
+  return `\`${fired.rule}\` at step ${fmtInt(fired.step)} (${fired.metric} = ${value})`;
 }
 
 function fact(label, value, cls) {
@@ -81,6 +88,7 @@ function renderDetail(detail, metrics, events) {
     ...fact("Backoff until", detail.not_before ? fmtTime(detail.not_before) : null),
     ...(detail.same_as ? [el("dt", null, "Shares run of"), el("dd", null, jobLink(detail.same_as))] : []),
     ...fact("Message", detail.message),
+    ...fact("Stopped by", stoppedBy(detail.stopped_by), "bad-text"),
     ...fact("Checkpoints", detail.checkpoint_dir, "mono wrap"),
     ...fact(detail.state === "succeeded" ? "Last checkpoint" : "Next resume from", detail.resume_from, "mono wrap"),
     ...fact("Config", detail.config_sha256 ? detail.config_sha256.slice(0, 16) : null, "mono"));

@@ -22,10 +22,13 @@ pub enum JobState {
     Failed,
     Cancelled,
     Held,
+    /// A stop rule or the divergence guard ended the run (issue 28): terminal, not charged
+    /// and not retried. `requeue --ignore-stop-rules` runs it on with the rules lifted.
+    Stopped,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 7] = [
+    pub const ALL: [JobState; 8] = [
         JobState::Queued,
         JobState::Leased,
         JobState::Running,
@@ -33,6 +36,7 @@ impl JobState {
         JobState::Failed,
         JobState::Cancelled,
         JobState::Held,
+        JobState::Stopped,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -44,6 +48,7 @@ impl JobState {
             JobState::Failed => "failed",
             JobState::Cancelled => "cancelled",
             JobState::Held => "held",
+            JobState::Stopped => "stopped",
         }
     }
 
@@ -51,7 +56,7 @@ impl JobState {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled | JobState::Stopped
         )
     }
 }
@@ -229,6 +234,41 @@ pub struct Job {
     /// and which running jobs it may evict.
     #[serde(default = "default_class")]
     pub priority_class: String,
+    /// The stop rule that ended the run (`stopped`), or is ending it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<RuleFired>,
+    /// Set by `requeue --ignore-stop-rules`: no stop rule and no divergence guard judge the
+    /// job's run any more.
+    #[serde(default)]
+    pub ignore_stop_rules: bool,
+}
+
+/// A stop rule (or the divergence guard) that fired, and what fired it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RuleFired {
+    /// The rule as the catalog writes it, e.g. `eval/exact_accuracy below 0.02 at 25%`, or
+    /// `diverged: train/loss non-finite for 3 reports`.
+    pub rule: String,
+    /// The metric whose value fired it.
+    pub metric: String,
+    pub step: i64,
+    #[serde(with = "crate::nonfinite")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::nonfinite::MetricNumberSchema))]
+    pub value: f64,
+    pub at: DateTime<Utc>,
+}
+
+/// `POST /api/v1/jobs/{id}/requeue?ignore_stop_rules=true`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct RequeueQuery {
+    /// Run the job on without its stop rules and divergence guard (for a `stopped` job whose
+    /// rule should not have ended it).
+    #[serde(default)]
+    pub ignore_stop_rules: bool,
 }
 
 fn default_class() -> String {

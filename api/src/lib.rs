@@ -9,6 +9,7 @@ pub mod error;
 pub mod jobs;
 pub mod logs;
 pub mod metrics;
+pub mod nonfinite;
 pub mod orbax;
 pub mod plan;
 pub mod pod_time;

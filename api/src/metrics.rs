@@ -7,6 +7,10 @@ use uuid::Uuid;
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricValue {
     pub step: i64,
+    /// A non-finite value is the string `"NaN"`, `"Infinity"` or `"-Infinity"`: where a run
+    /// diverged, the curve says so.
+    #[serde(with = "crate::nonfinite")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::nonfinite::MetricNumberSchema))]
     pub value: f64,
 }
 
@@ -25,4 +29,14 @@ pub struct MetricSeries {
 pub struct JobMetrics {
     pub job_id: Uuid,
     pub series: Vec<MetricSeries>,
+}
+
+/// Whether a smaller value of metric `name` is the better one: losses, errors and
+/// perplexities; anything else (accuracies, rewards) is better larger. The one rule behind a
+/// series' "best" value wherever podq names one (results, stop rules).
+pub fn lower_is_better(name: &str) -> bool {
+    let leaf = name.rsplit('/').next().unwrap_or(name).to_ascii_lowercase();
+    ["loss", "error", "err", "perplexity", "ppl"]
+        .iter()
+        .any(|word| leaf.contains(word))
 }

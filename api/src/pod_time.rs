@@ -124,6 +124,18 @@ pub struct PodTimeReport {
     pub grant: PodTime,
     pub pods: BTreeMap<String, PodTime>,
     pub groups: BTreeMap<String, PodTime>,
+    /// Pod-hours not spent because stop rules or the divergence guard ended runs early
+    /// (issue 28): each stopped run's time to go when it stopped.
+    #[serde(default)]
+    pub saved_by_stopping: SavedByStopping,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SavedByStopping {
+    pub pod_hours: f64,
+    /// Runs that ended `stopped`.
+    pub runs: i64,
 }
 
 /// Young/Daly checkpoint advice for one run (issue 19).

@@ -123,6 +123,9 @@ pub struct StopOrder {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricStep {
     pub step: i64,
+    /// A non-finite value is the string `"NaN"`, `"Infinity"` or `"-Infinity"` (nonfinite.rs).
+    #[serde(with = "crate::nonfinite::map")]
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, crate::nonfinite::MetricNumberSchema>))]
     pub values: BTreeMap<String, f64>,
 }
 
@@ -140,6 +143,10 @@ pub struct MetricsBatch {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricsAck {
     pub accepted: usize,
+    /// A stop rule or the divergence guard fired on what this batch brought: stop every host
+    /// with the full grace, as for the heartbeat's `stop`. The heartbeat says it too, later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<StopOrder>,
 }
 
 /// A log line longer than this is cut, by the worker and again by the server (a progress bar

@@ -11,7 +11,9 @@ stops cleanly on SIGTERM. What is podq-specific is marked "podq:".
 
 Environment knobs for tests: PODQ_EXAMPLE_TOTAL_STEPS (replaces the config's step count),
 PODQ_EXAMPLE_CHECKPOINT_EVERY (save every N steps instead of after each evaluation),
-PODQ_EXAMPLE_STEP_SLEEP_S (sleep after each step, so a test can interrupt the run).
+PODQ_EXAMPLE_STEP_SLEEP_S (sleep after each step, so a test can interrupt the run),
+PODQ_EXAMPLE_NAN_AT_STEP (from that step the learning rate is NaN: the run diverges for real,
+its parameters and then its losses NaN, as an exploding learning rate leaves them).
 PODQ_CHECKPOINT_INTERVAL_STEPS, set by podq, wins over PODQ_EXAMPLE_CHECKPOINT_EVERY.
 """
 
@@ -262,6 +264,7 @@ def main(cfg: DictConfig):
         save_steps = set(eval_steps) if cfg.checkpoint_every_eval else set()
     save_steps.add(total_steps)
     step_sleep = env_number("PODQ_EXAMPLE_STEP_SLEEP_S", 0.0, float)
+    nan_at = env_number("PODQ_EXAMPLE_NAN_AT_STEP", 0)
 
     # Every process's devices in one data-parallel mesh.
     mesh = Mesh(np.array(jax.devices()), ("data",))
@@ -367,6 +370,8 @@ def main(cfg: DictConfig):
         rng = np.random.default_rng([int(cfg.seed), 3, step, process])
         puzzle, solution = global_batch(*puzzles.batch(rng, local_batch))
         lr = learning_rate(cfg, step, total_steps)
+        if nan_at and step >= nan_at:
+            lr = float("nan")
         if step == start_step + 1:
             with podq_trainer.phase("compile"):  # podq: the first step compiles
                 state, metrics = step_fn(state, puzzle, solution, jnp.float32(lr))

@@ -25,7 +25,7 @@ use crate::telemetry::{OutcomeLabel, Telemetry};
 
 /// Event kinds a receiver gets unless its config lists others: attempt outcomes, job state
 /// changes and pod state changes.
-pub const DEFAULT_KINDS: [&str; 11] = [
+pub const DEFAULT_KINDS: [&str; 12] = [
     "leased",
     "running",
     "preempted",
@@ -35,6 +35,7 @@ pub const DEFAULT_KINDS: [&str; 11] = [
     "held",
     "succeeded",
     "cancelled",
+    "stopped",
     "requeued",
     "pod_state",
 ];

@@ -2,8 +2,8 @@
 //! pod can be produced on demand.
 //!
 //! Syntax: a comma-separated list of `crash`, `crash-at-step=N`, `no-progress`,
-//! `hang-at-step=N`, `slow-start=SECS`, each optionally suffixed `@<host index>` to apply to
-//! that process only.
+//! `hang-at-step=N`, `slow-start=SECS`, `diverge-at-step=N`, `plateau-at-step=N`, each
+//! optionally suffixed `@<host index>` to apply to that process only.
 
 use std::time::Duration;
 
@@ -19,6 +19,11 @@ pub enum Fault {
     HangAtStep(u64),
     /// Sleep before the first step, like a long XLA compilation.
     SlowStart(Duration),
+    /// From step N on, the training loss is NaN and `train/diverged` is 1 (TRM's own flag),
+    /// and training goes on, as a diverged run does.
+    DivergeAtStep(u64),
+    /// From step N on, every metric keeps its value at N: a run that stopped learning.
+    PlateauAtStep(u64),
 }
 
 /// The faults that apply to this process.
@@ -78,6 +83,23 @@ impl Faults {
         self.0.contains(&Fault::HangAtStep(step))
     }
 
+    pub fn diverged_at(&self, step: u64) -> bool {
+        self.0
+            .iter()
+            .any(|f| matches!(f, Fault::DivergeAtStep(n) if step >= *n))
+    }
+
+    /// The step whose metrics a plateaued run keeps reporting at `step`.
+    pub fn plateaued(&self, step: u64) -> u64 {
+        self.0
+            .iter()
+            .find_map(|f| match f {
+                Fault::PlateauAtStep(n) => Some(step.min(*n)),
+                _ => None,
+            })
+            .unwrap_or(step)
+    }
+
     pub fn describe(&self) -> String {
         format!("{:?}", self.0)
     }
@@ -99,6 +121,8 @@ fn parse_one(text: &str) -> Result<Fault, String> {
         ("no-progress", None) => Ok(Fault::NoProgress),
         ("crash-at-step", _) => step().map(Fault::CrashAtStep),
         ("hang-at-step", _) => step().map(Fault::HangAtStep),
+        ("diverge-at-step", _) => step().map(Fault::DivergeAtStep),
+        ("plateau-at-step", _) => step().map(Fault::PlateauAtStep),
         ("slow-start", Some(secs)) => secs
             .parse::<f64>()
             .ok()
@@ -107,7 +131,7 @@ fn parse_one(text: &str) -> Result<Fault, String> {
             .ok_or_else(|| "SECS must be a non-negative number".to_string()),
         _ => Err(
             "unknown fault; expected crash, crash-at-step=N, no-progress, \
-                  hang-at-step=N or slow-start=SECS"
+                  hang-at-step=N, slow-start=SECS, diverge-at-step=N or plateau-at-step=N"
                 .to_string(),
         ),
     }
@@ -140,6 +164,9 @@ mod tests {
     fn every_documented_fault_parses() {
         let faults = Faults::parse("crash;no-progress", 0).unwrap();
         assert!(faults.crash_on_start() && faults.no_progress());
+        let faults = Faults::parse("diverge-at-step=60, plateau-at-step=200", 0).unwrap();
+        assert!(!faults.diverged_at(59) && faults.diverged_at(60) && faults.diverged_at(300));
+        assert_eq!((faults.plateaued(100), faults.plateaued(900)), (100, 200));
         assert!(Faults::parse("", 0).unwrap().is_empty());
     }
 

@@ -37,7 +37,9 @@ pub(crate) use log;
 enum Event<'a> {
     Metrics {
         step: u64,
-        values: BTreeMap<&'a str, f64>,
+        /// NaN and the infinities as podq's markers (`podq_api::nonfinite`), not as JSON's
+        /// `null`.
+        values: BTreeMap<&'a str, podq_api::nonfinite::Number>,
     },
     Checkpoint {
         step: u64,
@@ -82,7 +84,10 @@ impl Reporter {
     }
 
     pub fn metrics(&self, step: u64, values: &[(&str, f64)]) -> io::Result<()> {
-        let values = values.iter().copied().collect();
+        let values = values
+            .iter()
+            .map(|(name, value)| (*name, podq_api::nonfinite::Number(*value)))
+            .collect();
         self.emit(&Event::Metrics { step, values })
     }
 
@@ -117,7 +122,9 @@ mod tests {
     fn events_serialize_in_contract_order() {
         let metrics = Event::Metrics {
             step: 1200,
-            values: [("train/lm_loss", 0.53)].into_iter().collect(),
+            values: [("train/lm_loss", podq_api::nonfinite::Number(0.53))]
+                .into_iter()
+                .collect(),
         };
         assert_eq!(
             serde_json::to_string(&metrics).unwrap(),

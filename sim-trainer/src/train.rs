@@ -97,14 +97,21 @@ impl Trainer {
                 self.report_phase(Phase::Compile, Edge::End, None)?;
             }
             if log_point {
-                let mut values = self.curves.train(step);
+                let mut values = self.curves.train(self.faults.plateaued(step));
+                if self.faults.diverged_at(step) {
+                    diverge(&mut values);
+                }
                 if self.stamp_metrics {
                     values.push(("sim/printed_ms", crate::now_ms() as f64));
                 }
                 self.report_metrics(step, &values)?;
             }
             if eval {
-                self.report_metrics(step, &self.curves.eval(step))?;
+                let mut values = self.curves.eval(self.faults.plateaued(step));
+                if self.faults.diverged_at(step) {
+                    diverge(&mut values);
+                }
+                self.report_metrics(step, &values)?;
                 if self.process.is_leader() {
                     log!("evaluated at step {step}/{total}");
                 }
@@ -239,5 +246,17 @@ pub fn injected_crash(fault: &str, process_index: usize) -> anyhow::Error {
 fn park_forever() -> ! {
     loop {
         std::thread::park();
+    }
+}
+
+/// What a diverged TRM run reports (fault `diverge-at-step`): NaN losses, and its own
+/// `train/diverged` flag set.
+fn diverge(values: &mut [(&str, f64)]) {
+    for (name, value) in values.iter_mut() {
+        if name.ends_with("loss") {
+            *value = f64::NAN;
+        } else if *name == "train/diverged" {
+            *value = 1.0;
+        }
     }
 }

@@ -19,6 +19,18 @@ pub struct JobArg {
 }
 
 #[derive(Args)]
+pub struct RequeueArgs {
+    #[command(flatten)]
+    address: ServerAddress,
+    /// A job id, or an experiment name for that experiment's newest job.
+    job: String,
+    /// Run a `stopped` job on from its checkpoint with its stop rules and divergence guard
+    /// lifted, for good.
+    #[arg(long)]
+    ignore_stop_rules: bool,
+}
+
+#[derive(Args)]
 pub struct PriorityArgs {
     #[command(flatten)]
     address: ServerAddress,
@@ -47,19 +59,27 @@ pub async fn cancel(args: JobArg) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn requeue(args: JobArg) -> anyhow::Result<ExitCode> {
+pub async fn requeue(args: RequeueArgs) -> anyhow::Result<ExitCode> {
     let client = Client::connect(&args.address).await;
+    let lift = if args.ignore_stop_rules {
+        "?ignore_stop_rules=true"
+    } else {
+        ""
+    };
     let job: Job = client
         .json(client.request(
             Method::POST,
-            &format!("/jobs/{}/requeue", encode(&args.job)),
+            &format!("/jobs/{}/requeue{lift}", encode(&args.job)),
         ))
         .await?;
-    let resume = job
+    let mut resume = job
         .resume_from
         .as_deref()
         .map(|r| format!("; it resumes from {r}"))
         .unwrap_or_default();
+    if job.ignore_stop_rules {
+        resume.push_str("; no stop rule judges it");
+    }
     emit_line!("{}: requeued, now {}{resume}", name(&job), job.state);
     Ok(ExitCode::SUCCESS)
 }

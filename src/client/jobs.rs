@@ -240,6 +240,21 @@ fn describe(detail: &JobDetail, events: &[Event]) -> String {
     if let Some(message) = &job.message {
         line("why", message.clone());
     }
+    if let Some(fired) = &job.stopped_by {
+        let value = podq_api::nonfinite::marker(fired.value)
+            .map(str::to_owned)
+            .unwrap_or_else(|| fired.value.to_string());
+        line(
+            "stop rule",
+            format!(
+                "`{}` fired at step {} ({} = {value})",
+                fired.rule, fired.step, fired.metric
+            ),
+        );
+    }
+    if job.ignore_stop_rules {
+        line("stop rules", "lifted (requeue --ignore-stop-rules)".into());
+    }
     line("priority", job.priority.to_string());
     line("step", progress(job));
     line(

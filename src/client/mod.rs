@@ -35,7 +35,7 @@ use podq_worker::trust::{explain, http_client, tls_error, CaFile};
 use reqwest::{Method, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
 
-pub use control::{cancel, priority, requeue, resume, suspend, JobArg, PriorityArgs};
+pub use control::{cancel, priority, requeue, resume, suspend, JobArg, PriorityArgs, RequeueArgs};
 pub use jobs::{job, jobs, logs, JobArgs, JobsArgs, LogsArgs};
 pub use plan::{grant, plan, GrantArgs, PlanArgs};
 pub use submit::{status, submit, StatusArgs, SubmitArgs};

@@ -52,6 +52,20 @@ pub fn original_configs() -> PathBuf {
 
 /// A directory the emulated hosts see too: not under /tmp, /var/tmp or /home, which every
 /// host has its own of (the server's bucket, which stands for GCS, must be shared).
+/// Copies a directory tree (a catalog a test changes for itself).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
 pub fn shared_tempdir() -> tempfile::TempDir {
     let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(base).expect("create the target's tmp dir");

@@ -138,15 +138,32 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(parse(out)["step"], 10)
         self.assertIn("JAX_PROCESS_INDEX", err)
 
-    def test_non_finite_values_are_dropped_with_a_warning(self):
-        values = {"train/loss": float("nan"), "train/lm_loss": float("inf"), "train/accuracy": 0.5, "note": "x"}
+    def test_non_finite_values_are_reported_as_markers_and_non_numbers_dropped(self):
+        # Issue 28: a diverged loss is reported as what it is, not dropped.
+        values = {
+            "train/loss": float("nan"),
+            "train/lm_loss": float("inf"),
+            "train/q_halt_loss": float("-inf"),
+            "train/accuracy": 0.5,
+            "note": "x",
+        }
         out, err, _ = capture(podq_trainer.report_metrics, 20, values)
-        self.assertEqual(parse(out), {"event": "metrics", "step": 20, "values": {"train/accuracy": 0.5}})
+        self.assertEqual(
+            parse(out),
+            {
+                "event": "metrics",
+                "step": 20,
+                "values": {
+                    "train/loss": "NaN",
+                    "train/lm_loss": "Infinity",
+                    "train/q_halt_loss": "-Infinity",
+                    "train/accuracy": 0.5,
+                },
+            },
+        )
         self.assertIn("WARNING", err)
-        self.assertIn("train/loss", err)
-        self.assertIn("train/lm_loss", err)
-        self.assertNotIn("NaN", out)
-        self.assertNotIn("Infinity", out)
+        self.assertIn("note", err)
+        self.assertNotIn("train/loss", err)
 
     def test_array_scalars_and_ints_are_numbers(self):
         out, _, _ = capture(podq_trainer.report_metrics, _Int(30), {"train/count": 6144, "train/loss": _Scalar(0.25)})

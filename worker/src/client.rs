@@ -205,14 +205,19 @@ impl ServerClient {
         })
     }
 
-    pub async fn metrics(&self, lease: Uuid, batch: &MetricsBatch) -> Result<(), CallError> {
-        self.post::<_, serde_json::Value>(
+    /// Sends a batch; answers the stop a rule ordered on it, if one fired.
+    pub async fn metrics(
+        &self,
+        lease: Uuid,
+        batch: &MetricsBatch,
+    ) -> Result<Option<podq_api::StopOrder>, CallError> {
+        self.post::<_, podq_api::MetricsAck>(
             &format!("/leases/{lease}/metrics"),
             batch,
             Duration::from_secs(30),
         )
         .await
-        .map(|_| ())
+        .map(|ack| ack.and_then(|ack| ack.stop))
     }
 
     pub async fn logs(&self, lease: Uuid, batch: &LogBatch) -> Result<(), CallError> {

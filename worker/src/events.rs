@@ -9,6 +9,9 @@ use serde::Deserialize;
 pub enum TrainerEvent {
     Metrics {
         step: i64,
+        /// A NaN or infinite value is the string `"NaN"`, `"Infinity"` or `"-Infinity"`
+        /// (`podq_api::nonfinite`): the SDK reports a diverged loss as what it is.
+        #[serde(with = "podq_api::nonfinite::map")]
         values: BTreeMap<String, f64>,
     },
     Checkpoint {
@@ -87,6 +90,18 @@ mod tests {
         );
         assert!(matches!(
             parse_line(r#"PODQ {"event":"phase","phase":"lunch","edge":"start"}"#),
+            Some(Err(_))
+        ));
+        let diverged = parse_line(
+            r#"PODQ {"event":"metrics","step":60,"values":{"train/loss":"NaN","train/lm_loss":"Infinity"}}"#,
+        );
+        let Some(Ok(TrainerEvent::Metrics { values, .. })) = diverged else {
+            panic!("{diverged:?}");
+        };
+        assert!(values["train/loss"].is_nan());
+        assert_eq!(values["train/lm_loss"], f64::INFINITY);
+        assert!(matches!(
+            parse_line(r#"PODQ {"event":"metrics","step":1,"values":{"x":"lots"}}"#),
             Some(Err(_))
         ));
         assert_eq!(parse_line("step 10 loss 0.5"), None);

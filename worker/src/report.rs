@@ -40,8 +40,19 @@ pub struct ReporterSettings {
     pub scan: Duration,
 }
 
+/// What the reporter does when the server answers a batch with a stop order (a stop rule or
+/// the divergence guard fired on it): the attempt stops as for the heartbeat's order, without
+/// waiting for the next heartbeat.
+pub type OnStop = Box<dyn Fn(String) + Send + Sync>;
+
+/// How the reporter passes on what the server's answers mean for the attempt.
+pub struct Answers {
+    /// Cancelled if the server says the lease is gone.
+    pub lease_lost: CancellationToken,
+    pub on_stop: OnStop,
+}
+
 /// Runs until `reports` closes, then flushes what is left and scans the store once more.
-/// Cancels `lease_lost` if the server says the lease is gone.
 pub async fn run(
     client: ServerClient,
     lease: Uuid,
@@ -49,8 +60,12 @@ pub async fn run(
     log: LogTail,
     settings: ReporterSettings,
     mut reports: mpsc::UnboundedReceiver<Report>,
-    lease_lost: CancellationToken,
+    answers: Answers,
 ) {
+    let Answers {
+        lease_lost,
+        on_stop,
+    } = answers;
     let mut buffer = Pending::default();
     let mut points = 0usize;
     let mut reported: HashSet<(i64, bool)> = HashSet::new();
@@ -63,7 +78,7 @@ pub async fn run(
                     points += values.len();
                     buffer.points.push(MetricStep { step, values });
                     if points >= settings.max_points {
-                        send_metrics(&client, lease, &mut buffer, &mut points, &lease_lost).await;
+                        send_metrics(&client, lease, &mut buffer, &mut points, &lease_lost, &on_stop).await;
                     }
                 }
                 Some(Report::Phases(phases)) => buffer.phases = Some(phases),
@@ -74,13 +89,21 @@ pub async fn run(
             },
             _ = flush_timer.tick() => {
                 send_logs(&client, lease, &log, &lease_lost).await;
-                send_metrics(&client, lease, &mut buffer, &mut points, &lease_lost).await;
+                send_metrics(&client, lease, &mut buffer, &mut points, &lease_lost, &on_stop).await;
             }
             _ = scan_timer.tick() => scan(&client, lease, store.as_ref(), &mut reported, &lease_lost).await,
         }
     }
     send_logs(&client, lease, &log, &lease_lost).await;
-    send_metrics(&client, lease, &mut buffer, &mut points, &lease_lost).await;
+    send_metrics(
+        &client,
+        lease,
+        &mut buffer,
+        &mut points,
+        &lease_lost,
+        &on_stop,
+    )
+    .await;
     scan(&client, lease, store.as_ref(), &mut reported, &lease_lost).await;
 }
 
@@ -140,6 +163,7 @@ async fn send_metrics(
     buffer: &mut Pending,
     points: &mut usize,
     lease_lost: &CancellationToken,
+    on_stop: &OnStop,
 ) {
     if (buffer.points.is_empty() && buffer.phases.is_none()) || lease_lost.is_cancelled() {
         return;
@@ -149,7 +173,12 @@ async fn send_metrics(
         phases: buffer.phases.take(),
     };
     match client.metrics(lease, &batch).await {
-        Ok(()) => *points = 0,
+        Ok(stop) => {
+            *points = 0;
+            if let Some(order) = stop {
+                on_stop(order.reason);
+            }
+        }
         Err(CallError::LeaseLost(message)) => {
             tracing::warn!(%lease, "{message}");
             lease_lost.cancel();

@@ -9,6 +9,7 @@ use podq_api::ExperimentDocs;
 use serde::Deserialize;
 
 use super::source::{line_of, line_of_key};
+use super::stop_rules::{parse_rules, DivergenceGuard, StopRule, TRAINER_METRICS};
 use super::{
     error_at, is_accelerator_type, yaml_stems, Candidate, Catalog, CatalogOptions,
     CheckpointInterval, Group,
@@ -32,6 +33,9 @@ struct GroupFile {
     /// `auto` or steps, for the group's runs; over the suite's.
     #[serde(default)]
     checkpoint_interval: Option<serde_yaml::Value>,
+    /// Stop rules for the group's runs; over the suite's.
+    #[serde(default)]
+    stop_when: Option<serde_yaml::Value>,
     experiments: serde_yaml::Mapping,
     #[serde(default)]
     #[allow(dead_code)]
@@ -49,6 +53,9 @@ struct ExperimentRow {
     /// This run's checkpoint interval, over the group's.
     #[serde(default)]
     checkpoint_interval: Option<serde_yaml::Value>,
+    /// This run's stop rules, over the group's.
+    #[serde(default)]
+    stop_when: Option<serde_yaml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -64,6 +71,12 @@ struct SuiteFile {
     /// The priority classes (catalog/classes.rs); absent: the shipped set.
     #[serde(default)]
     priority_classes: Option<serde_yaml::Value>,
+    /// Stop rules for every run of the suite.
+    #[serde(default)]
+    stop_when: Option<serde_yaml::Value>,
+    /// The divergence guard's settings (catalog/stop_rules.rs); absent: the defaults.
+    #[serde(default)]
+    divergence_guard: Option<serde_yaml::Value>,
 }
 
 impl Catalog {
@@ -79,6 +92,7 @@ impl Catalog {
         dirs.sort();
         let suite_path = self.root.join("suite.yaml");
         let mut suite_interval = CheckpointInterval::Config;
+        let mut suite_rules = Vec::new();
         if suite_path.is_file() {
             let text = std::fs::read_to_string(&suite_path).unwrap_or_default();
             match read_yaml::<SuiteFile>(&suite_path) {
@@ -110,6 +124,25 @@ impl Catalog {
                         &text,
                         "checkpoint_interval",
                     );
+                    suite_rules = self.rules_of(
+                        suite.stop_when.as_ref(),
+                        &suite_rules,
+                        "suite.yaml",
+                        &text,
+                        "stop_when",
+                        &[],
+                    );
+                    if let Some(value) = &suite.divergence_guard {
+                        match DivergenceGuard::parse(value) {
+                            Ok(guard) => self.guard = guard,
+                            Err(message) => self.file_findings.push(error_at(
+                                "invalid_divergence_guard",
+                                message,
+                                "suite.yaml",
+                                line_of_key(&text, "divergence_guard"),
+                            )),
+                        }
+                    }
                     if let Some(value) = &suite.priority_classes {
                         match super::classes::PriorityClasses::parse(value) {
                             Ok(classes) => self.classes = classes,
@@ -180,6 +213,14 @@ impl Catalog {
                 &text,
                 "checkpoint_interval",
             );
+            let group_rules = self.rules_of(
+                doc.stop_when.as_ref(),
+                &suite_rules,
+                &group_rel,
+                &text,
+                "stop_when",
+                &doc.metrics_to_watch,
+            );
             let mut names = Vec::new();
             for (key, row) in &doc.experiments {
                 let Some(name) = key.as_str() else {
@@ -233,6 +274,14 @@ impl Catalog {
                     &text,
                     &format!("experiments.{name}.checkpoint_interval"),
                 );
+                let stop_when = self.rules_of(
+                    row.stop_when.as_ref(),
+                    &group_rules,
+                    &group_rel,
+                    &text,
+                    &format!("experiments.{name}.stop_when"),
+                    &doc.metrics_to_watch,
+                );
                 names.push(name.to_owned());
                 candidates.push(Candidate {
                     name: name.to_owned(),
@@ -242,6 +291,7 @@ impl Catalog {
                     est_hours: row.est_hours.unwrap_or(options.default_est_hours),
                     accelerator,
                     checkpoint_interval,
+                    stop_when,
                     project_name: Some(doc.project_name.clone()),
                     legacy: false,
                     listed: true,
@@ -273,6 +323,7 @@ impl Catalog {
                     est_hours: options.default_est_hours,
                     accelerator: group_accelerator.clone(),
                     checkpoint_interval: group_interval,
+                    stop_when: group_rules.clone(),
                     project_name: Some(doc.project_name.clone()),
                     legacy: false,
                     listed: false,
@@ -348,6 +399,76 @@ impl Catalog {
             self.file_findings.push(finding);
             inherited
         })
+    }
+}
+
+impl Catalog {
+    /// A `stop_when` value, or `inherited` when absent. A malformed rule is an error at its
+    /// line and the level keeps `inherited`; a metric neither the trainer (TRM) nor the
+    /// group's `metrics_to_watch` names is a warning with a did-you-mean, since a custom
+    /// trainer may log it.
+    fn rules_of(
+        &mut self,
+        value: Option<&serde_yaml::Value>,
+        inherited: &[StopRule],
+        file: &str,
+        text: &str,
+        key: &str,
+        watched: &[String],
+    ) -> Vec<StopRule> {
+        let Some(value) = value else {
+            return inherited.to_vec();
+        };
+        // A row written inline (`exp01a: {summary: ..., stop_when: ...}`) has no line of its
+        // own for the key: the row's line is the rule's.
+        let line = line_of_key(text, key).or_else(|| {
+            key.rsplit_once('.')
+                .and_then(|(row, _)| line_of_key(text, row))
+        });
+        match parse_rules(value) {
+            Ok(rules) => {
+                let known: Vec<&str> = TRAINER_METRICS
+                    .into_iter()
+                    .chain(watched.iter().map(String::as_str))
+                    .collect();
+                for rule in rules.iter().filter(|r| !known.contains(&r.metric.as_str())) {
+                    let mut finding = error_at(
+                        "unknown_stop_metric",
+                        format!(
+                            "stop rule `{}` watches `{}`, which the trainer is not known to                              report{}",
+                            rule.text,
+                            rule.metric,
+                            crate::names::phrase(&crate::names::did_you_mean(
+                                &rule.metric,
+                                known.iter().copied()
+                            ))
+                        ),
+                        file,
+                        line,
+                    );
+                    finding.severity = podq_api::Severity::Warning;
+                    finding.fix = Some(
+                        "name a metric the trainer reports, or add it to the group's \
+                         `metrics_to_watch`"
+                            .into(),
+                    );
+                    self.file_findings.push(finding);
+                }
+                rules
+            }
+            Err(messages) => {
+                for message in messages {
+                    let mut finding = error_at("invalid_stop_rule", message, file, line);
+                    finding.fix = Some(
+                        "write `METRIC below|above VALUE at N%` or `METRIC not improved in N \
+                         evaluations`"
+                            .into(),
+                    );
+                    self.file_findings.push(finding);
+                }
+                inherited.to_vec()
+            }
+        }
     }
 }
 

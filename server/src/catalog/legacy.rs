@@ -35,6 +35,7 @@ impl Catalog {
                 est_hours: options.default_est_hours,
                 accelerator: options.accelerator.clone(),
                 checkpoint_interval: super::CheckpointInterval::Config,
+                stop_when: Vec::new(),
                 project_name,
                 legacy: true,
                 listed: true,

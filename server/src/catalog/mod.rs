@@ -19,6 +19,7 @@ mod legacy;
 mod resolve;
 pub mod schema;
 pub mod source;
+pub mod stop_rules;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -137,6 +138,8 @@ pub struct Experiment {
     /// The accelerator type of the pods that may lease it (`v4-64`, `v4-32`, ...).
     pub accelerator: String,
     pub checkpoint_interval: CheckpointInterval,
+    /// The `stop_when` rules of its row, group or suite, the narrowest winning.
+    pub stop_when: Vec<stop_rules::StopRule>,
     pub checkpoint_dir: String,
     pub docs: ExperimentDocs,
     pub findings: Vec<Finding>,
@@ -178,6 +181,8 @@ pub struct Catalog {
     pub file_findings: Vec<Finding>,
     /// The suite's priority classes (`priority_classes:` in `suite.yaml`).
     pub classes: classes::PriorityClasses,
+    /// The suite's `divergence_guard:` (defaults when absent).
+    pub guard: stop_rules::DivergenceGuard,
 }
 
 /// What the loader knows about an experiment before composing it.
@@ -189,6 +194,7 @@ struct Candidate {
     est_hours: f64,
     accelerator: String,
     checkpoint_interval: CheckpointInterval,
+    stop_when: Vec<stop_rules::StopRule>,
     project_name: Option<String>,
     legacy: bool,
     /// False for a file in a group directory that its `group.yaml` does not list: it is

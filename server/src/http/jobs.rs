@@ -317,8 +317,8 @@ async fn cancel(
     post,
     path = "/jobs/{id}/requeue",
     tag = "jobs",
-    summary = "Requeue a failed, cancelled or held job",
-    params(("id" = String, Path, description = JOB_ID), ("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters; the same key with another request is 422", pattern = "^[!-~]{1,200}$")),
+    summary = "Requeue a failed, cancelled, held or stopped job",
+    params(("id" = String, Path, description = JOB_ID), podq_api::RequeueQuery, ("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters; the same key with another request is 422", pattern = "^[!-~]{1,200}$")),
     responses(
         (status = 200, description = "The job, requeued", body = Job),
         (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
@@ -331,15 +331,17 @@ async fn requeue(
     State(state): State<AppState>,
     acting: Acting,
     JobRef(id): JobRef,
+    QueryParams(query): QueryParams<podq_api::RequeueQuery>,
     IdempotencyKey(key): IdempotencyKey,
 ) -> Result<Json<Job>, ApiError> {
     let key = remembered(
         &acting,
         key,
         "POST /jobs/{id}/requeue",
-        BodyDigest(id.to_string()),
+        BodyDigest(format!("{id} {}", query.ignore_stop_rules)),
     );
-    Ok(Json(state.scheduler.requeue(&acting, id, key).await?))
+    let lift = query.ignore_stop_rules;
+    Ok(Json(state.scheduler.requeue(&acting, id, lift, key).await?))
 }
 
 #[utoipa::path(

@@ -61,6 +61,14 @@ impl Table for PodTimeReport {
         for (group, time) in &self.groups {
             row(&format!("group {group}"), time);
         }
+        let saved = &self.saved_by_stopping;
+        let _ = writeln!(
+            out,
+            "saved by stopping: {:.2} pod-hours over {} stopped run{}",
+            saved.pod_hours,
+            saved.runs,
+            if saved.runs == 1 { "" } else { "s" }
+        );
         out
     }
 }

@@ -130,8 +130,7 @@ async fn metrics(
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<MetricsBatch>,
 ) -> Result<Json<MetricsAck>, ApiError> {
-    let accepted = state.scheduler.record_metrics(id, req).await?;
-    Ok(Json(MetricsAck { accepted }))
+    Ok(Json(state.scheduler.record_metrics(id, req).await?))
 }
 
 #[utoipa::path(
@@ -156,6 +155,7 @@ async fn logs(
     let accepted = state.scheduler.record_logs(id, req).await?;
     Ok(Json(MetricsAck {
         accepted: usize::try_from(accepted).unwrap_or(usize::MAX),
+        stop: None,
     }))
 }
 

@@ -2,7 +2,7 @@
 //! and resume it. A submitter may do these to the jobs they submitted, an admin to any.
 
 use crate::store::events;
-use crate::store::{jobs, Conn, JobRow};
+use crate::store::{jobs, stop_rules, Conn, JobRow};
 use crate::team::Acting;
 use futures::FutureExt;
 use podq_api::{Job, JobState};
@@ -65,13 +65,19 @@ impl Scheduler {
         &self,
         acting: &Acting,
         id: Uuid,
+        ignore_stop_rules: bool,
         key: Option<IdempotencyKey>,
     ) -> Result<Job> {
         let acting = acting.clone();
         let job = self
             .idempotent_write(key, move |conn| {
-                async move { Ok(requeue(conn, &acting, &id.to_string()).await?.into_api()?) }
-                    .boxed()
+                async move {
+                    let id = id.to_string();
+                    Ok(requeue(conn, &acting, &id, ignore_stop_rules)
+                        .await?
+                        .into_api()?)
+                }
+                .boxed()
             })
             .await?;
         if job.same_as.is_none() {
@@ -253,11 +259,16 @@ async fn cancel(conn: &mut Conn, acting: &Acting, id: &str) -> Result<(JobRow, O
     Ok((existing(conn, id).await?, lease))
 }
 
-async fn requeue(conn: &mut Conn, acting: &Acting, id: &str) -> Result<JobRow> {
+async fn requeue(
+    conn: &mut Conn,
+    acting: &Acting,
+    id: &str,
+    ignore_stop_rules: bool,
+) -> Result<JobRow> {
     let job = owned(conn, acting, id, "requeue").await?;
     let state = job.state()?;
     match state {
-        JobState::Failed | JobState::Cancelled | JobState::Held => {}
+        JobState::Failed | JobState::Cancelled | JobState::Held | JobState::Stopped => {}
         JobState::Succeeded => {
             return Err(SchedulerError::wrong_state(
                 id,
@@ -273,7 +284,9 @@ async fn requeue(conn: &mut Conn, acting: &Acting, id: &str) -> Result<JobRow> {
                 id,
                 state,
                 "job_active",
-                format!("job {id} is {state}; only failed, cancelled or held jobs can be requeued"),
+                format!(
+                "job {id} is {state}; only failed, cancelled, held or stopped jobs can be requeued"
+            ),
             ))
         }
     }
@@ -286,11 +299,15 @@ async fn requeue(conn: &mut Conn, acting: &Acting, id: &str) -> Result<JobRow> {
         ));
     }
     jobs::requeue(conn, id).await?;
-    let from = job
+    stop_rules::reset(conn, id, ignore_stop_rules).await?;
+    let mut from = job
         .resume_from
         .as_deref()
         .map(|r| format!("; it resumes from {r}"))
         .unwrap_or_default();
+    if ignore_stop_rules {
+        from.push_str("; its stop rules and divergence guard are lifted");
+    }
     events::insert_event(
         conn,
         &acting.actor,

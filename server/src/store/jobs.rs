@@ -116,14 +116,15 @@ fn push_filter(q: &mut Builder, filter: &JobFilter) {
     }
 }
 
-/// Jobs of an experiment that count against submitting it again: not terminal, or succeeded.
+/// Jobs of an experiment that count against submitting it again: not terminal, succeeded,
+/// or stopped by a rule (judged: `requeue --ignore-stop-rules` runs it on).
 pub async fn live_or_succeeded_job_of_experiment(
     conn: &mut Conn,
     experiment: &str,
 ) -> Result<Option<JobRow>, StoreError> {
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM job_view WHERE experiment = ? \
-         AND state IN ('queued','leased','running','held','succeeded') ORDER BY seq LIMIT 1"
+         AND state IN ('queued','leased','running','held','succeeded','stopped') ORDER BY seq LIMIT 1"
     );
     Ok(db::query_as::<JobRow>(AssertSqlSafe(sql))
         .bind(experiment)
@@ -132,14 +133,14 @@ pub async fn live_or_succeeded_job_of_experiment(
 }
 
 /// The run (a job that is not itself linked) with this training config that a new job can
-/// share: not terminal, or succeeded.
+/// share: not terminal, succeeded or stopped.
 pub async fn live_or_succeeded_run_of_config(
     conn: &mut Conn,
     config_sha256: &str,
 ) -> Result<Option<JobRow>, StoreError> {
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM job_view WHERE config_sha256 = ? AND same_as IS NULL \
-         AND state IN ('queued','leased','running','held','succeeded') ORDER BY seq LIMIT 1"
+         AND state IN ('queued','leased','running','held','succeeded','stopped') ORDER BY seq LIMIT 1"
     );
     Ok(db::query_as::<JobRow>(AssertSqlSafe(sql))
         .bind(config_sha256)
@@ -211,7 +212,7 @@ pub async fn latest_metrics(
     db: &mut Conn,
     job_id: &str,
 ) -> Result<BTreeMap<String, api::MetricValue>, StoreError> {
-    let rows: Vec<(String, i64, f64)> = db::query_as(
+    let rows: Vec<(String, i64, Option<f64>)> = db::query_as(
         "SELECT s.name, p.step, p.value FROM metric_series s \
          JOIN metric_points p ON p.series_id = s.id \
          WHERE s.job_id = ? AND p.step = (SELECT MAX(step) FROM metric_points WHERE series_id = s.id)",
@@ -221,7 +222,10 @@ pub async fn latest_metrics(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(name, step, value)| (name, api::MetricValue { step, value }))
+        .map(|(name, step, value)| {
+            let value = super::metrics::read(value);
+            (name, api::MetricValue { step, value })
+        })
         .collect())
 }
 

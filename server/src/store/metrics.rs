@@ -46,7 +46,6 @@ pub async fn insert_points(
         .flat_map(|p| {
             p.values
                 .iter()
-                .filter(|(_, v)| v.is_finite())
                 .map(|(name, value)| ((series[name.as_str()], p.step), *value))
         })
         .collect::<std::collections::BTreeMap<(i64, i64), f64>>()
@@ -60,7 +59,7 @@ pub async fn insert_points(
         insert.push_values(chunk, |mut row, (series_id, step, value)| {
             row.push_bind(*series_id)
                 .push_bind(*step)
-                .push_bind(*value)
+                .push_bind(stored(*value))
                 .push_bind(attempt);
         });
         insert.push(
@@ -90,6 +89,17 @@ pub async fn insert_points(
     Ok(())
 }
 
+/// A value as stored: NaN as NULL, as SQLite stores a bound NaN (PostgreSQL, which could
+/// hold it, is made to match). Infinities are stored as they are by both.
+pub fn stored(value: f64) -> Option<f64> {
+    (!value.is_nan()).then_some(value)
+}
+
+/// A stored value read back.
+pub fn read(value: Option<f64>) -> f64 {
+    value.unwrap_or(f64::NAN)
+}
+
 #[derive(sqlx::FromRow)]
 struct Series {
     id: i64,
@@ -116,7 +126,7 @@ pub async fn downsampled(
         if names.is_some_and(|wanted| !wanted.contains(&name)) {
             continue;
         }
-        let mut points: Vec<(i64, f64)> = db::query_as(
+        let mut points: Vec<(i64, Option<f64>)> = db::query_as(
             "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY step LIMIT ?",
         )
         .bind(id)
@@ -132,7 +142,10 @@ pub async fn downsampled(
             total_points: whole.then_some(points.len() as i64),
             points: points
                 .into_iter()
-                .map(|(step, value)| MetricValue { step, value })
+                .map(|(step, value)| MetricValue {
+                    step,
+                    value: read(value),
+                })
                 .collect(),
         });
     }
@@ -143,7 +156,7 @@ async fn sampled(
     db: &mut Conn,
     series_id: i64,
     max_points: i64,
-) -> Result<Vec<(i64, f64)>, StoreError> {
+) -> Result<Vec<(i64, Option<f64>)>, StoreError> {
     let (first, last): (i64, i64) = db::query_as(
         "SELECT (SELECT step FROM metric_points WHERE series_id = ?1 ORDER BY step LIMIT 1), \
                 (SELECT step FROM metric_points WHERE series_id = ?1 ORDER BY step DESC LIMIT 1)",
@@ -152,7 +165,7 @@ async fn sampled(
     .fetch_one(db)
     .await?;
     let width = ((last - first) / (max_points - 1)).max(1);
-    let mut points: Vec<(i64, f64)> = db::query_as(
+    let mut points: Vec<(i64, Option<f64>)> = db::query_as(
         "WITH RECURSIVE targets(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM targets WHERE i < ?3 - 2) \
          SELECT DISTINCT p.step, p.value FROM targets CROSS JOIN metric_points p \
          WHERE p.series_id = ?1 AND p.step = \
@@ -167,7 +180,7 @@ async fn sampled(
     .fetch_all(db)
     .await?;
     // The newest point always shows: a chart should end where the run is.
-    let newest: (i64, f64) =
+    let newest: (i64, Option<f64>) =
         db::query_as("SELECT step, value FROM metric_points WHERE series_id = ? AND step = ?")
             .bind(series_id)
             .bind(last)
@@ -194,15 +207,21 @@ pub async fn final_and_best(
             .await?;
     let mut out = Vec::new();
     for Series { id, name } in series.into_iter().filter(|s| wanted(&s.name)) {
-        let last: Option<(i64, f64)> = db::query_as(
+        let last: Option<(i64, Option<f64>)> = db::query_as(
             "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY step DESC LIMIT 1",
         )
         .bind(id)
         .fetch_optional(db)
         .await?;
-        let order = if name.contains("loss") { "ASC" } else { "DESC" };
-        let best: Option<(i64, f64)> = db::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY value {order}, step LIMIT 1"
+        let order = if podq_api::lower_is_better(&name) {
+            "ASC"
+        } else {
+            "DESC"
+        };
+        // A NaN (NULL) is no one's best; where NULLs sort differs between the two stores.
+        let best: Option<(i64, Option<f64>)> = db::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT step, value FROM metric_points WHERE series_id = ? AND value IS NOT NULL \
+             ORDER BY value {order}, step LIMIT 1"
         )))
         .bind(id)
         .fetch_optional(db)
@@ -212,11 +231,11 @@ pub async fn final_and_best(
                 name,
                 MetricValue {
                     step: ls,
-                    value: lv,
+                    value: read(lv),
                 },
                 MetricValue {
                     step: bs,
-                    value: bv,
+                    value: read(bv),
                 },
             ));
         }

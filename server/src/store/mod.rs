@@ -34,6 +34,7 @@ pub mod pods;
 mod readers;
 mod rows;
 pub mod schedules;
+pub mod stop_rules;
 mod time;
 pub mod users;
 pub mod views;

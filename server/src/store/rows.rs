@@ -12,7 +12,8 @@ use super::{ms_to_datetime, StoreError};
 pub const JOB_COLUMNS: &str = "id, seq, experiment, group_name, state, priority, submitted_at, \
     updated_at, config_sha256, checkpoint_dir, resume_from, last_step, total_steps, attempts, \
     failures, max_failures, preemptions, same_as, not_before, message, run_id, est_hours, accelerator, \
-    submitted_by, priority_class";
+    submitted_by, priority_class, stop_rule, stop_metric, stop_step, stop_value, stop_at, \
+    ignore_stop_rules";
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct JobRow {
@@ -43,6 +44,13 @@ pub struct JobRow {
     pub accelerator: String,
     pub submitted_by: Option<String>,
     pub priority_class: String,
+    pub stop_rule: Option<String>,
+    pub stop_metric: Option<String>,
+    pub stop_step: Option<i64>,
+    /// Rust's text of the value (`NaN`, `inf`, `0.0123`).
+    pub stop_value: Option<String>,
+    pub stop_at: Option<i64>,
+    pub ignore_stop_rules: i64,
 }
 
 pub fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
@@ -78,6 +86,21 @@ impl JobRow {
             accelerator: self.accelerator,
             submitted_by: self.submitted_by,
             priority_class: self.priority_class,
+            stopped_by: match (self.stop_rule, self.stop_step, self.stop_at) {
+                (Some(rule), Some(step), Some(at)) => Some(api::RuleFired {
+                    rule,
+                    metric: self.stop_metric.unwrap_or_default(),
+                    step,
+                    value: self
+                        .stop_value
+                        .as_deref()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(f64::NAN),
+                    at: ms_to_datetime(at),
+                }),
+                _ => None,
+            },
+            ignore_stop_rules: self.ignore_stop_rules != 0,
         })
     }
 }

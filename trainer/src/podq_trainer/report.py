@@ -40,23 +40,35 @@ def report_metrics(step, values, process_index=None):
     """Report the metrics of ``step``: a mapping of name to number.
 
     Values may be Python numbers or scalar arrays (anything ``float()`` accepts). NaN and
-    infinite values, which JSON cannot carry, and values that are not numbers are dropped
-    with a warning on stderr; the line is still printed so podq sees the step advance.
+    infinite values, which JSON cannot carry, are reported as the strings ``"NaN"``,
+    ``"Infinity"`` and ``"-Infinity"``: podq records where a run diverged, and its divergence
+    guard stops a run whose loss stays non-finite (docs/trainer.md). Values that are not
+    numbers are dropped with a warning on stderr; the line is still printed so podq sees the
+    step advance.
     """
     if not _is_reporting_process(process_index):
         return
     step = int(step)
-    clean = {}
+    reported = {}
     dropped = []
     for name, value in values.items():
         number = _as_float(value)
-        if number is None or not math.isfinite(number):
+        if number is None:
             dropped.append("%s=%.40r" % (name, value))
         else:
-            clean[str(name)] = number
+            reported[str(name)] = _marker(number)
     if dropped:
-        _warn("dropped non-finite or non-numeric metric values at step %d: %s" % (step, ", ".join(dropped)))
-    _emit({"event": "metrics", "step": step, "values": clean})
+        _warn("dropped non-numeric metric values at step %d: %s" % (step, ", ".join(dropped)))
+    _emit({"event": "metrics", "step": step, "values": reported})
+
+
+def _marker(number):
+    """A finite number as it is; NaN and the infinities as podq's markers."""
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    return number
 
 
 def report_checkpoint(step, uri, process_index=None):

@@ -201,7 +201,15 @@ async fn attempt(
         }
     };
     shared.now_running(hosts.alive());
-    let reporter = spawn_reporter(ctx, lease, store, &hosts, report_rx, lease_lost);
+    // A stop a rule ordered in a batch's answer stops the attempt as the heartbeat's does.
+    let on_stop: report::OnStop = {
+        let (shared, cancel) = (shared.clone(), cancel.clone());
+        Box::new(move |why| {
+            shared.set_stop_order(why);
+            cancel.cancel();
+        })
+    };
+    let reporter = spawn_reporter(ctx, lease, store, &hosts, report_rx, lease_lost, on_stop);
 
     // Watch until the attempt must stop.
     let mut follow = Follow::new(
@@ -247,6 +255,7 @@ fn spawn_reporter(
     hosts: &Hosts,
     reports: mpsc::UnboundedReceiver<report::Report>,
     lease_lost: &CancellationToken,
+    on_stop: report::OnStop,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(report::run(
         ctx.client.clone(),
@@ -259,7 +268,10 @@ fn spawn_reporter(
             scan: ctx.settings.checkpoint_scan,
         },
         reports,
-        lease_lost.clone(),
+        report::Answers {
+            lease_lost: lease_lost.clone(),
+            on_stop,
+        },
     ))
 }
 

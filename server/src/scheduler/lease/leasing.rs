@@ -8,16 +8,20 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use podq_api::{
     AttemptOutcome, CheckpointsBatch, FinishRequest, FinishResponse, HeartbeatRequest,
-    HeartbeatResponse, JobState, Lease, LeasePhase, LeaseRequest, MetricsBatch, PodReport,
-    WorkerEvents,
+    HeartbeatResponse, JobState, Lease, LeasePhase, LeaseRequest, MetricsAck, MetricsBatch,
+    PodReport, WorkerEvents,
 };
 use uuid::Uuid;
 
+use super::judge;
 use super::policy::{self, AttemptProgress, JobBudget, StopRequest};
+use crate::scheduler::plan::forecast;
 use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
 use crate::store::events::{insert_event, Actor};
 use crate::store::leases::{self as sql, AttemptEnd, JobAfter};
-use crate::store::{checkpoints, metrics, now_ms, parse_uuid, pod_time, pods, Conn, StoreError};
+use crate::store::{
+    checkpoints, metrics, now_ms, parse_uuid, pod_time, pods, stop_rules, Conn, StoreError,
+};
 
 const MAX_WAIT: Duration = Duration::from_secs(60);
 const DEFAULT_WAIT: Duration = Duration::from_secs(20);
@@ -235,9 +239,10 @@ impl Scheduler {
         })
     }
 
-    /// Stores a metrics batch; a step reported again replaces its value. Answers how many
-    /// values were accepted.
-    pub async fn record_metrics(&self, lease_id: Uuid, batch: MetricsBatch) -> Result<usize> {
+    /// Stores a metrics batch; a step reported again replaces its value. Judges the run on
+    /// it (judge.rs): a rule that fires asks the worker to stop, in this answer and in the
+    /// next heartbeat's. Answers how many values were accepted.
+    pub async fn record_metrics(&self, lease_id: Uuid, batch: MetricsBatch) -> Result<MetricsAck> {
         self.live_lease(lease_id)?;
         if batch.phases.as_ref().is_some_and(|p| !p.is_valid()) {
             return Err(SchedulerError::invalid(
@@ -248,17 +253,45 @@ impl Scheduler {
         let accepted: usize = batch.points.iter().map(|p| p.values.len()).sum();
         let stored = accepted as u64;
         let max_step = batch.points.iter().map(|p| p.step).max();
-        self.write_fenced(lease_id, move |conn, fenced| {
-            async move {
-                metrics::insert_points(conn, &fenced.job_id, fenced.attempt, &batch).await?;
-                if let Some(phases) = &batch.phases {
-                    pod_time::record_phases(conn, &lease_id.to_string(), phases).await?;
+        let catalog = self.catalog.clone();
+        let pod = self.live_lease(lease_id)?.pod;
+        let stop = self
+            .write_fenced(lease_id, move |conn, fenced| {
+                async move {
+                    let job = &fenced.job_id;
+                    metrics::insert_points(conn, job, fenced.attempt, &batch).await?;
+                    if let Some(phases) = &batch.phases {
+                        pod_time::record_phases(conn, &lease_id.to_string(), phases).await?;
+                    }
+                    let Some(verdict) = judge::judge(conn, &catalog, job, &batch).await? else {
+                        return Ok(None);
+                    };
+                    let message = verdict.message();
+                    let fired = stop_rules::Fired {
+                        rule: &verdict.rule,
+                        metric: &verdict.metric,
+                        step: verdict.step,
+                        value: verdict.value,
+                        message: &message,
+                    };
+                    stop_rules::record_fired(conn, job, &fired).await?;
+                    insert_event(
+                        conn,
+                        &Actor::podq(),
+                        Some(job),
+                        Some(&pod),
+                        "stop_rule",
+                        &message,
+                    )
+                    .await?;
+                    Ok(Some(message))
                 }
-                Ok(())
-            }
-            .boxed()
-        })
-        .await?;
+                .boxed()
+            })
+            .await?;
+        if let Some(why) = &stop {
+            self.live.flag_stop(lease_id, why.clone());
+        }
         if let Some(step) = max_step {
             self.live.advance(lease_id, step);
             if let Some(live) = self.live.get(lease_id) {
@@ -271,7 +304,10 @@ impl Scheduler {
         }
         // Counted once the step is visible, so a scrape that sees the points sees the step.
         self.telemetry.metric_points.inc_by(stored);
-        Ok(accepted)
+        Ok(MetricsAck {
+            accepted,
+            stop: stop.map(|reason| podq_api::StopOrder { reason }),
+        })
     }
 
     /// Records what the worker found in the checkpoint store. The newest committed
@@ -400,6 +436,10 @@ impl Scheduler {
                             "; requeued at the head of its class".to_owned()
                         }
                         Some(StopRequest::Suspended) => "; held until `podq resume`".to_owned(),
+                        Some(StopRequest::Ruled) => {
+                            "; job stopped (not charged; `podq requeue --ignore-stop-rules` runs it on)"
+                                .to_owned()
+                        }
                         None => next,
                     };
                     let summary =
@@ -441,6 +481,13 @@ impl Scheduler {
                     .await?;
                     let job = Some(holder.id.as_str());
                     insert_event(conn, &actor, job, pod, req.outcome.as_str(), &summary).await?;
+                    if decision.state == JobState::Stopped {
+                        let saved = stopped_early_saves(conn, &holder.id).await?;
+                        stop_rules::record_saved(conn, &holder.id, saved).await?;
+                        let why = holder.stop_message.as_deref().unwrap_or("stopped by a rule");
+                        let message = format!("{why}; saved about {saved:.1} pod-hours");
+                        insert_event(conn, &Actor::podq(), job, pod, "stopped", &message).await?;
+                    }
                     if let Some(message) = &decision.message {
                         if matches!(decision.state, JobState::Held | JobState::Failed) {
                             insert_event(
@@ -548,6 +595,27 @@ async fn already_finished(
         }),
         _ => Err(SchedulerError::LeaseLost(lease_id)),
     }
+}
+
+/// The pod-hours a run a rule stopped would still have taken: the plan's time to go for it
+/// as it stood when it stopped (at its measured rate when there is one).
+async fn stopped_early_saves(conn: &mut Conn, job_id: &str) -> Result<f64> {
+    let Some(job) = crate::store::views::plan_job(conn, job_id).await? else {
+        return Ok(0.0);
+    };
+    let now = now_ms();
+    let rate = forecast::step_rate(
+        job.first_step,
+        job.first_step_at,
+        job.end_step,
+        job.ended_at.unwrap_or(now),
+    );
+    Ok(forecast::remaining_hours(forecast::Progress {
+        est_hours: job.est_hours,
+        step: job.last_step,
+        total_steps: job.total_steps,
+        steps_per_s: rate,
+    }))
 }
 
 #[cfg(test)]

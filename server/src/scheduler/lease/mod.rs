@@ -3,6 +3,7 @@
 //! turns an attempt's outcome into the job's next state.
 
 mod evict;
+pub mod judge;
 mod leasing;
 pub mod live;
 pub mod policy;

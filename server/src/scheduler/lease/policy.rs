@@ -23,6 +23,9 @@ pub enum StopRequest {
     Evicted,
     /// A person's pause (`podq suspend`): held until `podq resume`, uncharged.
     Suspended,
+    /// A stop rule or the divergence guard judged the run lost (judge.rs): `stopped`,
+    /// uncharged and not retried.
+    Ruled,
 }
 
 impl StopRequest {
@@ -30,6 +33,7 @@ impl StopRequest {
         match self {
             StopRequest::Evicted => "evicted",
             StopRequest::Suspended => "suspended",
+            StopRequest::Ruled => "ruled",
         }
     }
 
@@ -37,6 +41,7 @@ impl StopRequest {
         match text {
             "evicted" => Some(StopRequest::Evicted),
             "suspended" => Some(StopRequest::Suspended),
+            "ruled" => Some(StopRequest::Ruled),
             _ => None,
         }
     }
@@ -131,6 +136,7 @@ pub fn decide(
         decision.state = match stop {
             StopRequest::Evicted => JobState::Queued,
             StopRequest::Suspended => JobState::Held,
+            StopRequest::Ruled => JobState::Stopped,
         };
         return decision;
     }

@@ -357,7 +357,8 @@ impl Scheduler {
 
 fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
     let phase = match job.state.as_str() {
-        "succeeded" => Phase::Done,
+        // A stopped run needs no more hours: a rule judged it (issue 28).
+        "succeeded" | "stopped" => Phase::Done,
         "leased" | "running" => Phase::OnPod,
         "queued" => Phase::Waiting,
         _ => Phase::Blocked,

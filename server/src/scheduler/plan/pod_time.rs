@@ -9,7 +9,7 @@ use super::advice::{self, RunFacts};
 use crate::catalog::CheckpointInterval;
 use crate::scheduler::{Result, Scheduler};
 use crate::store::jobs::{self, AdviceInputs};
-use crate::store::{goodput, pod_time, JobRow};
+use crate::store::{goodput, pod_time, stop_rules, JobRow, StoreError};
 
 impl Scheduler {
     /// The run's checkpoint setting, as the catalog says now: a change to `suite.yaml`
@@ -81,14 +81,24 @@ impl Scheduler {
     /// Pod time for the grant, each pod and each group, up to now: one read transaction, so
     /// an attempt settling meanwhile is counted once.
     pub async fn pod_time(&self) -> Result<PodTimeReport> {
-        let totals = self
+        let (totals, (saved, stopped)) = self
             .store
-            .read_snapshot(|conn| pod_time::totals(conn).boxed())
+            .read_snapshot(|conn| {
+                async move {
+                    let totals = pod_time::totals(conn).await?;
+                    Ok::<_, StoreError>((totals, stop_rules::saved_by_stopping(conn).await?))
+                }
+                .boxed()
+            })
             .await?;
         Ok(PodTimeReport {
             grant: totals.all,
             pods: totals.pods,
             groups: totals.groups,
+            saved_by_stopping: podq_api::SavedByStopping {
+                pod_hours: saved,
+                runs: stopped,
+            },
         })
     }
 }

@@ -43,7 +43,11 @@ pub struct LogSubject {
 fn settled(state: JobState) -> bool {
     matches!(
         state,
-        JobState::Succeeded | JobState::Failed | JobState::Cancelled | JobState::Held
+        JobState::Succeeded
+            | JobState::Failed
+            | JobState::Cancelled
+            | JobState::Held
+            | JobState::Stopped
     )
 }
 

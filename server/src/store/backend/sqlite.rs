@@ -9,7 +9,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, Row, TypeInfo, ValueRef};
+use sqlx::{ConnectOptions, Connection, Row, TypeInfo, ValueRef};
 
 use super::{progressed_queue, settle_history, Dialect, Opened, READERS};
 use crate::store::db::{Arg, Conn, Pool};
@@ -47,6 +47,11 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
     sqlx::migrate!("../migrations/sqlite")
         .run(&mut writer)
         .await?;
+    if loosen_constraints(&mut writer).await? {
+        // The connection that edited the schema parses it afresh.
+        writer.close().await?;
+        writer = base.clone().connect().await?;
+    }
     let mut writer = Conn::Sqlite(writer);
     settle_history(&mut writer).await?;
     let readers = SqlitePoolOptions::new()
@@ -62,6 +67,72 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
         max_group_commit: MAX_GROUP_COMMIT,
         confirmed_at: i64::MAX,
     })
+}
+
+/// Constraints a later version loosened, as (table, the text in its `CREATE TABLE`, the text
+/// that replaces it). Each only lets more rows in, so no stored row can break it.
+const LOOSENED: [(&str, &str, &str); 2] = [
+    // Issue 28: the `stopped` state.
+    (
+        "jobs",
+        "'cancelled', 'held')",
+        "'cancelled', 'held', 'stopped')",
+    ),
+    // Issue 28: a NaN metric value, which SQLite stores as NULL.
+    (
+        "metric_points",
+        "value     REAL NOT NULL,",
+        "value     REAL,",
+    ),
+];
+
+/// Loosens the constraints of `LOOSENED` that this file still has; true if it changed any.
+/// SQLite has no `ALTER COLUMN`. Rebuilding `jobs` would mean recreating its 13 indexes and
+/// triggers; sqlite.org documents a simpler procedure "for removing CHECK or FOREIGN KEY or
+/// NOT NULL constraints" that rewrites the table's definition in place, in one transaction,
+/// and bumps the schema version so every connection reparses it
+/// (https://www.sqlite.org/lang_altertable.html#otheralter). Widening a CHECK's list is
+/// removing the old constraint for one that admits more, so the procedure applies.
+async fn loosen_constraints(conn: &mut SqliteConnection) -> Result<bool, StoreError> {
+    let mut tx = conn.begin().await?;
+    let version: i64 = sqlx::query_scalar("PRAGMA schema_version")
+        .fetch_one(&mut *tx)
+        .await?;
+    let mut changed = false;
+    for (table, from, to) in LOOSENED {
+        let sql: String =
+            sqlx::query_scalar("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?")
+                .bind(table)
+                .fetch_one(&mut *tx)
+                .await?;
+        if !sql.contains(from) {
+            continue;
+        }
+        if !changed {
+            sqlx::query("PRAGMA writable_schema = ON")
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = ?")
+            .bind(sql.replacen(from, to, 1))
+            .bind(table)
+            .execute(&mut *tx)
+            .await?;
+        changed = true;
+    }
+    if changed {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "PRAGMA schema_version = {}",
+            version + 1
+        )))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("PRAGMA writable_schema = OFF")
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(changed)
 }
 
 /// A SQLite file opened read-only with the driver's own connection, as `podq migrate` reads

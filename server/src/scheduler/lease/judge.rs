@@ -1,0 +1,313 @@
+//! Whether a run should give its pod back (issue 28): the divergence guard and the catalog's
+//! `stop_when` rules, judged on each metrics batch as it is stored, in its transaction. The
+//! judgements are the pure functions here; the facts come from the store
+//! (`store/stop_rules.rs`). A verdict asks the worker to stop with the full grace, so the
+//! trainer saves; the retry policy then makes the job `stopped` (policy.rs).
+
+use podq_api::{lower_is_better, MetricStep, MetricsBatch};
+
+use crate::catalog::stop_rules::{DivergenceGuard, StopRule, Test};
+use crate::catalog::Catalog;
+use crate::store::db::Conn;
+use crate::store::stop_rules as facts;
+use crate::store::StoreError;
+
+/// What fired, at which step, on which value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub rule: String,
+    pub metric: String,
+    pub step: i64,
+    pub value: f64,
+}
+
+impl Verdict {
+    /// What the job, the stop order and the event say.
+    pub fn message(&self) -> String {
+        format!(
+            "stopped by rule `{}`: {} was {} at step {}",
+            self.rule,
+            self.metric,
+            podq_api::nonfinite::marker(self.value)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("{}", self.value)),
+            self.step
+        )
+    }
+}
+
+/// Judges the run of `job_id` on the batch just stored. Keeps the guard's count of bad
+/// reports with the job. `None` while the run may go on.
+pub async fn judge(
+    conn: &mut Conn,
+    catalog: &Catalog,
+    job_id: &str,
+    batch: &MetricsBatch,
+) -> Result<Option<Verdict>, StoreError> {
+    let Some(job) = facts::judged(conn, job_id).await? else {
+        return Ok(None);
+    };
+    if job.ignore_stop_rules != 0 || job.stopping != 0 {
+        return Ok(None);
+    }
+    if catalog.guard.enabled {
+        let (reports, verdict) = guard(&catalog.guard, job.diverged_reports, &batch.points);
+        if reports != job.diverged_reports {
+            facts::set_diverged_reports(conn, job_id, reports).await?;
+        }
+        if verdict.is_some() {
+            return Ok(verdict);
+        }
+    }
+    let rules = catalog
+        .experiment(&job.experiment)
+        .map(|e| e.stop_when.as_slice())
+        .unwrap_or_default();
+    for rule in rules {
+        let reported: Vec<i64> = batch
+            .points
+            .iter()
+            .filter(|p| p.values.contains_key(&rule.metric))
+            .map(|p| p.step)
+            .collect();
+        let Some(&newest) = reported.iter().max() else {
+            continue;
+        };
+        let verdict = match rule.test {
+            Test::Threshold { at, .. } => {
+                let Some(point) = at.step(job.total_steps) else {
+                    continue;
+                };
+                if newest < point {
+                    continue;
+                }
+                // Judged once: on the first value at or after the point, when this batch
+                // brought it.
+                match facts::first_at_or_after(conn, job_id, &rule.metric, point).await? {
+                    Some((step, value)) if reported.contains(&step) => {
+                        threshold(rule, step, crate::store::metrics::read(value))
+                    }
+                    _ => None,
+                }
+            }
+            Test::NoImprovement { evaluations } => {
+                let recent =
+                    facts::newest(conn, job_id, &rule.metric, i64::from(evaluations)).await?;
+                let Some(&(oldest, _)) = recent.last() else {
+                    continue;
+                };
+                if recent.len() < evaluations as usize || !reported.contains(&recent[0].0) {
+                    continue;
+                }
+                let lower = lower_is_better(&rule.metric);
+                let best = facts::best_before(conn, job_id, &rule.metric, oldest, lower).await?;
+                let recent: Vec<(i64, f64)> = recent
+                    .into_iter()
+                    .map(|(step, v)| (step, crate::store::metrics::read(v)))
+                    .collect();
+                no_improvement(rule, &recent, best, lower)
+            }
+        };
+        if verdict.is_some() {
+            return Ok(verdict);
+        }
+    }
+    Ok(None)
+}
+
+/// The guard over a batch: each report (a step with a watched metric or the flag) that is
+/// bad adds one to the count, a good one resets it; at `reports` in a row it fires. Returns
+/// the count after the batch.
+pub fn guard(
+    guard: &DivergenceGuard,
+    mut count: i64,
+    points: &[MetricStep],
+) -> (i64, Option<Verdict>) {
+    let mut ordered: Vec<&MetricStep> = points.iter().collect();
+    ordered.sort_by_key(|p| p.step);
+    for point in ordered {
+        let watched = guard
+            .watch
+            .iter()
+            .filter_map(|name| point.values.get_key_value(name));
+        let flag = guard
+            .flag
+            .as_ref()
+            .and_then(|name| point.values.get_key_value(name));
+        let mut seen = false;
+        let mut bad = None;
+        for (name, value) in watched {
+            seen = true;
+            if !value.is_finite() && bad.is_none() {
+                bad = Some((name, *value));
+            }
+        }
+        if let Some((name, value)) = flag {
+            seen = true;
+            if *value != 0.0 && bad.is_none() {
+                bad = Some((name, *value));
+            }
+        }
+        if !seen {
+            continue;
+        }
+        match bad {
+            None => count = 0,
+            Some((name, value)) => {
+                count += 1;
+                if count >= i64::from(guard.reports) {
+                    return (
+                        count,
+                        Some(Verdict {
+                            rule: guard.describe(),
+                            metric: name.clone(),
+                            step: point.step,
+                            value,
+                        }),
+                    );
+                }
+            }
+        }
+    }
+    (count, None)
+}
+
+/// A threshold rule on the first value at or after its point. A NaN crosses no threshold:
+/// the guard is what catches a diverged run.
+pub fn threshold(rule: &StopRule, step: i64, value: f64) -> Option<Verdict> {
+    let Test::Threshold {
+        below,
+        value: limit,
+        ..
+    } = rule.test
+    else {
+        return None;
+    };
+    let crossed = if below { value < limit } else { value > limit };
+    crossed.then(|| Verdict {
+        rule: rule.text.clone(),
+        metric: rule.metric.clone(),
+        step,
+        value,
+    })
+}
+
+/// A no-improvement rule: `recent` (newest first, as many as the rule's evaluations) holds
+/// nothing better than `best`, the best value before them. A NaN improves on nothing.
+pub fn no_improvement(
+    rule: &StopRule,
+    recent: &[(i64, f64)],
+    best: Option<f64>,
+    lower_is_better: bool,
+) -> Option<Verdict> {
+    let best = best?;
+    let (newest_step, newest_value) = *recent.first()?;
+    let improves = |v: f64| {
+        if lower_is_better {
+            v < best
+        } else {
+            v > best
+        }
+    };
+    (!recent.iter().any(|(_, v)| improves(*v))).then(|| Verdict {
+        rule: rule.text.clone(),
+        metric: rule.metric.clone(),
+        step: newest_step,
+        value: newest_value,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(step: i64, values: &[(&str, f64)]) -> MetricStep {
+        MetricStep {
+            step,
+            values: values.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+        }
+    }
+
+    #[test]
+    fn the_guard_fires_on_the_kth_bad_report_in_a_row() {
+        let guard = DivergenceGuard::default();
+        let nan = f64::NAN;
+        let batch = [
+            step(10, &[("train/loss", 1.0), ("train/diverged", 0.0)]),
+            step(20, &[("train/loss", nan)]),
+            step(25, &[("eval/loss", nan)]), // not a report the guard watches
+            step(30, &[("train/lm_loss", f64::INFINITY)]),
+        ];
+        assert_eq!(guard_count(&guard, 0, &batch), (2, None));
+        // The count carries over to the next batch.
+        let (count, verdict) = super::guard(&guard, 2, &[step(40, &[("train/diverged", 1.0)])]);
+        assert_eq!(count, 3);
+        let verdict = verdict.unwrap();
+        assert_eq!(
+            (verdict.metric.as_str(), verdict.step),
+            ("train/diverged", 40)
+        );
+        assert!(verdict
+            .message()
+            .contains("train/diverged was 1 at step 40"));
+        // A good report in between resets it.
+        let mixed = [
+            step(10, &[("train/loss", nan)]),
+            step(20, &[("train/loss", nan)]),
+            step(30, &[("train/loss", 0.5)]),
+            step(40, &[("train/loss", nan)]),
+        ];
+        assert_eq!(guard_count(&guard, 0, &mixed), (1, None));
+        // Reports are judged in step order whatever order the batch holds them in.
+        let (_, verdict) = super::guard(
+            &guard,
+            0,
+            &[
+                step(30, &[("train/loss", nan)]),
+                step(10, &[("train/loss", nan)]),
+                step(20, &[("train/loss", nan)]),
+            ],
+        );
+        assert_eq!(verdict.map(|v| v.step), Some(30));
+    }
+
+    fn guard_count(
+        guard: &DivergenceGuard,
+        count: i64,
+        points: &[MetricStep],
+    ) -> (i64, Option<Verdict>) {
+        super::guard(guard, count, points)
+    }
+
+    #[test]
+    fn thresholds_fire_only_when_crossed() {
+        let below = StopRule::parse("eval/exact_accuracy below 0.02 at 25%").unwrap();
+        assert_eq!(threshold(&below, 2100, 0.01).map(|v| v.step), Some(2100));
+        assert_eq!(threshold(&below, 2100, 0.30), None);
+        assert_eq!(threshold(&below, 2100, f64::NAN), None);
+        let above = StopRule::parse("train/loss above 5 at step 100").unwrap();
+        assert!(threshold(&above, 100, 7.0).is_some());
+        assert!(threshold(&above, 100, f64::INFINITY).is_some());
+    }
+
+    #[test]
+    fn no_improvement_compares_the_last_evaluations_with_the_best_before_them() {
+        let loss = StopRule::parse("eval/loss not improved in 3 evaluations").unwrap();
+        let flat = [(500, 0.9), (400, 0.8), (300, 0.85)];
+        let verdict = no_improvement(&loss, &flat, Some(0.7), true).unwrap();
+        assert_eq!((verdict.step, verdict.value), (500, 0.9));
+        assert!(no_improvement(
+            &loss,
+            &[(500, 0.6), (400, 0.8), (300, 0.9)],
+            Some(0.7),
+            true
+        )
+        .is_none());
+        assert!(no_improvement(&loss, &[(500, f64::NAN)], Some(0.7), true).is_some());
+        assert!(no_improvement(&loss, &flat, None, true).is_none());
+        let accuracy =
+            StopRule::parse("eval/exact_accuracy not improved in 2 evaluations").unwrap();
+        assert!(no_improvement(&accuracy, &[(20, 0.4), (10, 0.5)], Some(0.45), false).is_none());
+        assert!(no_improvement(&accuracy, &[(20, 0.4), (10, 0.41)], Some(0.45), false).is_some());
+    }
+}

@@ -1,0 +1,168 @@
+//! What the stop rules and the divergence guard read and write (issue 28): the job's side of
+//! the judgement, and the metric facts a rule is judged on. A NaN value is stored as NULL
+//! (SQLite stores a bound NaN so; PostgreSQL is made to match), so it reads back as `None`.
+
+use super::db::{self, Conn};
+use super::{now_ms, StoreError};
+
+/// The job as the judge needs it.
+#[derive(Debug, sqlx::FromRow)]
+pub struct Judged {
+    pub experiment: String,
+    pub total_steps: Option<i64>,
+    pub ignore_stop_rules: i64,
+    pub diverged_reports: i64,
+    /// A stop is already asked for (a rule, an eviction, a suspension) or a cancel.
+    pub stopping: i64,
+}
+
+pub async fn judged(conn: &mut Conn, job_id: &str) -> Result<Option<Judged>, StoreError> {
+    Ok(db::query_as(
+        "SELECT experiment, total_steps, ignore_stop_rules, diverged_reports, \
+         CASE WHEN stop_request IS NOT NULL OR cancel_requested <> 0 THEN 1 ELSE 0 END AS stopping \
+         FROM jobs WHERE id = ?",
+    )
+    .bind(job_id)
+    .fetch_optional(conn)
+    .await?)
+}
+
+pub async fn set_diverged_reports(
+    conn: &mut Conn,
+    job_id: &str,
+    reports: i64,
+) -> Result<(), StoreError> {
+    db::query("UPDATE jobs SET diverged_reports = ? WHERE id = ?")
+        .bind(reports)
+        .bind(job_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// A rule fired: what fired it, and the stop the worker is asked for (`stop_request`
+/// 'ruled', which the retry policy turns into `stopped`).
+pub struct Fired<'a> {
+    pub rule: &'a str,
+    pub metric: &'a str,
+    pub step: i64,
+    pub value: f64,
+    pub message: &'a str,
+}
+
+pub async fn record_fired(
+    conn: &mut Conn,
+    job_id: &str,
+    fired: &Fired<'_>,
+) -> Result<(), StoreError> {
+    let now = now_ms();
+    db::query(
+        "UPDATE jobs SET stop_request = 'ruled', stop_message = ?, stop_rule = ?, stop_metric = ?, \
+         stop_step = ?, stop_value = ?, stop_at = ?, updated_at = ? WHERE id = ?",
+    )
+    .bind(fired.message)
+    .bind(fired.rule)
+    .bind(fired.metric)
+    .bind(fired.step)
+    .bind(fired.value.to_string())
+    .bind(now)
+    .bind(now)
+    .bind(job_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// What stopping saved: the pod-hours the run would still have taken.
+pub async fn record_saved(conn: &mut Conn, job_id: &str, hours: f64) -> Result<(), StoreError> {
+    db::query("UPDATE jobs SET stop_saved_hours = ? WHERE id = ?")
+        .bind(hours)
+        .bind(job_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// `requeue --ignore-stop-rules`; any requeue forgets the old verdict and the guard's count.
+pub async fn reset(conn: &mut Conn, job_id: &str, ignore_rules: bool) -> Result<(), StoreError> {
+    db::query(
+        "UPDATE jobs SET stop_rule = NULL, stop_metric = NULL, stop_step = NULL, stop_value = NULL, \
+         stop_at = NULL, stop_saved_hours = NULL, diverged_reports = 0, \
+         ignore_stop_rules = CASE WHEN ? = 1 THEN 1 ELSE ignore_stop_rules END WHERE id = ?",
+    )
+    .bind(i64::from(ignore_rules))
+    .bind(job_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The first value of `metric` reported at or after `step`.
+pub async fn first_at_or_after(
+    conn: &mut Conn,
+    job_id: &str,
+    metric: &str,
+    step: i64,
+) -> Result<Option<(i64, Option<f64>)>, StoreError> {
+    Ok(db::query_as(
+        "SELECT p.step, p.value FROM metric_points p JOIN metric_series s ON s.id = p.series_id \
+         WHERE s.job_id = ? AND s.name = ? AND p.step >= ? ORDER BY p.step LIMIT 1",
+    )
+    .bind(job_id)
+    .bind(metric)
+    .bind(step)
+    .fetch_optional(conn)
+    .await?)
+}
+
+/// The newest `n` values of `metric`, newest first.
+pub async fn newest(
+    conn: &mut Conn,
+    job_id: &str,
+    metric: &str,
+    n: i64,
+) -> Result<Vec<(i64, Option<f64>)>, StoreError> {
+    Ok(db::query_as(
+        "SELECT p.step, p.value FROM metric_points p JOIN metric_series s ON s.id = p.series_id \
+         WHERE s.job_id = ? AND s.name = ? ORDER BY p.step DESC LIMIT ?",
+    )
+    .bind(job_id)
+    .bind(metric)
+    .bind(n)
+    .fetch_all(conn)
+    .await?)
+}
+
+/// The best value of `metric` before `step` (the smallest when `lower_is_better`); NaN
+/// values (NULL) are no one's best.
+pub async fn best_before(
+    conn: &mut Conn,
+    job_id: &str,
+    metric: &str,
+    step: i64,
+    lower_is_better: bool,
+) -> Result<Option<f64>, StoreError> {
+    let sql = if lower_is_better {
+        "SELECT MIN(p.value) FROM metric_points p JOIN metric_series s ON s.id = p.series_id \
+         WHERE s.job_id = ? AND s.name = ? AND p.step < ?"
+    } else {
+        "SELECT MAX(p.value) FROM metric_points p JOIN metric_series s ON s.id = p.series_id \
+         WHERE s.job_id = ? AND s.name = ? AND p.step < ?"
+    };
+    Ok(db::query_scalar(sql)
+        .bind(job_id)
+        .bind(metric)
+        .bind(step)
+        .fetch_one(conn)
+        .await?)
+}
+
+/// Pod-hours saved by stopping runs early, and how many runs were stopped.
+pub async fn saved_by_stopping(conn: &mut Conn) -> Result<(f64, i64), StoreError> {
+    Ok(db::query_as(
+        "SELECT COALESCE(SUM(stop_saved_hours), 0.0), COUNT(*) FROM jobs WHERE state = 'stopped' \
+         AND same_as IS NULL",
+    )
+    .fetch_one(conn)
+    .await?)
+}
