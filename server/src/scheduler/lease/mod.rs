@@ -4,6 +4,7 @@
 
 mod evict;
 mod leasing;
+mod links;
 pub mod live;
 pub mod policy;
 mod reaper;
