@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{eventually, Server, PODQ};
+use common::{eventually, Server, StoreKind, PODQ};
 use serde_json::{json, Value};
 
 const RUN: Duration = Duration::from_secs(120);
@@ -37,10 +37,11 @@ fn podq_job(server: &Server, job: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+on_both_stores!(links_are_kept_by_name_newest_first_and_bad_ones_refused);
+
 /// The worker protocol's side, without a worker: what is kept, what is refused.
-#[tokio::test]
-async fn links_are_kept_by_name_newest_first_and_bad_ones_refused() {
-    let server = Server::start().await;
+async fn links_are_kept_by_name_newest_first_and_bad_ones_refused(store: StoreKind) {
+    let server = Server::start_on(store).await;
     let id = server.submit_one("exp07a", json!({})).await;
     assert_eq!(links(&server.job(&id).await), []);
     let (status, lease) = server
