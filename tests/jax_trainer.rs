@@ -58,6 +58,13 @@ fn jax_worker(
             &format!("PODQ_EXAMPLE_STEP_SLEEP_S={sleep_s}"),
             "--trainer-env",
             "JAX_PLATFORMS=cpu",
+            // The working tree's SDK, and a fake `wandb` that needs no account.
+            "--trainer-env",
+            &format!(
+                "PYTHONPATH={}:{}",
+                repo().join("tests/python/fake_wandb").display(),
+                repo().join("trainer/src").display()
+            ),
             "--stop-grace-s",
             "30",
             "--hang-timeout-s",
@@ -127,6 +134,45 @@ async fn the_jax_example_resumes_from_its_newest_committed_step_after_a_preempti
     let expected: Vec<i64> = (1..=30).map(|i| i * 10).collect();
     assert_eq!(steps, expected);
     assert!(committed_steps(&job).contains(&300), "{job}");
+    // One W&B run for the job: every attempt opened the same run id, podq_trainer.run_id(),
+    // and the link reported is the same, so it went on the timeline once.
+    let (_, inits) = server
+        .get(&format!("/jobs/{id}/logs?grep=fake%20wandb.init&limit=100"))
+        .await;
+    let inits: Vec<(i64, String)> = inits["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["attempt"].as_i64().unwrap(),
+                l["text"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let started: Vec<i64> = inits.iter().map(|(attempt, _)| *attempt).collect();
+    assert_eq!(
+        started.len(),
+        attempts.len(),
+        "process 0 of each attempt: {inits:?}"
+    );
+    for (_, text) in &inits {
+        assert!(text.contains(&format!("id={id} resume=allow")), "{inits:?}");
+    }
+    let url = format!("https://wandb.ai/fake/podq-jax-example/runs/{id}");
+    assert_eq!(
+        job["links"],
+        json!([{"name": "wandb", "url": url}]),
+        "{job}"
+    );
+    let (_, events) = server.get(&format!("/jobs/{id}/events?limit=1000")).await;
+    let link_events = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "link")
+        .count();
+    assert_eq!(link_events, 1, "{events}");
 }
 
 #[tokio::test]

@@ -35,7 +35,16 @@ async fn a_study_copied_from_sqlite_is_served_from_postgresql_as_it_was() {
     let mut sqlite = Server::start().await;
     let done = sqlite.submit_one("exp02a_05", json!({})).await;
     {
-        let _worker = sqlite.worker("pod-m", 2, &["--trainer-env", "PODQ_SIM_RUN_SECS=3"]);
+        let _worker = sqlite.worker(
+            "pod-m",
+            2,
+            &[
+                "--trainer-env",
+                "PODQ_SIM_RUN_SECS=3",
+                "--trainer-env",
+                "PODQ_SIM_LINK=wandb=https://wandb.ai/t/p/runs/{job_id}",
+            ],
+        );
         sqlite.wait_state(&done, "succeeded", RUN).await;
     }
     // Queued after the worker is gone, so that no attempt is open (its time would grow
@@ -80,7 +89,11 @@ async fn a_study_copied_from_sqlite_is_served_from_postgresql_as_it_was() {
     assert_eq!(after.1["jobs"]["cancelled"], 1, "{}", after.1);
     assert_eq!(after.1["jobs"]["succeeded"], 1, "{}", after.1);
     let detail_after = postgres.job(&done).await;
-    for part in ["attempts", "checkpoints", "goodput", "pod_time"] {
+    assert_eq!(
+        detail_before["links"][0]["name"], "wandb",
+        "{detail_before}"
+    );
+    for part in ["attempts", "checkpoints", "goodput", "pod_time", "links"] {
         assert!(!detail_before[part].is_null(), "{part} in {detail_before}");
         assert_eq!(detail_before[part], detail_after[part], "{part}");
     }

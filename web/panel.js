@@ -60,6 +60,18 @@ function fact(label, value, cls) {
   return [el("dt", null, label), el("dd", { class: cls || null }, value)];
 }
 
+// The trainer's links (its W&B run, say): each a link that opens apart, its text set as
+// text. The server takes only http(s) URLs; one that is not anyway stays plain text.
+function linkFacts(links) {
+  return (Array.isArray(links) ? links : []).flatMap((link) => {
+    const url = String(link.url || "");
+    const safe = /^https?:\/\//i.test(url);
+    return [el("dt", null, link.name === "wandb" ? "W&B run" : `Link: ${link.name}`),
+      el("dd", { class: "mono wrap", "data-link": link.name },
+        safe ? el("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, url) : url)];
+  });
+}
+
 function renderDetail(detail, metrics, events) {
   const panel = $("job-detail");
   panel.setAttribute("data-job-id", detail.id);
@@ -89,6 +101,7 @@ function renderDetail(detail, metrics, events) {
     ...(detail.same_as ? [el("dt", null, "Shares run of"), el("dd", null, jobLink(detail.same_as))] : []),
     ...fact("Message", detail.message),
     ...fact("Stopped by", stoppedBy(detail.stopped_by), "bad-text"),
+    ...linkFacts(detail.links),
     ...fact("Checkpoints", detail.checkpoint_dir, "mono wrap"),
     ...fact(detail.state === "succeeded" ? "Last checkpoint" : "Next resume from", detail.resume_from, "mono wrap"),
     ...fact("Config", detail.config_sha256 ? detail.config_sha256.slice(0, 16) : null, "mono"));

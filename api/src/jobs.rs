@@ -340,6 +340,10 @@ pub struct JobDetail {
     /// The checkpoint interval that would lose the least pod time, against the run's own;
     /// null for a run that has ended or whose steps are unknown.
     pub checkpoint_advice: Option<CheckpointAdvice>,
+    /// Where the run lives elsewhere (its W&B run, say), as its trainer reported: the newest
+    /// URL of each name, over all attempts, by name.
+    #[serde(default)]
+    pub links: Vec<crate::JobLink>,
 }
 
 /// `PATCH /api/v1/jobs/{id}`.

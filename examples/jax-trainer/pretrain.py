@@ -15,6 +15,10 @@ PODQ_EXAMPLE_STEP_SLEEP_S (sleep after each step, so a test can interrupt the ru
 PODQ_EXAMPLE_NAN_AT_STEP (from that step the learning rate is NaN: the run diverges for real,
 its parameters and then its losses NaN, as an exploding learning rate leaves them).
 PODQ_CHECKPOINT_INTERVAL_STEPS, set by podq, wins over PODQ_EXAMPLE_CHECKPOINT_EVERY.
+
+W&B is optional: with the `wandb` package installed, process 0 logs the metrics to one W&B
+run per podq job (project WANDB_PROJECT, default "podq-jax-example"; WANDB_MODE=disabled turns
+it off), resumed in every attempt, and reports its URL to podq. Without it, nothing changes.
 """
 
 import time
@@ -37,7 +41,12 @@ from etils import epath  # noqa: E402
 from jax.experimental import multihost_utils  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+try:  # optional: without W&B the example logs to podq only
+    import wandb  # noqa: E402
+except ImportError:
+    wandb = None
 
 import podq_trainer  # noqa: E402
 
@@ -247,6 +256,7 @@ def main(cfg: DictConfig):
     # podq: on every process, after jax.distributed.initialize (a SIGTERM from now on stops the
     # run at a step boundary, even one that arrives during compilation).
     stop = podq_trainer.watch_for_stop()
+    run = start_wandb(cfg)
 
     # Length of training, as TRM computes it (Sudoku sets have one example per group).
     groups = dataset_groups(cfg.data_paths)
@@ -365,6 +375,8 @@ def main(cfg: DictConfig):
         if eval_metrics is not None:
             values.update({"eval/" + k: v for k, v in jax.device_get(eval_metrics).items()})
         podq_trainer.report_metrics(step, values)
+        if run is not None:
+            run.log({k: float(v) for k, v in values.items()}, step=step)
 
     for step in range(start_step + 1, total_steps + 1):
         rng = np.random.default_rng([int(cfg.seed), 3, step, process])
@@ -407,6 +419,31 @@ def main(cfg: DictConfig):
     report_committed(wait=True)
     manager.close()
     log("finished: %d steps" % total_steps)
+
+
+def start_wandb(cfg):
+    """The W&B run of this podq job on process 0, or None (no wandb package, another process).
+
+    podq: run_id() is the podq job's id, the same in every attempt, so resume="allow" makes
+    each attempt after a preemption continue the job's one W&B run; report_link shows it
+    with the job in podq. A W&B that cannot start (no login, no network) costs the run
+    nothing but its W&B logging.
+    """
+    if wandb is None or jax.process_index() != 0:
+        return None
+    try:
+        run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "podq-jax-example"),
+            id=podq_trainer.run_id(),
+            resume="allow",
+            config=OmegaConf.to_container(cfg, resolve=True),
+        )
+    except Exception as e:  # noqa: BLE001 - W&B is optional; training is not
+        log("WARNING: W&B did not start (%s: %s); not logging to W&B" % (type(e).__name__, e))
+        return None
+    if run is not None and run.url:  # no URL for an offline or disabled run
+        podq_trainer.report_link("wandb", run.url)
+    return run
 
 
 def restore(cfg, manager, state, checkpoint_root):

@@ -169,6 +169,12 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
     if start > 0 {
         log!("resuming from step {start}");
     }
+    // As a trainer calls wandb.init and report_link once the processes have joined.
+    for (name, url) in sim_links(&std::env::var("PODQ_SIM_LINK").unwrap_or_default(), &env)? {
+        reporter
+            .link(&name, &url)
+            .map_err(|e| Fatal::failure(format!("cannot write to stdout: {e}")))?;
+    }
     if faults.crash_on_start() {
         return Err(train::injected_crash("crash", process.index));
     }
@@ -191,6 +197,24 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
     // Released only once training is over, successful or not.
     drop(lock);
     result
+}
+
+/// `PODQ_SIM_LINK`: links to report at the start, separated by spaces, each `name=url`;
+/// `{job_id}` and `{attempt}` in a URL become `PODQ_JOB_ID` and `PODQ_ATTEMPT`, as a trainer's
+/// W&B run URL carries `podq_trainer.run_id()`. Printed as given, bad ones too: the worker
+/// judges them.
+fn sim_links(raw: &str, env: &Environment) -> Result<Vec<(String, String)>, Fatal> {
+    raw.split_whitespace()
+        .map(|entry| {
+            let (name, url) = entry
+                .split_once('=')
+                .ok_or_else(|| Fatal::usage(format!("PODQ_SIM_LINK: {entry:?} is not name=url")))?;
+            let url = url
+                .replace("{job_id}", env.job_id.as_deref().unwrap_or(""))
+                .replace("{attempt}", env.attempt.as_deref().unwrap_or(""));
+            Ok((name.to_owned(), url))
+        })
+        .collect()
 }
 
 /// The first source that says anything wins, even when what it says is "nothing".

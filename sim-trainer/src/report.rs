@@ -52,6 +52,11 @@ enum Event<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         step: Option<u64>,
     },
+    /// Where the run lives elsewhere, as `podq_trainer.report_link` prints it.
+    Link {
+        name: &'a str,
+        url: &'a str,
+    },
 }
 
 /// What a `phase` line brackets: what costs pod time without advancing a step.
@@ -99,6 +104,10 @@ impl Reporter {
     /// times bracket it.
     pub fn phase(&self, phase: Phase, edge: Edge, step: Option<u64>) -> io::Result<()> {
         self.emit(&Event::Phase { phase, edge, step })
+    }
+
+    pub fn link(&self, name: &str, url: &str) -> io::Result<()> {
+        self.emit(&Event::Link { name, url })
     }
 
     fn emit(&self, event: &Event<'_>) -> io::Result<()> {
@@ -171,5 +180,17 @@ mod tests {
         for (event, line) in cases {
             assert_eq!(serde_json::to_string(&event).unwrap(), line);
         }
+    }
+
+    #[test]
+    fn links_serialize_as_the_sdk_prints_them() {
+        let link = Event::Link {
+            name: "wandb",
+            url: "https://wandb.ai/t/p/runs/j",
+        };
+        assert_eq!(
+            serde_json::to_string(&link).unwrap(),
+            r#"{"event":"link","name":"wandb","url":"https://wandb.ai/t/p/runs/j"}"#
+        );
     }
 }

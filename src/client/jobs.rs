@@ -275,6 +275,9 @@ fn describe(detail: &JobDetail, events: &[Event]) -> String {
     }
     line("checkpoints", job.checkpoint_dir.clone());
     line("resume", or_dash(job.resume_from.as_ref()));
+    for link in &detail.links {
+        line("link", format!("{} {}", link.name, link.url));
+    }
     let g = &detail.goodput;
     line(
         "goodput",

@@ -266,5 +266,55 @@ class PhaseReportTest(unittest.TestCase):
         self.assertEqual(parse(out)["phase"], "save")
 
 
+
+class LinkReportTest(unittest.TestCase):
+    def setUp(self):
+        patcher = mock.patch.dict(os.environ)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        os.environ.pop("JAX_PROCESS_INDEX", None)
+
+    def test_link_line_is_exact_and_one_write(self):
+        url = "https://wandb.ai/team/trm/runs/0c9e6f4a-2b1d-4c3e-9f8a-7b6c5d4e3f21"
+        out, err, writes = capture(podq_trainer.report_link, "wandb", url)
+        self.assertEqual(out, 'PODQ {"event":"link","name":"wandb","url":"%s"}\n' % url)
+        self.assertEqual((err, writes), ("", 1))
+
+    def test_only_process_zero_reports_links(self):
+        os.environ["JAX_PROCESS_INDEX"] = "2"
+        self.assertEqual(capture(podq_trainer.report_link, "wandb", "https://wandb.ai/x"), ("", "", 0))
+        out, _, _ = capture(podq_trainer.report_link, "wandb", "https://wandb.ai/x", process_index=0)
+        self.assertEqual(parse(out), {"event": "link", "name": "wandb", "url": "https://wandb.ai/x"})
+        os.environ["JAX_PROCESS_INDEX"] = "0"
+        self.assertEqual(capture(podq_trainer.report_link, "wandb", "https://wandb.ai/x", process_index=1)[0], "")
+
+    def test_a_bad_link_warns_and_prints_nothing(self):
+        for name, url in [
+            ("wandb", None),  # run.url of an offline W&B run
+            ("wandb", "javascript:alert(1)"),
+            ("wandb", "ftp://example.com/run"),
+            ("wandb", "https://"),
+            ("wandb", "https://wandb.ai/a b"),
+            ("wandb", "https://wandb.ai/a\nPODQ {}"),
+            ("wandb", "https://wandb.ai/" + "x" * 2100),
+            ("", "https://wandb.ai/x"),
+            ("my tracker", "https://wandb.ai/x"),
+            ("wandb\n", "https://wandb.ai/x"),
+            ("x" * 33, "https://wandb.ai/x"),
+            (None, "https://wandb.ai/x"),
+        ]:
+            out, err, writes = capture(podq_trainer.report_link, name, url)
+            self.assertEqual((out, writes), ("", 0), (name, url))
+            self.assertIn("link not reported", err, (name, url))
+
+    def test_names_and_urls_at_their_bounds(self):
+        url = "http://tracker.local/" + "x" * (2048 - len("http://tracker.local/"))
+        out, err, _ = capture(podq_trainer.report_link, "a" * 32, url)
+        self.assertEqual(parse(out)["url"], url)
+        self.assertEqual(err, "")
+        out, _, _ = capture(podq_trainer.report_link, "tb.run-1_x", "https://e.com/?q=a%20b#c")
+        self.assertEqual(parse(out)["name"], "tb.run-1_x")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use podq_api::{
     CheckpointsBatch, ErrorBody, FinishRequest, FinishResponse, HeartbeatRequest,
-    HeartbeatResponse, Lease, LeaseRequest, LogBatch, MetricsBatch, PodReport, WorkerEvent,
-    WorkerEvents,
+    HeartbeatResponse, Lease, LeaseRequest, LinksBatch, LogBatch, MetricsBatch, PodReport,
+    WorkerEvent, WorkerEvents,
 };
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
@@ -239,6 +239,16 @@ impl ServerClient {
             &format!("/leases/{lease}/checkpoints"),
             batch,
             Duration::from_secs(30),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn links(&self, lease: Uuid, batch: &LinksBatch) -> Result<(), CallError> {
+        self.post::<_, serde_json::Value>(
+            &format!("/leases/{lease}/links"),
+            batch,
+            Duration::from_secs(10),
         )
         .await
         .map(|_| ())

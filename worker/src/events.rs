@@ -29,6 +29,12 @@ pub enum TrainerEvent {
         #[serde(skip)]
         received: Option<tokio::time::Instant>,
     },
+    /// Where the run lives elsewhere (`podq_trainer.report_link`), e.g. its W&B run. Checked
+    /// with `JobLink::problem` before it is sent on.
+    Link {
+        name: String,
+        url: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -102,6 +108,20 @@ mod tests {
         assert_eq!(values["train/lm_loss"], f64::INFINITY);
         assert!(matches!(
             parse_line(r#"PODQ {"event":"metrics","step":1,"values":{"x":"lots"}}"#),
+            Some(Err(_))
+        ));
+        assert_eq!(
+            parse_line(
+                r#"PODQ {"event":"link","name":"wandb","url":"https://wandb.ai/t/p/runs/x"}"#
+            ),
+            Some(Ok(TrainerEvent::Link {
+                name: "wandb".into(),
+                url: "https://wandb.ai/t/p/runs/x".into(),
+            }))
+        );
+        // A link without its url is unreadable, like any report line missing a field.
+        assert!(matches!(
+            parse_line(r#"PODQ {"event":"link","name":"wandb"}"#),
             Some(Err(_))
         ));
         assert_eq!(parse_line("step 10 loss 0.5"), None);

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use podq_api::{
-    CheckpointReport, CheckpointsBatch, LogBatch, MetricStep, MetricsBatch, TrainerPhases,
+    CheckpointReport, CheckpointsBatch, JobLink, LinksBatch, LogBatch, MetricStep, MetricsBatch,
+    TrainerPhases,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -32,6 +33,8 @@ pub enum Report {
     CheckpointHint,
     /// The trainer's phase totals changed: they ride the next metrics batch.
     Phases(TrainerPhases),
+    /// A link the trainer reported (already checked): sent at once.
+    Link(JobLink),
 }
 
 pub struct ReporterSettings {
@@ -82,6 +85,7 @@ pub async fn run(
                     }
                 }
                 Some(Report::Phases(phases)) => buffer.phases = Some(phases),
+                Some(Report::Link(link)) => send_link(&client, lease, link, &lease_lost).await,
                 Some(Report::CheckpointHint) => {
                     scan(&client, lease, store.as_ref(), &mut reported, &lease_lost).await;
                 }
@@ -191,6 +195,29 @@ async fn send_metrics(
             tracing::error!(%lease, error = %e, "metrics batch refused; dropping it");
             *points = 0;
         }
+    }
+}
+
+/// A link is rare (one per attempt, as a rule): it goes alone, retried like every call
+/// while the server is away. One the server refuses is logged and dropped: a link never
+/// stops a run.
+async fn send_link(
+    client: &ServerClient,
+    lease: Uuid,
+    link: JobLink,
+    lease_lost: &CancellationToken,
+) {
+    if lease_lost.is_cancelled() {
+        return;
+    }
+    let name = link.name.clone();
+    match client.links(lease, &LinksBatch { links: vec![link] }).await {
+        Ok(()) => {}
+        Err(CallError::LeaseLost(message)) => {
+            tracing::warn!(%lease, "{message}");
+            lease_lost.cancel();
+        }
+        Err(e) => tracing::warn!(%lease, link = %name, error = %e, "link not accepted"),
     }
 }
 

@@ -7,8 +7,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use podq_api::{
     CheckpointsBatch, ErrorBody, FinishRequest, FinishResponse, HeartbeatRequest,
-    HeartbeatResponse, Lease, LeaseRequest, LogBatch, MetricsAck, MetricsBatch, PodReport,
-    WorkerEvents,
+    HeartbeatResponse, Lease, LeaseRequest, LinksBatch, LogBatch, MetricsAck, MetricsBatch,
+    PodReport, WorkerEvents,
 };
 
 use super::error::ApiError;
@@ -27,6 +27,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(logs))
         .routes(routes!(checkpoints))
         .routes(routes!(events))
+        .routes(routes!(links))
         .routes(routes!(finish))
 }
 
@@ -200,6 +201,30 @@ async fn events(
     JsonBody(req, _): JsonBody<WorkerEvents>,
 ) -> Result<StatusCode, ApiError> {
     state.scheduler.record_worker_events(id, req).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(
+    post,
+    path = "/leases/{id}/links",
+    tag = "worker",
+    summary = "Links the trainer reported (its W&B run, say)",
+    description = "The trainer's `PODQ {\"event\":\"link\"}` lines: the job keeps the newest URL of each name, across attempts, and shows them in `GET /jobs/{id}`.",
+    params(("id" = uuid::Uuid, Path, description = "The lease")),
+    request_body = LinksBatch,
+    responses(
+        (status = 204, description = "Recorded"),
+        (status = 400, description = "`invalid_link`: a name that is not a short identifier, or a URL that is not http(s), too long or holds spaces; `too_many_links`: a new name past 16. Nothing of the batch is stored", body = ErrorBody),
+        (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
+    ),
+    security(("worker_token" = [])),
+)]
+async fn links(
+    State(state): State<AppState>,
+    PathUuid(id): PathUuid,
+    JsonBody(req, _): JsonBody<LinksBatch>,
+) -> Result<StatusCode, ApiError> {
+    state.scheduler.record_links(id, req).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

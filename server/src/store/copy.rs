@@ -14,7 +14,7 @@ use super::{Backend, Location, Store, StoreError};
 /// copied: the destination's triggers count the rows as they arrive, and the check below
 /// compares them with the source's. `webhook_outbox` comes after `events`, `webhooks` after
 /// both: the outbox trigger must not queue old events again.
-const TABLES: [&str; 18] = [
+const TABLES: [&str; 19] = [
     "experiments",
     "jobs",
     "attempts",
@@ -33,6 +33,7 @@ const TABLES: [&str; 18] = [
     "pod_time_totals",
     "goodput_totals",
     "users",
+    "job_links",
 ];
 
 /// Tables whose ids are generated: their sequences continue after the copied ids.
@@ -209,4 +210,34 @@ async fn insert(to: &mut Conn, table: &str, rows: &[SqliteRow]) -> Result<i64, S
     });
     statement.build().execute(to).await?;
     Ok(rows.len() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_support::scratch_store;
+
+    /// A table a migration adds is copied, or is a total the triggers keep: forgetting it
+    /// would lose its rows in every `podq migrate`.
+    #[tokio::test]
+    async fn every_table_of_the_schema_is_copied() {
+        let (store, _dir) = scratch_store().await;
+        let tables: Vec<String> = db::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'table' \
+             AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_sqlx_%' ORDER BY name",
+        )
+        .fetch_all(&mut store.read().await.unwrap())
+        .await
+        .unwrap();
+        let maintained = ["job_counts", "fresh_queue"];
+        let missing: Vec<&String> = tables
+            .iter()
+            .filter(|t| !TABLES.contains(&t.as_str()) && !maintained.contains(&t.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not copied by podq migrate: {missing:?}"
+        );
+        assert!(tables.iter().any(|t| t == "job_links"), "{tables:?}");
+    }
 }

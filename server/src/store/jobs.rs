@@ -400,6 +400,7 @@ pub struct DetailRows {
     /// Each attempt's pod time, by attempt number.
     pub pod_time: BTreeMap<i64, api::PodTime>,
     pub advice: AdviceInputs,
+    pub links: Vec<api::JobLink>,
 }
 
 /// What the checkpoint advice needs of a run beyond the job row.
@@ -435,6 +436,7 @@ pub async fn detail(tx: &mut Conn, id: &str) -> Result<Option<DetailRows>, Store
     let goodput = super::goodput::of_run(tx, &run).await?;
     let pod_time = super::pod_time::of_run(tx, &run).await?;
     let advice = advice_inputs(tx, &run, &job.accelerator).await?;
+    let links = super::links::of_job(tx, &run).await?;
     Ok(Some(DetailRows {
         job,
         attempts,
@@ -443,6 +445,7 @@ pub async fn detail(tx: &mut Conn, id: &str) -> Result<Option<DetailRows>, Store
         goodput,
         pod_time,
         advice,
+        links,
     }))
 }
 

@@ -25,6 +25,7 @@ mod index_checks;
 pub mod jobs;
 mod lead;
 pub mod leases;
+pub mod links;
 mod location;
 pub mod logs;
 pub mod metrics;

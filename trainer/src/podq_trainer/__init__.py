@@ -10,6 +10,8 @@
     podq_trainer.report_metrics(step, metrics)                     # only process 0 prints
     every = podq_trainer.checkpoint_interval(default=5000)         # podq's advice, if any
     podq_trainer.report_checkpoint(step, step_dir)                 # after the save is committed
+    run = wandb.init(project=..., id=podq_trainer.run_id(), resume="allow")  # same in every attempt
+    podq_trainer.report_link("wandb", run.url)                     # shown with the job
     if stop.reached(step): save, wait, report; sys.exit(podq_trainer.EXIT_STOPPED)
 
 No dependencies beyond the standard library; JAX is imported only by ``watch_for_stop``
@@ -18,7 +20,8 @@ when it has already been imported by the trainer.
 
 from .interval import checkpoint_interval
 from .paths import TMP_MARKER, ResumePoint, checkpoint_dir, orbax_path, resume_point
-from .report import PHASES, phase, report_checkpoint, report_metrics, report_phase
+from .report import PHASES, phase, report_checkpoint, report_link, report_metrics, report_phase
+from .run import run_id
 from .stop import EXIT_STOPPED, StopSignal, watch_for_stop
 
 __all__ = [
@@ -32,8 +35,10 @@ __all__ = [
     "orbax_path",
     "phase",
     "report_checkpoint",
+    "report_link",
     "report_metrics",
     "report_phase",
     "resume_point",
+    "run_id",
     "watch_for_stop",
 ]

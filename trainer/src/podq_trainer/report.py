@@ -3,6 +3,10 @@
     PODQ {"event":"metrics","step":1200,"values":{"train/lm_loss":0.53}}
     PODQ {"event":"checkpoint","step":5000,"uri":"gs://bucket/run/5000"}
     PODQ {"event":"phase","phase":"save","edge":"start","step":5000}
+    PODQ {"event":"link","name":"wandb","url":"https://wandb.ai/team/trm/runs/0c9e..."}
+
+A link line points at the run elsewhere (its W&B run, say): podq shows the newest URL of each
+name with the job, across attempts.
 
 A phase line marks the start or end of something only the trainer can see: compiling the
 first step, restoring a checkpoint, the blocking part of a save. The worker timestamps lines
@@ -22,14 +26,20 @@ import contextlib
 import json
 import math
 import os
+import re
 import select
 import sys
 import threading
 
-__all__ = ["PHASES", "phase", "report_checkpoint", "report_metrics", "report_phase"]
+__all__ = ["PHASES", "phase", "report_checkpoint", "report_link", "report_metrics", "report_phase"]
 
 PHASES = ("compile", "restore", "save")
 _EDGES = ("start", "end")
+
+# The rules podq's worker and server apply to a link (api/src/links.rs): a short name, an
+# http(s) URL of bounded length without spaces or control characters.
+_LINK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,31}")
+_LINK_URL_MAX = 2048
 
 _PREFIX = "PODQ "
 _PIPE_BUF = 4096
@@ -80,6 +90,39 @@ def report_checkpoint(step, uri, process_index=None):
     if not _is_reporting_process(process_index):
         return
     _emit({"event": "checkpoint", "step": int(step), "uri": str(uri)})
+
+
+def report_link(name, url, process_index=None):
+    """Report where the run lives elsewhere: ``name`` (e.g. ``"wandb"``) and its ``url``.
+
+    podq shows the newest URL of each name with the job (its JSON, ``podq job``, the
+    dashboard), across attempts. ``name`` is 1 to 32 letters, digits, ``_``, ``.`` or ``-``,
+    starting with a letter; ``url`` is ``http://`` or ``https://``, at most 2048 characters,
+    without spaces. A link that breaks these rules (``run.url`` is ``None`` for an offline W&B
+    run) is not reported: a warning goes to stderr and the trainer goes on.
+    """
+    if not _is_reporting_process(process_index):
+        return
+    problem = _link_problem(name, url)
+    if problem:
+        _warn("link not reported: %s" % problem)
+        return
+    _emit({"event": "link", "name": name, "url": url})
+
+
+def _link_problem(name, url):
+    if not isinstance(name, str) or not _LINK_NAME.fullmatch(name):
+        return ("name %.60r is not 1 to 32 letters, digits, '_', '.' or '-' starting with a "
+                "letter" % (name,))
+    if not isinstance(url, str):
+        return "the url of %s is %.60r, not a string" % (name, url)
+    if not (url.startswith("https://") or url.startswith("http://")) or len(url) <= len("https://"):
+        return "the url of %s, %.80r, is not http:// or https://" % (name, url)
+    if len(url) > _LINK_URL_MAX:
+        return "the url of %s is %d characters long, more than %d" % (name, len(url), _LINK_URL_MAX)
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        return "the url of %s, %.80r, holds a space or a control character" % (name, url)
+    return None
 
 
 def report_phase(phase, edge, step=None, process_index=None):

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use podq_api::JobLink;
 use tokio::sync::mpsc;
 
 use super::log_tail::LogTail;
@@ -92,6 +93,19 @@ pub(super) async fn read(
                             edge,
                             received: tokio::time::Instant::now(),
                         },
+                        // Not progress: it goes to the reporter only. A bad one is skipped
+                        // with a warning and kept as log, like an unreadable report line.
+                        TrainerEvent::Link { name, url } => {
+                            let link = JobLink { name, url };
+                            match link.problem() {
+                                Some(problem) => {
+                                    tracing::warn!(host, "PODQ link line ignored: {problem}");
+                                    log.push(host, offset, line);
+                                }
+                                None => routes.report(Report::Link(link)),
+                            }
+                            continue;
+                        }
                     };
                     let _ = routes.progress.send(progress);
                     continue;
@@ -185,6 +199,59 @@ mod tests {
         let tail = log.text();
         assert!(tail.contains("[host 1] hello") && tail.contains("[host 1] PODQ"));
         assert!(!tail.contains("[host 0]"));
+    }
+
+    #[tokio::test]
+    async fn a_link_goes_to_the_reporter_and_a_bad_one_to_the_log() {
+        let (lines_tx, lines_rx) = mpsc::unbounded_channel();
+        let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
+        let (report_tx, mut report_rx) = mpsc::unbounded_channel();
+        let routes = Routes::new(progress_tx, &report_tx);
+        let log = LogTail::default();
+        for sent in [
+            line(
+                0,
+                0,
+                r#"PODQ {"event":"link","name":"wandb","url":"https://wandb.ai/t/p/runs/j"}"#,
+            ),
+            line(
+                0,
+                1,
+                r#"PODQ {"event":"link","name":"wandb","url":"javascript:alert(1)"}"#,
+            ),
+            line(
+                0,
+                2,
+                r#"PODQ {"event":"link","name":"a b","url":"https://x"}"#,
+            ),
+            // Only host 0 reports.
+            line(
+                1,
+                0,
+                r#"PODQ {"event":"link","name":"tb","url":"https://tb/1"}"#,
+            ),
+        ] {
+            lines_tx.send(sent).unwrap();
+        }
+        drop(lines_tx);
+        read(lines_rx, log.clone(), routes).await;
+
+        assert!(progress_rx.try_recv().is_err(), "a link is not progress");
+        let mut links = Vec::new();
+        while let Ok(report) = report_rx.try_recv() {
+            if let Report::Link(link) = report {
+                links.push((link.name, link.url));
+            }
+        }
+        assert_eq!(
+            links,
+            [("wandb".to_owned(), "https://wandb.ai/t/p/runs/j".to_owned())]
+        );
+        let tail = log.text();
+        assert!(tail.contains("javascript:alert(1)"), "{tail}");
+        assert!(tail.contains(r#""name":"a b""#), "{tail}");
+        assert!(!tail.contains("runs/j"), "{tail}");
+        assert!(tail.contains("[host 1] PODQ"), "{tail}");
     }
 
     #[tokio::test]

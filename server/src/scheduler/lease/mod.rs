@@ -5,6 +5,7 @@
 mod evict;
 pub mod judge;
 mod leasing;
+mod links;
 pub mod live;
 pub mod policy;
 mod reaper;

@@ -84,6 +84,7 @@ impl Scheduler {
             goodput: detail.goodput,
             pod_time: run_time,
             checkpoint_advice: advice,
+            links: detail.links,
         })
     }
 
