@@ -273,7 +273,7 @@ function renderStudyTable() {
     el("th", null, "Experiment"), el("th", null, "State"),
     ...keys.map((k) => el("th", { "data-param": k, title: k }, k)),
     ...metrics.flatMap((m) => [el("th", { class: "num", "data-metric": m, title: `${m}: the newest point` }, `${m} final`),
-      el("th", { class: "num", "data-metric": m, title: `${m}: the best point (lowest for a loss)` }, `${m} best`)]),
+      el("th", { class: "num", "data-metric": m, title: `${m}: the best point (lowest for a loss, error or perplexity)` }, `${m} best`)]),
     el("th", { class: "num", title: "attempts" }, "Att."), el("th", { class: "num", title: "preemptions" }, "Pre."),
     el("th", null, "Message")));
   const metricCell = (mv) => el("td", { class: "num mono", title: mv ? `step ${fmtInt(mv.step)}` : null }, mv ? fmtNum(mv.value) : "–");

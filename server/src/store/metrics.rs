@@ -180,8 +180,8 @@ async fn sampled(
 }
 
 /// Per series of `job_id` whose name `wanted` accepts: its newest point and its best one
-/// (the lowest for a loss, else the highest). The best reads the whole series; a study reads
-/// a few series of a few runs.
+/// (the lowest where `podq_api::lower_is_better`, else the highest). The best reads the
+/// whole series; a study reads a few series of a few runs.
 pub async fn final_and_best(
     db: &mut Conn,
     job_id: &str,
@@ -200,7 +200,11 @@ pub async fn final_and_best(
         .bind(id)
         .fetch_optional(db)
         .await?;
-        let order = if name.contains("loss") { "ASC" } else { "DESC" };
+        let order = if podq_api::lower_is_better(&name) {
+            "ASC"
+        } else {
+            "DESC"
+        };
         let best: Option<(i64, f64)> = db::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY value {order}, step LIMIT 1"
         )))

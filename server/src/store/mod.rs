@@ -27,6 +27,7 @@ mod lead;
 pub mod leases;
 mod location;
 pub mod logs;
+pub mod metric_export;
 pub mod metrics;
 pub mod pod_time;
 pub mod pod_time_model;
