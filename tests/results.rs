@@ -281,6 +281,48 @@ async fn results_csv_reads_in_python_and_pandas_and_matches_the_study() {
     assert_eq!(results["params"], json!(varied));
     assert_eq!(results["rows"].as_array().unwrap().len(), rows.len());
 
+    // `podq results`: the same file, and the same rows as JSON objects keyed by its columns.
+    let podq = |args: &[&str]| {
+        let output = Command::new(common::PODQ)
+            .arg("results")
+            .args(args)
+            .env("PODQ_SERVER", &server.url)
+            .env_remove("PODQ_ADMIN_TOKEN")
+            .output()
+            .expect("run podq");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = podq(&["--group", GROUP]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, text, "podq results prints the server's CSV");
+    let (code, out, err) = podq(&["--group", GROUP, "--format", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let objects: Vec<Value> = serde_json::from_str(&out).expect("a JSON array");
+    assert_eq!(objects.len(), rows.len());
+    for (object, row) in objects.iter().zip(rows) {
+        for (column, cell) in row.as_object().unwrap() {
+            let cell = cell.as_str().unwrap();
+            let same = match &object[column] {
+                Value::Null => cell.is_empty(),
+                Value::String(s) => s == cell,
+                Value::Number(n) => n.as_f64() == cell.parse::<f64>().ok(),
+                other => other.to_string() == cell,
+            };
+            assert!(
+                same,
+                "{column}: JSON {} against CSV `{cell}`",
+                object[column]
+            );
+        }
+    }
+    let (code, _, err) = podq(&["--group", "exp02b-h-cycle"]);
+    assert_eq!(code, Some(1), "an unknown group fails");
+    assert!(err.contains(&format!("did you mean `{GROUP}`?")), "{err}");
+
     // The whole suite: one row per experiment of the catalog, every group's varied keys.
     let (headers, suite) = download(&server, "/results.csv").await;
     assert_eq!(
