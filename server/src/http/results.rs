@@ -104,12 +104,12 @@ async fn group_results_csv(
 #[allow(dead_code)]
 struct MetricsExportParams {
     /// Series to include, repeated (`metric=a&metric=b`) or comma-separated; default every
-    /// series. A name the job never reported is 400 `unknown_metric`, with did-you-mean.
+    /// series. A name the job never reported is 404 `unknown_metric`, with did-you-mean.
     #[param(style = Form, explode)]
     metric: Option<Vec<String>>,
     /// The first step to include.
     from_step: Option<i64>,
-    /// The last step to include; before `from_step` is 400 `invalid_range`.
+    /// The last step to include; before `from_step` is 422 `invalid_range`.
     to_step: Option<i64>,
 }
 
@@ -122,8 +122,9 @@ struct MetricsExportParams {
     params(("id" = String, Path, description = "A job's uuid, or an experiment name: that experiment's newest job"), MetricsExportParams),
     responses(
         (status = 200, description = "The points", content_type = "text/csv", body = String),
-        (status = 400, description = "`invalid_query`, `invalid_range` or `unknown_metric` (with did-you-mean in details)", body = ErrorBody),
-        (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
+        (status = 400, description = "`invalid_query`: a step that is not a whole number, a parameter this route does not take", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such job or experiment; `unknown_metric`: the job has no such series (with did-you-mean in details)", body = ErrorBody),
+        (status = 422, description = "`invalid_range`: `to_step` is before `from_step`", body = ErrorBody),
     ),
 )]
 async fn metrics_csv(
@@ -160,8 +161,9 @@ async fn metrics_csv(
     params(("id" = String, Path, description = "A job's uuid, or an experiment name: that experiment's newest job"), MetricsExportParams),
     responses(
         (status = 200, description = "The points, one a line", content_type = "application/x-ndjson", body = String),
-        (status = 400, description = "`invalid_query`, `invalid_range` or `unknown_metric` (with did-you-mean in details)", body = ErrorBody),
-        (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
+        (status = 400, description = "`invalid_query`: a step that is not a whole number, a parameter this route does not take", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such job or experiment; `unknown_metric`: the job has no such series (with did-you-mean in details)", body = ErrorBody),
+        (status = 422, description = "`invalid_range`: `to_step` is before `from_step`", body = ErrorBody),
     ),
 )]
 async fn metrics_ndjson(

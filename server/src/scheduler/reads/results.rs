@@ -119,7 +119,7 @@ impl Scheduler {
         let from = query.from_step.unwrap_or(i64::MIN);
         let to = query.to_step.unwrap_or(i64::MAX);
         if from > to {
-            return Err(SchedulerError::invalid(
+            return Err(SchedulerError::unprocessable(
                 "invalid_range",
                 format!("from_step ({from}) is after to_step ({to})"),
             ));
@@ -136,7 +136,7 @@ impl Scheduler {
             let known: Vec<&str> = series.iter().map(|(_, n)| n.as_str()).collect();
             if let Some(unknown) = wanted.iter().find(|w| !known.contains(&w.as_str())) {
                 let suggestions = names::did_you_mean(unknown, known.iter().copied());
-                return Err(SchedulerError::invalid(
+                return Err(SchedulerError::missing(
                     "unknown_metric",
                     format!(
                         "job {id} has no series `{unknown}`{}",
