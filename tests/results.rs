@@ -321,7 +321,7 @@ async fn results_csv_reads_in_python_and_pandas_and_matches_the_study() {
                 Value::Null => cell.is_empty(),
                 Value::String(s) => s == cell,
                 Value::Number(n) => n.as_f64() == cell.parse::<f64>().ok(),
-                other => other.to_string() == cell,
+                other => other.to_string().as_str() == cell,
             };
             assert!(
                 same,
