@@ -3,6 +3,7 @@
 //! `metrics.csv` of a 100k-point job streams in bounded memory; bad input is a 4xx in the
 //! API's JSON error shape.
 
+mod browser;
 mod common;
 
 use std::collections::BTreeMap;
@@ -58,30 +59,39 @@ fn read_with_python(file: &Path, summary: bool) -> Value {
 /// Leases the next queued job on `pod` through the worker protocol, reports `batches` of
 /// metrics for it and finishes it `succeeded`. Returns the job's id.
 async fn run_next_job(server: &Server, pod: &str, batches: &[Value]) -> String {
+    run_next_job_as(server, &[], pod, batches).await
+}
+
+/// [`run_next_job`] with the worker's `auth` headers.
+async fn run_next_job_as(
+    server: &Server,
+    auth: &[(&str, &str)],
+    pod: &str,
+    batches: &[Value],
+) -> String {
+    let post = |path: String, body: Value| async move {
+        server
+            .send(reqwest::Method::POST, &path, body.to_string(), auth)
+            .await
+    };
     let ask = json!({
         "accelerator": "v4-64", "hosts": 8, "state": "READY", "health": "HEALTHY",
         "preflight": {"passed": true, "at": "2026-01-01T00:00:00Z", "failures": []},
         "wait_s": 0,
     });
-    let (status, lease) = server.post(&format!("/pods/{pod}/lease"), ask).await;
+    let (status, lease) = post(format!("/pods/{pod}/lease"), ask).await;
     assert_eq!(status, 200, "a lease for a queued job: {lease}");
     let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
     let heartbeat = json!({"phase": "running", "step": 0, "hosts_alive": vec![true; 8]});
-    let (status, answer) = server
-        .post(&format!("/leases/{lease_id}/heartbeat"), heartbeat)
-        .await;
+    let (status, answer) = post(format!("/leases/{lease_id}/heartbeat"), heartbeat).await;
     assert_eq!(status, 200, "{answer}");
     let mut end = 0;
     for batch in batches {
         // Each batch renews the lease, as the worker's heartbeats do.
         let heartbeat = json!({"phase": "running", "step": end, "hosts_alive": vec![true; 8]});
-        let (status, answer) = server
-            .post(&format!("/leases/{lease_id}/heartbeat"), heartbeat)
-            .await;
+        let (status, answer) = post(format!("/leases/{lease_id}/heartbeat"), heartbeat).await;
         assert_eq!(status, 200, "{answer}");
-        let (status, answer) = server
-            .post(&format!("/leases/{lease_id}/metrics"), batch.clone())
-            .await;
+        let (status, answer) = post(format!("/leases/{lease_id}/metrics"), batch.clone()).await;
         assert_eq!(status, 200, "the metrics batch is taken: {answer}");
         end = batch["points"]
             .as_array()
@@ -94,9 +104,7 @@ async fn run_next_job(server: &Server, pod: &str, batches: &[Value]) -> String {
     }
     let finish =
         json!({"outcome": "succeeded", "exit_codes": vec![0; 8], "start_step": 0, "end_step": end});
-    let (status, answer) = server
-        .post(&format!("/leases/{lease_id}/finish"), finish)
-        .await;
+    let (status, answer) = post(format!("/leases/{lease_id}/finish"), finish).await;
     assert_eq!(status, 200, "{answer}");
     lease["job_id"].as_str().unwrap().to_owned()
 }
@@ -578,4 +586,84 @@ async fn bad_input_is_a_4xx_in_the_api_error_shape() {
     // A range with nothing in it is an empty file, not an error.
     let (_, csv) = download(&server, &format!("/jobs/{id}/metrics.csv?from_step=5000")).await;
     assert_eq!(csv, "step,name,value\n");
+}
+
+/// The study view's Download CSV: a plain link to `results.csv` without a token; with one,
+/// a click fetches the file with the token (a wrong one is refused, which shows the header
+/// is sent) and saves the fetched file, the same bytes as the server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_study_views_download_sends_the_token() {
+    let mut options = ServerOptions::default();
+    options.env.extend([
+        ("PODQ_ADMIN_TOKEN".to_owned(), "results-admin".to_owned()),
+        ("PODQ_WORKER_TOKEN".to_owned(), "results-worker".to_owned()),
+    ]);
+    let server = Server::start_with(options).await;
+    let (status, answer) = server
+        .send(
+            reqwest::Method::POST,
+            "/jobs",
+            json!({"experiments": ["exp02b_01"]}).to_string(),
+            &[("authorization", "Bearer results-admin")],
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let worker = [("authorization", "Bearer results-worker")];
+    run_next_job_as(&server, &worker, "p1", &[study_points(0)]).await;
+    let (_, csv) = download(&server, &format!("/groups/{GROUP}/results.csv")).await;
+
+    let browser = browser::Browser::launch().await;
+    let page = browser
+        .open(&format!("{}/#study={GROUP}", server.url))
+        .await;
+    let link: Value = page
+        .wait_for(
+            std::time::Duration::from_secs(60),
+            "the Download CSV link",
+            "(() => { const a = document.getElementById('study-csv'); \
+              return a && !a.hidden && {href: a.getAttribute('href'), download: a.download}; })()",
+        )
+        .await;
+    assert_eq!(
+        link,
+        json!({"href": format!("/api/v1/groups/{GROUP}/results.csv"), "download": format!("results-{GROUP}.csv")})
+    );
+    // Catch what the page saves instead of letting the browser save it.
+    page.eval::<Value>(
+        "(() => { const create = URL.createObjectURL; \
+           URL.createObjectURL = (blob) => { window.savedBlob = blob; return create.call(URL, blob); }; \
+           const click = HTMLAnchorElement.prototype.click; \
+           HTMLAnchorElement.prototype.click = function () { \
+             if (this.id === 'study-csv') return click.call(this); \
+             window.savedAs = this.download; }; return null; })()",
+    )
+    .await;
+    page.eval::<Value>(
+        "(() => { sessionStorage.setItem('podq-token', 'not-a-token'); \
+           document.getElementById('study-csv').click(); return null; })()",
+    )
+    .await;
+    let refused: String = page
+        .wait_for(
+            std::time::Duration::from_secs(30),
+            "the wrong token refused",
+            "document.getElementById('study-csv').dataset.error",
+        )
+        .await;
+    assert!(!refused.is_empty());
+    let saved: Value = page
+        .wait_for(
+            std::time::Duration::from_secs(30),
+            "the file saved with the right token",
+            "(async () => { sessionStorage.setItem('podq-token', 'results-admin'); \
+               if (!window.clicked) { window.clicked = true; document.getElementById('study-csv').click(); } \
+               return window.savedBlob && {as: window.savedAs, text: await window.savedBlob.text()}; })()",
+        )
+        .await;
+    assert_eq!(saved["as"], format!("results-{GROUP}.csv"));
+    assert_eq!(
+        saved["text"], csv,
+        "the saved file is the server's results.csv"
+    );
+    browser.close().await;
 }
