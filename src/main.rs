@@ -55,6 +55,8 @@ enum Command {
     Job(client::JobArgs),
     /// Print an attempt's log tail (the newest attempt's by default).
     Logs(client::LogsArgs),
+    /// A group's or the suite's results, one row per experiment, as CSV or JSON.
+    Results(client::ResultsArgs),
     /// Cancel a job; a running one is stopped on every host.
     Cancel(client::JobArg),
     /// Put a failed, cancelled, held or stopped job back in the queue with a fresh failure
@@ -339,6 +341,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Jobs(args) => client::jobs(args).await,
         Command::Job(args) => client::job(args).await,
         Command::Logs(args) => client::logs(args).await,
+        Command::Results(args) => client::results(args).await,
         Command::Cancel(args) => client::cancel(args).await,
         Command::Requeue(args) => client::requeue(args).await,
         Command::Priority(args) => client::priority(args).await,

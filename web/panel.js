@@ -6,6 +6,7 @@ import { HttpError, change, getJSON } from "./api.js";
 import { lineChart } from "./charts.js";
 import { setConn } from "./conn.js";
 import { $, badge, el, timeCell } from "./dom.js";
+import { setDownload } from "./download.js";
 import { fmtAgo, fmtInt, fmtNum, fmtTime, stepOfResume, stepText } from "./format.js";
 import { jobLink, markSelectedRows, updateJobRow, upsertJob } from "./jobs.js";
 import { closeLog, keepLogCurrent, setLogChoices, stopLog } from "./logs.js";
@@ -114,6 +115,9 @@ function renderDetail(detail, metrics, events) {
   const latest = detail.latest_metrics || {};
   $("detail-latest").replaceChildren(...Object.keys(latest).sort().map((k) => el("div", { class: "latest-item", "data-metric": k, title: `step ${latest[k].step}` },
     el("span", { class: "latest-name" }, k), el("span", { class: "latest-value" }, fmtNum(latest[k].value)))));
+
+  // Every point of the run's series, not the charts' downsampled ones.
+  setDownload($("detail-metrics-csv"), `/jobs/${encodeURIComponent(detail.id)}/metrics.csv`, `${detail.experiment}-metrics.csv`);
 
   const byName = new Map(((metrics && metrics.series) || []).map((s) => [s.name, s]));
   $("detail-charts").replaceChildren(...METRICS.map((name) => {

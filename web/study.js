@@ -5,6 +5,7 @@ import { HttpError, getJSON } from "./api.js";
 import { drawStudyChart } from "./charts.js";
 import { setConn } from "./conn.js";
 import { $, badge, el } from "./dom.js";
+import { setDownload } from "./download.js";
 import { fmtInt, fmtNum, stepOfResume } from "./format.js";
 import { ui, writeHash } from "./state.js";
 
@@ -127,6 +128,8 @@ function renderStudy() {
   $("study-title").textContent = `${data.group} · ${data.title}`;
   $("study-sub").textContent = data.varies ? `varies ${data.varies}` : "";
   $("study-varies").textContent = data.baseline_row ? `baseline row: ${data.baseline_row}` : "";
+  // The table's rows as GET /groups/{name}/results.csv gives them, for a notebook.
+  setDownload($("study-csv"), `/groups/${encodeURIComponent(data.group)}/results.csv`, `results-${data.group}.csv`);
 
   // the metric choice: the ones to watch first, then every other recorded one
   const recorded = recordedMetrics();
@@ -273,7 +276,7 @@ function renderStudyTable() {
     el("th", null, "Experiment"), el("th", null, "State"),
     ...keys.map((k) => el("th", { "data-param": k, title: k }, k)),
     ...metrics.flatMap((m) => [el("th", { class: "num", "data-metric": m, title: `${m}: the newest point` }, `${m} final`),
-      el("th", { class: "num", "data-metric": m, title: `${m}: the best point (lowest for a loss)` }, `${m} best`)]),
+      el("th", { class: "num", "data-metric": m, title: `${m}: the best point (lowest for a loss, error or perplexity)` }, `${m} best`)]),
     el("th", { class: "num", title: "attempts" }, "Att."), el("th", { class: "num", title: "preemptions" }, "Pre."),
     el("th", null, "Message")));
   const metricCell = (mv) => el("td", { class: "num mono", title: mv ? `step ${fmtInt(mv.step)}` : null }, mv ? fmtNum(mv.value) : "–");

@@ -30,13 +30,3 @@ pub struct JobMetrics {
     pub job_id: Uuid,
     pub series: Vec<MetricSeries>,
 }
-
-/// Whether a smaller value of metric `name` is the better one: losses, errors and
-/// perplexities; anything else (accuracies, rewards) is better larger. The one rule behind a
-/// series' "best" value wherever podq names one (results, stop rules).
-pub fn lower_is_better(name: &str) -> bool {
-    let leaf = name.rsplit('/').next().unwrap_or(name).to_ascii_lowercase();
-    ["loss", "error", "err", "perplexity", "ppl"]
-        .iter()
-        .any(|word| leaf.contains(word))
-}

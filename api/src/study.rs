@@ -32,7 +32,8 @@ pub struct StudyRow {
     pub baseline: bool,
     /// Config keys (dotted) whose value differs from the baseline row's.
     pub params: BTreeMap<String, serde_json::Value>,
-    /// Per metric: the newest point, and the best (lowest for a loss, else highest).
+    /// Per metric: the newest point, and the best (lowest for a loss, an error or a
+    /// perplexity, else highest: `results::lower_is_better`).
     #[serde(rename = "final")]
     pub last: BTreeMap<String, MetricValue>,
     pub best: BTreeMap<String, MetricValue>,

@@ -14,6 +14,7 @@ mod negotiate;
 mod openapi;
 mod plan;
 mod pod_time;
+mod results;
 mod schedules;
 mod standby;
 mod state;
@@ -103,6 +104,7 @@ fn documented(state: &AppState) -> OpenApiRouter<AppState> {
             .merge(webhooks::routes())
             .merge(plan::read_routes())
             .merge(pod_time::routes())
+            .merge(results::routes())
             .merge(audit::routes())
             .merge(openapi::routes()),
         auth::require_read,

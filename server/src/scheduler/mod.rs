@@ -34,7 +34,7 @@ use lease::wake;
 pub use lease::Reaped;
 pub use reads::logs::LogQuery;
 use reads::{read_cache, status};
-pub use reads::{JobsQuery, LiveFeed, LiveItem};
+pub use reads::{ExportPage, JobsQuery, LiveFeed, LiveItem, MetricsExport, MetricsExportQuery};
 
 use crate::catalog::Catalog;
 use crate::config::ServerConfig;

@@ -193,8 +193,8 @@ async fn sampled(
 }
 
 /// Per series of `job_id` whose name `wanted` accepts: its newest point and its best one
-/// (the lowest for a loss, else the highest). The best reads the whole series; a study reads
-/// a few series of a few runs.
+/// (the lowest where `podq_api::lower_is_better`, else the highest). The best reads the
+/// whole series; a study reads a few series of a few runs.
 pub async fn final_and_best(
     db: &mut Conn,
     job_id: &str,

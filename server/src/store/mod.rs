@@ -28,6 +28,7 @@ pub mod leases;
 pub mod links;
 mod location;
 pub mod logs;
+pub mod metric_export;
 pub mod metrics;
 pub mod pod_time;
 pub mod pod_time_model;

@@ -98,7 +98,7 @@ impl Scheduler {
 }
 
 /// `{"arch": {"hidden_size": 256}}` as `arch.hidden_size = 256`; lists stay whole.
-fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, Value>) {
+pub(super) fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, Value>) {
     match value {
         Value::Object(map) => {
             for (k, v) in map {
