@@ -175,10 +175,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 Some(command) => command,
                 None => podq_worker::cli::default_trainer_command()?,
             },
-            trainer_env: BTreeMap::from([(
-                "PODQ_SIM_RUN_SECS".to_owned(),
-                args.sim_run_secs.to_string(),
-            )]),
+            trainer_env: sim_trainer_env(args.sim_run_secs),
             stop_grace: Duration::from_secs(5),
             status_poll: Duration::from_millis(500),
             // A real trainer's start-up (imports, compilation) can take a minute.
@@ -306,4 +303,18 @@ async fn submit(
         answer.linked.len(),
         answer.skipped.len()
     ))
+}
+
+/// The sim trainer's environment under `podq up`: its run length, and `PODQ_SIM_FAULT` from
+/// `podq up`'s own environment, so a fault (`diverge-at-step=800`, say) can be tried on the
+/// local pod (docs/trainer.md, "The sim trainer").
+fn sim_trainer_env(run_secs: f64) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::from([("PODQ_SIM_RUN_SECS".to_owned(), run_secs.to_string())]);
+    if let Some(fault) = std::env::var("PODQ_SIM_FAULT")
+        .ok()
+        .filter(|f| !f.is_empty())
+    {
+        env.insert("PODQ_SIM_FAULT".to_owned(), fault);
+    }
+    env
 }

@@ -535,6 +535,70 @@ fn a_group_study_overlays_growing_curves_and_marks_a_preemption() {
 }
 
 #[test]
+fn a_run_the_divergence_guard_stopped_shows_where_and_why() {
+    run(async {
+        let server = Server::start().await;
+        let id = server.submit_one("exp01a", json!({})).await;
+        let _worker = server.worker(
+            "pod-g",
+            2,
+            &[
+                "--trainer-env",
+                "PODQ_SIM_RUN_SECS=20",
+                "--trainer-env",
+                "PODQ_SIM_FAULT=diverge-at-step=800",
+            ],
+        );
+        server.wait_state(&id, "stopped", RUN).await;
+
+        let browser = Browser::launch().await;
+        let page = browser.open(&format!("{}/#job={id}", server.url)).await;
+        wait_live(&page).await;
+        let why: String = page
+            .wait_for(
+                SHOW,
+                "the panel of the stopped job with its rule",
+                "document.getElementById('job-detail').dataset.state === 'stopped' && \
+                 [...document.querySelectorAll('#detail-facts dt')] \
+                   .find((dt) => dt.textContent === 'Stopped by')?.nextElementSibling.textContent",
+            )
+            .await;
+        assert!(
+            why.contains("divergence guard") && why.contains("at step 820") && why.contains("NaN"),
+            "{why}"
+        );
+        // The loss curve ends where the run diverged and marks the non-finite reports.
+        let marks: u64 = page
+            .wait_for(
+                SHOW,
+                "the non-finite marks on the loss chart",
+                "document.querySelectorAll('#detail-charts svg[data-metric=\"train/lm_loss\"] .c-nonfinite').length || null",
+            )
+            .await;
+        assert!(marks >= 3, "{marks} marks");
+        let label: String = page
+            .eval("document.querySelector('#detail-charts svg[data-metric=\"train/lm_loss\"]').getAttribute('aria-label')")
+            .await;
+        assert!(label.contains("non-finite from step 800"), "{label}");
+        // Counted as stopped, and a person may run it on.
+        let stopped: u64 = page
+            .wait_for(
+                SHOW,
+                "the stopped count",
+                "Number(document.querySelector('#state-counts [data-state=\"stopped\"]')?.dataset.count) || null",
+            )
+            .await;
+        assert_eq!(stopped, 1);
+        let requeue: bool = page
+            .eval("!document.getElementById('detail-requeue').hidden")
+            .await;
+        assert!(requeue, "a stopped job may be requeued");
+        page.screenshot("job-stopped").await;
+        browser.close().await;
+    });
+}
+
+#[test]
 fn cancelling_a_running_job_from_the_page_stops_it() {
     run(async {
         let server = Server::start().await;

@@ -145,7 +145,8 @@ async fn job_lists_refuse_names_no_job_can_have() {
             "succeeded",
             "failed",
             "cancelled",
-            "held"
+            "held",
+            "stopped"
         ])
     );
 

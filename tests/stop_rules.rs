@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{eventually, Server, ServerOptions};
+use common::{eventually, Server, ServerOptions, StoreKind};
 use serde_json::{json, Value};
 
 const RUN: Duration = Duration::from_secs(150);
@@ -47,9 +47,13 @@ fn outcomes(job: &Value) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_run_that_diverges_stops_itself_uncharged_and_gives_its_hours_back() {
-    let server = Server::start().await;
+on_both_stores!(
+    a_run_that_diverges_stops_itself_uncharged_and_gives_its_hours_back,
+    stop_rules_end_the_runs_that_meet_them_and_a_requeue_can_lift_them,
+);
+
+async fn a_run_that_diverges_stops_itself_uncharged_and_gives_its_hours_back(store: StoreKind) {
+    let server = Server::start_on(store).await;
     let diverging = server.submit_one("exp01a", json!({})).await;
     let next = server.submit_one("exp01b", json!({})).await;
     let hours_before = plan_hours(&server).await;
@@ -146,8 +150,7 @@ async fn a_run_that_diverges_stops_itself_uncharged_and_gives_its_hours_back() {
     assert_eq!(answer["skipped"][0]["existing_job"], diverging.as_str());
 }
 
-#[tokio::test]
-async fn stop_rules_end_the_runs_that_meet_them_and_a_requeue_can_lift_them() {
+async fn stop_rules_end_the_runs_that_meet_them_and_a_requeue_can_lift_them(store: StoreKind) {
     let dir = common::shared_tempdir();
     let experiments = catalog_with_rules(
         dir.path(),
@@ -164,11 +167,11 @@ async fn stop_rules_end_the_runs_that_meet_them_and_a_requeue_can_lift_them() {
             ),
         ],
     );
-    let server = Server::start_with(ServerOptions {
+    let options = ServerOptions {
         experiments,
         ..ServerOptions::default()
-    })
-    .await;
+    };
+    let server = Server::start_with_on(options, store).await;
     let threshold = server.submit_one("exp01a", json!({})).await;
     let plateau = server.submit_one("exp01b", json!({})).await;
     let _worker = server.worker(

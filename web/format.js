@@ -2,6 +2,8 @@
 // functions of their arguments; nothing here touches the DOM.
 
 export function fmtNum(v) {
+  // A non-finite metric value comes as its marker, "NaN", "Infinity" or "-Infinity".
+  if (typeof v === "string") return v;
   if (v === null || v === undefined || Number.isNaN(v)) return "–";
   const a = Math.abs(v);
   if (a >= 1000) return Math.round(v).toLocaleString("en-US");

@@ -133,8 +133,8 @@ pub struct PlannedRun {
     /// The experiment whose job trains the run.
     pub experiment: String,
     pub group: String,
-    /// `running`, `leased`, `queued`, `succeeded`, `held`, `failed`, `cancelled`, or
-    /// `not_submitted`.
+    /// `running`, `leased`, `queued`, `succeeded`, `stopped`, `held`, `failed`, `cancelled`,
+    /// or `not_submitted`.
     pub state: String,
     pub priority: Option<i64>,
     pub remaining_hours: f64,

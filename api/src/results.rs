@@ -65,46 +65,8 @@ pub struct ResultRow {
 }
 
 /// An `f64` that survives JSON: finite values as numbers, the others as the strings `NaN`,
-/// `Infinity` and `-Infinity` (what Python's `json` module and JavaScript write for them).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct JsonNumber(pub f64);
-
-impl Serialize for JsonNumber {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let v = self.0;
-        if v.is_finite() {
-            s.serialize_f64(v)
-        } else if v.is_nan() {
-            s.serialize_str("NaN")
-        } else if v > 0.0 {
-            s.serialize_str("Infinity")
-        } else {
-            s.serialize_str("-Infinity")
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for JsonNumber {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(f64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Number(v) => Ok(JsonNumber(v)),
-            Raw::Text(t) => match t.as_str() {
-                "NaN" => Ok(JsonNumber(f64::NAN)),
-                "Infinity" => Ok(JsonNumber(f64::INFINITY)),
-                "-Infinity" => Ok(JsonNumber(f64::NEG_INFINITY)),
-                other => Err(serde::de::Error::custom(format!(
-                    "`{other}` is not a number"
-                ))),
-            },
-        }
-    }
-}
+/// `Infinity` and `-Infinity` (the markers every metric value travels with, nonfinite.rs).
+pub use crate::nonfinite::Number as JsonNumber;
 
 /// A number as a CSV cell: the shortest text that reads back as the same `f64`, and `NaN`,
 /// `inf`, `-inf` for the non-finite (what Python's `float()` and pandas' `read_csv` read).

@@ -250,17 +250,19 @@ impl DivergenceGuard {
         }
     }
 
-    /// What a stopped job says fired.
+    /// What a stopped job says fired: "divergence guard: train/loss or train/lm_loss
+    /// non-finite, or train/diverged set, for 3 reports in a row".
     pub fn describe(&self) -> String {
-        let mut watched = self.watch.join(", ");
+        let mut parts = Vec::new();
+        if !self.watch.is_empty() {
+            parts.push(format!("{} non-finite", self.watch.join(" or ")));
+        }
         if let Some(flag) = &self.flag {
-            if !watched.is_empty() {
-                watched.push_str(" or ");
-            }
-            watched.push_str(&format!("{flag} set"));
+            parts.push(format!("{flag} set"));
         }
         format!(
-            "divergence guard: {watched} non-finite for {} reports in a row",
+            "divergence guard: {}, for {} reports in a row",
+            parts.join(", or "),
             self.reports
         )
     }
@@ -348,5 +350,10 @@ mod tests {
         assert!(DivergenceGuard::parse(&yaml("{watch: [], flag: null}")).is_err());
         assert!(DivergenceGuard::parse(&yaml("{wach: [a/b]}")).is_err());
         assert!(DivergenceGuard::parse(&yaml("sometimes")).is_err());
+        assert_eq!(
+            DivergenceGuard::default().describe(),
+            "divergence guard: train/loss or train/lm_loss non-finite, or train/diverged set, \
+             for 3 reports in a row"
+        );
     }
 }

@@ -13,13 +13,13 @@ pub struct Judged {
     pub ignore_stop_rules: i64,
     pub diverged_reports: i64,
     /// A stop is already asked for (a rule, an eviction, a suspension) or a cancel.
-    pub stopping: i64,
+    pub stopping: bool,
 }
 
 pub async fn judged(conn: &mut Conn, job_id: &str) -> Result<Option<Judged>, StoreError> {
     Ok(db::query_as(
         "SELECT experiment, total_steps, ignore_stop_rules, diverged_reports, \
-         CASE WHEN stop_request IS NOT NULL OR cancel_requested <> 0 THEN 1 ELSE 0 END AS stopping \
+         (stop_request IS NOT NULL OR cancel_requested <> 0) AS stopping \
          FROM jobs WHERE id = ?",
     )
     .bind(job_id)

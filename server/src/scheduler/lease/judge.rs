@@ -47,7 +47,7 @@ pub async fn judge(
     let Some(job) = facts::judged(conn, job_id).await? else {
         return Ok(None);
     };
-    if job.ignore_stop_rules != 0 || job.stopping != 0 {
+    if job.ignore_stop_rules != 0 || job.stopping {
         return Ok(None);
     }
     if catalog.guard.enabled {
