@@ -14,14 +14,16 @@
 //! finished), measured on the trainer's own print stamps (`sim/printed_ms`). Pod-hours saved
 //! are scaled to the study's 40-hour run. No assertion: these machines are shared and noisy.
 
-use std::io::{BufRead, BufReader};
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use common::{Server, ServerOptions};
 use serde_json::{json, Value};
 
-const PODQ: &str = env!("CARGO_BIN_EXE_podq");
 /// Training time of the whole run (the sim's 8,138 steps).
 const RUN_SECS: u64 = 60;
 const STEPS: f64 = 8138.0;
@@ -32,36 +34,10 @@ const STUDY_RUN_HOURS: f64 = 40.0;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Res<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
-}
-
 /// The repository's catalog, with the guard turned off when `guard` is false.
 fn catalog(dir: &Path, guard: bool) -> Res<PathBuf> {
     let root = dir.join("experiments");
-    copy_dir(
-        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments"),
-        &root,
-    )?;
+    common::copy_dir(&common::experiments_dir(), &root);
     if !guard {
         let suite = root.join("suite.yaml");
         let mut text = std::fs::read_to_string(&suite)?;
@@ -81,73 +57,37 @@ struct Measured {
     to_end_s: Option<f64>,
 }
 
-async fn one_run(http: &reqwest::Client, guard: bool) -> Res<Measured> {
+async fn one_run(guard: bool) -> Res<Measured> {
     let dir = tempfile::tempdir()?;
-    let experiments = catalog(dir.path(), guard)?;
-    let mut child = Command::new(PODQ)
-        .args(["server", "--listen", "127.0.0.1:0", "--db"])
-        .arg(dir.path().join("podq.db"))
-        .arg("--experiments")
-        .arg(&experiments)
-        .arg("--bucket")
-        .arg(dir.path().join("bucket"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let base = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| {
-            l.strip_prefix("podq server listening on ")
-                .map(str::to_owned)
-        })
-        .ok_or("the server did not start")?;
-    let _server = Proc(child);
-    let api = |path: &str| format!("{base}/api/v1{path}");
-    let get = |url: String| async move {
-        Ok::<Value, Box<dyn std::error::Error + Send + Sync>>(
-            http.get(url)
-                .header("accept", "application/json")
-                .send()
-                .await?
-                .json()
-                .await?,
-        )
-    };
-    let submitted: Value = http
-        .post(api("/jobs"))
-        .json(&json!({"experiments": ["exp07a"]}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let job = submitted["created"][0]["job_id"]
-        .as_str()
-        .ok_or("no job created")?
-        .to_owned();
-    let _worker = Proc(
-        Command::new(PODQ)
-            .args([
-                "worker", "--server", &base, "--pod", "bench", "--hosts", "2",
-            ])
-            .arg("--pod-root")
-            .arg(dir.path().join("pod"))
-            .args(["--trainer-env", &format!("PODQ_SIM_RUN_SECS={RUN_SECS}")])
-            .args([
-                "--trainer-env",
-                &format!("PODQ_SIM_FAULT=diverge-at-step={DIVERGE_AT}"),
-            ])
+    // The server's and the worker's own defaults, so the latency is a deployment's: the
+    // worker flushes metrics every 2 s.
+    let server = Server::start_with(ServerOptions {
+        args: Vec::new(),
+        env: Vec::new(),
+        experiments: catalog(dir.path(), guard)?,
+    })
+    .await;
+    let job = server.submit_one("exp07a", json!({})).await;
+    let _worker = server.worker(
+        "bench",
+        2,
+        &[
+            "--trainer-env",
+            &format!("PODQ_SIM_RUN_SECS={RUN_SECS}"),
+            "--trainer-env",
+            &format!("PODQ_SIM_FAULT=diverge-at-step={DIVERGE_AT}"),
             // Stamps each report with the time it was printed (`sim/printed_ms`).
-            .args(["--trainer-env", "PODQ_SIM_LOG_LINES_PER_S=1"])
-            .args(["--lease-wait-s", "1", "--status-poll-s", "0.5"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
+            "--trainer-env",
+            "PODQ_SIM_LOG_LINES_PER_S=1",
+            "--metrics-flush-s",
+            "2",
+            "--status-poll-s",
+            "0.5",
+        ],
     );
     let deadline = Instant::now() + Duration::from_secs(RUN_SECS * 10);
     let finished = loop {
-        let detail = get(api(&format!("/jobs/{job}"))).await?;
+        let detail = server.job(&job).await;
         match detail["state"].as_str() {
             Some("succeeded" | "stopped") => break detail,
             Some(state @ ("failed" | "held" | "cancelled")) => {
@@ -162,10 +102,11 @@ async fn one_run(http: &reqwest::Client, guard: bool) -> Res<Measured> {
     };
     let (mut to_verdict_s, mut to_end_s) = (None, None);
     if finished["state"] == "stopped" {
-        let metrics = get(api(&format!(
-            "/jobs/{job}/metrics?names=sim/printed_ms&max_points=100000"
-        )))
-        .await?;
+        let (_, metrics) = server
+            .get(&format!(
+                "/jobs/{job}/metrics?names=sim/printed_ms&max_points=100000"
+            ))
+            .await;
         let printed_ms = metrics["series"][0]["points"]
             .as_array()
             .and_then(|points| {
@@ -196,10 +137,9 @@ async fn one_run(http: &reqwest::Client, guard: bool) -> Res<Measured> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let http = reqwest::Client::new();
     let mut runs = Vec::new();
     for guard in [false, true] {
-        match one_run(&http, guard).await {
+        match one_run(guard).await {
             Ok(m) => runs.push(m),
             Err(e) => {
                 eprintln!("divergence bench: {e}");
