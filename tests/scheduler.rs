@@ -167,6 +167,7 @@ fn finished(outcome: AttemptOutcome) -> FinishRequest {
         message: None,
         phases: None,
         stopping_s: None,
+        knows_stopped: true,
     }
 }
 

@@ -20,10 +20,9 @@ function svgEl(tag, attrs, ...children) {
 }
 
 function runClass(run) {
-  if (run.state === "succeeded") return "done";
+  if (run.state === "succeeded" || run.state === "stopped") return "done";
   if (run.fits_deadline === true) return "fit";
   if (run.fits_deadline === false) return "late";
-  if (run.state === "stopped") return "done";
   if (["failed", "held", "cancelled"].includes(run.state)) return "norun";
   return "nodeadline";
 }
@@ -52,7 +51,7 @@ export function drawTimeline(svg, plan) {
   for (const [, proj] of orders) for (const r of proj.runs) end = Math.max(end, new Date(r.end).getTime());
   if (deadline) end = Math.max(end, deadline + (end - now) * 0.02);
   const sx = (t) => L + ((t - now) / (end - now)) * (W - L - R);
-  const lanesByOrder = orders.map(([label, proj]) => [label, lanesOf(proj.runs.filter((r) => r.state !== "succeeded"), plan.pods)]);
+  const lanesByOrder = orders.map(([label, proj]) => [label, lanesOf(proj.runs.filter((r) => r.state !== "succeeded" && r.state !== "stopped"), plan.pods)]);
   let y = T;
   const parts = [];
   for (const [label, lanes] of lanesByOrder) {

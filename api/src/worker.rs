@@ -244,6 +244,10 @@ pub struct FinishRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 0))]
     pub stopping_s: Option<f64>,
+    /// The worker reads `stopped` in the answer (issue 28). An older worker, which cannot,
+    /// is answered `held` for a stopped job: its answer only goes to its log.
+    #[serde(default)]
+    pub knows_stopped: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -15,6 +15,7 @@ ALTER TABLE jobs ADD COLUMN stop_at BIGINT;
 ALTER TABLE jobs ADD COLUMN stop_saved_hours DOUBLE PRECISION;
 ALTER TABLE jobs ADD COLUMN ignore_stop_rules BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN diverged_reports BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN diverged_step BIGINT;
 
 -- A linked job shows its run's stop, as it shows its run's state.
 CREATE OR REPLACE VIEW job_view AS

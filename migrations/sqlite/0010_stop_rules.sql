@@ -19,6 +19,8 @@ ALTER TABLE jobs ADD COLUMN ignore_stop_rules INTEGER NOT NULL DEFAULT 0;
 -- The divergence guard's count of consecutive bad reports, kept with the job so a restart
 -- or a new attempt does not reset it.
 ALTER TABLE jobs ADD COLUMN diverged_reports INTEGER NOT NULL DEFAULT 0;
+-- The step of the last report it counted, so a batch the worker sends again counts once.
+ALTER TABLE jobs ADD COLUMN diverged_step INTEGER;
 
 -- A linked job shows its run's stop, as it shows its run's state.
 DROP VIEW job_view;

@@ -20,7 +20,8 @@ const LAST_EVENTS: usize = 10;
 pub struct JobsArgs {
     #[command(flatten)]
     address: ServerAddress,
-    /// Only jobs in this state: queued, leased, running, succeeded, failed, cancelled, held.
+    /// Only jobs in this state: queued, leased, running, succeeded, failed, cancelled, held,
+    /// stopped.
     #[arg(long)]
     state: Option<String>,
     /// Only jobs of this group.

@@ -435,7 +435,8 @@ impl Catalog {
                     let mut finding = error_at(
                         "unknown_stop_metric",
                         format!(
-                            "stop rule `{}` watches `{}`, which the trainer is not known to                              report{}",
+                            "stop rule `{}` watches `{}`, which the trainer is not known to \
+                             report{}",
                             rule.text,
                             rule.metric,
                             crate::names::phrase(&crate::names::did_you_mean(

@@ -105,7 +105,7 @@ async fn logs(
     path = "/jobs/{id}/logs/follow",
     tag = "jobs",
     summary = "Follow what the trainer prints on every host",
-    description = "The lines the same query would page through, then each new one as it arrives, across the attempt's end and the next attempt's start, until the job settles (succeeded, failed, cancelled or held). Text lines `[attempt N host H] text`, or NDJSON `LogLine`s when the request's `Accept` names `application/json`. With `tail`, it starts from the newest `limit` lines.",
+    description = "The lines the same query would page through, then each new one as it arrives, across the attempt's end and the next attempt's start, until the job settles (succeeded, failed, cancelled, held or stopped). Text lines `[attempt N host H] text`, or NDJSON `LogLine`s when the request's `Accept` names `application/json`. With `tail`, it starts from the newest `limit` lines.",
     params(("id" = String, Path, description = "A job's uuid, or an experiment name: that experiment's newest job"), LogsQuery),
     responses(
         (

@@ -298,6 +298,17 @@ async fn requeue(
             format!("job {id} is still stopping on its pod; requeue it once the pod has let go"),
         ));
     }
+    if let (Some(run), true) = (&job.same_as, ignore_stop_rules) {
+        return Err(SchedulerError::wrong_state(
+            id,
+            state,
+            "shares_run",
+            format!(
+                "job {id} shares the run of job {run}, whose rules judge it: requeue that job \
+                 with --ignore-stop-rules"
+            ),
+        ));
+    }
     jobs::requeue(conn, id).await?;
     stop_rules::reset(conn, id, ignore_stop_rules).await?;
     let mut from = job

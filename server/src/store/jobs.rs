@@ -133,14 +133,15 @@ pub async fn live_or_succeeded_job_of_experiment(
 }
 
 /// The run (a job that is not itself linked) with this training config that a new job can
-/// share: not terminal, succeeded or stopped.
+/// share: not terminal, or succeeded. Not a stopped run: the rules that stopped it were its
+/// experiment's, not the config's.
 pub async fn live_or_succeeded_run_of_config(
     conn: &mut Conn,
     config_sha256: &str,
 ) -> Result<Option<JobRow>, StoreError> {
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM job_view WHERE config_sha256 = ? AND same_as IS NULL \
-         AND state IN ('queued','leased','running','held','succeeded','stopped') ORDER BY seq LIMIT 1"
+         AND state IN ('queued','leased','running','held','succeeded') ORDER BY seq LIMIT 1"
     );
     Ok(db::query_as::<JobRow>(AssertSqlSafe(sql))
         .bind(config_sha256)
@@ -337,19 +338,23 @@ pub async fn rerank_classes(
 }
 
 /// Asks the worker holding the job's lease to stop it ('evicted' or 'suspended'), saying why.
+/// A stop a rule asked for ('ruled') stays: the run ends `stopped` all the same.
 pub async fn request_stop(
     conn: &mut Conn,
     id: &str,
     request: &str,
     why: &str,
 ) -> Result<(), StoreError> {
-    db::query("UPDATE jobs SET stop_request = ?, stop_message = ?, updated_at = ? WHERE id = ?")
-        .bind(request)
-        .bind(why)
-        .bind(now_ms())
-        .bind(id)
-        .execute(conn)
-        .await?;
+    db::query(
+        "UPDATE jobs SET stop_request = ?, stop_message = ?, updated_at = ? \
+         WHERE id = ? AND (stop_request IS NULL OR stop_request <> 'ruled')",
+    )
+    .bind(request)
+    .bind(why)
+    .bind(now_ms())
+    .bind(id)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

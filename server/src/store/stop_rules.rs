@@ -12,28 +12,33 @@ pub struct Judged {
     pub total_steps: Option<i64>,
     pub ignore_stop_rules: i64,
     pub diverged_reports: i64,
-    /// A stop is already asked for (a rule, an eviction, a suspension) or a cancel.
-    pub stopping: bool,
+    /// The step of the last report the guard counted: a batch sent again counts once.
+    pub diverged_step: Option<i64>,
+    /// The stop already asked for: `ruled`, `evicted` or `suspended`.
+    pub stop_request: Option<String>,
+    pub cancel_requested: bool,
 }
 
 pub async fn judged(conn: &mut Conn, job_id: &str) -> Result<Option<Judged>, StoreError> {
     Ok(db::query_as(
-        "SELECT experiment, total_steps, ignore_stop_rules, diverged_reports, \
-         (stop_request IS NOT NULL OR cancel_requested <> 0) AS stopping \
-         FROM jobs WHERE id = ?",
+        "SELECT experiment, total_steps, ignore_stop_rules, diverged_reports, diverged_step, \
+         stop_request, (cancel_requested <> 0) AS cancel_requested FROM jobs WHERE id = ?",
     )
     .bind(job_id)
     .fetch_optional(conn)
     .await?)
 }
 
+/// The guard's count of bad reports in a row, and the step of the last report it counted.
 pub async fn set_diverged_reports(
     conn: &mut Conn,
     job_id: &str,
     reports: i64,
+    step: Option<i64>,
 ) -> Result<(), StoreError> {
-    db::query("UPDATE jobs SET diverged_reports = ? WHERE id = ?")
+    db::query("UPDATE jobs SET diverged_reports = ?, diverged_step = ? WHERE id = ?")
         .bind(reports)
+        .bind(step)
         .bind(job_id)
         .execute(conn)
         .await?;
@@ -41,7 +46,8 @@ pub async fn set_diverged_reports(
 }
 
 /// A rule fired: what fired it, and the stop the worker is asked for (`stop_request`
-/// 'ruled', which the retry policy turns into `stopped`).
+/// 'ruled', which the retry policy turns into `stopped`). It replaces a pending eviction or
+/// suspension: the run is lost either way, and a stopped run is not run again.
 pub struct Fired<'a> {
     pub rule: &'a str,
     pub metric: &'a str,
@@ -87,7 +93,7 @@ pub async fn record_saved(conn: &mut Conn, job_id: &str, hours: f64) -> Result<(
 pub async fn reset(conn: &mut Conn, job_id: &str, ignore_rules: bool) -> Result<(), StoreError> {
     db::query(
         "UPDATE jobs SET stop_rule = NULL, stop_metric = NULL, stop_step = NULL, stop_value = NULL, \
-         stop_at = NULL, stop_saved_hours = NULL, diverged_reports = 0, \
+         stop_at = NULL, stop_saved_hours = NULL, diverged_reports = 0, diverged_step = NULL, \
          ignore_stop_rules = CASE WHEN ? = 1 THEN 1 ELSE ignore_stop_rules END WHERE id = ?",
     )
     .bind(i64::from(ignore_rules))

@@ -72,6 +72,7 @@ pub(super) async fn classify(
         message: Some(message),
         phases: Some(ended.seen.phases),
         stopping_s: Some(ended.stop_decided.elapsed().as_secs_f64()),
+        knows_stopped: true,
     })
 }
 
@@ -93,6 +94,7 @@ pub(super) fn launch_failed(lease: &Lease, message: String) -> Option<FinishRequ
         message: Some(message),
         phases: None,
         stopping_s: None,
+        knows_stopped: true,
     })
 }
 

@@ -47,13 +47,19 @@ pub async fn judge(
     let Some(job) = facts::judged(conn, job_id).await? else {
         return Ok(None);
     };
-    if job.ignore_stop_rules != 0 || job.stopping {
+    // A pending eviction or suspension does not stop the judging: a verdict replaces it.
+    let ruled = job.stop_request.as_deref() == Some("ruled");
+    if job.ignore_stop_rules != 0 || job.cancel_requested || ruled {
         return Ok(None);
     }
     if catalog.guard.enabled {
-        let (reports, verdict) = guard(&catalog.guard, job.diverged_reports, &batch.points);
-        if reports != job.diverged_reports {
-            facts::set_diverged_reports(conn, job_id, reports).await?;
+        let counted = Streak {
+            reports: job.diverged_reports,
+            step: job.diverged_step,
+        };
+        let (streak, verdict) = guard(&catalog.guard, counted, &batch.points);
+        if streak != counted {
+            facts::set_diverged_reports(conn, job_id, streak.reports, streak.step).await?;
         }
         if verdict.is_some() {
             return Ok(verdict);
@@ -115,15 +121,26 @@ pub async fn judge(
     Ok(None)
 }
 
-/// The guard over a batch: each report (a step with a watched metric or the flag) that is
-/// bad adds one to the count, a good one resets it; at `reports` in a row it fires. Returns
-/// the count after the batch.
+/// The guard's count of bad reports in a row, and the step of the last report it counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Streak {
+    pub reports: i64,
+    pub step: Option<i64>,
+}
+
+/// The guard over a batch: each report (a step with a watched metric or the flag) past the
+/// last one counted that is bad adds one to the count, a good one resets it; at `reports` in
+/// a row it fires. A report at or below the last counted step is not counted again, so a
+/// batch the worker sends twice (its answer lost) counts once.
 pub fn guard(
     guard: &DivergenceGuard,
-    mut count: i64,
+    mut streak: Streak,
     points: &[MetricStep],
-) -> (i64, Option<Verdict>) {
-    let mut ordered: Vec<&MetricStep> = points.iter().collect();
+) -> (Streak, Option<Verdict>) {
+    let mut ordered: Vec<&MetricStep> = points
+        .iter()
+        .filter(|p| streak.step.is_none_or(|counted| p.step > counted))
+        .collect();
     ordered.sort_by_key(|p| p.step);
     for point in ordered {
         let watched = guard
@@ -151,13 +168,14 @@ pub fn guard(
         if !seen {
             continue;
         }
+        streak.step = Some(point.step);
         match bad {
-            None => count = 0,
+            None => streak.reports = 0,
             Some((name, value)) => {
-                count += 1;
-                if count >= i64::from(guard.reports) {
+                streak.reports += 1;
+                if streak.reports >= i64::from(guard.reports) {
                     return (
-                        count,
+                        streak,
                         Some(Verdict {
                             rule: guard.describe(),
                             metric: name.clone(),
@@ -169,7 +187,7 @@ pub fn guard(
             }
         }
     }
-    (count, None)
+    (streak, None)
 }
 
 /// A threshold rule on the first value at or after its point. A NaN crosses no threshold:
@@ -228,6 +246,13 @@ mod tests {
         }
     }
 
+    fn counted(reports: i64, step: i64) -> Streak {
+        Streak {
+            reports,
+            step: Some(step),
+        }
+    }
+
     #[test]
     fn the_guard_fires_on_the_kth_bad_report_in_a_row() {
         let guard = DivergenceGuard::default();
@@ -238,10 +263,22 @@ mod tests {
             step(25, &[("eval/loss", nan)]), // not a report the guard watches
             step(30, &[("train/lm_loss", f64::INFINITY)]),
         ];
-        assert_eq!(guard_count(&guard, 0, &batch), (2, None));
+        assert_eq!(
+            super::guard(&guard, Streak::default(), &batch),
+            (counted(2, 30), None)
+        );
+        // The same batch sent again (its answer lost) counts once.
+        assert_eq!(
+            super::guard(&guard, counted(2, 30), &batch),
+            (counted(2, 30), None)
+        );
         // The count carries over to the next batch.
-        let (count, verdict) = super::guard(&guard, 2, &[step(40, &[("train/diverged", 1.0)])]);
-        assert_eq!(count, 3);
+        let (streak, verdict) = super::guard(
+            &guard,
+            counted(2, 30),
+            &[step(40, &[("train/diverged", 1.0)])],
+        );
+        assert_eq!(streak, counted(3, 40));
         let verdict = verdict.unwrap();
         assert_eq!(
             (verdict.metric.as_str(), verdict.step),
@@ -257,11 +294,14 @@ mod tests {
             step(30, &[("train/loss", 0.5)]),
             step(40, &[("train/loss", nan)]),
         ];
-        assert_eq!(guard_count(&guard, 0, &mixed), (1, None));
+        assert_eq!(
+            super::guard(&guard, Streak::default(), &mixed),
+            (counted(1, 40), None)
+        );
         // Reports are judged in step order whatever order the batch holds them in.
         let (_, verdict) = super::guard(
             &guard,
-            0,
+            Streak::default(),
             &[
                 step(30, &[("train/loss", nan)]),
                 step(10, &[("train/loss", nan)]),
@@ -269,14 +309,6 @@ mod tests {
             ],
         );
         assert_eq!(verdict.map(|v| v.step), Some(30));
-    }
-
-    fn guard_count(
-        guard: &DivergenceGuard,
-        count: i64,
-        points: &[MetricStep],
-    ) -> (i64, Option<Verdict>) {
-        super::guard(guard, count, points)
     }
 
     #[test]

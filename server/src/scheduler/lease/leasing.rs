@@ -292,6 +292,8 @@ impl Scheduler {
         if let Some(why) = &stop {
             self.live.flag_stop(lease_id, why.clone());
         }
+        // A batch sent again after its answer was lost still carries the stop asked before.
+        let stop = stop.or_else(|| self.live.get(lease_id).and_then(|live| live.stop));
         if let Some(step) = max_step {
             self.live.advance(lease_id, step);
             if let Some(live) = self.live.get(lease_id) {
@@ -353,7 +355,12 @@ impl Scheduler {
                 "phases and stopping_s: times must be finite and 0 or more",
             ));
         }
-        self.end_lease(lease_id, req, None).await
+        let knows_stopped = req.knows_stopped;
+        let mut answer = self.end_lease(lease_id, req, None).await?;
+        if answer.job_state == JobState::Stopped && !knows_stopped {
+            answer.job_state = JobState::Held;
+        }
+        Ok(answer)
     }
 
     /// Ends the attempt of `lease_id` as `req` says: reported by its worker, or (`by`) ended
@@ -423,8 +430,8 @@ impl Scheduler {
                         .stop_request
                         .as_deref()
                         .and_then(StopRequest::parse)
-                        .filter(|_| {
-                            !holder.cancel_requested && policy::ends_a_requested_stop(req.outcome)
+                        .filter(|stop| {
+                            !holder.cancel_requested && policy::ends_the_stop(*stop, req.outcome)
                         });
                     let cause = requested.map(StopRequest::as_str);
                     let detail = match (requested, &holder.stop_message) {
@@ -481,6 +488,13 @@ impl Scheduler {
                     .await?;
                     let job = Some(holder.id.as_str());
                     insert_event(conn, &actor, job, pod, req.outcome.as_str(), &summary).await?;
+                    if requested != Some(StopRequest::Ruled)
+                        && holder.stop_request.as_deref() == Some(StopRequest::Ruled.as_str())
+                    {
+                        // The run finished, or a person cancelled it, before the rule's stop
+                        // ended it: the verdict did not stand.
+                        stop_rules::reset(conn, &holder.id, false).await?;
+                    }
                     if decision.state == JobState::Stopped {
                         let saved = stopped_early_saves(conn, &holder.id).await?;
                         stop_rules::record_saved(conn, &holder.id, saved).await?;
@@ -570,6 +584,7 @@ pub(in crate::scheduler) fn lost(message: impl Into<String>) -> FinishRequest {
         message: Some(message.into()),
         phases: None,
         stopping_s: None,
+        knows_stopped: true,
     }
 }
 

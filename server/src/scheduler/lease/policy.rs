@@ -103,6 +103,16 @@ pub fn ends_a_requested_stop(outcome: AttemptOutcome) -> bool {
     )
 }
 
+/// Whether an attempt that ended so ended the stop `stop`. A run a rule judged lost is
+/// stopped however its trainer ended (one that raises on a NaN loss exits non-zero), unless it
+/// finished first.
+pub fn ends_the_stop(stop: StopRequest, outcome: AttemptOutcome) -> bool {
+    match stop {
+        StopRequest::Ruled => outcome != AttemptOutcome::Succeeded,
+        StopRequest::Evicted | StopRequest::Suspended => ends_a_requested_stop(outcome),
+    }
+}
+
 pub fn decide(
     outcome: AttemptOutcome,
     budget: JobBudget,
@@ -131,7 +141,7 @@ pub fn decide(
     }
     // A stop the server asked for costs the job nothing, however the worker saw it end: the
     // trainer saved on the way out. A crash on the way out is still a failure.
-    if let (Some(stop), true) = (budget.stop_request, ends_a_requested_stop(outcome)) {
+    if let Some(stop) = budget.stop_request.filter(|s| ends_the_stop(*s, outcome)) {
         decision.stalled_attempts = budget.stalled_attempts;
         decision.state = match stop {
             StopRequest::Evicted => JobState::Queued,
@@ -211,6 +221,16 @@ mod tests {
             let suspended = decide(outcome, asked(StopRequest::Suspended), false, MIN, CAP, 0.5);
             assert_eq!(suspended.state, JobState::Held, "{outcome}");
         }
+        for outcome in [Preempted, Lost, Cancelled, Failed, Hung] {
+            let ruled = decide(outcome, asked(StopRequest::Ruled), false, MIN, CAP, 0.5);
+            assert_eq!(
+                (ruled.state, ruled.failures),
+                (JobState::Stopped, 1),
+                "{outcome}"
+            );
+        }
+        let finished = decide(Succeeded, asked(StopRequest::Ruled), true, MIN, CAP, 0.5);
+        assert_eq!(finished.state, JobState::Succeeded);
         let crashed = decide(Failed, asked(StopRequest::Evicted), false, MIN, CAP, 0.5);
         assert_eq!(
             crashed.failures, 2,
