@@ -589,11 +589,18 @@ fn a_run_the_divergence_guard_stopped_shows_where_and_why() {
             )
             .await;
         assert_eq!(stopped, 1);
-        let requeue: bool = page
-            .eval("!document.getElementById('detail-requeue').hidden")
+        let requeue: String = page
+            .eval("(({hidden, textContent}) => hidden ? '' : textContent)(document.getElementById('detail-requeue'))")
             .await;
-        assert!(requeue, "a stopped job may be requeued");
+        assert_eq!(requeue, "Run on without its rules");
         page.screenshot("job-stopped").await;
+        // Its rules would judge it the same way again: the button lifts them.
+        page.click("#detail-requeue").await;
+        eventually(RUN, "the job requeued with its rules lifted", || async {
+            let job = server.job(&id).await;
+            (job["ignore_stop_rules"] == true && job["state"] != "stopped").then_some(())
+        })
+        .await;
         browser.close().await;
     });
 }

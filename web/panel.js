@@ -212,6 +212,11 @@ export function setDetailActions(job) {
   if (!cancellable || why) $("detail-cancel-confirm").hidden = true;
   cancel.hidden = !cancellable || !$("detail-cancel-confirm").hidden;
   requeue.hidden = !requeueable;
+  // A stopped run requeued with its rules would be judged the same way again: the button
+  // runs it on without them (`?ignore_stop_rules=true`). A linked job's rules are its run's.
+  const lift = state === "stopped" && job && !job.same_as;
+  requeue.dataset.lift = lift ? "true" : "false";
+  requeue.textContent = lift ? "Run on without its rules" : "Requeue";
   for (const [button, verb] of [[cancel, "cancel"], [requeue, "requeue"]]) {
     const no = job ? whyNotOnJob(job, verb) : null;
     button.disabled = Boolean(no);
@@ -230,7 +235,8 @@ export async function jobAction(action, changed) {
   status.textContent = action === "cancel" ? "cancelling…" : "requeueing…";
   $("detail-cancel-confirm").hidden = true;
   try {
-    const answer = await change("POST", `/jobs/${encodeURIComponent(id)}/${action}`);
+    const lift = action === "requeue" && $("detail-requeue").dataset.lift === "true" ? "?ignore_stop_rules=true" : "";
+    const answer = await change("POST", `/jobs/${encodeURIComponent(id)}/${action}${lift}`);
     status.textContent = action === "cancel"
       ? (answer && answer.state === "cancelled" ? "Cancelled." : "Cancel requested: every host is being stopped.")
       : "Requeued.";
