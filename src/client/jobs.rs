@@ -66,7 +66,7 @@ pub struct LogsArgs {
     #[arg(long, default_value = "all")]
     host: String,
     /// Keep printing lines as they arrive, across attempts, until the job succeeds, fails,
-    /// is cancelled or held.
+    /// is cancelled, held or stopped.
     #[arg(long, short = 'f')]
     follow: bool,
     /// Only lines since an RFC 3339 time or an age (`90s`, `10m`, `2h`, `1d`).

@@ -59,7 +59,8 @@ impl Scheduler {
         Ok(job)
     }
 
-    /// Puts a failed, cancelled or held job back in the queue with a fresh failure budget.
+    /// Puts a failed, cancelled, held or stopped job back in the queue with a fresh failure
+    /// budget; `ignore_stop_rules` lifts a stopped job's rules for good.
     /// It resumes from its newest committed checkpoint.
     pub async fn requeue(
         &self,

@@ -243,7 +243,7 @@ impl Scheduler {
     /// it (judge.rs): a rule that fires asks the worker to stop, in this answer and in the
     /// next heartbeat's. Answers how many values were accepted.
     pub async fn record_metrics(&self, lease_id: Uuid, batch: MetricsBatch) -> Result<MetricsAck> {
-        self.live_lease(lease_id)?;
+        let pod = self.live_lease(lease_id)?.pod;
         if batch.phases.as_ref().is_some_and(|p| !p.is_valid()) {
             return Err(SchedulerError::invalid(
                 "invalid_phases",
@@ -254,7 +254,6 @@ impl Scheduler {
         let stored = accepted as u64;
         let max_step = batch.points.iter().map(|p| p.step).max();
         let catalog = self.catalog.clone();
-        let pod = self.live_lease(lease_id)?.pod;
         let stop = self
             .write_fenced(lease_id, move |conn, fenced| {
                 async move {
