@@ -614,22 +614,8 @@ async fn already_finished(
 /// The pod-hours a run a rule stopped would still have taken: the plan's time to go for it
 /// as it stood when it stopped (at its measured rate when there is one).
 async fn stopped_early_saves(conn: &mut Conn, job_id: &str) -> Result<f64> {
-    let Some(job) = crate::store::views::plan_job(conn, job_id).await? else {
-        return Ok(0.0);
-    };
-    let now = now_ms();
-    let rate = forecast::step_rate(
-        job.first_step,
-        job.first_step_at,
-        job.end_step,
-        job.ended_at.unwrap_or(now),
-    );
-    Ok(forecast::remaining_hours(forecast::Progress {
-        est_hours: job.est_hours,
-        step: job.last_step,
-        total_steps: job.total_steps,
-        steps_per_s: rate,
-    }))
+    let job = crate::store::views::plan_job(conn, job_id).await?;
+    Ok(job.map_or(0.0, |job| forecast::time_to_go(&job, now_ms()).1))
 }
 
 #[cfg(test)]

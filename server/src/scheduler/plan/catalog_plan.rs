@@ -10,7 +10,7 @@ use podq_api::{
     EstimateSource, GrantOutlook, Plan, PlanApplied, PlanScenario, PoolPlan, SubmitRequest,
 };
 
-use super::forecast::{self, Progress};
+use super::forecast;
 use super::grant::check_deadline;
 use super::planner::{self, Group, Limits, Phase, Pool, Run};
 use super::pod_time::ExpectedWaste;
@@ -363,22 +363,8 @@ fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
         "queued" => Phase::Waiting,
         _ => Phase::Blocked,
     };
-    let rate = forecast::step_rate(
-        job.first_step,
-        job.first_step_at,
-        job.end_step,
-        job.ended_at.unwrap_or(now),
-    );
-    let remaining_hours = if phase == Phase::Done {
-        0.0
-    } else {
-        forecast::remaining_hours(Progress {
-            est_hours: job.est_hours,
-            step: job.last_step,
-            total_steps: job.total_steps,
-            steps_per_s: rate,
-        })
-    };
+    let (rate, to_go) = forecast::time_to_go(job, now);
+    let remaining_hours = if phase == Phase::Done { 0.0 } else { to_go };
     Ok(Run {
         job_id: Some(parse_uuid(&job.id)?),
         experiment: job.experiment.clone(),

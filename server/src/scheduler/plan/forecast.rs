@@ -41,6 +41,25 @@ pub fn remaining_hours(p: Progress) -> f64 {
     p.est_hours * fraction_left
 }
 
+/// A run's measured step rate (over its latest attempt that reported steps, up to its end or
+/// `now_ms`) and its pod-hours to go: the plan's figure for a run, and what a stop rule saves
+/// when it ends one.
+pub fn time_to_go(job: &crate::store::views::PlanJob, now_ms: i64) -> (Option<f64>, f64) {
+    let rate = step_rate(
+        job.first_step,
+        job.first_step_at,
+        job.end_step,
+        job.ended_at.unwrap_or(now_ms),
+    );
+    let hours = remaining_hours(Progress {
+        est_hours: job.est_hours,
+        step: job.last_step,
+        total_steps: job.total_steps,
+        steps_per_s: rate,
+    });
+    (rate, hours)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
