@@ -193,6 +193,28 @@ async fn ready_pod(
             sleep_or_shutdown(settings.preflight_retry, shutdown).await;
             continue;
         }
+        if let Some(ends) =
+            status.capacity_ends_within(settings.attempt.maintenance_lead, chrono::Utc::now())
+        {
+            let waiting = format!(
+                "the slice's capacity ends at {} (its max run duration): leasing nothing on it; \
+                 it is created again once it is gone",
+                ends.to_rfc3339()
+            );
+            tracing::info!(pod = driver.name(), "{waiting}");
+            report(
+                client,
+                driver,
+                &status.state,
+                &status.health,
+                None,
+                Some(waiting),
+                None,
+            )
+            .await;
+            sleep_or_shutdown(settings.preflight_retry, shutdown).await;
+            continue;
+        }
         let preflight = driver.preflight().await;
         if preflight.passed {
             return Ok(Some(preflight));

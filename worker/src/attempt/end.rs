@@ -126,7 +126,8 @@ async fn await_capacity_loss(driver: &dyn PodDriver, within: Duration) -> PodSta
     let deadline = tokio::time::Instant::now() + within;
     loop {
         let status = driver.status().await.unwrap_or_default();
-        if status.is_preempted() || tokio::time::Instant::now() >= deadline {
+        let gone = status.is_preempted() || status.is_repairing();
+        if gone || tokio::time::Instant::now() >= deadline {
             return status;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -34,6 +34,12 @@ pub enum Stop {
     LaunchFailed(String),
     /// The run was stopped ahead of a maintenance window the pod announced.
     Maintenance(String),
+    /// The run was stopped ahead of the end of the pod's capacity, known in advance (a
+    /// flex-start slice's max run duration), so it saved.
+    CapacityEnds(String),
+    /// The service is repairing the whole slice, and its hosts restart under the trainers
+    /// (Compute Engine's managed capacity): the infrastructure's fault, not charged.
+    Repairing(String),
     /// The server asked for the pod back (an eviction, a person's suspend): stopped with the
     /// full grace, so the trainer saves; the server does not charge it.
     Ordered(String),
@@ -61,7 +67,10 @@ pub fn classify(o: &Observed) -> Option<(AttemptOutcome, String)> {
             format!("cancelled; stopped every host: {}", o.stopped.describe()),
         ),
         Stop::Preempted(what) => (AttemptOutcome::Preempted, what.clone()),
-        Stop::Maintenance(what) => (AttemptOutcome::Preempted, what.clone()),
+        Stop::Maintenance(what) | Stop::CapacityEnds(what) => {
+            (AttemptOutcome::Preempted, what.clone())
+        }
+        Stop::Repairing(what) => (AttemptOutcome::Lost, what.clone()),
         Stop::Ordered(why) => (
             AttemptOutcome::Preempted,
             format!(
@@ -84,6 +93,15 @@ pub fn classify(o: &Observed) -> Option<(AttemptOutcome, String)> {
                 (
                     AttemptOutcome::Preempted,
                     format!("{}; {}", exit.describe(), pod_state(pod)),
+                )
+            } else if let Some(pod) = o.pod.filter(|p| p.is_repairing()) {
+                (
+                    AttemptOutcome::Lost,
+                    format!(
+                        "{}; the slice is being repaired ({}); not charged",
+                        exit.describe(),
+                        pod_state(pod)
+                    ),
                 )
             } else if exit.vanished {
                 (
@@ -186,6 +204,7 @@ mod tests {
             state: state.into(),
             health: health.into(),
             maintenance: None,
+            ..Default::default()
         }
     }
 

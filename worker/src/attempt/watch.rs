@@ -165,6 +165,20 @@ impl Watch {
     }
 
     fn pod(&mut self, status: &PodStatus, utc: DateTime<Utc>, now: Instant) -> Option<Stop> {
+        if status.is_repairing() {
+            return Some(Stop::Repairing(format!(
+                "the slice is being repaired by its cloud (pod state {}/{}): every host \
+                 restarts, and the trainers with them; not charged",
+                status.state, status.health
+            )));
+        }
+        if let Some(ends) = status.capacity_ends_within(self.limits.maintenance_lead, utc) {
+            return Some(Stop::CapacityEnds(format!(
+                "the slice's capacity ends at {} (its max run duration): stopped ahead of it \
+                 with SIGTERM and the full grace, so the trainer could save; not charged",
+                ends.to_rfc3339()
+            )));
+        }
         if status.is_preempted() {
             return Some(Stop::Preempted(format!(
                 "pod state {}/{}",
@@ -280,6 +294,7 @@ mod tests {
             state: state.into(),
             health: health.into(),
             maintenance: None,
+            ..Default::default()
         }
     }
 
@@ -300,6 +315,15 @@ mod tests {
                 window_end: None,
             }),
             ..self::status("READY", "HEALTHY")
+        }
+    }
+
+    /// A Compute Engine slice whose capacity ends `ends_in` seconds after `utc()`.
+    fn slice(state: &str, topology: &str, ends_in: Option<i64>) -> PodStatus {
+        PodStatus {
+            api: crate::pod::PodApi::Compute,
+            capacity_ends: ends_in.map(|s| utc() + chrono::TimeDelta::seconds(s)),
+            ..status(state, topology)
         }
     }
 
@@ -341,6 +365,8 @@ mod tests {
             Stop::AgentsGone(why) => ("AgentsGone", why.clone()),
             Stop::LaunchFailed(why) => ("LaunchFailed", why.clone()),
             Stop::Maintenance(why) => ("Maintenance", why.clone()),
+            Stop::CapacityEnds(why) => ("CapacityEnds", why.clone()),
+            Stop::Repairing(why) => ("Repairing", why.clone()),
             Stop::Ordered(why) => ("Ordered", why.clone()),
         }
     }
@@ -418,6 +444,11 @@ mod tests {
             ("a window beyond the lead", launched, None, vec![], poll(window(LEAD as i64 + 1, "PENDING")), 1, None),
             ("a window at the lead", launched, None, vec![], poll(window(LEAD as i64, "PENDING")), 1, Some(("Maintenance", "a SCHEDULED maintenance window opens at 2026-11-26T12:05:00+00:00: stopped ahead of it"))),
             ("a window already open", launched, None, vec![], poll(window(-5, "PENDING")), 1, Some(("Maintenance", "not charged"))),
+            // A Compute Engine slice.
+            ("a slice being repaired", launched, None, vec![], poll(slice("REPAIRING", "REACTIVATING", None)), 1, Some(("Repairing", "pod state REPAIRING/REACTIVATING"))),
+            ("a Spot slice preempted", launched, None, vec![], poll(slice("TERMINATED", "INCOMPLETE", None)), 1, Some(("Preempted", "pod state TERMINATED/INCOMPLETE"))),
+            ("flex-start capacity beyond the lead", launched, None, vec![], poll(slice("RUNNING", "ACTIVE", Some(LEAD as i64 + 1))), 1, None),
+            ("flex-start capacity ends at the lead", launched, None, vec![], poll(slice("RUNNING", "ACTIVE", Some(LEAD as i64))), 1, Some(("CapacityEnds", "capacity ends at 2026-11-26T12:05:00+00:00"))),
             // The agents' first calls.
             ("no agent yet, just before the launch grace", launched, None, vec![], polled(Some(status("READY", "HEALTHY")), unheard.clone()), HANG - 1, None),
             ("no agent at the launch grace", launched, None, vec![], polled(Some(status("READY", "HEALTHY")), unheard.clone()), HANG, Some(("AgentsGone", "no agent called within 600s of the launch"))),

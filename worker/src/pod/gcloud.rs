@@ -15,6 +15,7 @@
 //! - `confirm_status` looks again, after a grace period, at a node that still says READY
 //!   while its hosts stopped answering, before a trainer is blamed.
 
+mod compute;
 mod node;
 mod preflight;
 mod recovery;
@@ -35,10 +36,11 @@ use anyhow::{bail, Context};
 use async_trait::async_trait;
 use podq_api::Preflight;
 
+pub use compute::{ComputeSettings, ProvisioningModel};
 pub use node::{classify_health, classify_state, HealthClass, Node, StateClass};
 use runner::{CallError, Output, Retry, Runner};
 use settings::{secs, Timing};
-pub use settings::{Capacity, CreateSettings, GcloudSettings};
+pub use settings::{Api, Capacity, CreateSettings, GcloudSettings};
 
 use super::{AgentStart, PodDriver, PodStatus, StopSignal};
 
@@ -64,6 +66,8 @@ pub struct GcloudPod {
     warned: Mutex<HashSet<String>>,
     /// The agent binary's build id, hashed once per version of the file.
     agent_build_id: crate::build::BuildIdCache,
+    /// A Compute Engine slice (`api: compute`) instead of a Cloud TPU node.
+    compute: Option<compute::ComputeSlice>,
 }
 
 impl GcloudPod {
@@ -80,6 +84,28 @@ impl GcloudPod {
             bail!("a pod has at least one host");
         }
         let timing = Timing::of(&settings)?;
+        let compute = match settings.api {
+            Api::Tpu => None,
+            Api::Compute => Some(compute::ComputeSlice::new(settings.compute.slice(
+                name,
+                accelerator,
+                &settings.zone,
+                settings.project.as_deref(),
+            )?)),
+        };
+        let hosts = match &compute {
+            Some(slice) if slice.spec.size != hosts => {
+                tracing::info!(
+                    pod = name,
+                    "topology {} on {} makes {} hosts (not the {hosts} configured)",
+                    slice.spec.settings.topology,
+                    slice.spec.settings.machine_type,
+                    slice.spec.size
+                );
+                slice.spec.size
+            }
+            _ => hosts,
+        };
         let state_dir = settings
             .state_dir
             .clone()
@@ -116,6 +142,7 @@ impl GcloudPod {
             setup_state,
             warned: Mutex::new(HashSet::new()),
             agent_build_id: Default::default(),
+            compute,
         })
     }
 
@@ -148,8 +175,11 @@ impl GcloudPod {
         Ok(status)
     }
 
-    /// The id of the node incarnation the last describe showed.
+    /// The id of the node incarnation the last describe showed (a slice's: its group's).
     fn node_id(&self) -> Option<String> {
+        if let Some(slice) = self.compute() {
+            return slice.incarnation();
+        }
         let last = self.last_node.lock().unwrap_or_else(|e| e.into_inner());
         last.as_ref().and_then(|n| n.id.clone())
     }
@@ -167,11 +197,19 @@ impl GcloudPod {
             .unwrap_or_else(|| format!("{}-qr", self.name))
     }
 
-    /// The node as ssh and scp name it: `user@node` when a user is set.
-    fn remote_target(&self) -> String {
-        match &self.settings.user {
-            Some(user) => format!("{user}@{}", self.name),
+    /// Host `host` as ssh and scp name it: the node, or on Compute Engine the host's
+    /// instance; `user@...` when a user is set.
+    fn remote_target(&self, host: u32) -> String {
+        let machine = match self.compute() {
+            Some(slice) => slice.instance(host).map_or_else(
+                || format!("{}-host-{host}-unknown", slice.spec.group),
+                |h| h.instance,
+            ),
             None => self.name.clone(),
+        };
+        match &self.settings.user {
+            Some(user) => format!("{user}@{machine}"),
+            None => machine,
         }
     }
 
@@ -191,9 +229,23 @@ impl GcloudPod {
         args
     }
 
+    /// `tpu-vm ssh NODE --worker=HOST`, or on Compute Engine `compute ssh INSTANCE`: there
+    /// is no `--worker` there (https://docs.cloud.google.com/sdk/gcloud/reference/compute/
+    /// tpus/tpu-vm/ssh), so podq fans out over the instances itself.
     fn ssh_args(&self, host: u32, command: &str) -> Vec<String> {
-        let mut args = self.args("tpu-vm", "ssh", &self.remote_target());
-        args.push(format!("--worker={host}"));
+        let mut args = match self.compute() {
+            Some(slice) => slice.spec.on(
+                &["ssh"],
+                &self.remote_target(host),
+                compute::Place::Zone(&self.settings.zone),
+                &[],
+            ),
+            None => {
+                let mut args = self.args("tpu-vm", "ssh", &self.remote_target(host));
+                args.push(format!("--worker={host}"));
+                args
+            }
+        };
         args.extend(self.settings.ssh_flags.iter().cloned());
         args.push(format!("--command={command}"));
         args
@@ -308,16 +360,21 @@ impl PodDriver for GcloudPod {
     }
 
     async fn status(&self) -> anyhow::Result<PodStatus> {
+        if let Some(slice) = self.compute() {
+            return Ok(self.slice_status(slice).await);
+        }
         Ok(match self.describe().await {
             Ok(Some(node)) => PodStatus {
                 state: node.state().to_owned(),
                 health: node.health().to_owned(),
                 maintenance: node.maintenance(),
+                ..Default::default()
             },
             Ok(None) => PodStatus {
                 state: "NOT_FOUND".into(),
                 health: "HEALTH_UNSPECIFIED".into(),
                 maintenance: None,
+                ..Default::default()
             },
             Err(e) => {
                 // Not knowing is not a preemption: a running attempt carries on, and an idle
@@ -327,6 +384,7 @@ impl PodDriver for GcloudPod {
                     state: "DESCRIBE_FAILED".into(),
                     health: "HEALTH_UNSPECIFIED".into(),
                     maintenance: None,
+                    ..Default::default()
                 }
             }
         })
@@ -365,6 +423,19 @@ impl PodDriver for GcloudPod {
     }
 
     async fn coordinator_address(&self) -> anyhow::Result<String> {
+        if let Some(slice) = self.compute() {
+            // Host 0 is the instance whose TPU_WORKER_ID is 0, not the first name.
+            if let Err(e) = self.look_at_slice(slice).await {
+                tracing::warn!(pod = %self.name, error = %e, "cannot look at the slice; using the last hosts seen");
+            }
+            let ip = slice.instance(0).and_then(|h| h.ip).with_context(|| {
+                format!(
+                    "slice {} has no internal address for host 0",
+                    slice.spec.group
+                )
+            })?;
+            return Ok(format!("{ip}:{}", self.settings.coordinator_port));
+        }
         if let Err(e) = self.describe().await {
             tracing::warn!(pod = %self.name, error = %e, "cannot describe; using the last endpoints seen");
         }
@@ -399,26 +470,40 @@ impl PodDriver for GcloudPod {
         let kill = signal == StopSignal::Kill;
         // A node that lost its capacity took its processes with it, and its hosts do not
         // answer ssh: do not spend the grace period on connection timeouts.
-        match self.describe().await {
-            Ok(Some(node))
-                if matches!(
-                    classify_state(node.state()),
-                    StateClass::Lost | StateClass::Changing
-                ) =>
-            {
+        if let Some(slice) = self.compute() {
+            let status = self.slice_status(slice).await;
+            if status.is_preempted() || status.is_repairing() {
                 tracing::info!(
                     pod = %self.name,
-                    state = node.state(),
-                    "the node is {}: its trainers went with it; nothing to signal",
-                    node::describe_state(node.state())
+                    "slice {} is {}/{}: its trainers went with it; nothing to signal",
+                    slice.spec.group,
+                    status.state,
+                    status.health
                 );
                 return true;
             }
-            Ok(None) => {
-                tracing::info!(pod = %self.name, "the node is gone: nothing to signal");
-                return true;
+        } else {
+            match self.describe().await {
+                Ok(Some(node))
+                    if matches!(
+                        classify_state(node.state()),
+                        StateClass::Lost | StateClass::Changing
+                    ) =>
+                {
+                    tracing::info!(
+                        pod = %self.name,
+                        state = node.state(),
+                        "the node is {}: its trainers went with it; nothing to signal",
+                        node::describe_state(node.state())
+                    );
+                    return true;
+                }
+                Ok(None) => {
+                    tracing::info!(pod = %self.name, "the node is gone: nothing to signal");
+                    return true;
+                }
+                _ => {}
             }
-            _ => {}
         }
         let script = remote::signal(lease, kill);
         let results = self

@@ -203,6 +203,7 @@ impl PodDriver for LocalPod {
             state: if preempted { "PREEMPTED" } else { "READY" }.into(),
             health: "HEALTHY".into(),
             maintenance: None,
+            ..Default::default()
         })
     }
 

@@ -15,12 +15,29 @@ use podq_api::Preflight;
 /// What the driver sees of the pod right now.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PodStatus {
-    /// `READY`, `PREEMPTED`, `TERMINATED`, ... (Cloud TPU node states; see `state`).
+    /// Whose words `state` and `health` are (see `state`).
+    pub api: PodApi,
+    /// Cloud TPU: `READY`, `PREEMPTED`, `TERMINATED`, ... (node states). Compute Engine: the
+    /// slice's instances summed up, `RUNNING`, `PENDING`, `REPAIRING`, `TERMINATED`, ...
     pub state: String,
-    /// `HEALTHY`, `UNHEALTHY_MAINTENANCE`, ...
+    /// Cloud TPU: `HEALTHY`, `UNHEALTHY_MAINTENANCE`, ... Compute Engine: the accelerator
+    /// topology's state, `ACTIVE`, `ACTIVATING`, `REACTIVATING`, `INCOMPLETE`, ...
     pub health: String,
     /// A maintenance event the pod announced, pending or under way.
     pub maintenance: Option<Maintenance>,
+    /// When the pod's capacity ends by itself, known in advance: a flex-start slice's
+    /// hosts are deleted at the end of their max run duration.
+    pub capacity_ends: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The API that owns a pod, and so the vocabulary of its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PodApi {
+    /// The Cloud TPU API's node states (the local driver speaks them too).
+    #[default]
+    Tpu,
+    /// A Compute Engine managed instance group of TPU VMs.
+    Compute,
 }
 
 /// Cloud TPU's `upcomingMaintenance` of a node

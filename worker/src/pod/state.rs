@@ -1,7 +1,8 @@
-//! What a pod's state and health mean, for every driver: the Cloud TPU API's values
-//! (the local driver reports the same words), classified once.
+//! What a pod's state and health mean, for every driver, classified once: the Cloud TPU
+//! API's values (the local driver reports the same words), and the summary the Compute
+//! Engine driver makes of a slice's instances and accelerator topology.
 
-use super::PodStatus;
+use super::{PodApi, PodStatus};
 
 /// What a node `state` means for the worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +16,11 @@ pub enum StateClass {
     Unsettled,
     /// The capacity is gone; only the worker's recovery brings it back.
     Lost,
+    /// The service is restoring the capacity by itself, the whole slice at once (Compute
+    /// Engine's repair of managed capacity, https://docs.cloud.google.com/tpu/docs/
+    /// failure-recovery): its trainers went with it, and the worker waits rather than
+    /// tearing it down.
+    Repairing,
     /// A value this worker does not know: not ready, and nothing is done to the node.
     Unknown,
 }
@@ -76,10 +82,70 @@ pub fn describe_state(state: &str) -> &'static str {
     }
 }
 
+/// What the Compute Engine driver's summary of a slice means. `state` is the instances'
+/// state (`list-instances`' `instanceStatus`, the least advanced one, or `NOT_FOUND` when
+/// the group is gone), `health` the accelerator topology's state
+/// (`status.appliedAcceleratorTopologies[].state`). Ready is every instance `RUNNING` and
+/// the topology `ACTIVE` (a reading of Compute v1 `ManagedInstance.InstanceStatus` and
+/// `InstanceGroupManagerStatusAcceleratorTopology.State`, not a sentence of the docs).
+pub fn classify_compute(state: &str, topology: &str) -> StateClass {
+    match (state, topology) {
+        ("RUNNING", "ACTIVE") => StateClass::Ready,
+        // Compute Engine restarts a managed-capacity slice by itself, whole.
+        ("REPAIRING", _) | (_, "REACTIVATING") => StateClass::Repairing,
+        // Every instance runs but the topology cannot form: "insufficient number of running
+        // VMs" while the service brings one back.
+        ("RUNNING", "INCOMPLETE") => StateClass::Repairing,
+        ("RUNNING", _) | ("PENDING" | "CREATING" | "PROVISIONING" | "STAGING", _) => {
+            StateClass::Changing
+        }
+        // Spot preemption (STOP leaves TERMINATED, DELETE leaves nothing), a flex-start slice
+        // at its end, a group someone deleted.
+        (
+            "TERMINATED" | "STOPPING" | "PENDING_STOP" | "STOPPED" | "SUSPENDING" | "SUSPENDED"
+            | "DEPROVISIONING" | "MISSING" | "NOT_FOUND",
+            _,
+        ) => StateClass::Lost,
+        ("DESCRIBE_FAILED", _) => StateClass::Unsettled,
+        _ => StateClass::Unknown,
+    }
+}
+
 impl PodStatus {
+    /// What the state means, in the vocabulary of the API that owns the pod.
+    pub fn class(&self) -> StateClass {
+        match self.api {
+            PodApi::Tpu => classify_state(&self.state),
+            PodApi::Compute => classify_compute(&self.state, &self.health),
+        }
+    }
+
     pub fn is_ready(&self) -> bool {
-        classify_state(&self.state) == StateClass::Ready
-            && classify_health(&self.health) == HealthClass::Healthy
+        match self.api {
+            PodApi::Tpu => {
+                self.class() == StateClass::Ready
+                    && classify_health(&self.health) == HealthClass::Healthy
+            }
+            PodApi::Compute => self.class() == StateClass::Ready,
+        }
+    }
+
+    /// The service is repairing the whole slice: an attempt on it is over (lost, not
+    /// charged), and the worker waits for the slice to come back as it was.
+    pub fn is_repairing(&self) -> bool {
+        self.class() == StateClass::Repairing
+    }
+
+    /// The capacity ends by itself within `lead` of `now` (or has ended): a flex-start
+    /// slice's max run duration.
+    pub fn capacity_ends_within(
+        &self,
+        lead: std::time::Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
+        let ends = self.capacity_ends?;
+        let lead = chrono::TimeDelta::from_std(lead).unwrap_or(chrono::TimeDelta::MAX);
+        (ends - now <= lead).then_some(ends)
     }
 
     /// The pod lost its capacity: every host is gone together. Besides the states that say
@@ -88,15 +154,12 @@ impl PodStatus {
     /// events end with the hosts as they were (https://cloud.google.com/tpu/docs/
     /// maintenance-events), so its trainers are left alone (`in_maintenance`).
     pub fn is_preempted(&self) -> bool {
-        matches!(
-            classify_state(&self.state),
-            StateClass::Lost | StateClass::Changing
-        )
+        matches!(self.class(), StateClass::Lost | StateClass::Changing)
     }
 
     /// A maintenance event is under way: the hosts may pause, or restart.
     pub fn in_maintenance(&self) -> bool {
-        classify_health(&self.health) == HealthClass::Maintenance
+        (self.api == PodApi::Tpu && classify_health(&self.health) == HealthClass::Maintenance)
             || self
                 .maintenance
                 .as_ref()
@@ -128,6 +191,7 @@ mod tests {
             state: state.into(),
             health: health.into(),
             maintenance: None,
+            ..Default::default()
         }
     }
 
@@ -144,5 +208,38 @@ mod tests {
         let unspecified = status("STATE_UNSPECIFIED", "HEALTHY");
         assert!(!unspecified.is_ready() && !unspecified.is_preempted());
         assert!(!status("SOMETHING_NEW", "HEALTHY").is_preempted());
+    }
+
+    fn slice(state: &str, topology: &str) -> PodStatus {
+        PodStatus {
+            api: PodApi::Compute,
+            ..status(state, topology)
+        }
+    }
+
+    #[test]
+    fn a_compute_slice_is_ready_lost_or_repaired_as_compute_engine_says() {
+        assert!(slice("RUNNING", "ACTIVE").is_ready());
+        assert!(!slice("RUNNING", "ACTIVATING").is_ready());
+        for lost in ["TERMINATED", "STOPPING", "MISSING", "NOT_FOUND"] {
+            assert!(slice(lost, "INCOMPLETE").is_preempted(), "{lost}");
+        }
+        for repair in [
+            ("REPAIRING", "REACTIVATING"),
+            ("RUNNING", "REACTIVATING"),
+            ("RUNNING", "INCOMPLETE"),
+        ] {
+            let s = slice(repair.0, repair.1);
+            assert!(
+                s.is_repairing() && !s.is_preempted() && !s.is_ready(),
+                "{repair:?}"
+            );
+        }
+        // Waiting for capacity: not ready, and nothing to end.
+        assert!(slice("PENDING", "").is_preempted());
+        assert!(!slice("DESCRIBE_FAILED", "").is_preempted());
+        // The TPU API's REPAIRING is a node on its way back, its hosts gone: preempted.
+        assert!(status("REPAIRING", "").is_preempted());
+        assert!(!status("REPAIRING", "").is_repairing());
     }
 }

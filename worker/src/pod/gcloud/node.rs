@@ -37,6 +37,27 @@ pub struct UpcomingMaintenance {
     pub window_end_time: Option<String>,
 }
 
+impl UpcomingMaintenance {
+    /// Compute Engine's `UpcomingMaintenance` of an instance has the same fields
+    /// (https://cloud.google.com/tpu/docs/view-maintenance-notifications).
+    pub fn to_maintenance(&self) -> crate::pod::Maintenance {
+        let time = |t: &Option<String>| {
+            t.as_deref()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.with_timezone(&chrono::Utc))
+        };
+        crate::pod::Maintenance {
+            kind: self.kind.clone().unwrap_or_else(|| "UNKNOWN_TYPE".into()),
+            status: self
+                .maintenance_status
+                .clone()
+                .unwrap_or_else(|| "UNKNOWN".into()),
+            window_start: time(&self.window_start_time),
+            window_end: time(&self.window_end_time),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct SchedulingConfig {
@@ -82,21 +103,9 @@ impl Node {
 
     /// The maintenance the node announces, if any.
     pub fn maintenance(&self) -> Option<crate::pod::Maintenance> {
-        let m = self.upcoming_maintenance.as_ref()?;
-        let time = |t: &Option<String>| {
-            t.as_deref()
-                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                .map(|t| t.with_timezone(&chrono::Utc))
-        };
-        Some(crate::pod::Maintenance {
-            kind: m.kind.clone().unwrap_or_else(|| "UNKNOWN_TYPE".into()),
-            status: m
-                .maintenance_status
-                .clone()
-                .unwrap_or_else(|| "UNKNOWN".into()),
-            window_start: time(&m.window_start_time),
-            window_end: time(&m.window_end_time),
-        })
+        self.upcoming_maintenance
+            .as_ref()
+            .map(UpcomingMaintenance::to_maintenance)
     }
 
     /// Host 0's internal address: where the JAX coordinator listens.

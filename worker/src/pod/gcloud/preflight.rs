@@ -22,36 +22,48 @@ impl GcloudPod {
             at: Some(chrono::Utc::now()),
             failures,
         };
-        match self.describe().await {
-            Ok(Some(node)) => {
-                let ready = classify_state(node.state()) == StateClass::Ready
-                    && classify_health(node.health()) == HealthClass::Healthy;
-                if !ready {
-                    let mut message = format!(
-                        "node {} is {}/{} ({})",
-                        self.name,
-                        node.state(),
-                        node.health(),
-                        node::describe_state(node.state())
-                    );
-                    if let Some(symptoms) = node.symptoms_text() {
-                        message.push_str(&format!("; symptoms: {symptoms}"));
+        if let Some(slice) = self.compute() {
+            let status = self.slice_status(slice).await;
+            if !status.is_ready() {
+                let message = format!(
+                    "slice {} is {}/{} (every instance must be RUNNING and the topology ACTIVE)",
+                    slice.spec.group, status.state, status.health
+                );
+                failures.push(failure(None, "tpu_state", message));
+                return done(failures);
+            }
+        } else {
+            match self.describe().await {
+                Ok(Some(node)) => {
+                    let ready = classify_state(node.state()) == StateClass::Ready
+                        && classify_health(node.health()) == HealthClass::Healthy;
+                    if !ready {
+                        let mut message = format!(
+                            "node {} is {}/{} ({})",
+                            self.name,
+                            node.state(),
+                            node.health(),
+                            node::describe_state(node.state())
+                        );
+                        if let Some(symptoms) = node.symptoms_text() {
+                            message.push_str(&format!("; symptoms: {symptoms}"));
+                        }
+                        failures.push(failure(None, "tpu_state", message));
+                        return done(failures);
                     }
-                    failures.push(failure(None, "tpu_state", message));
+                }
+                Ok(None) => {
+                    failures.push(failure(
+                        None,
+                        "tpu_state",
+                        format!("node {} does not exist", self.name),
+                    ));
                     return done(failures);
                 }
-            }
-            Ok(None) => {
-                failures.push(failure(
-                    None,
-                    "tpu_state",
-                    format!("node {} does not exist", self.name),
-                ));
-                return done(failures);
-            }
-            Err(e) => {
-                failures.push(failure(None, "tpu_state", format!("cannot describe: {e}")));
-                return done(failures);
+                Err(e) => {
+                    failures.push(failure(None, "tpu_state", format!("cannot describe: {e}")));
+                    return done(failures);
+                }
             }
         }
         if self.setup_needed() {

@@ -35,7 +35,7 @@ use super::spec::{self, NodeSpec, SavedSpec, Scheduling};
 use super::{classify_health, classify_state, Capacity, GcloudPod, HealthClass, StateClass};
 
 /// What one look at the pod concluded.
-enum Step {
+pub(super) enum Step {
     Ready,
     /// Waiting for something the service does by itself.
     Wait(String),
@@ -56,7 +56,7 @@ fn backoff(base: Duration, failures: u32) -> Duration {
 
 /// What a recovery remembers between looks.
 #[derive(Default)]
-struct Episode {
+pub(super) struct Episode {
     /// `tpu-vm start` was tried and failed: recreate instead.
     start_failed: bool,
     /// Looks in a row at an `ACTIVE` queued resource whose node is lost.
@@ -72,7 +72,7 @@ struct Episode {
 }
 
 /// Why a create did not happen.
-enum Refused {
+pub(super) enum Refused {
     /// Asking again cannot help (quota, invalid request): held, with the reason.
     Held(String),
     /// It may work later.
@@ -89,9 +89,10 @@ impl GcloudPod {
         let mut said = String::new();
         let mut action_pause = self.timing.poll;
         loop {
-            let step = match self.settings.capacity {
-                Capacity::Queued => self.queued_step(&mut episode, progress).await,
-                _ => self.node_step(&mut episode, progress).await,
+            let step = match (self.compute(), self.settings.capacity) {
+                (Some(slice), _) => self.slice_step(slice, &mut episode, progress).await,
+                (None, Capacity::Queued) => self.queued_step(&mut episode, progress).await,
+                (None, _) => self.node_step(&mut episode, progress).await,
             };
             let pause = match step {
                 Step::Ready => break,
@@ -140,7 +141,13 @@ impl GcloudPod {
             tokio::time::sleep(pause).await;
         }
         self.release_hold();
-        progress(format!("node {} is READY and HEALTHY", self.name));
+        progress(match self.compute() {
+            Some(slice) => format!(
+                "slice {}: every instance RUNNING, the topology ACTIVE",
+                slice.spec.group
+            ),
+            None => format!("node {} is READY and HEALTHY", self.name),
+        });
         if self.setup_needed() {
             self.setup(progress).await?;
         }
@@ -149,7 +156,7 @@ impl GcloudPod {
 
     /// The node's hosts are being changed (started, deleted, created): they will need the
     /// setup command, which is recorded at once so a worker restarted meanwhile runs it.
-    fn disturbed(&self, episode: &mut Episode) {
+    pub(super) fn disturbed(&self, episode: &mut Episode) {
         episode.disturbed = true;
         self.setup_state.require();
     }
@@ -171,7 +178,10 @@ impl GcloudPod {
             .to_owned();
         match classify_state(&state) {
             StateClass::Ready => self.health_step(&health),
-            StateClass::Changing | StateClass::Unsettled | StateClass::Unknown => {
+            StateClass::Changing
+            | StateClass::Repairing
+            | StateClass::Unsettled
+            | StateClass::Unknown => {
                 self.disturbed(episode);
                 Step::Wait(format!(
                     "waiting for node {}: {state} ({})",
@@ -380,7 +390,7 @@ impl GcloudPod {
     }
 
     /// What a failed create means: a hold (recorded, with the reason) or a retry.
-    fn refused(&self, what: &str, error: &CallError) -> Refused {
+    pub(super) fn refused(&self, what: &str, error: &CallError) -> Refused {
         let class = match error {
             CallError::NotFound(text) => classify_error(Some(5), text),
             CallError::Failed { stderr, .. } => classify_error(error_code(stderr), stderr),
@@ -406,11 +416,11 @@ impl GcloudPod {
         self.held.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn hold(&self, why: String) {
+    pub(super) fn hold(&self, why: String) {
         *self.held.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
     }
 
-    fn release_hold(&self) {
+    pub(super) fn release_hold(&self) {
         self.held.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
@@ -605,7 +615,10 @@ impl GcloudPod {
                             ))
                         }
                     }
-                    StateClass::Changing | StateClass::Unsettled | StateClass::Unknown => {
+                    StateClass::Changing
+                    | StateClass::Repairing
+                    | StateClass::Unsettled
+                    | StateClass::Unknown => {
                         self.disturbed(episode);
                         Step::Wait(format!(
                             "waiting for node {}: {node_state} ({})",

@@ -58,12 +58,30 @@ pub struct CreateSettings {
     pub extra_args: Vec<String>,
 }
 
+/// Which Google Cloud API owns the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// The Cloud TPU API: a TPU VM node (`gcloud compute tpus tpu-vm`), or one owned by a
+    /// queued resource. The only way to a v4 such as stable-1, or a v5e.
+    #[default]
+    Tpu,
+    /// Compute Engine: a v5p, v6e or TPU7x slice as a managed instance group, which podq
+    /// creates from `compute:` (see `compute`).
+    Compute,
+}
+
 /// The `gcloud:` section of the worker's config file.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct GcloudSettings {
     /// The gcloud program.
     pub binary: String,
+    /// The API that owns the pod (`tpu` or `compute`).
+    pub api: Api,
+    /// The Compute Engine slice (`api: compute`); `capacity`, `queued_resource` and
+    /// `create` are the TPU API's and do not apply to it.
+    pub compute: super::compute::ComputeSettings,
     pub zone: String,
     /// The project (default: gcloud's configured `core/project`).
     pub project: Option<String>,
@@ -140,6 +158,8 @@ impl Default for GcloudSettings {
     fn default() -> Self {
         GcloudSettings {
             binary: "gcloud".into(),
+            api: Api::Tpu,
+            compute: Default::default(),
             zone: String::new(),
             project: None,
             capacity: Capacity::Preemptible,

@@ -84,17 +84,32 @@ impl GcloudPod {
         Ok((binary, id))
     }
 
-    /// `tpu-vm scp LOCAL... NODE:REMOTE --worker=HOST`.
+    /// `tpu-vm scp LOCAL... NODE:REMOTE --worker=HOST`, or on Compute Engine
+    /// `compute scp LOCAL... INSTANCE:REMOTE`.
     fn scp_args(&self, locals: &[&std::path::Path], remote: &str, host: u32) -> Vec<String> {
-        let mut args = self.args("tpu-vm", "scp", &locals[0].display().to_string());
-        // scp's positional arguments are SRC... DEST: put the rest right after.
-        let mut at = 5;
+        let first = locals[0].display().to_string();
+        let mut args = match self.compute() {
+            Some(slice) => slice.spec.on(
+                &["scp"],
+                &first,
+                super::compute::Place::Zone(&self.settings.zone),
+                &[],
+            ),
+            None => self.args("tpu-vm", "scp", &first),
+        };
+        // scp's positional arguments are SRC... DEST: put the rest right after the first.
+        let mut at = args
+            .iter()
+            .position(|a| *a == first)
+            .map_or(args.len(), |i| i + 1);
         for local in &locals[1..] {
             args.insert(at, local.display().to_string());
             at += 1;
         }
-        args.insert(at, format!("{}:{remote}", self.remote_target()));
-        args.push(format!("--worker={host}"));
+        args.insert(at, format!("{}:{remote}", self.remote_target(host)));
+        if self.compute().is_none() {
+            args.push(format!("--worker={host}"));
+        }
         args.extend(self.settings.scp_flags.iter().cloned());
         args
     }

@@ -1,0 +1,235 @@
+//! Bringing a Compute Engine slice back, as Compute Engine allows it
+//! (https://docs.cloud.google.com/tpu/docs/failure-recovery):
+//! - *Repair* (managed capacity: on-demand, flex-start, reservations): Compute Engine
+//!   restarts the whole slice by itself, its instances `REPAIRING` and the topology
+//!   `REACTIVATING` or `INCOMPLETE`. podq waits it out and deletes nothing.
+//! - *Lost* (a Spot preemption leaves instances `TERMINATED`, a flex-start slice's end
+//!   deletes them, a person deleted the group): "to restart a Spot VMs instance or MIG, you
+//!   must delete and then recreate it" (https://docs.cloud.google.com/tpu/docs/
+//!   spot-compute). podq deletes the group and creates it again; the workload policy and
+//!   template stay unless the settings changed them, and then the old ones go after the
+//!   group (a template in use cannot be deleted): group, template, policy.
+//! - *Waiting for capacity*: bulk creation goes on trying by itself
+//!   (https://docs.cloud.google.com/compute/docs/instance-groups/
+//!   view-cancel-vm-bulk-creation-in-migs). A stockout is shown and looked at again with
+//!   a pause that doubles; a quota the project lacks is *held*: shown as needing a person,
+//!   and nothing is deleted or created while it lasts.
+
+use super::settings::Place;
+use super::ComputeSlice;
+use crate::pod::gcloud::recovery::{Episode, Refused, Step};
+use crate::pod::gcloud::runner::{CallError, Retry};
+use crate::pod::gcloud::{GcloudPod, StateClass};
+
+impl GcloudPod {
+    /// One look at the slice, and what it asks for.
+    pub(in crate::pod::gcloud) async fn slice_step(
+        &self,
+        slice: &ComputeSlice,
+        episode: &mut Episode,
+        progress: &(dyn Fn(String) + Send + Sync),
+    ) -> Step {
+        let group = &slice.spec.group;
+        let seen = match self.look_at_slice(slice).await {
+            Ok(seen) => seen,
+            Err(e) => return Step::Wait(format!("cannot look at slice {group}: {e}")),
+        };
+        let status = seen.status();
+        let (state, topology) = (&status.state, &status.health);
+        match status.class() {
+            StateClass::Ready => Step::Ready,
+            StateClass::Repairing => {
+                // The hosts restart: /tmp is gone, the disks stay (no setup needed).
+                Step::Wait(format!(
+                    "Compute Engine is repairing slice {group} (instances {state}, topology \
+                     {topology}): it restarts the whole slice by itself; waiting, deleting nothing"
+                ))
+            }
+            StateClass::Changing => {
+                self.disturbed(episode);
+                let errors = seen.creation_errors();
+                let quota = errors.iter().find(|e| {
+                    e.code.contains("QUOTA") || e.message.to_ascii_lowercase().contains("quota")
+                });
+                if let Some(quota) = quota {
+                    let why = format!(
+                        "held: slice {group} cannot be created, the project is over quota \
+                         ({}: {}). A person must raise the quota; Compute Engine goes on trying \
+                         by itself, and podq deletes and creates nothing meanwhile",
+                        quota.code, quota.message
+                    );
+                    self.hold(why.clone());
+                    return Step::Held(why);
+                }
+                self.release_hold();
+                if let Some(error) = errors.first() {
+                    return Step::ActionFailed(format!(
+                        "waiting for capacity for slice {group} ({}: {})",
+                        error.code, error.message
+                    ));
+                }
+                let counts = seen
+                    .group
+                    .as_ref()
+                    .map(|g| {
+                        g.status
+                            .current_instance_statuses
+                            .iter()
+                            .map(|(state, n)| format!("{n} {state}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .filter(|c| !c.is_empty())
+                    .unwrap_or_else(|| "no instance yet".into());
+                let waiting = if state == "PENDING" {
+                    "waiting for flex-start capacity"
+                } else {
+                    "being created"
+                };
+                Step::Wait(format!(
+                    "slice {group} is {waiting}: instances {state} ({counts}), topology {}",
+                    if topology.is_empty() {
+                        "not applied yet"
+                    } else {
+                        topology
+                    }
+                ))
+            }
+            StateClass::Lost => {
+                self.disturbed(episode);
+                if let Some(why) = self.held() {
+                    return Step::Held(why);
+                }
+                match self.recreate_slice(slice, &seen, state, progress).await {
+                    Ok(()) => Step::Acted,
+                    Err(Refused::Held(why)) => Step::Held(why),
+                    Err(Refused::Failed(what)) => Step::ActionFailed(what),
+                }
+            }
+            StateClass::Unsettled | StateClass::Unknown => Step::Wait(format!(
+                "waiting for slice {group}: instances {state}, topology {topology}"
+            )),
+        }
+    }
+
+    /// Deletes what is left of the group and creates it again, with the workload policy
+    /// and template it needs.
+    async fn recreate_slice(
+        &self,
+        slice: &ComputeSlice,
+        seen: &super::slice::Slice,
+        state: &str,
+        progress: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<(), Refused> {
+        let spec = &slice.spec;
+        let zone = Place::Zone(&self.settings.zone);
+        if let Some(group) = &seen.group {
+            progress(format!(
+                "slice {} is {state}: Compute Engine does not bring it back, so its group is \
+                 deleted and created again",
+                spec.group
+            ));
+            let delete = spec.on(
+                &["instance-groups", "managed", "delete"],
+                &spec.group,
+                zone,
+                &["--quiet"],
+            );
+            self.delete(&delete, &format!("group {}", spec.group))
+                .await?;
+            // A template or policy of podq's that the settings no longer name goes after
+            // the group that used it.
+            for (words, old, place) in [
+                (
+                    ["instance-templates", "delete"].as_slice(),
+                    group.template_name(),
+                    Place::Global,
+                ),
+                (
+                    ["resource-policies", "delete"].as_slice(),
+                    group.policy_name(),
+                    Place::Region,
+                ),
+            ] {
+                if let Some(old) = old.filter(|old| spec.owns_stale(old)) {
+                    progress(format!("deleting {old}, which the settings no longer name"));
+                    self.delete(&spec.on(words, &old, place, &["--quiet"]), &old)
+                        .await?;
+                }
+            }
+        }
+        self.ensure(
+            spec.on(
+                &["resource-policies", "describe"],
+                &spec.policy,
+                Place::Region,
+                &["--format=json"],
+            ),
+            spec.create_policy(),
+            &format!("workload policy {}", spec.policy),
+        )
+        .await?;
+        self.ensure(
+            spec.on(
+                &["instance-templates", "describe"],
+                &spec.template,
+                Place::Global,
+                &["--format=json"],
+            ),
+            spec.create_template(),
+            &format!("instance template {}", spec.template),
+        )
+        .await?;
+        progress(format!(
+            "creating slice {}: {} × {}, topology {}, {}",
+            spec.group,
+            spec.size,
+            spec.settings.machine_type,
+            spec.settings.topology,
+            spec.settings.provisioning_model.flag()
+        ));
+        self.runner
+            .call(
+                &spec.create_group(&self.settings.zone),
+                self.timing.operation,
+                Retry::Never,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| self.refused(&format!("slice {}", spec.group), &e))
+    }
+
+    async fn delete(&self, args: &[String], what: &str) -> Result<(), Refused> {
+        match self
+            .runner
+            .call(args, self.timing.operation, Retry::Api)
+            .await
+        {
+            Ok(_) | Err(CallError::NotFound(_)) => Ok(()),
+            Err(e) => Err(Refused::Failed(format!("cannot delete {what}: {e}"))),
+        }
+    }
+
+    /// Creates a resource the describe call does not find.
+    async fn ensure(
+        &self,
+        describe: Vec<String>,
+        create: Vec<String>,
+        what: &str,
+    ) -> Result<(), Refused> {
+        match self
+            .runner
+            .call(&describe, self.timing.api, Retry::Api)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(CallError::NotFound(_)) => self
+                .runner
+                .call(&create, self.timing.operation, Retry::Never)
+                .await
+                .map(|_| ())
+                .map_err(|e| self.refused(what, &e)),
+            Err(e) => Err(Refused::Failed(format!("cannot describe {what}: {e}"))),
+        }
+    }
+}
