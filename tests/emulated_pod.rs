@@ -16,25 +16,6 @@ use common::{eventually, Server, PODQ};
 use fake_cloud::*;
 use serde_json::{json, Value};
 
-/// Runs `command` on `host` through the fake gcloud, as the worker's ssh calls do, with a
-/// variable in the caller's environment that must not reach the host.
-fn ssh(cloud: &FakeCloud, host: u32, command: &str) -> (i32, String, String) {
-    let out = Command::new(gcloud_wrapper(cloud))
-        .args(["compute", "tpus", "tpu-vm", "ssh", "stable-1"])
-        .args([format!("--zone={ZONE}"), format!("--project={PROJECT}")])
-        .arg(format!("--worker={host}"))
-        .arg(format!("--command={command}"))
-        .env("PODQ_WORKER_SECRET_FOR_TEST", "worker-only")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run the fake gcloud");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// A worker config for short simulated runs (5 s), with `gcloud` settings merged in.
 fn short_runs(cloud: &FakeCloud, server: &Server, gcloud: Value) -> std::path::PathBuf {
     cloud.worker_config(
@@ -53,84 +34,7 @@ fn trainers(cloud: &FakeCloud) -> Vec<(u32, i32)> {
 async fn the_hosts_are_separate_machines() {
     let cloud = FakeCloud::new(json!({"node": node("READY", json!({"preemptible": true}))}));
     let server = Server::start().await;
-    let port = server.url.rsplit(':').next().unwrap().to_owned();
-
-    // Each host has its own address, the one describe gives, on its own interface.
-    let addresses: Vec<String> = (0..HOSTS as usize).map(|h| cloud.address(h)).collect();
-    let mut distinct = addresses.clone();
-    distinct.sort();
-    distinct.dedup();
-    assert_eq!(distinct.len(), HOSTS as usize, "{addresses:?}");
-    assert!(addresses.iter().all(|a| a != "127.0.0.1"), "{addresses:?}");
-    for host in 0..HOSTS {
-        let (code, out, err) = ssh(&cloud, host, "ip -4 -o addr show eth0");
-        assert_eq!(code, 0, "{err}");
-        assert!(
-            out.contains(&format!("inet {}/", addresses[host as usize])),
-            "host {host}: {out}"
-        );
-    }
-
-    // A fresh login environment: nothing of the caller's.
-    let (code, env, err) = ssh(&cloud, 1, "env");
-    assert_eq!(code, 0, "{err}");
-    for expected in ["HOME=/home/root", "USER=root", "LANG=C.UTF-8"] {
-        assert!(env.lines().any(|l| l == expected), "{expected} in {env}");
-    }
-    for leaked in ["PODQ_WORKER_SECRET_FOR_TEST", "FAKE_GCLOUD_ROOT", "CARGO"] {
-        assert!(!env.contains(leaked), "{leaked} reached the host: {env}");
-    }
-
-    // Its own /tmp and home: a file written on host 1 is on no other host, nor here.
-    let marker = format!("podq-emulated-{}", std::process::id());
-    let (code, _, err) = ssh(
-        &cloud,
-        1,
-        &format!("echo one > /tmp/{marker} && echo one > ~/{marker}"),
-    );
-    assert_eq!(code, 0, "{err}");
-    let (_, seen, _) = ssh(&cloud, 1, &format!("cat /tmp/{marker} ~/{marker}"));
-    assert_eq!(seen, "one\none\n");
-    let (code, _, _) = ssh(&cloud, 2, &format!("cat /tmp/{marker} || cat ~/{marker}"));
-    assert_ne!(code, 0, "host 2 sees host 1's files");
-    assert!(!std::path::Path::new("/tmp").join(&marker).exists());
-    assert!(cloud.host(1).join("tmp").join(&marker).exists());
-
-    // Its own processes: its init is pid 1 and nothing of this machine's is there.
-    let (_, ps, _) = ssh(&cloud, 2, "ps -e -o pid=,args=");
-    assert!(
-        ps.lines()
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .starts_with("1 "),
-        "{ps}"
-    );
-    assert!(ps.contains("hosts.py init"), "{ps}");
-    assert!(!ps.contains("cargo") && !ps.contains("podq server"), "{ps}");
-
-    // Its own loopback: the server on this machine's 127.0.0.1 is out of reach, and the
-    // bridge's address (where a worker listens for agents) is reachable.
-    let probe = |address: &str| {
-        format!("timeout 3 bash -c 'exec 3<>/dev/tcp/{address}/{port}' && echo open || echo closed")
-    };
-    let (_, out, _) = ssh(&cloud, 3, &probe("127.0.0.1"));
-    assert_eq!(
-        out.trim(),
-        "closed",
-        "a host reached this machine's loopback"
-    );
-    // Host 0 reaches host 3 by address (the JAX coordinator's path): a listener there.
-    cloud.on_host(
-        3,
-        "setsid python3 -c 'import socket,time; s=socket.socket(); s.bind((\"0.0.0.0\", 18470)); s.listen(); time.sleep(60)' </dev/null >/dev/null 2>&1 &",
-    );
-    let reach = format!(
-        "for i in $(seq 50); do timeout 1 bash -c 'exec 3<>/dev/tcp/{}/18470' 2>/dev/null && {{ echo open; exit; }}; sleep 0.1; done; echo closed",
-        addresses[3]
-    );
-    let (_, out, _) = ssh(&cloud, 0, &reach);
-    assert_eq!(out.trim(), "open", "host 0 cannot reach host 3");
+    hosts_are_separate_machines(&cloud, &server);
 }
 
 #[tokio::test]
@@ -684,63 +588,21 @@ async fn a_node_recreated_while_no_worker_watched_is_set_up_before_preflight() {
 /// the attempt is 0600 too.
 #[tokio::test]
 async fn no_secret_is_in_a_command_line_or_the_gcloud_log() {
-    use std::os::unix::fs::PermissionsExt;
     let token = "wandb-sekrit-4242";
     let run = running(
         20,
         json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "20", "WANDB_API_KEY": token}}),
     )
     .await;
-    let mode = |path: &std::path::Path| {
-        std::fs::metadata(path)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-            .permissions()
-            .mode()
-            & 0o777
-    };
-    let record = run.cloud.root().join("state/stable-1.running.json");
-    assert_eq!(mode(&record), 0o600, "{}", record.display());
-    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
-    let secret = saved["attempt"]["secret"].as_str().unwrap().to_owned();
-    let lease = saved["attempt"]["lease"]["lease_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-
-    // Every command line on this machine, the hosts' processes included (their PID
-    // namespaces are children of this one), and every argument gcloud was given.
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        assert!(
-            !text.contains(&secret),
-            "the lease secret in a command line: {text}"
-        );
-        assert!(
-            !text.contains(token),
-            "a trainer_env value in a command line: {text}"
-        );
-    }
-    let argv = std::fs::read_to_string(run.cloud.root().join("argv.log")).unwrap();
-    assert!(!argv.contains(&secret) && !argv.contains(token));
-
-    for host in 0..HOSTS {
-        let agent = run.cloud.home(host).join(".podq/agent");
-        assert_eq!(mode(&agent.join(format!("{lease}.secret"))), 0o600);
-        assert_eq!(mode(&agent.join(format!("{lease}.env"))), 0o600);
-        // The trainer has its environment all the same.
-        let environ = run.cloud.on_host(
-            host,
-            "tr '\\0' '\\n' < /proc/$(cat /tmp/podq-trainer-*.pgid)/environ | grep ^WANDB_API_KEY=",
-        );
-        assert_eq!(
-            environ.trim(),
-            format!("WANDB_API_KEY={token}"),
-            "host {host}"
-        );
-    }
-    let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
-    assert_eq!(job["failures"], 0, "{job}");
+    no_secret_on_a_command_line(
+        &run.cloud,
+        &run.server,
+        &run.id,
+        &run.log,
+        "stable-1",
+        token,
+    )
+    .await;
 }
 
 /// The binary podq installs as the hosts' agent by default (the worker's own) runs on the
@@ -756,17 +618,6 @@ fn the_default_agent_binary_needs_no_glibc_newer_than_the_tpu_vm_image_has() {
         "a glibc binary names the versions it needs"
     );
     assert!(needed <= Some((2, 35)), "needs glibc {needed:?}");
-}
-
-/// A copy of the repository's catalog in which `group` runs on `accelerator`.
-fn catalog_with_accelerator(group: &str, accelerator: &str) -> tempfile::TempDir {
-    let dir = common::shared_tempdir();
-    common::gcs::copy_tree(&common::experiments_dir(), dir.path());
-    let docs = dir.path().join(format!("groups/{group}/group.yaml"));
-    let mut text = std::fs::read_to_string(&docs).unwrap();
-    text.push_str(&format!("accelerator: {accelerator}\n"));
-    std::fs::write(docs, text).unwrap();
-    dir
 }
 
 /// Issue 16, item 4: a v4-64 of 8 hosts and a v4-32 of 4, each with its own worker, take

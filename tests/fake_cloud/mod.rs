@@ -193,12 +193,83 @@ impl FakeCloud {
         self.root().join(format!("hosts/host-{host}"))
     }
 
-    /// Host `host`'s address, as describe's networkEndpoints give it.
+    /// Host `host`'s address, as describe's networkEndpoints give it (on a Compute Engine
+    /// slice: its instance's internal address).
     pub fn address(&self, host: usize) -> String {
+        if let Some(instance) = self.instance_of(host as u32) {
+            let state = self.state();
+            return state["ce"]["instances"][&instance]["networkInterfaces"][0]["networkIP"]
+                .as_str()
+                .expect("an internal address")
+                .to_owned();
+        }
         self.state()["node"]["networkEndpoints"][host]["ipAddress"]
             .as_str()
             .expect("an endpoint address")
             .to_owned()
+    }
+
+    /// The Compute Engine instance that is worker `host`, when the cloud holds a slice.
+    pub fn instance_of(&self, host: u32) -> Option<String> {
+        let state = self.state();
+        let instances = state["ce"]["instances"].as_object()?;
+        instances
+            .iter()
+            .find(|(_, i)| i["_worker"].as_u64() == Some(host as u64))
+            .map(|(name, _)| name.clone())
+    }
+
+    /// Runs `command` on `host` through the fake gcloud as the worker's ssh calls do (`tpu-vm
+    /// ssh --worker`, or `compute ssh` to the host's instance), with a variable in the
+    /// caller's environment that must not reach the host.
+    pub fn ssh(&self, host: u32, command: &str) -> (i32, String, String) {
+        let mut cmd = Command::new(gcloud_wrapper(self));
+        match self.instance_of(host) {
+            Some(instance) => cmd.args(["compute", "ssh", &instance]),
+            None => cmd
+                .args(["compute", "tpus", "tpu-vm", "ssh", "stable-1"])
+                .arg(format!("--worker={host}")),
+        };
+        let out = cmd
+            .args([format!("--zone={ZONE}"), format!("--project={PROJECT}")])
+            .arg(format!("--command={command}"))
+            .env("PODQ_WORKER_SECRET_FOR_TEST", "worker-only")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the fake gcloud");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Sets a key of the fake's state under its lock, as a person acting on the cloud.
+    pub fn set_state(&self, key: &str, value: Value) {
+        let script = r#"
+import fcntl, json, os, sys
+root, key, value = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+with open(os.path.join(root, "state.lock"), "a") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    path = os.path.join(root, "state.json")
+    state = json.load(open(path))
+    state[key] = value
+    with open(path + ".tmp", "w") as f:
+        json.dump(state, f)
+    os.replace(path + ".tmp", path)
+"#;
+        let out = Command::new("python3")
+            .args(["-c", script])
+            .arg(self.root())
+            .arg(key)
+            .arg(value.to_string())
+            .output()
+            .expect("run python3");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// The login user's home on `host` (`/home/<user>` there), as seen from here.
@@ -337,6 +408,165 @@ impl Drop for FakeCloud {
             );
         }
     }
+}
+
+/// The isolation test, for a node or a slice whose hosts are up: each host is a machine of
+/// its own (address, login environment, files, processes, loopback), and host 0 reaches
+/// the others by address, as the JAX coordinator must.
+pub fn hosts_are_separate_machines(cloud: &FakeCloud, server: &Server) {
+    let port = server.url.rsplit(':').next().unwrap().to_owned();
+
+    // Each host has its own address, the one describe gives, on its own interface.
+    let addresses: Vec<String> = (0..HOSTS as usize).map(|h| cloud.address(h)).collect();
+    let mut distinct = addresses.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), HOSTS as usize, "{addresses:?}");
+    assert!(addresses.iter().all(|a| a != "127.0.0.1"), "{addresses:?}");
+    for host in 0..HOSTS {
+        let (code, out, err) = cloud.ssh(host, "ip -4 -o addr show eth0");
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains(&format!("inet {}/", addresses[host as usize])),
+            "host {host}: {out}"
+        );
+    }
+
+    // A fresh login environment: nothing of the caller's.
+    let (code, env, err) = cloud.ssh(1, "env");
+    assert_eq!(code, 0, "{err}");
+    for expected in ["HOME=/home/root", "USER=root", "LANG=C.UTF-8"] {
+        assert!(env.lines().any(|l| l == expected), "{expected} in {env}");
+    }
+    for leaked in ["PODQ_WORKER_SECRET_FOR_TEST", "FAKE_GCLOUD_ROOT", "CARGO"] {
+        assert!(!env.contains(leaked), "{leaked} reached the host: {env}");
+    }
+
+    // Its own /tmp and home: a file written on host 1 is on no other host, nor here.
+    let marker = format!("podq-emulated-{}", std::process::id());
+    let (code, _, err) = cloud.ssh(
+        1,
+        &format!("echo one > /tmp/{marker} && echo one > ~/{marker}"),
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, seen, _) = cloud.ssh(1, &format!("cat /tmp/{marker} ~/{marker}"));
+    assert_eq!(seen, "one\none\n");
+    let (code, _, _) = cloud.ssh(2, &format!("cat /tmp/{marker} || cat ~/{marker}"));
+    assert_ne!(code, 0, "host 2 sees host 1's files");
+    assert!(!std::path::Path::new("/tmp").join(&marker).exists());
+    assert!(cloud.host(1).join("tmp").join(&marker).exists());
+
+    // Its own processes: its init is pid 1 and nothing of this machine's is there.
+    let (_, ps, _) = cloud.ssh(2, "ps -e -o pid=,args=");
+    assert!(
+        ps.lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .starts_with("1 "),
+        "{ps}"
+    );
+    assert!(ps.contains("hosts.py init"), "{ps}");
+    assert!(!ps.contains("cargo") && !ps.contains("podq server"), "{ps}");
+
+    // Its own loopback: the server on this machine's 127.0.0.1 is out of reach, and the
+    // bridge's address (where a worker listens for agents) is reachable.
+    let probe = |address: &str| {
+        format!("timeout 3 bash -c 'exec 3<>/dev/tcp/{address}/{port}' && echo open || echo closed")
+    };
+    let (_, out, _) = cloud.ssh(3, &probe("127.0.0.1"));
+    assert_eq!(
+        out.trim(),
+        "closed",
+        "a host reached this machine's loopback"
+    );
+    // Host 0 reaches host 3 by address (the JAX coordinator's path): a listener there.
+    cloud.on_host(
+        3,
+        "setsid python3 -c 'import socket,time; s=socket.socket(); s.bind((\"0.0.0.0\", 18470)); s.listen(); time.sleep(60)' </dev/null >/dev/null 2>&1 &",
+    );
+    let reach = format!(
+        "for i in $(seq 50); do timeout 1 bash -c 'exec 3<>/dev/tcp/{}/18470' 2>/dev/null && {{ echo open; exit; }}; sleep 0.1; done; echo closed",
+        addresses[3]
+    );
+    let (_, out, _) = cloud.ssh(0, &reach);
+    assert_eq!(out.trim(), "open", "host 0 cannot reach host 3");
+}
+
+/// The secrets test, for a run going on `pod` whose trainer environment holds `token`: no
+/// secret in any command line or in gcloud's log. The lease's secret and the trainer's
+/// environment reach the hosts as 0600 files copied with scp, and the worker's record of
+/// the attempt is 0600 too.
+pub async fn no_secret_on_a_command_line(
+    cloud: &FakeCloud,
+    server: &Server,
+    id: &str,
+    log: &Path,
+    pod: &str,
+    token: &str,
+) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let record = cloud.root().join(format!("state/{pod}.running.json"));
+    assert_eq!(mode(&record), 0o600, "{}", record.display());
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    let secret = saved["attempt"]["secret"].as_str().unwrap().to_owned();
+    let lease = saved["attempt"]["lease"]["lease_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Every command line on this machine, the hosts' processes included (their PID
+    // namespaces are children of this one), and every argument gcloud was given.
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(
+            !text.contains(&secret),
+            "the lease secret in a command line: {text}"
+        );
+        assert!(
+            !text.contains(token),
+            "a trainer_env value in a command line: {text}"
+        );
+    }
+    let argv = std::fs::read_to_string(cloud.root().join("argv.log")).unwrap();
+    assert!(!argv.contains(&secret) && !argv.contains(token));
+
+    for host in 0..HOSTS {
+        let agent = cloud.home(host).join(".podq/agent");
+        assert_eq!(mode(&agent.join(format!("{lease}.secret"))), 0o600);
+        assert_eq!(mode(&agent.join(format!("{lease}.env"))), 0o600);
+        // The trainer has its environment all the same.
+        let environ = cloud.on_host(
+            host,
+            "tr '\\0' '\\n' < /proc/$(cat /tmp/podq-trainer-*.pgid)/environ | grep ^WANDB_API_KEY=",
+        );
+        assert_eq!(
+            environ.trim(),
+            format!("WANDB_API_KEY={token}"),
+            "host {host}"
+        );
+    }
+    let job = wait_job(server, id, "succeeded", log).await;
+    assert_eq!(job["failures"], 0, "{job}");
+}
+
+/// A copy of the repository's catalog in which `group` runs on `accelerator`.
+pub fn catalog_with_accelerator(group: &str, accelerator: &str) -> tempfile::TempDir {
+    let dir = shared_tempdir();
+    crate::common::gcs::copy_tree(&crate::common::experiments_dir(), dir.path());
+    let docs = dir.path().join(format!("groups/{group}/group.yaml"));
+    let mut text = std::fs::read_to_string(&docs).unwrap();
+    text.push_str(&format!("accelerator: {accelerator}\n"));
+    std::fs::write(docs, text).unwrap();
+    dir
 }
 
 pub fn ssh_prefix(host: u32) -> Vec<String> {
