@@ -399,21 +399,18 @@ async fn flex_start_stops_the_run_before_its_max_run_duration_and_resumes_on_the
         json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "30"}, "maintenance_lead_s": 10}),
     )
     .await;
+    eventually(RUN, "the first slice's run stopped", || async {
+        let job = run.server.job(&run.id).await;
+        attempts(&job)
+            .first()
+            .filter(|a| !a["outcome"].is_null())
+            .map(|_| ())
+    })
+    .await;
+    let moving = second_attempt_moving(&run).await;
     let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
+    report_fault("flex-start slice of 40 s, stopped 10 s ahead", &job, moving);
     let tries = attempts(&job);
-    eprintln!(
-        "FAULT flex-start max run duration 40 s: outcomes {:?}, failures {}, attempts {:?}, checkpoints {}",
-        tries
-            .iter()
-            .map(|a| a["outcome"].as_str().unwrap_or("?").to_owned())
-            .collect::<Vec<_>>(),
-        job["failures"],
-        tries
-            .iter()
-            .map(|a| (a["start_step"].clone(), a["end_step"].clone()))
-            .collect::<Vec<_>>(),
-        job["checkpoints"]
-    );
     assert_eq!(job["failures"], 0, "{job}");
     assert!(tries.len() >= 2, "{job}");
     let first = &tries[0];

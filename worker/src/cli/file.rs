@@ -112,6 +112,20 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_compute_engine_example_loads_and_makes_a_four_host_slice() {
+        use crate::pod::gcloud::{Api, GcloudPod, ProvisioningModel};
+        use crate::pod::PodDriver;
+        let example =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/trillium-1.worker.yaml");
+        let file = WorkerFile::load(&example).unwrap();
+        let gcloud = file.gcloud.unwrap();
+        assert_eq!(gcloud.api, Api::Compute);
+        assert_eq!(gcloud.compute.provisioning_model, ProvisioningModel::Spot);
+        let pod = GcloudPod::new("trillium-1", "v6e-16", 8, gcloud).unwrap();
+        assert_eq!(pod.hosts(), 4);
+    }
+
+    #[test]
     fn a_typo_is_an_error() {
         let dir = std::env::temp_dir().join(format!("podq-cfg-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();

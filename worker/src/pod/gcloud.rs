@@ -159,7 +159,7 @@ impl GcloudPod {
     pub async fn confirm_status(&self) -> anyhow::Result<PodStatus> {
         let mut status = self.status().await?;
         for _ in 0..self.settings.host_loss_checks {
-            if status.is_preempted() {
+            if status.is_preempted() || status.is_repairing() {
                 break;
             }
             tracing::info!(

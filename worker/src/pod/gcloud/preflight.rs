@@ -32,6 +32,15 @@ impl GcloudPod {
                 failures.push(failure(None, "tpu_state", message));
                 return done(failures);
             }
+            if slice.instance(slice.spec.size - 1).is_none() {
+                let message = format!(
+                    "slice {}: cannot tell which instance is which host (each needs \
+                     TPU_WORKER_ID in its tpu-env metadata; see the worker's log)",
+                    slice.spec.group
+                );
+                failures.push(failure(None, "tpu_state", message));
+                return done(failures);
+            }
         } else {
             match self.describe().await {
                 Ok(Some(node)) => {
