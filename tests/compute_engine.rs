@@ -259,6 +259,8 @@ async fn a_spot_preemption_recreates_the_group_and_the_run_resumes_uncharged() {
     assert_eq!(job["failures"], 0, "{job}");
     let tries = attempts(&job);
     assert_eq!(tries[0]["outcome"], "preempted", "{job}");
+    // Nothing was killed through the notice: every trainer ended on the guest's SIGTERM.
+    assert_eq!(tries[0]["exit_codes"], json!([143, 143, 143, 143]), "{job}");
     assert!(
         tries[1]["start_step"].as_i64().unwrap_or(0) >= kept,
         "resumed before the newest committed checkpoint {kept}: {job}"

@@ -20,7 +20,7 @@ pub use file::WorkerFile;
 use crate::attempt::AttemptSettings;
 use crate::client::ServerClient;
 use crate::daemon::{self, DaemonSettings};
-use crate::pod::gcloud::{Capacity, GcloudPod, GcloudSettings};
+use crate::pod::gcloud::{Api, Capacity, GcloudPod, GcloudSettings, ProvisioningModel};
 use crate::pod::local::LocalPod;
 use crate::pod::PodDriver;
 use crate::trust::CaFile;
@@ -369,16 +369,43 @@ impl WorkerConfig {
                 &self.pod_root,
                 seconds(self.recovery_delay_s, "--recovery-delay-s")?,
             )?)),
-            Driver::Gcloud => Ok(Arc::new(GcloudPod::new(
-                &self.pod,
-                &self.accelerator,
-                self.hosts,
-                GcloudSettings {
-                    state_dir: Some(self.state_dir.clone()),
-                    ..self.gcloud.clone()
-                },
-            )?)),
+            Driver::Gcloud => {
+                self.check_flex_start()?;
+                self.gcloud_pod()
+            }
         }
+    }
+
+    /// A flex-start slice must outlive the stop ahead of its end, or nothing could run on it.
+    fn check_flex_start(&self) -> anyhow::Result<()> {
+        let compute = &self.gcloud.compute;
+        if self.gcloud.api != Api::Compute
+            || compute.provisioning_model != ProvisioningModel::FlexStart
+        {
+            return Ok(());
+        }
+        let lives = compute.max_run_duration_s.unwrap_or(0.0);
+        let stop_ahead = self.maintenance_lead_s + self.stop_grace_s;
+        if lives <= stop_ahead {
+            bail!(
+                "a flex-start slice lives {lives} s (gcloud.compute.max_run_duration_s), but runs \
+                 on it are stopped {stop_ahead} s before its end (maintenance_lead_s + \
+                 stop_grace_s): nothing could ever run on it"
+            );
+        }
+        Ok(())
+    }
+
+    fn gcloud_pod(&self) -> anyhow::Result<Arc<dyn PodDriver>> {
+        Ok(Arc::new(GcloudPod::new(
+            &self.pod,
+            &self.accelerator,
+            self.hosts,
+            GcloudSettings {
+                state_dir: Some(self.state_dir.clone()),
+                ..self.gcloud.clone()
+            },
+        )?))
     }
 
     pub fn settings(&self) -> anyhow::Result<DaemonSettings> {

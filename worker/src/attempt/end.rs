@@ -25,7 +25,7 @@ pub(super) async fn stop(ctx: &Context<'_>, hosts: &mut Hosts, stop: &Stop) -> S
         .stop(
             ctx.driver,
             ctx.settings.stop_grace,
-            matches!(stop, Stop::Preempted(_)),
+            matches!(stop, Stop::Preempted(_) | Stop::Repairing(_)),
         )
         .await;
     hosts.drain_lines().await;

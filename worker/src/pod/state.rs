@@ -91,19 +91,22 @@ pub fn describe_state(state: &str) -> &'static str {
 pub fn classify_compute(state: &str, topology: &str) -> StateClass {
     match (state, topology) {
         ("RUNNING", "ACTIVE") => StateClass::Ready,
-        // Compute Engine restarts a managed-capacity slice by itself, whole.
-        ("REPAIRING", _) | (_, "REACTIVATING") => StateClass::Repairing,
-        // Every instance runs but the topology cannot form: "insufficient number of running
-        // VMs" while the service brings one back.
-        ("RUNNING", "INCOMPLETE") => StateClass::Repairing,
-        ("RUNNING", _) | ("PENDING" | "CREATING" | "PROVISIONING" | "STAGING", _) => {
-            StateClass::Changing
-        }
+        // Compute Engine restarts a managed-capacity slice by itself, whole (the driver
+        // reads a Spot slice's repair states as `UNREPAIRED`: Spot is never repaired).
+        ("REPAIRING", _) | ("RUNNING", "REACTIVATING" | "INCOMPLETE") => StateClass::Repairing,
+        ("RUNNING", "ACTIVATING" | "") => StateClass::Changing,
+        ("RUNNING", "FAILED" | "DEACTIVATING") => StateClass::Lost,
+        ("RUNNING", _) => StateClass::Unknown,
+        ("PENDING" | "CREATING" | "PROVISIONING" | "STAGING", _) => StateClass::Changing,
+        // The ACPI notice of a Spot preemption: the guest is shutting down and its trainers
+        // are saving on their SIGTERM. Nothing is ended or deleted over it; the instances
+        // read TERMINATED (or are gone) once it is over.
+        ("STOPPING" | "PENDING_STOP", _) => StateClass::Unsettled,
         // Spot preemption (STOP leaves TERMINATED, DELETE leaves nothing), a flex-start slice
         // at its end, a group someone deleted.
         (
-            "TERMINATED" | "STOPPING" | "PENDING_STOP" | "STOPPED" | "SUSPENDING" | "SUSPENDED"
-            | "DEPROVISIONING" | "MISSING" | "NOT_FOUND",
+            "TERMINATED" | "STOPPED" | "SUSPENDING" | "SUSPENDED" | "DEPROVISIONING" | "MISSING"
+            | "UNREPAIRED" | "NOT_FOUND",
             _,
         ) => StateClass::Lost,
         ("DESCRIBE_FAILED", _) => StateClass::Unsettled,
@@ -221,9 +224,15 @@ mod tests {
     fn a_compute_slice_is_ready_lost_or_repaired_as_compute_engine_says() {
         assert!(slice("RUNNING", "ACTIVE").is_ready());
         assert!(!slice("RUNNING", "ACTIVATING").is_ready());
-        for lost in ["TERMINATED", "STOPPING", "MISSING", "NOT_FOUND"] {
+        for lost in ["TERMINATED", "MISSING", "NOT_FOUND", "UNREPAIRED"] {
             assert!(slice(lost, "INCOMPLETE").is_preempted(), "{lost}");
         }
+        assert!(slice("RUNNING", "FAILED").is_preempted());
+        // A Spot notice under way: the trainers are saving; nothing is ended over it.
+        let notice = slice("STOPPING", "INCOMPLETE");
+        assert!(!notice.is_preempted() && !notice.is_repairing() && !notice.is_ready());
+        assert!(slice("RUNNING", "ACTIVATING").is_preempted());
+        assert!(!slice("RUNNING", "SOMETHING_NEW").is_preempted());
         for repair in [
             ("REPAIRING", "REACTIVATING"),
             ("RUNNING", "REACTIVATING"),
@@ -235,7 +244,7 @@ mod tests {
                 "{repair:?}"
             );
         }
-        // Waiting for capacity: not ready, and nothing to end.
+        // Instances that do not exist yet hold no trainer: an attempt on them is over.
         assert!(slice("PENDING", "").is_preempted());
         assert!(!slice("DESCRIBE_FAILED", "").is_preempted());
         // The TPU API's REPAIRING is a node on its way back, its hosts gone: preempted.

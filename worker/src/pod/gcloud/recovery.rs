@@ -69,6 +69,9 @@ pub(super) struct Episode {
     recreate_at: Option<Instant>,
     /// Said why a multi-host node is recreated rather than started.
     told_why_recreate: bool,
+    /// A Compute Engine group was created in this recovery and none of its instances has
+    /// been listed yet.
+    pub(super) slice_created: bool,
 }
 
 /// Why a create did not happen.

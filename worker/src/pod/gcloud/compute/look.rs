@@ -2,9 +2,10 @@
 //! with gcloud, remembered for the calls that need a host's instance (ssh, scp, the
 //! coordinator's address).
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
-use super::settings::{Place, SliceSpec};
+use super::settings::{Place, ProvisioningModel, SliceSpec};
 use super::slice::{Group, Host, Instance, ManagedInstance, Slice};
 use crate::pod::gcloud::runner::{CallError, Retry};
 use crate::pod::gcloud::GcloudPod;
@@ -14,8 +15,12 @@ use crate::pod::{PodApi, PodStatus};
 pub(in crate::pod::gcloud) struct ComputeSlice {
     pub spec: SliceSpec,
     pub last: Mutex<Slice>,
-    /// The instance of each host, by worker index, kept from the last look that knew them.
-    pub hosts: Mutex<Vec<Host>>,
+    /// The instance of each host, by worker index, and the group they belong to: kept from
+    /// the last look that knew them all, and dropped with their group.
+    pub hosts: Mutex<(Option<String>, Vec<Host>)>,
+    /// The hold podq keeps is for the project's quota (which a person raises), not for a
+    /// create call that was refused.
+    pub quota_held: AtomicBool,
 }
 
 impl ComputeSlice {
@@ -23,20 +28,34 @@ impl ComputeSlice {
         ComputeSlice {
             spec,
             last: Mutex::new(Slice::default()),
-            hosts: Mutex::new(Vec::new()),
+            hosts: Mutex::new((None, Vec::new())),
+            quota_held: AtomicBool::new(false),
         }
     }
 
     /// The instance that is host `index`, as ssh and scp name it.
     pub fn instance(&self, index: u32) -> Option<Host> {
         let hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
-        hosts.get(index as usize).cloned()
+        hosts.1.get(index as usize).cloned()
     }
 
-    /// The group's id: a recreated group is a new one, with new disks to set up.
+    /// The group's id and its instances' ids: a recreated group, or instances Compute
+    /// Engine replaced, have new disks to set up.
     pub fn incarnation(&self) -> Option<String> {
         let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        last.group.as_ref().and_then(|g| g.id.clone())
+        let group = last.group.as_ref()?.id.clone()?;
+        let mut ids: Vec<&str> = last
+            .described
+            .iter()
+            .filter_map(|i| i.id.as_deref())
+            .collect();
+        ids.sort_unstable();
+        Some(format!("{group}:{}", ids.join(",")))
+    }
+
+    /// Whether Compute Engine repairs this slice by itself: managed capacity, not Spot.
+    pub fn repaired(&self) -> bool {
+        self.spec.settings.provisioning_model != ProvisioningModel::Spot
     }
 }
 
@@ -119,19 +138,44 @@ impl GcloudPod {
     }
 
     /// Keeps the look, and the hosts when every instance runs and says which worker it is.
+    /// Hosts of another group than the one seen now are forgotten.
     fn remember(&self, slice: &ComputeSlice, seen: &Slice) {
+        let group = seen.group.as_ref().and_then(|g| g.id.clone());
+        {
+            let mut hosts = slice.hosts.lock().unwrap_or_else(|e| e.into_inner());
+            if hosts.0 != group {
+                *hosts = (group.clone(), Vec::new());
+            }
+        }
         if seen.state() == "RUNNING" {
             match seen.hosts() {
                 Ok(hosts) if hosts.len() as u32 == slice.spec.size => {
-                    *slice.hosts.lock().unwrap_or_else(|e| e.into_inner()) = hosts;
+                    *slice.hosts.lock().unwrap_or_else(|e| e.into_inner()) = (group, hosts);
                 }
-                Ok(hosts) => tracing::warn!(
-                    pod = %self.name,
-                    "{} instances answered for a slice of {}: hosts not updated",
-                    hosts.len(),
-                    slice.spec.size
-                ),
-                Err(why) => tracing::warn!(pod = %self.name, "{why}: hosts not updated"),
+                Ok(hosts) => {
+                    tracing::warn!(
+                        pod = %self.name,
+                        "{} instances answered for a slice of {} (a group made from other \
+                         settings? delete it and podq creates it anew)",
+                        hosts.len(),
+                        slice.spec.size
+                    );
+                    slice
+                        .hosts
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .1
+                        .clear();
+                }
+                Err(why) => {
+                    tracing::warn!(pod = %self.name, "{why}: which instance is which host is unknown");
+                    slice
+                        .hosts
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .1
+                        .clear();
+                }
             }
         }
         *slice.last.lock().unwrap_or_else(|e| e.into_inner()) = seen.clone();
@@ -140,7 +184,7 @@ impl GcloudPod {
     /// The slice as a pod status; a look that failed is `DESCRIBE_FAILED`, not a loss.
     pub(in crate::pod::gcloud) async fn slice_status(&self, slice: &ComputeSlice) -> PodStatus {
         match self.look_at_slice(slice).await {
-            Ok(seen) => seen.status(),
+            Ok(seen) => seen.status(slice.repaired()),
             Err(e) => {
                 tracing::warn!(pod = %self.name, error = %e, "cannot look at the slice");
                 PodStatus {

@@ -15,6 +15,8 @@
 //!   a pause that doubles; a quota the project lacks is *held*: shown as needing a person,
 //!   and nothing is deleted or created while it lasts.
 
+use std::sync::atomic::Ordering;
+
 use super::settings::Place;
 use super::ComputeSlice;
 use crate::pod::gcloud::recovery::{Episode, Refused, Step};
@@ -34,7 +36,7 @@ impl GcloudPod {
             Ok(seen) => seen,
             Err(e) => return Step::Wait(format!("cannot look at slice {group}: {e}")),
         };
-        let status = seen.status();
+        let status = seen.status(slice.repaired());
         let (state, topology) = (&status.state, &status.health);
         match status.class() {
             StateClass::Ready => Step::Ready,
@@ -59,9 +61,13 @@ impl GcloudPod {
                         quota.code, quota.message
                     );
                     self.hold(why.clone());
+                    slice.quota_held.store(true, Ordering::SeqCst);
                     return Step::Held(why);
                 }
-                self.release_hold();
+                if !seen.instances.is_empty() {
+                    episode.slice_created = false;
+                }
+                self.release_quota_hold(slice);
                 if let Some(error) = errors.first() {
                     return Step::ActionFailed(format!(
                         "waiting for capacity for slice {group} ({}: {})",
@@ -97,11 +103,24 @@ impl GcloudPod {
             }
             StateClass::Lost => {
                 self.disturbed(episode);
+                // The group went while held for quota (a person deleted it): start anew.
+                if seen.group.is_none() {
+                    self.release_quota_hold(slice);
+                }
                 if let Some(why) = self.held() {
                     return Step::Held(why);
                 }
+                // Just created, its instances not listed yet: not a loss.
+                if episode.slice_created && seen.group.is_some() && seen.instances.is_empty() {
+                    return Step::Wait(format!(
+                        "slice {group} was just created: waiting for its instances to be listed"
+                    ));
+                }
                 match self.recreate_slice(slice, &seen, state, progress).await {
-                    Ok(()) => Step::Acted,
+                    Ok(()) => {
+                        episode.slice_created = true;
+                        Step::Acted
+                    }
                     Err(Refused::Held(why)) => Step::Held(why),
                     Err(Refused::Failed(what)) => Step::ActionFailed(what),
                 }
@@ -197,6 +216,13 @@ impl GcloudPod {
             .await
             .map(|_| ())
             .map_err(|e| self.refused(&format!("slice {}", spec.group), &e))
+    }
+
+    /// Ends a hold that was for the project's quota (a hold for a refused create stays).
+    fn release_quota_hold(&self, slice: &ComputeSlice) {
+        if slice.quota_held.swap(false, Ordering::SeqCst) {
+            self.release_hold();
+        }
     }
 
     async fn delete(&self, args: &[String], what: &str) -> Result<(), Refused> {

@@ -32,6 +32,8 @@ pub struct Group {
     /// The template's URL: the last path segment is its name.
     pub instance_template: Option<String>,
     pub resource_policies: GroupPolicies,
+    /// Instances per action under way: `creating`, `recreating`, `deleting`, ...
+    pub current_actions: BTreeMap<String, u32>,
     pub status: GroupStatus,
 }
 
@@ -231,17 +233,19 @@ pub struct Slice {
 }
 
 /// How far along an instance is, least first: the slice is as far as its least instance.
+/// One instance being repaired makes the slice repairing (Compute Engine recovers a
+/// multi-host slice whole, and its other instances may read anything meanwhile).
 fn rank(status: &str) -> u8 {
     match status {
-        "TERMINATED" | "STOPPING" | "PENDING_STOP" | "STOPPED" | "SUSPENDING" | "SUSPENDED"
-        | "DEPROVISIONING" => 0,
-        "REPAIRING" => 1,
-        "PENDING" => 2,
-        "CREATING" => 3,
-        "PROVISIONING" => 4,
-        "STAGING" => 5,
-        "RUNNING" => 6,
-        _ => 7,
+        "REPAIRING" => 0,
+        "TERMINATED" | "STOPPED" | "SUSPENDING" | "SUSPENDED" | "DEPROVISIONING" => 1,
+        "STOPPING" | "PENDING_STOP" => 2,
+        "PENDING" => 3,
+        "CREATING" => 4,
+        "PROVISIONING" => 5,
+        "STAGING" => 6,
+        "RUNNING" => 7,
+        _ => 8,
     }
 }
 
@@ -253,11 +257,17 @@ impl Slice {
         let Some(group) = &self.group else {
             return "NOT_FOUND".into();
         };
+        // Just after the create call no instance may be listed yet: the insert operation is
+        // done before any VM exists (Compute v1 instanceGroupManagers.insert).
         let creating = group
             .status
             .bulk_instance_operation
             .as_ref()
-            .is_some_and(|op| op.in_progress);
+            .is_some_and(|op| op.in_progress)
+            || group
+                .current_actions
+                .get("creating")
+                .is_some_and(|&n| n > 0);
         let size = group.target_size.unwrap_or(self.instances.len() as u32);
         if !creating && (self.instances.len() as u32) < size {
             return "MISSING".into();
@@ -343,11 +353,21 @@ impl Slice {
             .min_by_key(|m| (m.status != "ONGOING", m.window_start))
     }
 
-    pub fn status(&self) -> PodStatus {
+    /// The slice as a pod status. `repaired`: Compute Engine repairs this slice by itself
+    /// (managed capacity); a Spot slice is never repaired, so its repair states read
+    /// `UNREPAIRED`, a loss (https://docs.cloud.google.com/tpu/docs/failure-recovery).
+    pub fn status(&self, repaired: bool) -> PodStatus {
+        let (mut state, topology) = (self.state(), self.topology());
+        if !repaired
+            && crate::pod::state::classify_compute(&state, &topology)
+                == crate::pod::state::StateClass::Repairing
+        {
+            state = "UNREPAIRED".into();
+        }
         PodStatus {
             api: PodApi::Compute,
-            state: self.state(),
-            health: self.topology(),
+            state,
+            health: topology,
             maintenance: self.maintenance(),
             capacity_ends: self
                 .described
@@ -402,7 +422,7 @@ mod tests {
             slice.creation_errors()[0].code,
             "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"
         );
-        assert!(!slice.status().is_ready());
+        assert!(!slice.status(true).is_ready());
     }
 
     #[test]
