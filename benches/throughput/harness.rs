@@ -25,7 +25,7 @@ pub const ACCELERATOR: &str = "v4-64";
 pub const OTHER_ACCELERATOR: &str = "v5e-16";
 const HOSTS: usize = 8;
 pub const ADMIN_TOKEN: &str = "bench-admin-token";
-const WORKER_TOKEN: &str = "bench-worker-token";
+pub const WORKER_TOKEN: &str = "bench-worker-token";
 
 /// Raw baselines: how long each loop runs.
 pub const RAW_WINDOW: Duration = Duration::from_secs(2);
@@ -207,7 +207,7 @@ fn value(step: i64, i: usize) -> f64 {
 
 pub struct ServerProc {
     child: Child,
-    pid: u32,
+    pub pid: u32,
     /// `http://127.0.0.1:<port>/api/v1`
     pub base: String,
     pub db: PathBuf,

@@ -487,10 +487,13 @@ impl Builder {
         self
     }
 
+    /// A bare `?`, numbered by both stores as the next one (`numbered_placeholders`). Not
+    /// `?N`: SQLite keeps numbered placeholders in a list that sqlx's bind scans once per
+    /// parameter (`sqlite3_bind_parameter_name`), so a statement of N of them costs N²; on a
+    /// 500-value metrics batch that was the server's top cost (benches/fleet.rs).
     pub fn push_bind(&mut self, value: impl IntoArg) -> &mut Self {
         self.args.push(value.into_arg());
         self.sql.push('?');
-        self.sql.push_str(&self.args.len().to_string());
         self
     }
 

@@ -18,26 +18,24 @@ pub async fn insert_lines(
     lines: &[HostLogLine],
     cap: i64,
 ) -> Result<u64, StoreError> {
-    let mut floors: BTreeMap<u32, i64> = BTreeMap::new();
-    for host in lines.iter().map(|l| l.host) {
-        if floors.contains_key(&host) {
-            continue;
-        }
-        let floor: i64 = db::query_scalar(
-            "SELECT floor FROM log_counts WHERE job_id = ? AND attempt = ? AND host = ?",
-        )
-        .bind(job_id)
-        .bind(attempt)
-        .bind(host)
-        .fetch_optional(conn)
-        .await?
-        .unwrap_or(0);
-        floors.insert(host, floor);
-    }
+    // Every host's floor in one statement: each statement is a round trip to the store's
+    // connection thread.
+    let floors: BTreeMap<i64, i64> = db::query_as::<(i64, i64)>(
+        "SELECT host, floor FROM log_counts WHERE job_id = ? AND attempt = ?",
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .fetch_all(conn)
+    .await?
+    .into_iter()
+    .collect();
     // In the batch's order, which is the order the worker received them in.
     let lines: Vec<&HostLogLine> = lines
         .iter()
-        .filter(|l| i64::try_from(l.offset).is_ok_and(|o| o >= floors[&l.host]))
+        .filter(|l| {
+            let floor = floors.get(&i64::from(l.host)).copied().unwrap_or(0);
+            i64::try_from(l.offset).is_ok_and(|o| o >= floor)
+        })
         .collect();
     let mut inserted: BTreeMap<i64, i64> = BTreeMap::new();
     // 6 variables a row; SQLite allows 32766 per statement.
@@ -58,21 +56,29 @@ pub async fn insert_lines(
             *inserted.entry(host).or_default() += 1;
         }
     }
-    let mut new = 0;
-    for (host, count) in inserted {
-        new += count as u64;
-        let kept: i64 = db::query_scalar(
-            "INSERT INTO log_counts (job_id, attempt, host, kept, dropped, floor) \
-             VALUES (?1, ?2, ?3, ?4, 0, 0) \
-             ON CONFLICT (job_id, attempt, host) DO UPDATE SET kept = log_counts.kept + excluded.kept \
-             RETURNING kept",
-        )
-        .bind(job_id)
-        .bind(attempt)
-        .bind(host)
-        .bind(count)
-        .fetch_one(conn)
+    if inserted.is_empty() {
+        return Ok(0);
+    }
+    let new = inserted.values().sum::<i64>() as u64;
+    let mut counts =
+        Builder::new("INSERT INTO log_counts (job_id, attempt, host, kept, dropped, floor) ");
+    counts.push_values(&inserted, |mut row, (host, count)| {
+        row.push_bind(job_id)
+            .push_bind(attempt)
+            .push_bind(*host)
+            .push_bind(*count)
+            .push_bind(0_i64)
+            .push_bind(0_i64);
+    });
+    counts.push(
+        " ON CONFLICT (job_id, attempt, host) DO UPDATE SET kept = log_counts.kept + excluded.kept \
+         RETURNING host, kept",
+    );
+    let kept = counts
+        .build_query_as::<(i64, i64)>()
+        .fetch_all(conn)
         .await?;
+    for (host, kept) in kept {
         if kept > cap {
             trim(conn, job_id, attempt, host, kept - cap).await?;
         }

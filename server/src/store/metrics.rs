@@ -26,18 +26,21 @@ pub async fn insert_points(
         .collect();
     names.sort_unstable();
     names.dedup();
-    let mut series = HashMap::with_capacity(names.len());
-    for name in names {
-        let id: i64 = db::query_scalar(
-            "INSERT INTO metric_series (job_id, name) VALUES (?, ?) \
-             ON CONFLICT (job_id, name) DO UPDATE SET name = excluded.name RETURNING id",
-        )
-        .bind(job_id)
-        .bind(name)
-        .fetch_one(conn)
-        .await?;
-        series.insert(name, id);
-    }
+    // Every series of the batch in one statement: each statement is a round trip to the
+    // store's connection thread.
+    let mut upsert = Builder::new("INSERT INTO metric_series (job_id, name) ");
+    upsert.push_values(&names, |mut row, name| {
+        row.push_bind(job_id).push_bind(*name);
+    });
+    upsert
+        .push(" ON CONFLICT (job_id, name) DO UPDATE SET name = excluded.name RETURNING id, name");
+    let series: HashMap<String, i64> = upsert
+        .build_query_as::<(i64, String)>()
+        .fetch_all(conn)
+        .await?
+        .into_iter()
+        .map(|(id, name)| (name, id))
+        .collect();
     // One row per (series, step), the last reported winning: PostgreSQL refuses an upsert
     // that touches a row twice, and SQLite would keep the last anyway.
     let rows: Vec<(i64, i64, f64)> = batch
