@@ -42,22 +42,8 @@ use postgres::PostgresServer;
 const HOSTS: usize = 8;
 const STEPS_PER_BATCH: i64 = 10;
 const LOG_LINES_PER_HOST_S: f64 = 2.0;
-/// TRM's metrics (server/src/catalog/stop_rules.rs, `TRAINER_METRICS`).
-const TRM_METRICS: [&str; 13] = [
-    "train/accuracy",
-    "train/exact_accuracy",
-    "train/q_halt_accuracy",
-    "train/avg_steps",
-    "train/count",
-    "train/lm_loss",
-    "train/q_halt_loss",
-    "train/loss",
-    "train/act_steps",
-    "train/diverged",
-    "eval/loss",
-    "eval/accuracy",
-    "eval/exact_accuracy",
-];
+/// TRM's metrics, as the catalog's checks know them.
+const TRM_METRICS: [&str; 13] = podq_server::catalog::stop_rules::TRAINER_METRICS;
 /// The targets at 1,000 pods: printed as targets, never as baselines.
 const TARGET_P99_MS: f64 = 100.0;
 const TARGET_CPU_SHARE: f64 = 1.0;

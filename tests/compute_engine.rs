@@ -86,36 +86,10 @@ fn calls_of(calls: &[Vec<String>], words: &[&str], from: usize) -> Vec<usize> {
         .collect()
 }
 
-/// One line of figures for a fault, as tests/emulated_pod.rs prints them.
-fn report_fault(fault: &str, job: &Value, moving: Duration) {
-    let tries = attempts(job);
-    let outcomes: Vec<&str> = tries
-        .iter()
-        .map(|a| a["outcome"].as_str().unwrap_or("?"))
-        .collect();
-    let lost: i64 = tries
-        .windows(2)
-        .map(|w| {
-            let ended = w[0]["end_step"].as_i64().unwrap_or(0);
-            (ended - w[1]["start_step"].as_i64().unwrap_or(0)).max(0)
-        })
-        .sum();
-    eprintln!(
-        "FAULT {fault}: outcomes {outcomes:?}, failures {}, steps lost {lost}, moving again after {:.1}s",
-        job["failures"],
-        moving.as_secs_f64()
-    );
-}
-
 /// The seconds from now until a second attempt trains past the step it resumed from.
 async fn second_attempt_moving(run: &Slice) -> Duration {
     let fault = Instant::now();
-    eventually(RUN, "a second attempt running", || async {
-        let job = run.server.job(&run.id).await;
-        let second = attempts(&job).get(1).cloned()?;
-        (job["last_step"].as_i64()? > second["start_step"].as_i64().unwrap_or(0)).then_some(())
-    })
-    .await;
+    second_attempt_trains(&run.server, &run.id).await;
     fault.elapsed()
 }
 

@@ -145,37 +145,9 @@ async fn moving_again(run: &Running, step: i64) -> std::time::Duration {
     fault.elapsed()
 }
 
-/// One line of figures for a fault: how each attempt ended, the failures charged, the steps
-/// trained again, and the seconds from the fault to the run moving again.
-fn report_fault(fault: &str, job: &Value, moving: std::time::Duration) {
-    let tries = attempts(job);
-    let outcomes: Vec<String> = tries
-        .iter()
-        .map(|a| a["outcome"].as_str().unwrap_or("?").to_owned())
-        .collect();
-    let lost: i64 = tries
-        .windows(2)
-        .map(|w| {
-            let ended = w[0]["end_step"].as_i64().unwrap_or(0);
-            let resumed = w[1]["start_step"].as_i64().unwrap_or(0);
-            (ended - resumed).max(0)
-        })
-        .sum();
-    eprintln!(
-        "FAULT {fault}: outcomes {outcomes:?}, failures {}, steps lost {lost}, moving again after {:.1}s",
-        job["failures"],
-        moving.as_secs_f64()
-    );
-}
-
 /// Waits until a second attempt has trained past the step it resumed from.
 async fn second_attempt_moving(run: &Running) {
-    eventually(RUN, "a second attempt running", || async {
-        let job = run.server.job(&run.id).await;
-        let second = attempts(&job).get(1).cloned()?;
-        (job["last_step"].as_i64()? > second["start_step"].as_i64().unwrap_or(0)).then_some(())
-    })
-    .await;
+    second_attempt_trains(&run.server, &run.id).await;
 }
 
 fn kill_agent(cloud: &FakeCloud, host: u32) {

@@ -558,6 +558,39 @@ pub async fn no_secret_on_a_command_line(
     assert_eq!(job["failures"], 0, "{job}");
 }
 
+/// One line of figures for a fault: how each attempt ended, the failures charged, the steps
+/// trained again, and the seconds from the fault to the run moving again.
+pub fn report_fault(fault: &str, job: &Value, moving: std::time::Duration) {
+    let tries = attempts(job);
+    let outcomes: Vec<String> = tries
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap_or("?").to_owned())
+        .collect();
+    let lost: i64 = tries
+        .windows(2)
+        .map(|w| {
+            let ended = w[0]["end_step"].as_i64().unwrap_or(0);
+            let resumed = w[1]["start_step"].as_i64().unwrap_or(0);
+            (ended - resumed).max(0)
+        })
+        .sum();
+    eprintln!(
+        "FAULT {fault}: outcomes {outcomes:?}, failures {}, steps lost {lost}, moving again after {:.1}s",
+        job["failures"],
+        moving.as_secs_f64()
+    );
+}
+
+/// Waits until a second attempt of job `id` has trained past the step it resumed from.
+pub async fn second_attempt_trains(server: &Server, id: &str) {
+    crate::common::eventually(RUN, "a second attempt running", || async {
+        let job = server.job(id).await;
+        let second = attempts(&job).get(1).cloned()?;
+        (job["last_step"].as_i64()? > second["start_step"].as_i64().unwrap_or(0)).then_some(())
+    })
+    .await;
+}
+
 /// A copy of the repository's catalog in which `group` runs on `accelerator`.
 pub fn catalog_with_accelerator(group: &str, accelerator: &str) -> tempfile::TempDir {
     let dir = shared_tempdir();

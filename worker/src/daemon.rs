@@ -169,38 +169,27 @@ async fn ready_pod(
             }
             continue;
         }
-        // A run leased now would be stopped for the window: lease nothing until it passed.
-        if let Some(m) =
-            status.maintenance_ahead(settings.attempt.maintenance_lead, chrono::Utc::now())
-        {
-            let waiting = format!(
+        // A run leased now would be stopped for the window, or the slice's end: lease
+        // nothing until it passed.
+        let now = chrono::Utc::now();
+        let lead = settings.attempt.maintenance_lead;
+        let waiting = if let Some(m) = status.maintenance_ahead(lead, now) {
+            Some(format!(
                 "a {} maintenance window opens at {} (ends {}): leasing nothing on this pod until it has passed",
                 m.kind,
                 m.window_start.map_or("an unknown time".into(), |t| t.to_rfc3339()),
                 m.window_end.map_or("at an unknown time".into(), |t| t.to_rfc3339()),
-            );
-            tracing::info!(pod = driver.name(), "{waiting}");
-            report(
-                client,
-                driver,
-                &status.state,
-                &status.health,
-                None,
-                Some(waiting),
-                None,
-            )
-            .await;
-            sleep_or_shutdown(settings.preflight_retry, shutdown).await;
-            continue;
-        }
-        if let Some(ends) =
-            status.capacity_ends_within(settings.attempt.maintenance_lead, chrono::Utc::now())
-        {
-            let waiting = format!(
-                "the slice's capacity ends at {} (its max run duration): leasing nothing on it; \
-                 it is created again once it is gone",
-                ends.to_rfc3339()
-            );
+            ))
+        } else {
+            status.capacity_ends_within(lead, now).map(|ends| {
+                format!(
+                    "the slice's capacity ends at {} (its max run duration): leasing nothing on \
+                     it; it is created again once it is gone",
+                    ends.to_rfc3339()
+                )
+            })
+        };
+        if let Some(waiting) = waiting {
             tracing::info!(pod = driver.name(), "{waiting}");
             report(
                 client,
