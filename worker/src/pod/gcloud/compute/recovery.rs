@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 
 use super::settings::Place;
 use super::ComputeSlice;
+use crate::pod::gcloud::node::{classify_error, ErrorClass};
 use crate::pod::gcloud::recovery::{Episode, Refused, Step};
 use crate::pod::gcloud::runner::{CallError, Retry};
 use crate::pod::gcloud::{GcloudPod, StateClass};
@@ -41,7 +42,8 @@ impl GcloudPod {
         match status.class() {
             StateClass::Ready => Step::Ready,
             StateClass::Repairing => {
-                // The hosts restart: /tmp is gone, the disks stay (no setup needed).
+                // The hosts restart with their /tmp gone; instances with new ids (new disks)
+                // get the setup command again (`ComputeSlice::incarnation`).
                 Step::Wait(format!(
                     "Compute Engine is repairing slice {group} (instances {state}, topology \
                      {topology}): it restarts the whole slice by itself; waiting, deleting nothing"
@@ -51,7 +53,8 @@ impl GcloudPod {
                 self.disturbed(episode);
                 let errors = seen.creation_errors();
                 let quota = errors.iter().find(|e| {
-                    e.code.contains("QUOTA") || e.message.to_ascii_lowercase().contains("quota")
+                    let text = format!("{}: {}", e.code, e.message);
+                    classify_error(None, &text) == ErrorClass::Quota
                 });
                 if let Some(quota) = quota {
                     let why = format!(
@@ -74,19 +77,7 @@ impl GcloudPod {
                         error.code, error.message
                     ));
                 }
-                let counts = seen
-                    .group
-                    .as_ref()
-                    .map(|g| {
-                        g.status
-                            .current_instance_statuses
-                            .iter()
-                            .map(|(state, n)| format!("{n} {state}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    })
-                    .filter(|c| !c.is_empty())
-                    .unwrap_or_else(|| "no instance yet".into());
+                let counts = seen.instance_counts();
                 let waiting = if state == "PENDING" {
                     "waiting for flex-start capacity"
                 } else {

@@ -286,6 +286,21 @@ impl Slice {
             .unwrap_or_else(|| "MISSING".into())
     }
 
+    /// The group's instances per state, for messages: `4 provisioning`.
+    pub fn instance_counts(&self) -> String {
+        let counts: Vec<String> = self
+            .group
+            .iter()
+            .flat_map(|g| &g.status.current_instance_statuses)
+            .map(|(state, n)| format!("{n} {state}"))
+            .collect();
+        if counts.is_empty() {
+            "no instance yet".into()
+        } else {
+            counts.join(", ")
+        }
+    }
+
     /// The accelerator topology's state (`""` before the group applied one).
     pub fn topology(&self) -> String {
         self.group
