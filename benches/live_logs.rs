@@ -142,7 +142,7 @@ impl Run {
         let size = file_size(&db) + file_size(&db.with_extension("db-wal"));
         let url = format!("sqlite://{}?mode=ro", db.display());
         let pool = sqlx::SqlitePool::connect(&url).await?;
-        let lines: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM log_lines")
+        let lines: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(lines), 0) FROM log_chunks")
             .fetch_one(&pool)
             .await?;
         pool.close().await;

@@ -202,7 +202,8 @@ async fn download(server: &ServerProc, http: &reqwest::Client, path: &str) -> Re
     })
 }
 
-/// The same rows straight from the file: by series (in name order) and step.
+/// The same points straight from the file: by series (in name order) and step, each chunk
+/// decoded as the server does.
 async fn raw_select(server: &ServerProc, job_id: &str) -> Res<Download> {
     let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
         .filename(server.dir.path().join("podq.db"))
@@ -210,13 +211,19 @@ async fn raw_select(server: &ServerProc, job_id: &str) -> Res<Download> {
         .connect()
         .await?;
     let started = Instant::now();
-    let rows: Vec<(String, i64, f64)> = sqlx::query_as(
-        "SELECT s.name, p.step, p.value FROM metric_series s \
-         JOIN metric_points p ON p.series_id = s.id WHERE s.job_id = ? ORDER BY s.name, p.step",
+    let chunks: Vec<(String, Vec<u8>)> = sqlx::query_as(
+        "SELECT s.name, c.data FROM metric_series s \
+         JOIN metric_chunks c ON c.series_id = s.id WHERE s.job_id = ? ORDER BY s.name, c.last_step",
     )
     .bind(job_id)
     .fetch_all(&mut conn)
     .await?;
+    let mut rows = Vec::new();
+    for (name, data) in &chunks {
+        for (step, value) in podq_server::store::chunks::decode_points(data)? {
+            rows.push((name, step, value));
+        }
+    }
     let secs = started.elapsed().as_secs_f64();
     conn.close().await?;
     Ok(Download {

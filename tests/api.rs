@@ -17,7 +17,7 @@ async fn table_counts(server: &Server) -> Vec<(String, i64)> {
         "jobs",
         "attempts",
         "checkpoints",
-        "metric_points",
+        "metric_chunks",
         "events",
         "pods",
         "schedules",

@@ -66,7 +66,7 @@ async fn a_study_copied_from_sqlite_is_served_from_postgresql_as_it_was() {
     let from = format!("sqlite://{}", sqlite.db().display());
     let (code, stdout, stderr) = migrate(&from, &database.url);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
-    for table in ["jobs", "attempts", "events", "metric_points", "log_lines"] {
+    for table in ["jobs", "attempts", "events", "metric_chunks", "log_chunks"] {
         let line = stdout
             .lines()
             .find(|l| l.trim_start().starts_with(&format!("{table} ")))

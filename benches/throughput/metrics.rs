@@ -189,14 +189,18 @@ pub async fn metrics_query() -> Res<QueryRun> {
 
     let mut conn = read_only(&server.db).await?;
     let started = Instant::now();
-    let all: Vec<(i64, f64)> = sqlx::query_as(
-        "SELECT p.step, p.value FROM metric_points p JOIN metric_series s ON s.id = p.series_id \
-         WHERE s.job_id = ? AND s.name = ? ORDER BY p.step",
+    let chunks: Vec<Vec<u8>> = sqlx::query_scalar(
+        "SELECT c.data FROM metric_chunks c JOIN metric_series s ON s.id = c.series_id \
+         WHERE s.job_id = ? AND s.name = ? ORDER BY c.last_step",
     )
     .bind(lease.job_id.to_string())
     .bind(NAME)
     .fetch_all(&mut conn)
     .await?;
+    let mut all: Vec<(i64, f64)> = Vec::new();
+    for data in &chunks {
+        all.extend(podq_server::store::chunks::decode_points(data)?);
+    }
     let full_read_ms = started.elapsed().as_secs_f64() * 1e3;
     conn.close().await?;
     if all.len() as i64 != QUERY_POINTS {

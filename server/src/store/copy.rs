@@ -20,7 +20,7 @@ const TABLES: [&str; 19] = [
     "attempts",
     "checkpoints",
     "metric_series",
-    "metric_points",
+    "metric_chunks",
     "events",
     "webhooks",
     "webhook_outbox",
@@ -28,7 +28,7 @@ const TABLES: [&str; 19] = [
     "schedules",
     "idempotency_keys",
     "grant_terms",
-    "log_lines",
+    "log_chunks",
     "log_counts",
     "pod_time_totals",
     "goodput_totals",
@@ -42,7 +42,7 @@ const IDENTITY_TABLES: [&str; 5] = [
     "events",
     "webhooks",
     "webhook_outbox",
-    "log_lines",
+    "log_chunks",
 ];
 
 /// What a migration copied: (table, rows in the source, rows in the destination).

@@ -126,6 +126,8 @@ pub enum Arg {
     Int(Option<i64>),
     Real(Option<f64>),
     Text(Option<String>),
+    /// Encoded chunks of metric points and log lines (`store/chunks.rs`).
+    Blob(Option<Vec<u8>>),
 }
 
 pub trait IntoArg {
@@ -201,6 +203,15 @@ impl IntoArg for &String {
     }
     fn null() -> Arg {
         Arg::Text(None)
+    }
+}
+
+impl IntoArg for Vec<u8> {
+    fn into_arg(self) -> Arg {
+        Arg::Blob(Some(self))
+    }
+    fn null() -> Arg {
+        Arg::Blob(None)
     }
 }
 
@@ -306,6 +317,7 @@ fn sqlite_arguments(args: Vec<Arg>) -> Result<SqliteArguments, sqlx::Error> {
             Arg::Int(v) => out.add(v),
             Arg::Real(v) => out.add(v),
             Arg::Text(v) => out.add(v),
+            Arg::Blob(v) => out.add(v),
         }
         .map_err(sqlx::Error::Encode)?;
     }
@@ -319,6 +331,7 @@ fn postgres_arguments(args: Vec<Arg>) -> Result<PgArguments, sqlx::Error> {
             Arg::Int(v) => out.add(v),
             Arg::Real(v) => out.add(v),
             Arg::Text(v) => out.add(v),
+            Arg::Blob(v) => out.add(v),
         }
         .map_err(sqlx::Error::Encode)?;
     }

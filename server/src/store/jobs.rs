@@ -213,21 +213,23 @@ pub async fn latest_metrics(
     db: &mut Conn,
     job_id: &str,
 ) -> Result<BTreeMap<String, api::MetricValue>, StoreError> {
-    let rows: Vec<(String, i64, Option<f64>)> = db::query_as(
-        "SELECT s.name, p.step, p.value FROM metric_series s \
-         JOIN metric_points p ON p.series_id = s.id \
-         WHERE s.job_id = ? AND p.step = (SELECT MAX(step) FROM metric_points WHERE series_id = s.id)",
+    // Each series' newest chunk, whose last point is its newest.
+    let rows: Vec<(String, Vec<u8>)> = db::query_as(
+        "SELECT s.name, c.data FROM metric_series s \
+         JOIN metric_chunks c ON c.series_id = s.id \
+         WHERE s.job_id = ? AND c.last_step = \
+           (SELECT MAX(last_step) FROM metric_chunks WHERE series_id = s.id)",
     )
     .bind(job_id)
     .fetch_all(db)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(name, step, value)| {
-            let value = super::metrics::read(value);
-            (name, api::MetricValue { step, value })
-        })
-        .collect())
+    let mut latest = BTreeMap::new();
+    for (name, data) in rows {
+        if let Some(&(step, value)) = super::chunks::decode_points(&data)?.last() {
+            latest.insert(name, api::MetricValue { step, value });
+        }
+    }
+    Ok(latest)
 }
 
 /// Job counts per (group, state), linked jobs in their run's state; maintained by triggers

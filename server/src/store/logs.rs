@@ -1,6 +1,10 @@
 //! Trainer log lines per job, attempt and host, kept to a cap per attempt and host with the
-//! oldest dropped first (migration 0007).
+//! oldest dropped first (migration 0007). Stored a chunk per host and forwarded batch
+//! (`log_chunks`, migration 0012, see `chunks.rs`). A line's id is its batch's number times
+//! [`LINES_PER_BATCH`] plus its place in the batch, so ids keep the order lines arrived in,
+//! across hosts.
 
+use super::chunks::{decode_lines, encode_lines, StoredLine};
 use super::db::{self, Builder, Conn};
 use std::collections::BTreeMap;
 
@@ -8,9 +12,15 @@ use podq_api::HostLogLine;
 
 use super::StoreError;
 
+/// Lines one batch number holds at most (a larger batch takes several numbers), and the
+/// factor of the number in its lines' ids. A line id stays below 2^53, exact in
+/// JavaScript, up to 2^37 batches of a job.
+pub const LINES_PER_BATCH: i64 = 1 << 16;
+
 /// Stores the lines of one attempt of `job_id` and trims each host to `cap` lines. A line
-/// already stored (same host and offset) or already dropped (below the host's floor) is
-/// skipped. Answers how many lines were new.
+/// at or below the host's highest stored offset was stored already (or dropped): an agent
+/// that pushes its log again after a worker restart resends from an earlier offset, and
+/// each line is stored once. Answers how many lines were new.
 pub async fn insert_lines(
     conn: &mut Conn,
     job_id: &str,
@@ -18,10 +28,11 @@ pub async fn insert_lines(
     lines: &[HostLogLine],
     cap: i64,
 ) -> Result<u64, StoreError> {
-    // Every host's floor in one statement: each statement is a round trip to the store's
-    // connection thread.
-    let floors: BTreeMap<i64, i64> = db::query_as::<(i64, i64)>(
-        "SELECT host, floor FROM log_counts WHERE job_id = ? AND attempt = ?",
+    // Every host's highest offset, and the job's last batch number (as host -1), in one
+    // statement: each statement is a round trip to the store's connection thread.
+    let mut tops: BTreeMap<i64, i64> = db::query_as::<(i64, i64)>(
+        "SELECT host, top FROM log_counts WHERE job_id = ?1 AND attempt = ?2 \
+         UNION ALL SELECT -1, COALESCE(MAX(batch), 0) FROM log_chunks WHERE job_id = ?1",
     )
     .bind(job_id)
     .bind(attempt)
@@ -29,50 +40,72 @@ pub async fn insert_lines(
     .await?
     .into_iter()
     .collect();
-    // In the batch's order, which is the order the worker received them in.
-    let lines: Vec<&HostLogLine> = lines
-        .iter()
-        .filter(|l| {
-            let floor = floors.get(&i64::from(l.host)).copied().unwrap_or(0);
-            i64::try_from(l.offset).is_ok_and(|o| o >= floor)
-        })
-        .collect();
-    let mut inserted: BTreeMap<i64, i64> = BTreeMap::new();
-    // 6 variables a row; SQLite allows 32766 per statement.
-    for chunk in lines.chunks(5000) {
-        let mut insert =
-            Builder::new("INSERT INTO log_lines (job_id, attempt, host, \"offset\", at, text) ");
-        insert.push_values(chunk, |mut row, line| {
-            row.push_bind(job_id)
-                .push_bind(attempt)
-                .push_bind(line.host)
-                .push_bind(line.offset as i64)
-                .push_bind(line.at.timestamp_millis())
-                .push_bind(line.text.as_str());
-        });
-        // Only the rows inserted come back: a line already stored is skipped.
-        insert.push(" ON CONFLICT (job_id, attempt, host, \"offset\") DO NOTHING RETURNING host");
-        for host in insert.build_query_scalar::<i64>().fetch_all(conn).await? {
-            *inserted.entry(host).or_default() += 1;
+    let last_batch = tops.remove(&-1).unwrap_or(0);
+    // Per (batch, host), in the batch's order (the order the worker received them in).
+    let mut chunks: BTreeMap<(i64, i64), Vec<StoredLine>> = BTreeMap::new();
+    let mut place = 0_i64;
+    for line in lines {
+        let host = i64::from(line.host);
+        let Ok(offset) = i64::try_from(line.offset) else {
+            continue;
+        };
+        let top = tops.entry(host).or_insert(-1);
+        if offset <= *top {
+            continue;
         }
+        *top = offset;
+        let batch = last_batch + 1 + place / LINES_PER_BATCH;
+        chunks.entry((batch, host)).or_default().push(StoredLine {
+            position: place % LINES_PER_BATCH,
+            offset,
+            at: line.at.timestamp_millis(),
+            text: line.text.clone(),
+        });
+        place += 1;
     }
-    if inserted.is_empty() {
+    if chunks.is_empty() {
         return Ok(0);
     }
-    let new = inserted.values().sum::<i64>() as u64;
+    let chunks: Vec<((i64, i64), Vec<StoredLine>)> = chunks.into_iter().collect();
+    // 8 variables a row; SQLite allows 32766 per statement.
+    for part in chunks.chunks(4000) {
+        let mut insert = Builder::new(
+            "INSERT INTO log_chunks (job_id, batch, attempt, host, first_offset, lines, last_at, \
+             data) ",
+        );
+        insert.push_values(part, |mut row, ((batch, host), kept)| {
+            row.push_bind(job_id)
+                .push_bind(*batch)
+                .push_bind(attempt)
+                .push_bind(*host)
+                .push_bind(kept[0].offset)
+                .push_bind(kept.len() as i64)
+                .push_bind(kept.iter().map(|l| l.at).max())
+                .push_bind(encode_lines(kept.iter()));
+        });
+        insert.build().execute(conn).await?;
+    }
+    // Per host: lines stored, and the highest offset.
+    let mut hosts: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for ((_, host), kept) in &chunks {
+        let entry = hosts.entry(*host).or_default();
+        entry.0 += kept.len() as i64;
+        entry.1 = kept[kept.len() - 1].offset;
+    }
     let mut counts =
-        Builder::new("INSERT INTO log_counts (job_id, attempt, host, kept, dropped, floor) ");
-    counts.push_values(&inserted, |mut row, (host, count)| {
+        Builder::new("INSERT INTO log_counts (job_id, attempt, host, kept, dropped, floor, top) ");
+    counts.push_values(&hosts, |mut row, (host, (kept, top))| {
         row.push_bind(job_id)
             .push_bind(attempt)
             .push_bind(*host)
-            .push_bind(*count)
+            .push_bind(*kept)
             .push_bind(0_i64)
-            .push_bind(0_i64);
+            .push_bind(0_i64)
+            .push_bind(*top);
     });
     counts.push(
-        " ON CONFLICT (job_id, attempt, host) DO UPDATE SET kept = log_counts.kept + excluded.kept \
-         RETURNING host, kept",
+        " ON CONFLICT (job_id, attempt, host) DO UPDATE SET kept = log_counts.kept + excluded.kept, \
+         top = excluded.top RETURNING host, kept",
     );
     let kept = counts
         .build_query_as::<(i64, i64)>()
@@ -83,11 +116,11 @@ pub async fn insert_lines(
             trim(conn, job_id, attempt, host, kept - cap).await?;
         }
     }
-    Ok(new)
+    Ok(place as u64)
 }
 
-/// Drops the `excess` oldest lines of one attempt and host, and raises the floor below
-/// which a resent line is not stored again.
+/// Drops the `excess` oldest lines of one attempt and host: whole chunks, then the oldest
+/// lines of the next, and raises the floor to the oldest offset kept.
 async fn trim(
     conn: &mut Conn,
     job_id: &str,
@@ -95,19 +128,48 @@ async fn trim(
     host: i64,
     excess: i64,
 ) -> Result<(), StoreError> {
-    db::query(
-        "DELETE FROM log_lines WHERE id IN (SELECT id FROM log_lines \
-         WHERE job_id = ?1 AND attempt = ?2 AND host = ?3 ORDER BY \"offset\" LIMIT ?4)",
-    )
-    .bind(job_id)
-    .bind(attempt)
-    .bind(host)
-    .bind(excess)
-    .execute(conn)
-    .await?;
+    let mut left = excess;
+    while left > 0 {
+        let oldest: Vec<(i64, i64, Vec<u8>)> = db::query_as(
+            "SELECT id, lines, data FROM log_chunks \
+             WHERE job_id = ? AND attempt = ? AND host = ? ORDER BY first_offset LIMIT 64",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(host)
+        .fetch_all(conn)
+        .await?;
+        if oldest.is_empty() {
+            break;
+        }
+        for (id, lines, data) in oldest {
+            if lines <= left {
+                db::query("DELETE FROM log_chunks WHERE id = ?")
+                    .bind(id)
+                    .execute(conn)
+                    .await?;
+                left -= lines;
+            } else {
+                let rest = decode_lines(&data)?.split_off(left as usize);
+                db::query(
+                    "UPDATE log_chunks SET first_offset = ?, lines = ?, data = ? WHERE id = ?",
+                )
+                .bind(rest[0].offset)
+                .bind(lines - left)
+                .bind(encode_lines(rest.iter()))
+                .bind(id)
+                .execute(conn)
+                .await?;
+                left = 0;
+            }
+            if left == 0 {
+                break;
+            }
+        }
+    }
     db::query(
         "UPDATE log_counts SET kept = kept - ?4, dropped = dropped + ?4, \
-         floor = COALESCE((SELECT MIN(\"offset\") FROM log_lines \
+         floor = COALESCE((SELECT MIN(first_offset) FROM log_chunks \
            WHERE job_id = ?1 AND attempt = ?2 AND host = ?3), floor) \
          WHERE job_id = ?1 AND attempt = ?2 AND host = ?3",
     )
@@ -139,7 +201,7 @@ pub struct LogFilter {
 }
 
 /// Up to `limit` lines of `job_id` after the cursor `after`, in arrival order. Seeks the
-/// job's lines by arrival (`log_lines_by_arrival`); the filter narrows within them.
+/// job's chunks by arrival (`log_chunks_by_arrival`); the filter narrows within them.
 pub async fn page(
     db: &mut Conn,
     job_id: &str,
@@ -147,10 +209,18 @@ pub async fn page(
     after: i64,
     limit: i64,
 ) -> Result<Vec<LogRow>, StoreError> {
-    Ok(select_lines("", job_id, filter, Some(after), limit)
-        .build_query_as()
-        .fetch_all(db)
-        .await?)
+    let from = after.max(0).div_euclid(LINES_PER_BATCH);
+    let mut rows = Vec::new();
+    read_batches(db, job_id, filter, Order::Forward(from), limit, |row| {
+        if row.id > after {
+            rows.push(row);
+        }
+        rows.len() as i64
+    })
+    .await?;
+    rows.sort_unstable_by_key(|row| row.id);
+    rows.truncate(limit.max(0) as usize);
+    Ok(rows)
 }
 
 /// The newest `limit` lines of `job_id`, newest first.
@@ -160,27 +230,130 @@ pub async fn newest(
     filter: &LogFilter,
     limit: i64,
 ) -> Result<Vec<LogRow>, StoreError> {
-    Ok(select_lines("", job_id, filter, None, limit)
-        .build_query_as()
-        .fetch_all(db)
-        .await?)
+    let mut rows = Vec::new();
+    read_batches(db, job_id, filter, Order::Backward, limit, |row| {
+        rows.push(row);
+        rows.len() as i64
+    })
+    .await?;
+    rows.sort_unstable_by_key(|row| std::cmp::Reverse(row.id));
+    rows.truncate(limit.max(0) as usize);
+    Ok(rows)
 }
 
-/// After `after` in arrival order, or without it the newest first.
-fn select_lines(
+#[derive(Clone, Copy, Debug)]
+enum Order {
+    /// From this batch number on.
+    Forward(i64),
+    /// From the newest batch back.
+    Backward,
+}
+
+/// Chunks read per query.
+const CHUNK_PAGE: i64 = 256;
+
+/// Hands `keep` the filter's lines of whole batches, in `order`, until it says it holds
+/// `wanted` lines or the job has no more. A batch is read whole (a page that ends inside
+/// one leaves it to the next), so the caller can order its lines by id.
+async fn read_batches(
+    db: &mut Conn,
+    job_id: &str,
+    filter: &LogFilter,
+    order: Order,
+    wanted: i64,
+    mut keep: impl FnMut(LogRow) -> i64,
+) -> Result<(), StoreError> {
+    let mut bound = match order {
+        Order::Forward(from) => from,
+        Order::Backward => i64::MAX,
+    };
+    let mut held = 0;
+    loop {
+        let mut page: Vec<Chunk> =
+            select_chunks("", job_id, filter, order, bound, Some(CHUNK_PAGE))
+                .build_query_as()
+                .fetch_all(db)
+                .await?;
+        let full = page.len() as i64 == CHUNK_PAGE;
+        let (Some(first), Some(last)) = (page.first(), page.last()) else {
+            return Ok(());
+        };
+        let (first, last) = (first.batch, last.batch);
+        if full {
+            if first == last {
+                // One batch fills the page: read it whole.
+                page = select_chunks("", job_id, filter, order, last, None)
+                    .build_query_as()
+                    .fetch_all(db)
+                    .await?;
+                page.retain(|chunk| chunk.batch == last);
+            } else {
+                page.retain(|chunk| chunk.batch != last);
+            }
+        }
+        let mut read_to = first;
+        for chunk in page {
+            read_to = chunk.batch;
+            for row in chunk.rows()? {
+                if filter.since_ms.is_none_or(|since| row.at >= since) {
+                    held = keep(row);
+                }
+            }
+        }
+        if held >= wanted || !full {
+            return Ok(());
+        }
+        bound = match order {
+            Order::Forward(_) => read_to + 1,
+            Order::Backward => read_to - 1,
+        };
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct Chunk {
+    batch: i64,
+    attempt: i64,
+    host: i64,
+    data: Vec<u8>,
+}
+
+impl Chunk {
+    fn rows(self) -> Result<Vec<LogRow>, StoreError> {
+        let base = self.batch * LINES_PER_BATCH;
+        Ok(decode_lines(&self.data)?
+            .into_iter()
+            .map(|line| LogRow {
+                id: base + line.position,
+                attempt: self.attempt,
+                host: self.host,
+                at: line.at,
+                text: line.text,
+            })
+            .collect())
+    }
+}
+
+/// The filter's chunks from batch `bound` on (forward) or back (backward), in arrival
+/// order; without a limit, only batch `bound`'s.
+fn select_chunks(
     prefix: &str,
     job_id: &str,
     filter: &LogFilter,
-    after: Option<i64>,
-    limit: i64,
+    order: Order,
+    bound: i64,
+    limit: Option<i64>,
 ) -> Builder {
     let mut query = Builder::new(format!(
-        "{prefix}SELECT id, attempt, host, at, text FROM log_lines WHERE job_id = "
+        "{prefix}SELECT batch, attempt, host, data FROM log_chunks WHERE job_id = "
     ));
     query.push_bind(job_id.to_owned());
-    if let Some(after) = after {
-        query.push(" AND id > ").push_bind(after);
-    }
+    query.push(match (limit, order) {
+        (None, _) => " AND batch = ",
+        (Some(_), Order::Forward(_)) => " AND batch >= ",
+        (Some(_), Order::Backward) => " AND batch <= ",
+    });
+    query.push_bind(bound);
     if let Some(attempt) = filter.attempt {
         query.push(" AND attempt = ").push_bind(attempt);
     }
@@ -188,13 +361,16 @@ fn select_lines(
         query.push(" AND host = ").push_bind(host);
     }
     if let Some(since) = filter.since_ms {
-        query.push(" AND at >= ").push_bind(since);
+        // A chunk whose newest line is older holds nothing the filter keeps.
+        query.push(" AND last_at >= ").push_bind(since);
     }
-    query.push(match after {
-        Some(_) => " ORDER BY id LIMIT ",
-        None => " ORDER BY id DESC LIMIT ",
+    query.push(match order {
+        Order::Forward(_) => " ORDER BY batch, id",
+        Order::Backward => " ORDER BY batch DESC, id DESC",
     });
-    query.push_bind(limit);
+    if let Some(limit) = limit {
+        query.push(" LIMIT ").push_bind(limit);
+    }
     query
 }
 
@@ -235,9 +411,14 @@ mod tests {
             },
         ];
         for filter in &filters {
-            for after in [Some(0), None] {
+            for (order, limit) in [
+                (Order::Forward(0), Some(10)),
+                (Order::Backward, Some(10)),
+                (Order::Forward(0), None),
+            ] {
+                let after = (order, limit);
                 let plan: Vec<(i64, i64, i64, String)> =
-                    select_lines("EXPLAIN QUERY PLAN ", "job", filter, after, 10)
+                    select_chunks("EXPLAIN QUERY PLAN ", "job", filter, order, 0, limit)
                         .build_query_as()
                         .fetch_all(&mut store.read().await.unwrap())
                         .await

@@ -1,12 +1,12 @@
 //! A run's metric series read whole, page by page, for `metrics.csv` and `metrics.ndjson`:
-//! each page is one short query on the `(series_id, step)` primary key (a keyset page, an
-//! index range scan whatever the series' length), so an export of a million points never
-//! holds a connection, a transaction or more than one page.
+//! each page is a few short queries on the `(series_id, last_step)` key of `metric_chunks`
+//! (a keyset page, an index range scan whatever the series' length), so an export of a
+//! million points never holds a connection, a transaction or more than one page.
 
 use super::db::{self, Conn};
 use super::StoreError;
 
-/// Rows per page of an export.
+/// Points per page of an export.
 pub const PAGE_ROWS: i64 = 10_000;
 
 /// The job's series, `(id, name)`, by name.
@@ -19,12 +19,8 @@ pub async fn series_of(db: &mut Conn, job_id: &str) -> Result<Vec<(i64, String)>
     )
 }
 
-const PAGE: &str = "SELECT step, value FROM metric_points \
-    WHERE series_id = ? AND step >= ? AND step <= ? ORDER BY step LIMIT ?";
-
 /// Up to `limit` points `(step, value)` of one series with `from <= step <= to`, by step.
-/// The next page starts at the last step returned plus one. A NaN is stored as NULL
-/// (`metrics::stored`) and comes back as NaN.
+/// The next page starts at the last step returned plus one.
 pub async fn page(
     db: &mut Conn,
     series_id: i64,
@@ -32,38 +28,37 @@ pub async fn page(
     to: i64,
     limit: i64,
 ) -> Result<Vec<(i64, f64)>, StoreError> {
-    let rows: Vec<(i64, Option<f64>)> = db::query_as(PAGE)
-        .bind(series_id)
-        .bind(from)
-        .bind(to)
-        .bind(limit)
-        .fetch_all(db)
-        .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(step, value)| (step, super::metrics::read(value)))
-        .collect())
+    let mut points = Vec::new();
+    super::metrics::scan_forward(db, series_id, from, |step, value| {
+        if step > to {
+            return false;
+        }
+        points.push((step, value));
+        (points.len() as i64) < limit
+    })
+    .await?;
+    Ok(points)
 }
 
 #[cfg(test)]
 mod tests {
     use crate::store::db;
+    use crate::store::metrics::{SCAN_BACKWARD, SCAN_FORWARD};
     use crate::store::test_support::{assert_uses_indexes, scratch_store};
 
     #[tokio::test]
     async fn a_page_is_a_range_of_the_primary_key_read_in_order() {
         let (store, _dir) = scratch_store().await;
-        let plan: Vec<(i64, i64, i64, String)> = db::query_as(sqlx::AssertSqlSafe(format!(
-            "EXPLAIN QUERY PLAN {}",
-            super::PAGE
-        )))
-        .bind(1_i64)
-        .bind(0_i64)
-        .bind(10_i64)
-        .bind(10_i64)
-        .fetch_all(&mut store.read().await.unwrap())
-        .await
-        .unwrap();
-        assert_uses_indexes("a page of an export", &plan, true);
+        for scan in [SCAN_FORWARD, SCAN_BACKWARD] {
+            let plan: Vec<(i64, i64, i64, String)> =
+                db::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {scan}")))
+                    .bind(1_i64)
+                    .bind(0_i64)
+                    .bind(10_i64)
+                    .fetch_all(&mut store.read().await.unwrap())
+                    .await
+                    .unwrap();
+            assert_uses_indexes("a page of an export", &plan, true);
+        }
     }
 }

@@ -1,15 +1,22 @@
 //! Metric series: points as workers report them, and downsampled for charts.
+//!
+//! A series' points are stored a chunk per reported batch (`metric_chunks`, see
+//! `chunks.rs`), and a series' chunks cover disjoint step ranges, so every read is a seek on
+//! `(series_id, last_step)` followed by decoding the chunks it needs.
 
+use super::chunks::{decode_points, encode_points};
 use super::db::{self, Builder, Conn};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use podq_api::{MetricSeries, MetricValue, MetricsBatch};
 
 use super::{now_ms, StoreError};
 
 /// Stores a batch for one attempt of `job_id`; a step reported again replaces its value.
-/// Inserts in as few statements as SQLite's variable limit allows, and moves the job's and
-/// the attempt's step marks.
+/// A batch is one upsert of its series and one insert of a chunk per series; only a batch
+/// that reaches back into stored steps (a resumed run redoing the steps since its
+/// checkpoint, a batch resent after its answer was lost) reads and rewrites the chunks its
+/// range overlaps. Moves the job's and the attempt's step marks.
 pub async fn insert_points(
     conn: &mut Conn,
     job_id: &str,
@@ -19,59 +26,62 @@ pub async fn insert_points(
     if batch.points.is_empty() {
         return Ok(());
     }
-    let mut names: Vec<&str> = batch
+    // Per series, its points by step, the last reported winning.
+    let mut by_name: BTreeMap<&str, BTreeMap<i64, f64>> = BTreeMap::new();
+    for point in &batch.points {
+        for (name, value) in &point.values {
+            by_name
+                .entry(name.as_str())
+                .or_default()
+                .insert(point.step, *value);
+        }
+    }
+    let max_step = batch
         .points
         .iter()
-        .flat_map(|p| p.values.keys().map(String::as_str))
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    // Every series of the batch in one statement: each statement is a round trip to the
-    // store's connection thread.
-    let mut upsert = Builder::new("INSERT INTO metric_series (job_id, name) ");
-    upsert.push_values(&names, |mut row, name| {
-        row.push_bind(job_id).push_bind(*name);
+        .map(|p| p.step)
+        .max()
+        .unwrap_or_default();
+    let min_step = batch
+        .points
+        .iter()
+        .map(|p| p.step)
+        .min()
+        .unwrap_or_default();
+    // Every series of the batch in one statement (each statement is a round trip to the
+    // store's connection thread), answering the newest step each held before this batch:
+    // SQLite and PostgreSQL both evaluate every SET expression on the row as it was.
+    let mut upsert = Builder::new("INSERT INTO metric_series (job_id, name, last_step, previous) ");
+    upsert.push_values(by_name.iter(), |mut row, (name, points)| {
+        let last = points.keys().next_back().copied();
+        row.push_bind(job_id)
+            .push_bind(*name)
+            .push_bind(last)
+            .push_bind(None::<i64>);
     });
-    upsert
-        .push(" ON CONFLICT (job_id, name) DO UPDATE SET name = excluded.name RETURNING id, name");
-    let series: HashMap<String, i64> = upsert
-        .build_query_as::<(i64, String)>()
+    upsert.push(
+        " ON CONFLICT (job_id, name) DO UPDATE SET previous = metric_series.last_step, \
+         last_step = CASE WHEN metric_series.last_step > excluded.last_step \
+         THEN metric_series.last_step ELSE excluded.last_step END RETURNING id, name, previous",
+    );
+    let series: HashMap<String, (i64, Option<i64>)> = upsert
+        .build_query_as::<(i64, String, Option<i64>)>()
         .fetch_all(conn)
         .await?
         .into_iter()
-        .map(|(id, name)| (name, id))
+        .map(|(id, name, previous)| (name, (id, previous)))
         .collect();
-    // One row per (series, step), the last reported winning: PostgreSQL refuses an upsert
-    // that touches a row twice, and SQLite would keep the last anyway.
-    let rows: Vec<(i64, i64, f64)> = batch
-        .points
-        .iter()
-        .flat_map(|p| {
-            p.values
-                .iter()
-                .map(|(name, value)| ((series[name.as_str()], p.step), *value))
-        })
-        .collect::<std::collections::BTreeMap<(i64, i64), f64>>()
-        .into_iter()
-        .map(|((series_id, step), value)| (series_id, step, value))
-        .collect();
-    // 4 variables a row; SQLite allows 32766 per statement.
-    for chunk in rows.chunks(8000) {
-        let mut insert =
-            Builder::new("INSERT INTO metric_points (series_id, step, value, attempt) ");
-        insert.push_values(chunk, |mut row, (series_id, step, value)| {
-            row.push_bind(*series_id)
-                .push_bind(*step)
-                .push_bind(stored(*value))
-                .push_bind(attempt);
-        });
-        insert.push(
-            " ON CONFLICT (series_id, step) DO UPDATE SET value = excluded.value, attempt = excluded.attempt",
-        );
-        insert.build().execute(conn).await?;
+    let mut chunks: Vec<(i64, Vec<(i64, f64)>)> = Vec::with_capacity(by_name.len());
+    for (name, points) in by_name {
+        let (series_id, previous) = series[name];
+        let points: Vec<(i64, f64)> = points.into_iter().collect();
+        if previous.is_some_and(|last| last >= min_step) {
+            merge_overlapping(conn, series_id, attempt, (min_step, max_step), points).await?;
+        } else {
+            chunks.push((series_id, points));
+        }
     }
-    let max_step = batch.points.iter().map(|p| p.step).max();
-    let min_step = batch.points.iter().map(|p| p.step).min();
+    insert_chunks(conn, attempt, &chunks).await?;
     db::query("UPDATE jobs SET last_step = MAX(COALESCE(last_step, 0), ?) WHERE id = ?")
         .bind(max_step)
         .bind(job_id)
@@ -90,6 +100,186 @@ pub async fn insert_points(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// One chunk per `(series_id, points)`, in one statement.
+pub(super) async fn insert_chunks(
+    conn: &mut Conn,
+    attempt: i64,
+    chunks: &[(i64, Vec<(i64, f64)>)],
+) -> Result<(), StoreError> {
+    let chunks: Vec<&(i64, Vec<(i64, f64)>)> =
+        chunks.iter().filter(|(_, p)| !p.is_empty()).collect();
+    // 6 variables a row; SQLite allows 32766 per statement.
+    for part in chunks.chunks(5000) {
+        let mut insert = Builder::new(
+            "INSERT INTO metric_chunks (series_id, last_step, first_step, points, attempt, data) ",
+        );
+        insert.push_values(part, |mut row, (series_id, points)| {
+            row.push_bind(*series_id)
+                .push_bind(points[points.len() - 1].0)
+                .push_bind(points[0].0)
+                .push_bind(points.len() as i64)
+                .push_bind(attempt)
+                .push_bind(encode_points(points));
+        });
+        insert.build().execute(conn).await?;
+    }
+    Ok(())
+}
+
+/// Stores `points` (in step order, within `range`) of a series whose chunks reach into
+/// `range`. Every chunk that overlaps the range is split: its points before the range and
+/// after it stay as chunks of their own, its points inside join the new ones (which win a
+/// step both have). The series' chunks stay disjoint, and only the chunks the range touches
+/// are read, however long the series.
+async fn merge_overlapping(
+    conn: &mut Conn,
+    series_id: i64,
+    attempt: i64,
+    (from, to): (i64, i64),
+    points: Vec<(i64, f64)>,
+) -> Result<(), StoreError> {
+    let mut inside: BTreeMap<i64, f64> = BTreeMap::new();
+    let mut pieces: Vec<(i64, Vec<(i64, f64)>)> = Vec::new();
+    let mut touched: Vec<i64> = Vec::new();
+    let mut after = from;
+    'chunks: loop {
+        let page: Vec<(i64, i64, Vec<u8>)> = db::query_as(
+            "SELECT last_step, first_step, data FROM metric_chunks \
+             WHERE series_id = ? AND last_step >= ? ORDER BY last_step LIMIT 64",
+        )
+        .bind(series_id)
+        .bind(after)
+        .fetch_all(conn)
+        .await?;
+        let full = page.len() == 64;
+        for (last_step, first_step, data) in page {
+            if first_step > to {
+                break 'chunks;
+            }
+            touched.push(last_step);
+            let (mut before, mut beyond) = (Vec::new(), Vec::new());
+            for (step, value) in decode_points(&data)? {
+                if step < from {
+                    before.push((step, value));
+                } else if step > to {
+                    beyond.push((step, value));
+                } else {
+                    inside.insert(step, value);
+                }
+            }
+            pieces.push((series_id, before));
+            pieces.push((series_id, beyond));
+            after = last_step + 1;
+        }
+        if !full {
+            break;
+        }
+    }
+    inside.extend(points);
+    pieces.push((series_id, inside.into_iter().collect()));
+    for last_step in touched {
+        db::query("DELETE FROM metric_chunks WHERE series_id = ? AND last_step = ?")
+            .bind(series_id)
+            .bind(last_step)
+            .execute(conn)
+            .await?;
+    }
+    insert_chunks(conn, attempt, &pieces).await
+}
+
+/// Calls `visit` with the points of `series_id` from step `from` on, in step order, until
+/// it answers false. Reads the chunks a page at a time.
+pub async fn scan_forward(
+    db: &mut Conn,
+    series_id: i64,
+    from: i64,
+    mut visit: impl FnMut(i64, f64) -> bool,
+) -> Result<(), StoreError> {
+    let mut after = from;
+    loop {
+        let page: Vec<(i64, Vec<u8>)> = db::query_as(SCAN_FORWARD)
+            .bind(series_id)
+            .bind(after)
+            .bind(SCAN_PAGE)
+            .fetch_all(db)
+            .await?;
+        let full = page.len() as i64 == SCAN_PAGE;
+        for (last_step, data) in page {
+            for (step, value) in decode_points(&data)? {
+                if step >= from && !visit(step, value) {
+                    return Ok(());
+                }
+            }
+            after = last_step + 1;
+        }
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
+/// Calls `visit` with the points of `series_id`, newest first, until it answers false.
+pub async fn scan_backward(
+    db: &mut Conn,
+    series_id: i64,
+    mut visit: impl FnMut(i64, f64) -> bool,
+) -> Result<(), StoreError> {
+    let mut before = i64::MAX;
+    loop {
+        let page: Vec<(i64, i64, Vec<u8>)> = db::query_as(SCAN_BACKWARD)
+            .bind(series_id)
+            .bind(before)
+            .bind(SCAN_PAGE)
+            .fetch_all(db)
+            .await?;
+        let full = page.len() as i64 == SCAN_PAGE;
+        for (_, first_step, data) in page {
+            for (step, value) in decode_points(&data)?.into_iter().rev() {
+                if !visit(step, value) {
+                    return Ok(());
+                }
+            }
+            before = first_step - 1;
+        }
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
+/// Chunks read per query of a scan: a few hundred KiB.
+const SCAN_PAGE: i64 = 256;
+
+/// A page of a series' chunks from a step on: a range of the primary key, read in order.
+pub(super) const SCAN_FORWARD: &str = "SELECT last_step, data FROM metric_chunks \
+    WHERE series_id = ? AND last_step >= ? ORDER BY last_step LIMIT ?";
+
+/// A page of a series' chunks up to a step, newest first.
+pub(super) const SCAN_BACKWARD: &str = "SELECT last_step, first_step, data FROM metric_chunks \
+    WHERE series_id = ? AND last_step <= ? ORDER BY last_step DESC LIMIT ?";
+
+/// Every point of `series_id`, in step order.
+pub async fn all_points(db: &mut Conn, series_id: i64) -> Result<Vec<(i64, f64)>, StoreError> {
+    let mut points = Vec::new();
+    scan_forward(db, series_id, i64::MIN, |step, value| {
+        points.push((step, value));
+        true
+    })
+    .await?;
+    Ok(points)
+}
+
+/// The id of `job_id`'s series `name`.
+pub async fn series_id(db: &mut Conn, job_id: &str, name: &str) -> Result<Option<i64>, StoreError> {
+    Ok(
+        db::query_scalar("SELECT id FROM metric_series WHERE job_id = ? AND name = ?")
+            .bind(job_id)
+            .bind(name)
+            .fetch_optional(db)
+            .await?,
+    )
 }
 
 /// A value as stored: NaN as NULL, as SQLite stores a bound NaN (PostgreSQL, which could
@@ -111,8 +301,7 @@ struct Series {
 
 /// Each series of the job (or only `names`), at most `max_points` each. A series that fits
 /// comes back whole; a longer one is sampled at `max_points` evenly spaced steps (the first
-/// stored step at or after each), found by index seeks, so a million-point series costs a
-/// few thousand seeks rather than a scan.
+/// stored step at or after each), decoded chunk by chunk as it is read.
 pub async fn downsampled(
     db: &mut Conn,
     job_id: &str,
@@ -129,68 +318,64 @@ pub async fn downsampled(
         if names.is_some_and(|wanted| !wanted.contains(&name)) {
             continue;
         }
-        let mut points: Vec<(i64, Option<f64>)> = db::query_as(
-            "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY step LIMIT ?",
+        let (stored, first, last): (Option<i64>, Option<i64>, Option<i64>) = db::query_as(
+            "SELECT CAST(SUM(points) AS BIGINT), MIN(first_step), MAX(last_step) \
+             FROM metric_chunks WHERE series_id = ?",
         )
         .bind(id)
-        .bind(max_points + 1)
-        .fetch_all(db)
+        .fetch_one(db)
         .await?;
-        let whole = points.len() as i64 <= max_points;
-        if !whole {
-            points = sampled(db, id, max_points).await?;
-        }
+        let (Some(stored), Some(first), Some(last)) = (stored, first, last) else {
+            continue;
+        };
+        let whole = stored <= max_points;
+        let points = if whole {
+            all_points(db, id).await?
+        } else {
+            sampled(db, id, (first, last), max_points).await?
+        };
         out.push(MetricSeries {
             name,
             total_points: whole.then_some(points.len() as i64),
             points: points
                 .into_iter()
-                .map(|(step, value)| MetricValue {
-                    step,
-                    value: read(value),
-                })
+                .map(|(step, value)| MetricValue { step, value })
                 .collect(),
         });
     }
     Ok(out)
 }
 
+/// The first point at or after each of `max_points - 1` evenly spaced steps from `first`,
+/// and the newest (a chart should end where the run is).
 async fn sampled(
     db: &mut Conn,
     series_id: i64,
+    (first, last): (i64, i64),
     max_points: i64,
-) -> Result<Vec<(i64, Option<f64>)>, StoreError> {
-    let (first, last): (i64, i64) = db::query_as(
-        "SELECT (SELECT step FROM metric_points WHERE series_id = ?1 ORDER BY step LIMIT 1), \
-                (SELECT step FROM metric_points WHERE series_id = ?1 ORDER BY step DESC LIMIT 1)",
-    )
-    .bind(series_id)
-    .fetch_one(db)
-    .await?;
+) -> Result<Vec<(i64, f64)>, StoreError> {
     let width = ((last - first) / (max_points - 1)).max(1);
-    let mut points: Vec<(i64, Option<f64>)> = db::query_as(
-        "WITH RECURSIVE targets(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM targets WHERE i < ?3 - 2) \
-         SELECT DISTINCT p.step, p.value FROM targets CROSS JOIN metric_points p \
-         WHERE p.series_id = ?1 AND p.step = \
-           (SELECT step FROM metric_points WHERE series_id = ?1 AND step >= ?2 + targets.i * ?4 \
-            ORDER BY step LIMIT 1) \
-         ORDER BY p.step",
-    )
-    .bind(series_id)
-    .bind(first)
-    .bind(max_points)
-    .bind(width)
-    .fetch_all(db)
+    let mut points: Vec<(i64, f64)> = Vec::with_capacity(max_points as usize + 1);
+    let mut target = first;
+    let mut targets_left = max_points - 1;
+    let mut newest = None;
+    scan_forward(db, series_id, first, |step, value| {
+        if targets_left > 0 && step >= target {
+            points.push((step, value));
+            // Targets this point already answers are passed (DISTINCT points).
+            while targets_left > 0 && target <= step {
+                target += width;
+                targets_left -= 1;
+            }
+        }
+        newest = Some((step, value));
+        true
+    })
     .await?;
-    // The newest point always shows: a chart should end where the run is.
-    let newest: (i64, Option<f64>) =
-        db::query_as("SELECT step, value FROM metric_points WHERE series_id = ? AND step = ?")
-            .bind(series_id)
-            .bind(last)
-            .fetch_one(db)
-            .await?;
-    if points.last() != Some(&newest) {
-        points.push(newest);
+    if let Some(newest) = newest {
+        if points.last().map(|p| p.0) != Some(newest.0) {
+            points.push(newest);
+        }
     }
     Ok(points)
 }
@@ -210,35 +395,29 @@ pub async fn final_and_best(
             .await?;
     let mut out = Vec::new();
     for Series { id, name } in series.into_iter().filter(|s| wanted(&s.name)) {
-        let last: Option<(i64, Option<f64>)> = db::query_as(
-            "SELECT step, value FROM metric_points WHERE series_id = ? ORDER BY step DESC LIMIT 1",
-        )
-        .bind(id)
-        .fetch_optional(db)
-        .await?;
-        let order = if podq_api::lower_is_better(&name) {
-            "ASC"
-        } else {
-            "DESC"
-        };
-        // A NaN (NULL) is no one's best; where NULLs sort differs between the two stores.
-        let best: Option<(i64, Option<f64>)> = db::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT step, value FROM metric_points WHERE series_id = ? AND value IS NOT NULL \
-             ORDER BY value {order}, step LIMIT 1"
-        )))
-        .bind(id)
-        .fetch_optional(db)
+        let lower = podq_api::lower_is_better(&name);
+        let mut last: Option<(i64, f64)> = None;
+        let mut best: Option<(i64, f64)> = None;
+        scan_forward(db, id, i64::MIN, |step, value| {
+            last = Some((step, value));
+            // A NaN is no one's best; a tie goes to the earlier step.
+            let better = |held: f64| if lower { value < held } else { value > held };
+            if !value.is_nan() && best.is_none_or(|(_, held)| better(held)) {
+                best = Some((step, value));
+            }
+            true
+        })
         .await?;
         if let (Some((ls, lv)), Some((bs, bv))) = (last, best) {
             out.push((
                 name,
                 MetricValue {
                     step: ls,
-                    value: read(lv),
+                    value: lv,
                 },
                 MetricValue {
                     step: bs,
-                    value: read(bv),
+                    value: bv,
                 },
             ));
         }
@@ -249,6 +428,7 @@ pub async fn final_and_best(
 #[cfg(test)]
 mod tests {
     use futures::FutureExt;
+    use podq_api::MetricStep;
 
     use super::*;
     use crate::store::Store;
@@ -267,18 +447,25 @@ mod tests {
                     )
                     .execute(conn)
                     .await?;
-                    db::query("INSERT INTO metric_series (id, job_id, name) VALUES (1, 'j', 'long'), (2, 'j', 'short')")
-                        .execute(conn)
-                        .await?;
-                    db::query(
-                        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10007) \
-                         INSERT INTO metric_points SELECT 1, i * 10, i, 1 FROM n",
-                    )
-                    .execute(conn)
-                    .await?;
-                    db::query("INSERT INTO metric_points VALUES (2, 10, 1.0, 1), (2, 20, 2.0, 1)")
-                        .execute(conn)
-                        .await?;
+                    // The long series in batches of ten steps, as a worker reports them.
+                    let long: Vec<MetricStep> = (1..=10007)
+                        .map(|i| MetricStep {
+                            step: i * 10,
+                            values: [("long".to_owned(), i as f64)].into(),
+                        })
+                        .collect();
+                    for points in long.chunks(10) {
+                        let batch = MetricsBatch { points: points.to_vec(), phases: None };
+                        insert_points(conn, "j", 1, &batch).await?;
+                    }
+                    let short = MetricsBatch {
+                        points: vec![
+                            MetricStep { step: 10, values: [("short".to_owned(), 1.0)].into() },
+                            MetricStep { step: 20, values: [("short".to_owned(), 2.0)].into() },
+                        ],
+                        phases: None,
+                    };
+                    insert_points(conn, "j", 1, &short).await?;
                     Ok::<_, StoreError>(())
                 }
                 .boxed()
@@ -305,5 +492,78 @@ mod tests {
         let short = series.iter().find(|s| s.name == "short").unwrap();
         assert_eq!((short.total_points, short.points.len()), (Some(2), 2));
         let _ = std::fs::remove_file(path);
+    }
+
+    #[tokio::test]
+    async fn a_step_reported_again_keeps_its_last_value_and_chunks_stay_disjoint() {
+        let (store, _dir) = crate::store::test_support::scratch_store().await;
+        let batch = |steps: &[(i64, f64)]| MetricsBatch {
+            points: steps
+                .iter()
+                .map(|&(step, v)| MetricStep {
+                    step,
+                    values: [("loss".to_owned(), v)].into(),
+                })
+                .collect(),
+            phases: None,
+        };
+        let batches = vec![
+            batch(&[(10, 1.0), (20, 2.0), (30, 3.0)]),
+            batch(&[(40, 4.0), (50, 5.0), (60, 6.0)]),
+            // A resumed run redoes 25..55 at another stride: 30 and 50 are replaced, 40 is
+            // kept, 10, 20 and 60 are untouched.
+            batch(&[(25, 25.5), (30, 30.5), (50, 50.5), (55, 55.5)]),
+            // A batch sent again after its answer was lost.
+            batch(&[(25, 25.5), (30, 30.5), (50, 50.5), (55, 55.5)]),
+            batch(&[(70, f64::NAN), (80, 8.0)]),
+        ];
+        store
+            .write(move |conn| {
+                async move {
+                    db::query(
+                        "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, config_json, \
+                         config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, updated_at) \
+                         VALUES ('j', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)",
+                    )
+                    .execute(conn)
+                    .await?;
+                    for b in &batches {
+                        insert_points(conn, "j", 1, b).await?;
+                    }
+                    Ok::<_, StoreError>(())
+                }
+                .boxed()
+            })
+            .await
+            .unwrap();
+        let mut db = store.read().await.unwrap();
+        let id = series_id(&mut db, "j", "loss").await.unwrap().unwrap();
+        let points = all_points(&mut db, id).await.unwrap();
+        let steps: Vec<i64> = points.iter().map(|p| p.0).collect();
+        assert_eq!(steps, [10, 20, 25, 30, 40, 50, 55, 60, 70, 80]);
+        let value = |step: i64| points.iter().find(|p| p.0 == step).unwrap().1;
+        assert_eq!(
+            (value(30), value(40), value(50), value(60)),
+            (30.5, 4.0, 50.5, 6.0)
+        );
+        assert!(value(70).is_nan());
+        let ranges: Vec<(i64, i64)> =
+            db::query_as("SELECT first_step, last_step FROM metric_chunks WHERE series_id = ? ORDER BY last_step")
+                .bind(id)
+                .fetch_all(&mut db)
+                .await
+                .unwrap();
+        assert!(
+            ranges.windows(2).all(|w| w[0].1 < w[1].0),
+            "disjoint: {ranges:?}"
+        );
+        let mut newest = Vec::new();
+        scan_backward(&mut db, id, |step, _| {
+            newest.push(step);
+            newest.len() < 3
+        })
+        .await
+        .unwrap();
+        assert_eq!(newest, [80, 70, 60]);
     }
 }

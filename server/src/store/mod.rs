@@ -14,6 +14,8 @@ pub mod audit;
 mod backend;
 pub mod catalog;
 pub mod checkpoints;
+pub mod chunks;
+mod compact;
 pub mod copy;
 pub mod db;
 pub mod events;

@@ -3,6 +3,7 @@
 //! (SQLite stores a bound NaN so; PostgreSQL is made to match), so it reads back as `None`.
 
 use super::db::{self, Conn};
+use super::metrics;
 use super::{now_ms, StoreError};
 
 /// The job as the judge needs it.
@@ -110,15 +111,16 @@ pub async fn first_at_or_after(
     metric: &str,
     step: i64,
 ) -> Result<Option<(i64, Option<f64>)>, StoreError> {
-    Ok(db::query_as(
-        "SELECT p.step, p.value FROM metric_points p JOIN metric_series s ON s.id = p.series_id \
-         WHERE s.job_id = ? AND s.name = ? AND p.step >= ? ORDER BY p.step LIMIT 1",
-    )
-    .bind(job_id)
-    .bind(metric)
-    .bind(step)
-    .fetch_optional(conn)
-    .await?)
+    let Some(series) = metrics::series_id(conn, job_id, metric).await? else {
+        return Ok(None);
+    };
+    let mut first = None;
+    metrics::scan_forward(conn, series, step, |at, value| {
+        first = Some((at, metrics::stored(value)));
+        false
+    })
+    .await?;
+    Ok(first)
 }
 
 /// The newest `n` values of `metric`, newest first.
@@ -128,19 +130,22 @@ pub async fn newest(
     metric: &str,
     n: i64,
 ) -> Result<Vec<(i64, Option<f64>)>, StoreError> {
-    Ok(db::query_as(
-        "SELECT p.step, p.value FROM metric_points p JOIN metric_series s ON s.id = p.series_id \
-         WHERE s.job_id = ? AND s.name = ? ORDER BY p.step DESC LIMIT ?",
-    )
-    .bind(job_id)
-    .bind(metric)
-    .bind(n)
-    .fetch_all(conn)
-    .await?)
+    let Some(series) = metrics::series_id(conn, job_id, metric).await? else {
+        return Ok(Vec::new());
+    };
+    let mut newest = Vec::new();
+    if n > 0 {
+        metrics::scan_backward(conn, series, |at, value| {
+            newest.push((at, metrics::stored(value)));
+            (newest.len() as i64) < n
+        })
+        .await?;
+    }
+    Ok(newest)
 }
 
 /// The best value of `metric` before `step` (the smallest when `lower_is_better`); NaN
-/// values (NULL) are no one's best.
+/// values are no one's best.
 pub async fn best_before(
     conn: &mut Conn,
     job_id: &str,
@@ -148,19 +153,25 @@ pub async fn best_before(
     step: i64,
     lower_is_better: bool,
 ) -> Result<Option<f64>, StoreError> {
-    let sql = if lower_is_better {
-        "SELECT MIN(p.value) FROM metric_points p JOIN metric_series s ON s.id = p.series_id \
-         WHERE s.job_id = ? AND s.name = ? AND p.step < ?"
-    } else {
-        "SELECT MAX(p.value) FROM metric_points p JOIN metric_series s ON s.id = p.series_id \
-         WHERE s.job_id = ? AND s.name = ? AND p.step < ?"
+    let Some(series) = metrics::series_id(conn, job_id, metric).await? else {
+        return Ok(None);
     };
-    Ok(db::query_scalar(sql)
-        .bind(job_id)
-        .bind(metric)
-        .bind(step)
-        .fetch_one(conn)
-        .await?)
+    let mut best: Option<f64> = None;
+    metrics::scan_forward(conn, series, i64::MIN, |at, value| {
+        if at >= step {
+            return false;
+        }
+        if !value.is_nan() {
+            best = Some(match best {
+                Some(held) if lower_is_better => held.min(value),
+                Some(held) => held.max(value),
+                None => value,
+            });
+        }
+        true
+    })
+    .await?;
+    Ok(best)
 }
 
 /// Pod-hours saved by stopping runs early, and how many runs were stopped.

@@ -9,7 +9,7 @@ pub(super) mod sqlite;
 use futures::future::BoxFuture;
 
 use super::db::Pool;
-use super::{goodput, pod_time, Backend, Conn, StoreError};
+use super::{compact, goodput, pod_time, Backend, Conn, StoreError};
 
 // The shape of a statement that differs only in part: each backend fills it in.
 
@@ -92,6 +92,14 @@ pub(super) async fn settle_history(writer: &mut Conn) -> Result<(), StoreError> 
         tracing::info!(
             attempts = settled,
             "stored the goodput of attempts that ended before it was kept per attempt"
+        );
+    }
+    let (points, lines) = compact::compact_old_rows(writer).await?;
+    if points + lines > 0 {
+        tracing::info!(
+            points,
+            lines,
+            "moved metric points and log lines stored a row each into chunks"
         );
     }
     let settled = pod_time::settle_unsettled(writer).await?;
