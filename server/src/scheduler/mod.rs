@@ -60,6 +60,9 @@ pub struct Scheduler {
     serving: std::sync::atomic::AtomicBool,
     /// Who each token belongs to (`users.rs`).
     directory: users::Directory,
+    /// Metrics and log batches waiting to be stored together (`lease/merge.rs`).
+    metrics_reports: Arc<lease::reports::MetricsMerger>,
+    log_reports: Arc<lease::reports::LogMerger>,
 }
 
 struct ReadCaches {
@@ -93,6 +96,8 @@ impl Scheduler {
             plan: read_cache::ReadCache::new(commits),
         };
         let scheduler = Scheduler {
+            metrics_reports: lease::reports::metrics_merger(Arc::clone(&catalog)),
+            log_reports: lease::reports::log_merger(config.log_lines_per_host),
             read_cache,
             store,
             catalog,

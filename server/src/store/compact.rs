@@ -86,7 +86,7 @@ async fn move_points(conn: &mut Conn) -> Result<i64, StoreError> {
                 .iter()
                 .map(|&(step, value, _)| (step, metrics::read(value)))
                 .collect();
-            insert_chunks(conn, attempt, &[(series_id, points)]).await?;
+            insert_chunks(conn, &[(series_id, attempt, points)]).await?;
             moved += page.len() as i64;
             after = last;
             if (page.len() as i64) < POINTS_PER_CHUNK {

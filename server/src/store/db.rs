@@ -534,6 +534,23 @@ impl Builder {
         self
     }
 
+    /// `(?, ?, …)`: one bound value per item, for `IN`.
+    pub fn push_list<I>(&mut self, items: I) -> &mut Self
+    where
+        I: IntoIterator,
+        I::Item: IntoArg,
+    {
+        self.sql.push('(');
+        for (index, item) in items.into_iter().enumerate() {
+            if index > 0 {
+                self.sql.push_str(", ");
+            }
+            self.push_bind(item);
+        }
+        self.sql.push(')');
+        self
+    }
+
     pub fn sql(&self) -> &str {
         &self.sql
     }

@@ -137,6 +137,41 @@ pub async fn fence(conn: &mut Conn, lease_id: Uuid) -> Result<Option<(String, i6
     )
 }
 
+/// What the fence of a worker's report finds: the job and attempt its lease holds, and the
+/// job as the judge of a metrics batch needs it.
+#[derive(Debug, sqlx::FromRow)]
+pub struct FencedReport {
+    pub lease_id: String,
+    pub job_id: String,
+    pub attempt: i64,
+    #[sqlx(flatten)]
+    pub judged: super::stop_rules::Judged,
+}
+
+/// [`fence`] for many leases in one statement: those still their job's live lease, by id.
+pub async fn fence_many(
+    conn: &mut Conn,
+    lease_ids: &[Uuid],
+) -> Result<std::collections::HashMap<Uuid, FencedReport>, StoreError> {
+    let mut query = db::Builder::new(
+        "SELECT lease_id, id AS job_id, attempts AS attempt, experiment, total_steps, \
+         ignore_stop_rules, diverged_reports, diverged_step, stop_request, \
+         (cancel_requested <> 0) AS cancel_requested FROM jobs WHERE lease_id IN ",
+    );
+    query.push_list(lease_ids.iter().map(Uuid::to_string));
+    let mut fenced = std::collections::HashMap::new();
+    for row in query
+        .build_query_as::<FencedReport>()
+        .fetch_all(conn)
+        .await?
+    {
+        if let Ok(lease_id) = Uuid::parse_str(&row.lease_id) {
+            fenced.insert(lease_id, row);
+        }
+    }
+    Ok(fenced)
+}
+
 /// Records that the attempt of `lease_id` runs on every host. False when the lease ended or
 /// the job was already running.
 pub async fn mark_running(

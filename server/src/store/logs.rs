@@ -6,7 +6,7 @@
 
 use super::chunks::{decode_lines, encode_lines, StoredLine};
 use super::db::{self, Builder, Conn};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use podq_api::HostLogLine;
 
@@ -28,55 +28,107 @@ pub async fn insert_lines(
     lines: &[HostLogLine],
     cap: i64,
 ) -> Result<u64, StoreError> {
-    // Every host's highest offset, and the job's last batch number (as host -1), in one
-    // statement: each statement is a round trip to the store's connection thread.
-    let mut tops: BTreeMap<i64, i64> = db::query_as::<(i64, i64)>(
-        "SELECT host, top FROM log_counts WHERE job_id = ?1 AND attempt = ?2 \
-         UNION ALL SELECT -1, COALESCE(MAX(batch), 0) FROM log_chunks WHERE job_id = ?1",
-    )
-    .bind(job_id)
-    .bind(attempt)
-    .fetch_all(conn)
-    .await?
-    .into_iter()
-    .collect();
-    let last_batch = tops.remove(&-1).unwrap_or(0);
-    // Per (batch, host), in the batch's order (the order the worker received them in).
-    let mut chunks: BTreeMap<(i64, i64), Vec<StoredLine>> = BTreeMap::new();
-    let mut place = 0_i64;
-    for line in lines {
-        let host = i64::from(line.host);
-        let Ok(offset) = i64::try_from(line.offset) else {
-            continue;
-        };
-        let top = tops.entry(host).or_insert(-1);
-        if offset <= *top {
-            continue;
+    let report = Report {
+        job_id,
+        attempt,
+        lines,
+    };
+    let new = insert_lines_many(conn, &[report], cap).await?;
+    Ok(new[0])
+}
+
+/// One attempt's lines, as [`insert_lines_many`] takes them.
+pub struct Report<'a> {
+    pub job_id: &'a str,
+    pub attempt: i64,
+    pub lines: &'a [HostLogLine],
+}
+
+/// Stores the lines of many jobs (each job at most once) in three statements, whatever
+/// their number: one read of every host's highest offset and every job's last batch number,
+/// one insert of a chunk per host and batch, one upsert of the counts. Answers, per report,
+/// how many lines were new.
+pub async fn insert_lines_many(
+    conn: &mut Conn,
+    reports: &[Report<'_>],
+    cap: i64,
+) -> Result<Vec<u64>, StoreError> {
+    if reports.is_empty() {
+        return Ok(Vec::new());
+    }
+    let index_of: HashMap<&str, usize> = reports
+        .iter()
+        .enumerate()
+        .map(|(index, report)| (report.job_id, index))
+        .collect();
+    debug_assert_eq!(index_of.len(), reports.len(), "each job at most once");
+    // Per report: each host's highest offset, and the job's last batch number (host -1).
+    let mut read = Builder::new("WITH reported (job_id, attempt) AS (");
+    read.push_values(reports, |mut row, report| {
+        row.push_bind(report.job_id).push_bind(report.attempt);
+    });
+    read.push(
+        ") SELECT c.job_id, c.host, c.top FROM log_counts c JOIN reported r \
+         ON c.job_id = r.job_id AND c.attempt = r.attempt \
+         UNION ALL SELECT r.job_id, -1, \
+           COALESCE((SELECT MAX(batch) FROM log_chunks WHERE job_id = r.job_id), 0) \
+         FROM reported r",
+    );
+    let mut tops: Vec<BTreeMap<i64, i64>> = vec![BTreeMap::new(); reports.len()];
+    for (job_id, host, top) in read
+        .build_query_as::<(String, i64, i64)>()
+        .fetch_all(conn)
+        .await?
+    {
+        tops[index_of[job_id.as_str()]].insert(host, top);
+    }
+    // Per (report, batch, host), in each batch's order (the order the worker received
+    // them in).
+    let mut chunks: BTreeMap<(usize, i64, i64), Vec<StoredLine>> = BTreeMap::new();
+    let mut new = vec![0_u64; reports.len()];
+    for (index, report) in reports.iter().enumerate() {
+        let tops = &mut tops[index];
+        let last_batch = tops.remove(&-1).unwrap_or(0);
+        let mut place = 0_i64;
+        for line in report.lines {
+            let host = i64::from(line.host);
+            let Ok(offset) = i64::try_from(line.offset) else {
+                continue;
+            };
+            let top = tops.entry(host).or_insert(-1);
+            if offset <= *top {
+                continue;
+            }
+            *top = offset;
+            let batch = last_batch + 1 + place / LINES_PER_BATCH;
+            chunks
+                .entry((index, batch, host))
+                .or_default()
+                .push(StoredLine {
+                    position: place % LINES_PER_BATCH,
+                    offset,
+                    at: line.at.timestamp_millis(),
+                    text: line.text.clone(),
+                });
+            place += 1;
         }
-        *top = offset;
-        let batch = last_batch + 1 + place / LINES_PER_BATCH;
-        chunks.entry((batch, host)).or_default().push(StoredLine {
-            position: place % LINES_PER_BATCH,
-            offset,
-            at: line.at.timestamp_millis(),
-            text: line.text.clone(),
-        });
-        place += 1;
+        new[index] = place as u64;
     }
     if chunks.is_empty() {
-        return Ok(0);
+        return Ok(new);
     }
-    let chunks: Vec<((i64, i64), Vec<StoredLine>)> = chunks.into_iter().collect();
+    let chunks: Vec<((usize, i64, i64), Vec<StoredLine>)> = chunks.into_iter().collect();
     // 8 variables a row; SQLite allows 32766 per statement.
     for part in chunks.chunks(4000) {
         let mut insert = Builder::new(
             "INSERT INTO log_chunks (job_id, batch, attempt, host, first_offset, lines, last_at, \
              data) ",
         );
-        insert.push_values(part, |mut row, ((batch, host), kept)| {
-            row.push_bind(job_id)
+        insert.push_values(part, |mut row, ((index, batch, host), kept)| {
+            let report = &reports[*index];
+            row.push_bind(report.job_id)
                 .push_bind(*batch)
-                .push_bind(attempt)
+                .push_bind(report.attempt)
                 .push_bind(*host)
                 .push_bind(kept[0].offset)
                 .push_bind(kept.len() as i64)
@@ -85,38 +137,49 @@ pub async fn insert_lines(
         });
         insert.build().execute(conn).await?;
     }
-    // Per host: lines stored, and the highest offset.
-    let mut hosts: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
-    for ((_, host), kept) in &chunks {
-        let entry = hosts.entry(*host).or_default();
+    // Per (report, host): lines stored, and the highest offset.
+    let mut hosts: BTreeMap<(usize, i64), (i64, i64)> = BTreeMap::new();
+    for ((index, _, host), kept) in &chunks {
+        let entry = hosts.entry((*index, *host)).or_default();
         entry.0 += kept.len() as i64;
         entry.1 = kept[kept.len() - 1].offset;
     }
-    let mut counts =
-        Builder::new("INSERT INTO log_counts (job_id, attempt, host, kept, dropped, floor, top) ");
-    counts.push_values(&hosts, |mut row, (host, (kept, top))| {
-        row.push_bind(job_id)
-            .push_bind(attempt)
-            .push_bind(*host)
-            .push_bind(*kept)
-            .push_bind(0_i64)
-            .push_bind(0_i64)
-            .push_bind(*top);
-    });
-    counts.push(
-        " ON CONFLICT (job_id, attempt, host) DO UPDATE SET kept = log_counts.kept + excluded.kept, \
-         top = excluded.top RETURNING host, kept",
-    );
-    let kept = counts
-        .build_query_as::<(i64, i64)>()
-        .fetch_all(conn)
-        .await?;
-    for (host, kept) in kept {
-        if kept > cap {
-            trim(conn, job_id, attempt, host, kept - cap).await?;
+    let hosts: Vec<((usize, i64), (i64, i64))> = hosts.into_iter().collect();
+    let mut over_cap = Vec::new();
+    // 7 variables a row.
+    for part in hosts.chunks(4000) {
+        let mut counts = Builder::new(
+            "INSERT INTO log_counts (job_id, attempt, host, kept, dropped, floor, top) ",
+        );
+        counts.push_values(part, |mut row, ((index, host), (kept, top))| {
+            let report = &reports[*index];
+            row.push_bind(report.job_id)
+                .push_bind(report.attempt)
+                .push_bind(*host)
+                .push_bind(*kept)
+                .push_bind(0_i64)
+                .push_bind(0_i64)
+                .push_bind(*top);
+        });
+        counts.push(
+            " ON CONFLICT (job_id, attempt, host) DO UPDATE SET \
+             kept = log_counts.kept + excluded.kept, top = excluded.top \
+             RETURNING job_id, attempt, host, kept",
+        );
+        for (job_id, attempt, host, kept) in counts
+            .build_query_as::<(String, i64, i64, i64)>()
+            .fetch_all(conn)
+            .await?
+        {
+            if kept > cap {
+                over_cap.push((job_id, attempt, host, kept - cap));
+            }
         }
     }
-    Ok(place as u64)
+    for (job_id, attempt, host, excess) in over_cap {
+        trim(conn, &job_id, attempt, host, excess).await?;
+    }
+    Ok(new)
 }
 
 /// Drops the `excess` oldest lines of one attempt and host: whole chunks, then the oldest

@@ -13,114 +13,161 @@ use podq_api::{MetricSeries, MetricValue, MetricsBatch};
 use super::{now_ms, StoreError};
 
 /// Stores a batch for one attempt of `job_id`; a step reported again replaces its value.
-/// A batch is one upsert of its series and one insert of a chunk per series; only a batch
-/// that reaches back into stored steps (a resumed run redoing the steps since its
-/// checkpoint, a batch resent after its answer was lost) reads and rewrites the chunks its
-/// range overlaps. Moves the job's and the attempt's step marks.
 pub async fn insert_points(
     conn: &mut Conn,
     job_id: &str,
     attempt: i64,
     batch: &MetricsBatch,
 ) -> Result<(), StoreError> {
-    if batch.points.is_empty() {
+    insert_points_many(
+        conn,
+        &[Report {
+            job_id,
+            attempt,
+            batch,
+        }],
+    )
+    .await
+}
+
+/// One attempt's batch, as [`insert_points_many`] takes it.
+pub struct Report<'a> {
+    pub job_id: &'a str,
+    pub attempt: i64,
+    pub batch: &'a MetricsBatch,
+}
+
+/// Stores the batches of many jobs (each job at most once) in a handful of statements,
+/// whatever their number: one upsert of every series, one insert of a chunk per series, one
+/// update of the jobs' and one of the attempts' step marks. Only a batch that reaches back
+/// into stored steps (a resumed run redoing the steps since its checkpoint, a batch resent
+/// after its answer was lost) reads and rewrites the chunks its range overlaps.
+pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Result<(), StoreError> {
+    struct Marks {
+        first: i64,
+        last: i64,
+    }
+    let mut marks: Vec<(&Report, Marks)> = Vec::new();
+    // Per (report, series): its points by step, the last reported winning.
+    type Points = BTreeMap<i64, f64>;
+    let mut series: BTreeMap<(usize, &str), Points> = BTreeMap::new();
+    for report in reports {
+        let steps = report.batch.points.iter().map(|p| p.step);
+        let (Some(first), Some(last)) = (steps.clone().min(), steps.max()) else {
+            continue;
+        };
+        let index = marks.len();
+        debug_assert!(marks.iter().all(|(r, _)| r.job_id != report.job_id));
+        marks.push((report, Marks { first, last }));
+        for point in &report.batch.points {
+            for (name, value) in &point.values {
+                series
+                    .entry((index, name.as_str()))
+                    .or_default()
+                    .insert(point.step, *value);
+            }
+        }
+    }
+    if marks.is_empty() {
         return Ok(());
     }
-    // Per series, its points by step, the last reported winning.
-    let mut by_name: BTreeMap<&str, BTreeMap<i64, f64>> = BTreeMap::new();
-    for point in &batch.points {
-        for (name, value) in &point.values {
-            by_name
-                .entry(name.as_str())
-                .or_default()
-                .insert(point.step, *value);
-        }
-    }
-    let max_step = batch
-        .points
+    let index_of: HashMap<&str, usize> = marks
         .iter()
-        .map(|p| p.step)
-        .max()
-        .unwrap_or_default();
-    let min_step = batch
-        .points
-        .iter()
-        .map(|p| p.step)
-        .min()
-        .unwrap_or_default();
-    // Every series of the batch in one statement (each statement is a round trip to the
-    // store's connection thread), answering the newest step each held before this batch:
-    // SQLite and PostgreSQL both evaluate every SET expression on the row as it was.
-    let mut upsert = Builder::new("INSERT INTO metric_series (job_id, name, last_step, previous) ");
-    upsert.push_values(by_name.iter(), |mut row, (name, points)| {
-        let last = points.keys().next_back().copied();
-        row.push_bind(job_id)
-            .push_bind(*name)
-            .push_bind(last)
-            .push_bind(None::<i64>);
-    });
-    upsert.push(
-        " ON CONFLICT (job_id, name) DO UPDATE SET previous = metric_series.last_step, \
-         last_step = CASE WHEN metric_series.last_step > excluded.last_step \
-         THEN metric_series.last_step ELSE excluded.last_step END RETURNING id, name, previous",
-    );
-    let series: HashMap<String, (i64, Option<i64>)> = upsert
-        .build_query_as::<(i64, String, Option<i64>)>()
-        .fetch_all(conn)
-        .await?
-        .into_iter()
-        .map(|(id, name, previous)| (name, (id, previous)))
+        .enumerate()
+        .map(|(index, (report, _))| (report.job_id, index))
         .collect();
-    let mut chunks: Vec<(i64, Vec<(i64, f64)>)> = Vec::with_capacity(by_name.len());
-    for (name, points) in by_name {
-        let (series_id, previous) = series[name];
-        let points: Vec<(i64, f64)> = points.into_iter().collect();
-        if previous.is_some_and(|last| last >= min_step) {
-            merge_overlapping(conn, series_id, attempt, (min_step, max_step), points).await?;
-        } else {
-            chunks.push((series_id, points));
+    // Every series in one statement per 8,000 (4 variables a row; SQLite allows 32766),
+    // answering the newest step each held before: SQLite and PostgreSQL both evaluate every
+    // SET expression on the row as it was.
+    let rows: Vec<(&(usize, &str), &Points)> = series.iter().collect();
+    let mut ids: HashMap<(usize, String), (i64, Option<i64>)> = HashMap::new();
+    for part in rows.chunks(8000) {
+        let mut upsert =
+            Builder::new("INSERT INTO metric_series (job_id, name, last_step, previous) ");
+        upsert.push_values(part, |mut row, ((index, name), points)| {
+            row.push_bind(marks[*index].0.job_id)
+                .push_bind(*name)
+                .push_bind(points.keys().next_back().copied())
+                .push_bind(None::<i64>);
+        });
+        upsert.push(
+            " ON CONFLICT (job_id, name) DO UPDATE SET previous = metric_series.last_step, \
+             last_step = CASE WHEN metric_series.last_step > excluded.last_step \
+             THEN metric_series.last_step ELSE excluded.last_step END \
+             RETURNING id, job_id, name, previous",
+        );
+        for (id, job_id, name, previous) in upsert
+            .build_query_as::<(i64, String, String, Option<i64>)>()
+            .fetch_all(conn)
+            .await?
+        {
+            ids.insert((index_of[job_id.as_str()], name), (id, previous));
         }
     }
-    insert_chunks(conn, attempt, &chunks).await?;
-    db::query("UPDATE jobs SET last_step = MAX(COALESCE(last_step, 0), ?) WHERE id = ?")
-        .bind(max_step)
-        .bind(job_id)
-        .execute(conn)
-        .await?;
-    db::query(
-        "UPDATE attempts SET first_step = COALESCE(first_step, ?), \
-         first_step_at = COALESCE(first_step_at, ?), end_step = MAX(COALESCE(end_step, 0), ?) \
-         WHERE job_id = ? AND attempt = ?",
-    )
-    .bind(min_step)
-    .bind(now_ms())
-    .bind(max_step)
-    .bind(job_id)
-    .bind(attempt)
-    .execute(conn)
-    .await?;
+    let mut chunks: Vec<Chunk> = Vec::with_capacity(series.len());
+    for ((index, name), points) in series {
+        let (series_id, previous) = ids[&(index, name.to_owned())];
+        let (report, range) = &marks[index];
+        let points: Vec<(i64, f64)> = points.into_iter().collect();
+        if previous.is_some_and(|last| last >= range.first) {
+            let range = (range.first, range.last);
+            merge_overlapping(conn, series_id, report.attempt, range, points).await?;
+        } else {
+            chunks.push((series_id, report.attempt, points));
+        }
+    }
+    insert_chunks(conn, &chunks).await?;
+    for part in marks.chunks(8000) {
+        let mut update = Builder::new("WITH reported (id, step) AS (");
+        update.push_values(part, |mut row, (report, range)| {
+            row.push_bind(report.job_id).push_bind(range.last);
+        });
+        update.push(
+            ") UPDATE jobs SET last_step = CASE WHEN COALESCE(jobs.last_step, 0) > reported.step \
+             THEN COALESCE(jobs.last_step, 0) ELSE reported.step END \
+             FROM reported WHERE jobs.id = reported.id",
+        );
+        update.build().execute(conn).await?;
+    }
+    let now = now_ms();
+    for part in marks.chunks(6000) {
+        let mut update = Builder::new("WITH reported (job_id, attempt, first, last) AS (");
+        update.push_values(part, |mut row, (report, range)| {
+            row.push_bind(report.job_id)
+                .push_bind(report.attempt)
+                .push_bind(range.first)
+                .push_bind(range.last);
+        });
+        update.push(") UPDATE attempts SET first_step = COALESCE(attempts.first_step, reported.first), first_step_at = COALESCE(attempts.first_step_at, ");
+        update.push_bind(now);
+        update.push(
+            "), end_step = CASE WHEN COALESCE(attempts.end_step, 0) > reported.last \
+             THEN COALESCE(attempts.end_step, 0) ELSE reported.last END \
+             FROM reported WHERE attempts.job_id = reported.job_id \
+             AND attempts.attempt = reported.attempt",
+        );
+        update.build().execute(conn).await?;
+    }
     Ok(())
 }
 
-/// One chunk per `(series_id, points)`, in one statement.
-pub(super) async fn insert_chunks(
-    conn: &mut Conn,
-    attempt: i64,
-    chunks: &[(i64, Vec<(i64, f64)>)],
-) -> Result<(), StoreError> {
-    let chunks: Vec<&(i64, Vec<(i64, f64)>)> =
-        chunks.iter().filter(|(_, p)| !p.is_empty()).collect();
+/// A series' points to store as one chunk, and the attempt that reported them.
+pub(super) type Chunk = (i64, i64, Vec<(i64, f64)>);
+
+/// One chunk per `(series_id, attempt, points)`, in one statement.
+pub(super) async fn insert_chunks(conn: &mut Conn, chunks: &[Chunk]) -> Result<(), StoreError> {
+    let chunks: Vec<&Chunk> = chunks.iter().filter(|(_, _, p)| !p.is_empty()).collect();
     // 6 variables a row; SQLite allows 32766 per statement.
     for part in chunks.chunks(5000) {
         let mut insert = Builder::new(
             "INSERT INTO metric_chunks (series_id, last_step, first_step, points, attempt, data) ",
         );
-        insert.push_values(part, |mut row, (series_id, points)| {
+        insert.push_values(part, |mut row, (series_id, attempt, points)| {
             row.push_bind(*series_id)
                 .push_bind(points[points.len() - 1].0)
                 .push_bind(points[0].0)
                 .push_bind(points.len() as i64)
-                .push_bind(attempt)
+                .push_bind(*attempt)
                 .push_bind(encode_points(points));
         });
         insert.build().execute(conn).await?;
@@ -141,7 +188,7 @@ async fn merge_overlapping(
     points: Vec<(i64, f64)>,
 ) -> Result<(), StoreError> {
     let mut inside: BTreeMap<i64, f64> = BTreeMap::new();
-    let mut pieces: Vec<(i64, Vec<(i64, f64)>)> = Vec::new();
+    let mut pieces: Vec<Chunk> = Vec::new();
     let mut touched: Vec<i64> = Vec::new();
     let mut after = from;
     'chunks: loop {
@@ -169,8 +216,8 @@ async fn merge_overlapping(
                     inside.insert(step, value);
                 }
             }
-            pieces.push((series_id, before));
-            pieces.push((series_id, beyond));
+            pieces.push((series_id, attempt, before));
+            pieces.push((series_id, attempt, beyond));
             after = last_step + 1;
         }
         if !full {
@@ -178,7 +225,7 @@ async fn merge_overlapping(
         }
     }
     inside.extend(points);
-    pieces.push((series_id, inside.into_iter().collect()));
+    pieces.push((series_id, attempt, inside.into_iter().collect()));
     for last_step in touched {
         db::query("DELETE FROM metric_chunks WHERE series_id = ? AND last_step = ?")
             .bind(series_id)
@@ -186,7 +233,7 @@ async fn merge_overlapping(
             .execute(conn)
             .await?;
     }
-    insert_chunks(conn, attempt, &pieces).await
+    insert_chunks(conn, &pieces).await
 }
 
 /// Calls `visit` with the points of `series_id` from step `from` on, in step order, until

@@ -6,7 +6,8 @@ use super::db::{self, Conn};
 use super::metrics;
 use super::{now_ms, StoreError};
 
-/// The job as the judge needs it.
+/// The job as the judge needs it, read by the fence of its metrics batch
+/// (`leases::fence_many`).
 #[derive(Debug, sqlx::FromRow)]
 pub struct Judged {
     pub experiment: String,
@@ -18,16 +19,6 @@ pub struct Judged {
     /// The stop already asked for: `ruled`, `evicted` or `suspended`.
     pub stop_request: Option<String>,
     pub cancel_requested: bool,
-}
-
-pub async fn judged(conn: &mut Conn, job_id: &str) -> Result<Option<Judged>, StoreError> {
-    Ok(db::query_as(
-        "SELECT experiment, total_steps, ignore_stop_rules, diverged_reports, diverged_step, \
-         stop_request, (cancel_requested <> 0) AS cancel_requested FROM jobs WHERE id = ?",
-    )
-    .bind(job_id)
-    .fetch_optional(conn)
-    .await?)
 }
 
 /// The guard's count of bad reports in a row, and the step of the last report it counted.

@@ -36,17 +36,15 @@ impl Verdict {
     }
 }
 
-/// Judges the run of `job_id` on the batch just stored. Keeps the guard's count of bad
-/// reports with the job. `None` while the run may go on.
+/// Judges the run of `job_id` on the batch just stored, `job` as its fence read it. Keeps
+/// the guard's count of bad reports with the job. `None` while the run may go on.
 pub async fn judge(
     conn: &mut Conn,
     catalog: &Catalog,
     job_id: &str,
+    job: &facts::Judged,
     batch: &MetricsBatch,
 ) -> Result<Option<Verdict>, StoreError> {
-    let Some(job) = facts::judged(conn, job_id).await? else {
-        return Ok(None);
-    };
     // A pending eviction or suspension does not stop the judging: a verdict replaces it.
     let ruled = job.stop_request.as_deref() == Some("ruled");
     if job.ignore_stop_rules != 0 || job.cancel_requested || ruled {

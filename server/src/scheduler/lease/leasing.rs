@@ -13,15 +13,12 @@ use podq_api::{
 };
 use uuid::Uuid;
 
-use super::judge;
 use super::policy::{self, AttemptProgress, JobBudget, StopRequest};
 use crate::scheduler::plan::forecast;
 use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
 use crate::store::events::{insert_event, Actor};
 use crate::store::leases::{self as sql, AttemptEnd, JobAfter};
-use crate::store::{
-    checkpoints, metrics, now_ms, parse_uuid, pod_time, pods, stop_rules, Conn, StoreError,
-};
+use crate::store::{checkpoints, now_ms, parse_uuid, pods, stop_rules, Conn, StoreError};
 
 const MAX_WAIT: Duration = Duration::from_secs(60);
 const DEFAULT_WAIT: Duration = Duration::from_secs(20);
@@ -253,41 +250,12 @@ impl Scheduler {
         let accepted: usize = batch.points.iter().map(|p| p.values.len()).sum();
         let stored = accepted as u64;
         let max_step = batch.points.iter().map(|p| p.step).max();
-        let catalog = self.catalog.clone();
-        let stop = self
-            .write_fenced(lease_id, move |conn, fenced| {
-                async move {
-                    let job = &fenced.job_id;
-                    metrics::insert_points(conn, job, fenced.attempt, &batch).await?;
-                    if let Some(phases) = &batch.phases {
-                        pod_time::record_phases(conn, &lease_id.to_string(), phases).await?;
-                    }
-                    let Some(verdict) = judge::judge(conn, &catalog, job, &batch).await? else {
-                        return Ok(None);
-                    };
-                    let message = verdict.message();
-                    let fired = stop_rules::Fired {
-                        rule: &verdict.rule,
-                        metric: &verdict.metric,
-                        step: verdict.step,
-                        value: verdict.value,
-                        message: &message,
-                    };
-                    stop_rules::record_fired(conn, job, &fired).await?;
-                    insert_event(
-                        conn,
-                        &Actor::podq(),
-                        Some(job),
-                        Some(&pod),
-                        "stop_rule",
-                        &message,
-                    )
-                    .await?;
-                    Ok(Some(message))
-                }
-                .boxed()
-            })
-            .await?;
+        let report = super::reports::MetricsReport {
+            lease_id,
+            pod,
+            batch,
+        };
+        let stop = self.metrics_reports.submit(&self.store, report).await?;
         if let Some(why) = &stop {
             self.live.flag_stop(lease_id, why.clone());
         }

@@ -1,7 +1,6 @@
 //! Trainer logs: the lines workers forward from every host while an attempt runs, kept per
 //! attempt and host up to a cap, and read back by job with filters.
 
-use futures::FutureExt;
 use podq_api::{JobLogs, JobState, LogBatch, LogDropped, LogLine};
 use regex::Regex;
 use uuid::Uuid;
@@ -58,19 +57,11 @@ impl Scheduler {
         for line in &mut batch.lines {
             podq_api::cut_long_log_line(&mut line.text);
         }
-        let cap = self.config.log_lines_per_host;
-        let new = self
-            .write_fenced(lease_id, move |conn, fenced| {
-                async move {
-                    let lines = &batch.lines;
-                    Ok(
-                        logs::insert_lines(conn, &fenced.job_id, fenced.attempt, lines, cap)
-                            .await?,
-                    )
-                }
-                .boxed()
-            })
-            .await?;
+        let report = crate::scheduler::lease::reports::LogReport {
+            lease_id,
+            lines: batch.lines,
+        };
+        let new = self.log_reports.submit(&self.store, report).await?;
         self.telemetry.log_lines.inc_by(new);
         Ok(new)
     }

@@ -1,0 +1,159 @@
+//! Reports that arrive together are stored together (issue 30).
+//!
+//! A thousand pods send a metrics batch and a log batch every two seconds each. Stored one
+//! write each, every batch cost its own fence, upserts and updates: half a dozen statements,
+//! each a round trip to the store's connection thread, and the one writer fell behind. Here
+//! a report joins the reports of its kind waiting for the writer, and one write stores all
+//! of them with the same half-dozen statements, whatever their number.
+//!
+//! The write takes whatever is waiting when the writer reaches it, so a quiet server stores
+//! a report at once and a busy one stores more per write. Each report still gets its own
+//! answer, after the commit that made it durable. If the merged write fails (a bad row, say),
+//! each of its reports is written again on its own, so one bad report fails alone.
+
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::sync::oneshot;
+
+use crate::scheduler::{Result, SchedulerError};
+use crate::store::{Conn, FromCommitFailure, Store, StoreError};
+
+/// Stores a slice of reports in the writer's transaction: one answer per report, in order,
+/// or an error that undoes all of them.
+pub(in crate::scheduler) type StoreMany<I, O> = Arc<
+    dyn for<'c> Fn(&'c mut Conn, &'c [I]) -> BoxFuture<'c, Result<Vec<Result<O>>>> + Send + Sync,
+>;
+
+/// The reports of one kind waiting for the writer.
+pub(in crate::scheduler) struct Merger<I, O> {
+    waiting: Mutex<Waiting<I, O>>,
+    store_many: StoreMany<I, O>,
+}
+
+struct Waiting<I, O> {
+    reports: Vec<(I, oneshot::Sender<Result<O>>)>,
+    /// A write that will take what is waiting is queued.
+    queued: bool,
+}
+
+type Taken<I, O> = (Vec<I>, Vec<oneshot::Sender<Result<O>>>);
+
+impl<I: Send + Sync + 'static, O: Send + 'static> Merger<I, O> {
+    pub fn new(store_many: StoreMany<I, O>) -> Arc<Self> {
+        Arc::new(Merger {
+            waiting: Mutex::new(Waiting {
+                reports: Vec::new(),
+                queued: false,
+            }),
+            store_many,
+        })
+    }
+
+    /// Stores `report` with whatever else is waiting; answers once it is durable.
+    pub async fn submit(self: &Arc<Self>, store: &Store, report: I) -> Result<O> {
+        let (answer, answered) = oneshot::channel();
+        let queue = {
+            let mut waiting = self.waiting.lock().expect("merger lock");
+            waiting.reports.push((report, answer));
+            !std::mem::replace(&mut waiting.queued, true)
+        };
+        if queue {
+            // Its own task: a caller that goes away must not take the others' write with it.
+            tokio::spawn(Arc::clone(self).write(store.clone()));
+        }
+        answered
+            .await
+            .map_err(|_| SchedulerError::Store(StoreError::WriterStopped))?
+    }
+
+    fn take(&self) -> Taken<I, O> {
+        let mut waiting = self.waiting.lock().expect("merger lock");
+        waiting.queued = false;
+        std::mem::take(&mut waiting.reports).into_iter().unzip()
+    }
+
+    async fn write(self: Arc<Self>, store: Store) {
+        let taken: Arc<Mutex<Option<Taken<I, O>>>> = Arc::default();
+        let slot = Arc::clone(&taken);
+        let merger = Arc::clone(&self);
+        let written = store
+            .write(move |conn| {
+                async move {
+                    let (reports, answers) = merger.take();
+                    let stored = (merger.store_many)(conn, &reports).await;
+                    *slot.lock().expect("merged slot") = Some((reports, answers));
+                    stored
+                }
+                .boxed()
+            })
+            .await;
+        let Some((reports, answers)) = taken.lock().expect("merged slot").take() else {
+            return; // the write never ran: the store stopped, and dropped answers say so
+        };
+        match written {
+            Ok(stored) => {
+                for (answer, result) in answers.into_iter().zip(stored) {
+                    let _ = answer.send(result);
+                }
+            }
+            Err(e) if is_commit_failure(&e) => {
+                for answer in answers {
+                    let _ = answer.send(Err(same_failure(&e)));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(reports = reports.len(), error = %e, "a merged write failed: writing its reports one by one");
+                self.write_each(store, reports, answers).await;
+            }
+        }
+    }
+
+    async fn write_each(
+        &self,
+        store: Store,
+        reports: Vec<I>,
+        answers: Vec<oneshot::Sender<Result<O>>>,
+    ) {
+        let reports = Arc::new(reports);
+        for (index, answer) in answers.into_iter().enumerate() {
+            let store_many = Arc::clone(&self.store_many);
+            let reports = Arc::clone(&reports);
+            let result = store
+                .write(move |conn| {
+                    async move {
+                        let one = std::slice::from_ref(&reports[index]);
+                        let mut stored = store_many(conn, one).await?;
+                        stored.pop().expect("one answer per report")
+                    }
+                    .boxed()
+                })
+                .await;
+            let _ = answer.send(result);
+        }
+    }
+}
+
+/// The writer could not commit, or this server no longer leads: true of every report in
+/// the write, so none is written again here.
+fn is_commit_failure(e: &SchedulerError) -> bool {
+    matches!(
+        e,
+        SchedulerError::Store(
+            StoreError::Standby
+                | StoreError::WriterStopped
+                | StoreError::Database(sqlx::Error::Protocol(_))
+        )
+    )
+}
+
+fn same_failure(e: &SchedulerError) -> SchedulerError {
+    match e {
+        SchedulerError::Store(StoreError::Standby) => SchedulerError::Store(StoreError::Standby),
+        SchedulerError::Store(StoreError::WriterStopped) => {
+            SchedulerError::Store(StoreError::WriterStopped)
+        }
+        other => SchedulerError::commit_failed(other.to_string()),
+    }
+}
