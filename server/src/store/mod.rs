@@ -128,13 +128,22 @@ impl Store {
         let (role_tx, role_rx) = watch::channel(role);
         let confirmed = Arc::clone(&writer.confirmed);
         let instruments = WriterInstruments::default();
-        tokio::spawn(writer::run_writer(
-            writer,
-            rx,
-            committed,
-            role_tx,
-            instruments.clone(),
-        ));
+        let run = writer::run_writer(writer, rx, committed, role_tx, instruments.clone());
+        // Its own thread and runtime: each statement of a write is a round trip to the
+        // connection's thread, and on the server's runtime every one of them waited its
+        // turn behind the HTTP tasks; with a thousand pods reporting, that queue, not the
+        // database, was most of a write's time (benches/fleet.rs). The channels and the
+        // connections work across runtimes.
+        std::thread::Builder::new()
+            .name("podq-writer".into())
+            .spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("the writer's runtime")
+                    .block_on(run)
+            })
+            .expect("the writer's thread");
         Store {
             readers,
             writer: tx,

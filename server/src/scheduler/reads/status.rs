@@ -1,13 +1,13 @@
 //! The summaries that combine the database with what lives only in memory (lease progress,
 //! pods' last contact): status and pods.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{Duration as ChronoDuration, Utc};
 use podq_api::{JobState, Pod, RunningJob, Status};
 
 use crate::scheduler::plan::forecast::{self, Progress};
-use crate::scheduler::{Result, Scheduler};
+use crate::scheduler::{LiveLease, Result, Scheduler};
 use crate::store::views::{self, ActiveRun};
 use crate::store::{goodput, jobs, ms_to_datetime, now_ms, parse_uuid, pods};
 
@@ -67,12 +67,16 @@ impl Scheduler {
         let view = self.read_cache.queue.get_or(|| self.queue_view()).await?;
         let now = now_ms();
         let live = self.live.all();
+        // By job, not a search per job: a thousand running jobs made status quadratic
+        // (benches/fleet.rs).
+        let lease_of: HashMap<&str, &LiveLease> =
+            live.iter().map(|(_, l)| (l.job_id.as_str(), l)).collect();
         let mut running = Vec::new();
         let mut queue_hours = view.queued_hours;
         for run in &view.on_pods {
-            let lease = live.iter().find(|(_, l)| l.job_id == run.id);
+            let lease = lease_of.get(run.id.as_str()).copied();
             let step = lease
-                .and_then(|(_, l)| l.step)
+                .and_then(|l| l.step)
                 .or(run.end_step)
                 .or(run.last_step);
             let steps_per_s =
@@ -82,7 +86,7 @@ impl Scheduler {
                 job_id: parse_uuid(&run.id)?,
                 experiment: run.experiment.clone(),
                 state: run.state.clone(),
-                pod: lease.map(|(_, l)| l.pod.clone()),
+                pod: lease.map(|l| l.pod.clone()),
                 attempt: run.attempts,
                 step,
                 total_steps: run.total_steps,
@@ -107,9 +111,13 @@ impl Scheduler {
     pub async fn pods(&self) -> Result<Vec<Pod>> {
         let rows = pods::list(&mut self.store.read().await?).await?;
         let live = self.live.all();
+        let lease_on: HashMap<&str, (&uuid::Uuid, &LiveLease)> = live
+            .iter()
+            .map(|(id, l)| (l.pod.as_str(), (id, l)))
+            .collect();
         rows.into_iter()
             .map(|row| {
-                let lease = live.iter().find(|(_, l)| l.pod == row.name);
+                let lease = lease_on.get(row.name.as_str()).copied();
                 let recorded = ms_to_datetime(row.last_seen_at);
                 Ok(Pod {
                     preflight: row.preflight()?,
