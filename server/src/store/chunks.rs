@@ -9,7 +9,9 @@
 //! The encoding is postcard's (serde, varints): steps and offsets as deltas from the previous
 //! one, so a chunk of ten steps costs a few bytes of steps. A chunk's values are stored as
 //! `f32` when every one of them is exactly an `f32` (what a JAX trainer reports), else as
-//! `f64`; either way a value reads back bit-exact, NaN and infinities included.
+//! `f64`; either way a value reads back bit-exact, NaN and infinities included. A log chunk
+//! is then compressed with LZ4 (lz4_flex, pure Rust): a trainer's lines repeat themselves
+//! ("step N: loss … lr …"), and the text is most of what a log chunk holds.
 
 use serde::{Deserialize, Serialize};
 
@@ -100,11 +102,14 @@ pub fn encode_lines<'a>(lines: impl IntoIterator<Item = &'a StoredLine>) -> Vec<
             encoded
         })
         .collect();
-    postcard::to_allocvec(&LinesChunk { lines }).expect("a Vec always takes the bytes")
+    let encoded = postcard::to_allocvec(&LinesChunk { lines }).expect("a Vec takes the bytes");
+    lz4_flex::compress_prepend_size(&encoded)
 }
 
 pub fn decode_lines(data: &[u8]) -> Result<Vec<StoredLine>, StoreError> {
-    let chunk: LinesChunk = postcard::from_bytes(data).map_err(corrupt("log chunk"))?;
+    let encoded = lz4_flex::decompress_size_prepended(data)
+        .map_err(|e| StoreError::Corrupt(format!("a log chunk does not decompress: {e}")))?;
+    let chunk: LinesChunk = postcard::from_bytes(&encoded).map_err(corrupt("log chunk"))?;
     let (mut position, mut offset, mut at) = (0_i64, 0_i64, 0_i64);
     Ok(chunk
         .lines
@@ -178,5 +183,17 @@ mod tests {
         ];
         assert_eq!(decode_lines(&encode_lines(&lines)).unwrap(), lines);
         assert!(decode_lines(b"\xff\xff\xff").is_err());
+        // Lines alike, as a trainer prints them, take less room than their text.
+        let alike: Vec<StoredLine> = (0..4)
+            .map(|i| StoredLine {
+                position: i,
+                offset: i * 80,
+                at: 1_700_000_000_000 + i * 500,
+                text: format!("[host 3] step 12{i}: loss 0.42{i} lm_loss 0.39{i} lr 1.0e-4"),
+            })
+            .collect();
+        let text: usize = alike.iter().map(|l| l.text.len()).sum();
+        let stored = encode_lines(&alike).len();
+        assert!(stored < text * 3 / 4, "{stored} bytes for {text} of text");
     }
 }
