@@ -107,10 +107,11 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
     let mut chunks: Vec<Chunk> = Vec::with_capacity(series.len());
     for ((index, name), points) in series {
         let (series_id, previous) = ids[&(index, name.to_owned())];
-        let (report, range) = &marks[index];
+        let report = marks[index].0;
         let points: Vec<(i64, f64)> = points.into_iter().collect();
-        if previous.is_some_and(|last| last >= range.first) {
-            let range = (range.first, range.last);
+        // The series' own range: a series that lags the others is not merged needlessly.
+        let range = (points[0].0, points[points.len() - 1].0);
+        if previous.is_some_and(|last| last >= range.0) {
             merge_overlapping(conn, series_id, report.attempt, range, points).await?;
         } else {
             chunks.push((series_id, report.attempt, points));
@@ -192,8 +193,8 @@ async fn merge_overlapping(
     let mut touched: Vec<i64> = Vec::new();
     let mut after = from;
     'chunks: loop {
-        let page: Vec<(i64, i64, Vec<u8>)> = db::query_as(
-            "SELECT last_step, first_step, data FROM metric_chunks \
+        let page: Vec<(i64, i64, i64, Vec<u8>)> = db::query_as(
+            "SELECT last_step, first_step, attempt, data FROM metric_chunks \
              WHERE series_id = ? AND last_step >= ? ORDER BY last_step LIMIT 64",
         )
         .bind(series_id)
@@ -201,7 +202,7 @@ async fn merge_overlapping(
         .fetch_all(conn)
         .await?;
         let full = page.len() == 64;
-        for (last_step, first_step, data) in page {
+        for (last_step, first_step, reported_by, data) in page {
             if first_step > to {
                 break 'chunks;
             }
@@ -216,8 +217,9 @@ async fn merge_overlapping(
                     inside.insert(step, value);
                 }
             }
-            pieces.push((series_id, attempt, before));
-            pieces.push((series_id, attempt, beyond));
+            // What lies outside the range keeps the attempt that reported it.
+            pieces.push((series_id, reported_by, before));
+            pieces.push((series_id, reported_by, beyond));
             after = last_step + 1;
         }
         if !full {
@@ -245,6 +247,9 @@ pub async fn scan_forward(
     mut visit: impl FnMut(i64, f64) -> bool,
 ) -> Result<(), StoreError> {
     let mut after = from;
+    // Each page is its own read: a merge committed between two pages can move steps already
+    // visited into a chunk further on, and they are not visited again.
+    let mut visited: Option<i64> = None;
     loop {
         let page: Vec<(i64, Vec<u8>)> = db::query_as(SCAN_FORWARD)
             .bind(series_id)
@@ -255,7 +260,11 @@ pub async fn scan_forward(
         let full = page.len() as i64 == SCAN_PAGE;
         for (last_step, data) in page {
             for (step, value) in decode_points(&data)? {
-                if step >= from && !visit(step, value) {
+                if step < from || visited.is_some_and(|v| step <= v) {
+                    continue;
+                }
+                visited = Some(step);
+                if !visit(step, value) {
                     return Ok(());
                 }
             }
@@ -274,6 +283,7 @@ pub async fn scan_backward(
     mut visit: impl FnMut(i64, f64) -> bool,
 ) -> Result<(), StoreError> {
     let mut before = i64::MAX;
+    let mut visited: Option<i64> = None;
     loop {
         let page: Vec<(i64, i64, Vec<u8>)> = db::query_as(SCAN_BACKWARD)
             .bind(series_id)
@@ -284,6 +294,10 @@ pub async fn scan_backward(
         let full = page.len() as i64 == SCAN_PAGE;
         for (_, first_step, data) in page {
             for (step, value) in decode_points(&data)?.into_iter().rev() {
+                if visited.is_some_and(|v| step >= v) {
+                    continue;
+                }
+                visited = Some(step);
                 if !visit(step, value) {
                     return Ok(());
                 }

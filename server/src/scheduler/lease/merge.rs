@@ -90,7 +90,18 @@ impl<I: Send + Sync + 'static, O: Send + 'static> Merger<I, O> {
             })
             .await;
         let Some((reports, answers)) = taken.lock().expect("merged slot").take() else {
-            return; // the write never ran: the store stopped, and dropped answers say so
+            // The writer answered without running the write (on standby, or its transaction
+            // could not begin): what waits for this write is answered with that failure, and
+            // the next report starts a write of its own.
+            let (_, answers) = self.take();
+            let failure = match &written {
+                Err(e) => same_failure(e),
+                Ok(_) => SchedulerError::Store(StoreError::WriterStopped),
+            };
+            for answer in answers {
+                let _ = answer.send(Err(same_failure(&failure)));
+            }
+            return;
         };
         match written {
             Ok(stored) => {
