@@ -491,6 +491,11 @@ mod tests {
     use futures::FutureExt;
     use podq_api::MetricStep;
 
+    /// The job `j` the series belong to.
+    const A_JOB: &str = "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, \
+        config_json, config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, \
+        updated_at) VALUES ('j', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)";
+
     use super::*;
     use crate::store::Store;
 
@@ -501,13 +506,7 @@ mod tests {
         store
             .write(|conn| {
                 async move {
-                    db::query(
-                        "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, config_json, \
-                         config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, updated_at) \
-                         VALUES ('j', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)",
-                    )
-                    .execute(conn)
-                    .await?;
+                    db::query(A_JOB).execute(conn).await?;
                     // The long series in batches of ten steps, as a worker reports them.
                     let long: Vec<MetricStep> = (1..=10007)
                         .map(|i| MetricStep {
@@ -516,13 +515,22 @@ mod tests {
                         })
                         .collect();
                     for points in long.chunks(10) {
-                        let batch = MetricsBatch { points: points.to_vec(), phases: None };
+                        let batch = MetricsBatch {
+                            points: points.to_vec(),
+                            phases: None,
+                        };
                         insert_points(conn, "j", 1, &batch).await?;
                     }
                     let short = MetricsBatch {
                         points: vec![
-                            MetricStep { step: 10, values: [("short".to_owned(), 1.0)].into() },
-                            MetricStep { step: 20, values: [("short".to_owned(), 2.0)].into() },
+                            MetricStep {
+                                step: 10,
+                                values: [("short".to_owned(), 1.0)].into(),
+                            },
+                            MetricStep {
+                                step: 20,
+                                values: [("short".to_owned(), 2.0)].into(),
+                            },
                         ],
                         phases: None,
                     };
@@ -581,13 +589,7 @@ mod tests {
         store
             .write(move |conn| {
                 async move {
-                    db::query(
-                        "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, config_json, \
-                         config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, updated_at) \
-                         VALUES ('j', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)",
-                    )
-                    .execute(conn)
-                    .await?;
+                    db::query(A_JOB).execute(conn).await?;
                     for b in &batches {
                         insert_points(conn, "j", 1, b).await?;
                     }
