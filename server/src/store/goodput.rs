@@ -120,6 +120,12 @@ pub async fn of_run(db: &mut Conn, job_id: &str) -> Result<Goodput, StoreError> 
 }
 
 async fn of_attempt(db: &mut Conn, a: &AttemptTimes, now: i64) -> Result<Goodput, StoreError> {
+    // A run still going keeps all its time: its checkpoints are not read. Status sums the
+    // open attempts on every change, and a read each for a thousand running jobs made it
+    // the slowest call of a fleet (benches/fleet.rs).
+    if keeps_all(a) {
+        return Ok(account(a, None, now));
+    }
     let last_kept: Option<(i64, i64)> = db::query_as(
         "SELECT step, seen_at FROM checkpoints WHERE job_id = ? AND attempt = ? AND committed = 1 \
          ORDER BY step DESC LIMIT 1",
@@ -129,6 +135,11 @@ async fn of_attempt(db: &mut Conn, a: &AttemptTimes, now: i64) -> Result<Goodput
     .fetch_optional(db)
     .await?;
     Ok(account(a, last_kept, now))
+}
+
+/// A finished run keeps everything; a running one is counted as kept until it ends.
+fn keeps_all(a: &AttemptTimes) -> bool {
+    matches!(a.outcome.as_deref(), None | Some("succeeded"))
 }
 
 /// The attempt's pod time split into overhead (before its first step), time whose progress
@@ -143,9 +154,7 @@ fn account(a: &AttemptTimes, last_kept: Option<(i64, i64)>, now: i64) -> Goodput
         overhead_s: secs(training_from - a.started_at),
         ..Goodput::default()
     };
-    // A finished run keeps everything; a running one is counted as kept until it ends.
-    let keeps_all = matches!(a.outcome.as_deref(), None | Some("succeeded"));
-    if keeps_all {
+    if keeps_all(a) {
         g.kept_s = secs(end - training_from);
         g.kept_steps = (a.end_step.unwrap_or(start_step) - start_step).max(0);
     } else if let Some((step, seen_at)) = last_kept {
