@@ -9,8 +9,9 @@
 //! The load, per pod, every `PODQ_FLEET_FLUSH_S` (2, the worker's `--metrics-flush-s`): a
 //! heartbeat, a metrics batch (10 steps × TRM's 13 metrics) and a log batch (8 hosts × 2
 //! lines a second), one after the other on the pod's own connection, as the worker sends
-//! them. A pod whose calls take longer than the period falls behind and sends fewer rounds:
-//! "reports done" is the share of the rounds due in the window that were sent. Readers
+//! them. A pod whose calls take longer than the period falls behind, sends the rounds it
+//! missed back to back (as the worker's `tokio::time::interval` does) and keeps its phase;
+//! "reports done" is the share of the rounds due in the window that were sent in it. Readers
 //! (`PODQ_FLEET_READERS`, 10) each read `GET /status` and `GET /jobs?state=running` every
 //! second.
 //!
@@ -95,6 +96,10 @@ struct Figures {
     store_growth_bytes: f64,
     window_s: f64,
     profile: Option<String>,
+    /// The server's own request-duration histograms over the window, by route.
+    server_side: ServerSide,
+    /// TCP connections the machine accepted in the window, and segments retransmitted.
+    tcp: TcpCounters,
 }
 
 impl Figures {
@@ -154,6 +159,130 @@ async fn store_bytes(server: &ServerProc, database: Option<&str>) -> Res<u64> {
                 .await?;
             conn.close().await?;
             Ok(size as u64)
+        }
+    }
+}
+
+/// Cumulative `(upper bound in seconds, count)` buckets of `podq_http_request_duration_seconds`,
+/// by route, summed over methods and statuses.
+#[derive(Default)]
+struct ServerSide(BTreeMap<String, Vec<(f64, f64)>>);
+
+impl ServerSide {
+    async fn scrape(api: &Api) -> Res<ServerSide> {
+        let (_, body) = api.get_timed("/metrics").await?;
+        let text = String::from_utf8_lossy(&body);
+        let mut routes: BTreeMap<String, BTreeMap<u64, (f64, f64)>> = BTreeMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("podq_http_request_duration_seconds_bucket{") else {
+                continue;
+            };
+            let Some((labels, count)) = rest.rsplit_once("} ") else {
+                continue;
+            };
+            let label = |name: &str| {
+                labels
+                    .split(&format!("{name}=\""))
+                    .nth(1)
+                    .and_then(|v| v.split('"').next())
+                    .map(str::to_owned)
+            };
+            let (Some(route), Some(le)) = (label("route"), label("le")) else {
+                continue;
+            };
+            let le: f64 = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse()?
+            };
+            let count: f64 = count.trim().parse()?;
+            let bucket = routes
+                .entry(route)
+                .or_default()
+                .entry(le.to_bits())
+                .or_insert((le, 0.0));
+            bucket.1 += count;
+        }
+        Ok(ServerSide(
+            routes
+                .into_iter()
+                .map(|(route, buckets)| {
+                    let mut buckets: Vec<(f64, f64)> = buckets.into_values().collect();
+                    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    (route, buckets)
+                })
+                .collect(),
+        ))
+    }
+
+    /// What was observed between `before` and `self`.
+    fn since(&self, before: &ServerSide) -> ServerSide {
+        ServerSide(
+            self.0
+                .iter()
+                .map(|(route, buckets)| {
+                    let earlier = before.0.get(route);
+                    let delta = buckets
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &(le, n))| {
+                            let was = earlier.and_then(|b| b.get(i)).map_or(0.0, |b| b.1);
+                            (le, n - was)
+                        })
+                        .collect();
+                    (route.clone(), delta)
+                })
+                .collect(),
+        )
+    }
+
+    /// The bucket bound under which a share `q` of the route's requests were answered, in ms.
+    fn quantile_ms(&self, route: &str, q: f64) -> Option<f64> {
+        let buckets = self.0.get(route)?;
+        let total = buckets.last()?.1;
+        if total <= 0.0 {
+            return None;
+        }
+        buckets
+            .iter()
+            .find(|(_, n)| *n >= q * total)
+            .map(|(le, _)| le * 1000.0)
+    }
+}
+
+/// The machine's TCP counters (`/proc/net/snmp`): connections accepted, segments resent.
+#[derive(Default, Clone, Copy)]
+struct TcpCounters {
+    passive_opens: f64,
+    retransmitted: f64,
+}
+
+impl TcpCounters {
+    fn read() -> Res<TcpCounters> {
+        let snmp = std::fs::read_to_string("/proc/net/snmp")?;
+        let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+        let (names, values) = (tcp.next().ok_or("no Tcp:")?, tcp.next().ok_or("no Tcp:")?);
+        let field = |name: &str| -> Res<f64> {
+            let at = names
+                .split_whitespace()
+                .position(|n| n == name)
+                .ok_or_else(|| format!("no {name} in /proc/net/snmp"))?;
+            Ok(values
+                .split_whitespace()
+                .nth(at)
+                .ok_or("short Tcp: line")?
+                .parse()?)
+        };
+        Ok(TcpCounters {
+            passive_opens: field("PassiveOpens")?,
+            retransmitted: field("RetransSegs")?,
+        })
+    }
+
+    fn since(self, before: TcpCounters) -> TcpCounters {
+        TcpCounters {
+            passive_opens: self.passive_opens - before.passive_opens,
+            retransmitted: self.retransmitted - before.retransmitted,
         }
     }
 }
@@ -246,12 +375,15 @@ async fn fleet(
     for chunk in (0..pods).collect::<Vec<_>>().chunks(16) {
         let leased = futures::future::join_all(chunk.iter().map(|&i| {
             let worker = WorkerClient::new(&server.base, format!("fleet-{i:04}"));
+            // The log batches go on a connection of their own (WorkerClient has no logs
+            // call), made here: a client made in the window costs the load's own CPU there.
+            let logs = Api::new(&server.base);
             async move {
                 let lease = worker
                     .lease(ACCELERATOR, 0)
                     .await?
                     .ok_or("no job for a pod")?;
-                Res::Ok((worker, lease.lease_id))
+                Res::Ok((worker, logs, lease.lease_id))
             }
         }))
         .await;
@@ -271,6 +403,9 @@ async fn fleet(
         .max(1.0) as usize;
 
     let bytes_before = store_bytes(&server, database.as_deref()).await?;
+    let root = Api::new(server.base.trim_end_matches("/api/v1"));
+    let server_side_before = ServerSide::scrape(&root).await?;
+    let tcp_before = TcpCounters::read()?;
     let cpu_before = server.cpu_s()?;
     let generator_before = harness::cpu_s_of("/proc/self/stat")?;
     let profiler = if profile {
@@ -281,17 +416,14 @@ async fn fleet(
     let started = Instant::now();
     let end = started + window;
     let mut tasks = Vec::new();
-    for (i, (worker, lease)) in workers.into_iter().enumerate() {
+    for (i, (worker, api, lease)) in workers.into_iter().enumerate() {
         let samples = samples.clone();
         let rounds_done = rounds_done.clone();
         let errors = errors.clone();
         let first_error = first_error.clone();
         // Pods report out of phase with each other, as independent workers do.
         let offset = flush.mul_f64(i as f64 / pods as f64);
-        let base = server.base.clone();
         tasks.push(tokio::spawn(async move {
-            // The log batches go on a connection of their own: WorkerClient has no logs call.
-            let api = Api::new(&base);
             let mut offsets = vec![0u64; HOSTS];
             let mut next = started + offset;
             let mut round = 0u64;
@@ -337,8 +469,12 @@ async fn fleet(
                     }
                 }
                 round += 1;
-                // Behind: the next round goes at once, as the worker's flush does.
-                next = (next + flush).max(Instant::now());
+                // The worker's flush is a `tokio::time::interval` with the default
+                // `MissedTickBehavior::Burst`: a round missed while behind goes at once, and
+                // then the rounds keep their first schedule. So a pod keeps its phase: pods
+                // held up together (the first round, which opens the log connections and
+                // creates every series) must not stay bunched for the rest of the window.
+                next += flush;
             }
         }));
     }
@@ -367,6 +503,8 @@ async fn fleet(
         task.await?;
     }
     let window_s = started.elapsed().as_secs_f64();
+    let tcp = TcpCounters::read()?.since(tcp_before);
+    let server_side = ServerSide::scrape(&root).await?.since(&server_side_before);
     let cpu_share = (server.cpu_s()? - cpu_before) / window_s;
     let generator_cpu_share = (harness::cpu_s_of("/proc/self/stat")? - generator_before) / window_s;
     let profile = match profiler {
@@ -391,8 +529,19 @@ async fn fleet(
         store_growth_bytes: bytes_after.saturating_sub(bytes_before) as f64,
         window_s,
         profile,
+        server_side,
+        tcp,
     })
 }
+
+/// Each call kind's route as the server's histograms name it.
+const ROUTES: [(&str, &str); 5] = [
+    ("metrics", "/api/v1/leases/{id}/metrics"),
+    ("logs", "/api/v1/leases/{id}/logs"),
+    ("heartbeat", "/api/v1/leases/{id}/heartbeat"),
+    ("status", "/api/v1/status"),
+    ("running jobs", "/api/v1/jobs"),
+];
 
 fn print_store(store: Store, raw_commits: f64, runs: &[Figures]) {
     println!();
@@ -436,6 +585,21 @@ fn print_store(store: Store, raw_commits: f64, runs: &[Figures]) {
             run.mb_per_pod_hour()
         );
         println!("{row}");
+        let mut inside = format!(
+            "   the server's own p50 / p99 (bucket bounds), {} connections accepted, {} segments \
+             resent:",
+            thousands(run.tcp.passive_opens),
+            thousands(run.tcp.retransmitted)
+        );
+        for (kind, route) in ROUTES {
+            let ms = |q| {
+                run.server_side
+                    .quantile_ms(route, q)
+                    .map_or("-".to_owned(), |ms: f64| format!("{ms:.0}"))
+            };
+            let _ = write!(inside, " {kind} {} / {} ms;", ms(0.5), ms(0.99));
+        }
+        println!("{inside}");
         if let Some(e) = &run.first_error {
             println!("   first failed call: {e}");
         }
