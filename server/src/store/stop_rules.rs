@@ -2,7 +2,7 @@
 //! the judgement, and the metric facts a rule is judged on. A NaN value is stored as NULL
 //! (SQLite stores a bound NaN so; PostgreSQL is made to match), so it reads back as `None`.
 
-use super::db::{self, Conn};
+use super::db::{self, Builder, Conn};
 use super::metrics;
 use super::{now_ms, StoreError};
 
@@ -21,19 +21,24 @@ pub struct Judged {
     pub cancel_requested: bool,
 }
 
-/// The guard's count of bad reports in a row, and the step of the last report it counted.
+/// Each job's guard count of bad reports in a row, and the step of the last report it
+/// counted: the jobs of a merged write at once.
 pub async fn set_diverged_reports(
     conn: &mut Conn,
-    job_id: &str,
-    reports: i64,
-    step: Option<i64>,
+    counts: &[(&str, i64, Option<i64>)],
 ) -> Result<(), StoreError> {
-    db::query("UPDATE jobs SET diverged_reports = ?, diverged_step = ? WHERE id = ?")
-        .bind(reports)
-        .bind(step)
-        .bind(job_id)
-        .execute(conn)
-        .await?;
+    // Three parameters a job: well under either store's limit per statement.
+    for part in counts.chunks(8000) {
+        let mut update = Builder::new("WITH counted (id, reports, step) AS (");
+        update.push_values(part, |mut row, (job_id, reports, step)| {
+            row.push_bind(*job_id).push_bind(*reports).push_bind(*step);
+        });
+        update.push(
+            ") UPDATE jobs SET diverged_reports = counted.reports, diverged_step = counted.step \
+             FROM counted WHERE jobs.id = counted.id",
+        );
+        update.build().execute(&mut *conn).await?;
+    }
     Ok(())
 }
 

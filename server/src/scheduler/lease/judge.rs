@@ -36,33 +36,58 @@ impl Verdict {
     }
 }
 
-/// Judges the run of `job_id` on the batch just stored, `job` as its fence read it. Keeps
-/// the guard's count of bad reports with the job. `None` while the run may go on.
+/// What judging a batch found: a verdict, if the run must stop, and the guard's count when
+/// the batch moved it, for the caller to keep with the job (one statement for every batch
+/// of a merged write: `facts::set_diverged_reports`).
+#[derive(Debug, Default)]
+pub struct Judgement {
+    pub verdict: Option<Verdict>,
+    pub streak: Option<Streak>,
+}
+
+/// Judges the run of `job_id` on the batch just stored, `job` as its fence read it.
 pub async fn judge(
     conn: &mut Conn,
     catalog: &Catalog,
     job_id: &str,
     job: &facts::Judged,
     batch: &MetricsBatch,
-) -> Result<Option<Verdict>, StoreError> {
+) -> Result<Judgement, StoreError> {
     // A pending eviction or suspension does not stop the judging: a verdict replaces it.
     let ruled = job.stop_request.as_deref() == Some("ruled");
     if job.ignore_stop_rules != 0 || job.cancel_requested || ruled {
-        return Ok(None);
+        return Ok(Judgement::default());
     }
+    let mut moved = None;
     if catalog.guard.enabled {
         let counted = Streak {
             reports: job.diverged_reports,
             step: job.diverged_step,
         };
         let (streak, verdict) = guard(&catalog.guard, counted, &batch.points);
-        if streak != counted {
-            facts::set_diverged_reports(conn, job_id, streak.reports, streak.step).await?;
-        }
+        moved = (streak != counted).then_some(streak);
         if verdict.is_some() {
-            return Ok(verdict);
+            return Ok(Judgement {
+                verdict,
+                streak: moved,
+            });
         }
     }
+    let verdict = judge_rules(conn, catalog, job_id, job, batch).await?;
+    Ok(Judgement {
+        verdict,
+        streak: moved,
+    })
+}
+
+/// The experiment's `stop_when` rules on the batch.
+async fn judge_rules(
+    conn: &mut Conn,
+    catalog: &Catalog,
+    job_id: &str,
+    job: &facts::Judged,
+    batch: &MetricsBatch,
+) -> Result<Option<Verdict>, StoreError> {
     let rules = catalog
         .experiment(&job.experiment)
         .map(|e| e.stop_when.as_slice())

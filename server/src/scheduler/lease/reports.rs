@@ -106,14 +106,20 @@ async fn store_metrics(
             })
             .collect();
         metrics::insert_points_many(conn, &points).await?;
-        for (index, fenced) in live {
-            let report = &reports[index];
+        let mut streaks = Vec::new();
+        for (index, fenced) in &live {
+            let report = &reports[*index];
             if let Some(phases) = &report.batch.phases {
                 pod_time::record_phases(conn, &report.lease_id.to_string(), phases).await?;
             }
-            let stop = judge_report(conn, catalog, report, &fenced).await?;
-            answers[index] = Some(Ok(stop));
+            let (stop, streak) = judge_report(conn, catalog, report, fenced).await?;
+            if let Some(streak) = streak {
+                streaks.push((fenced.job_id.as_str(), streak.reports, streak.step));
+            }
+            answers[*index] = Some(Ok(stop));
         }
+        // Before the next round's fence, which reads them.
+        stop_rules::set_diverged_reports(conn, &streaks).await?;
     }
     Ok(answers
         .into_iter()
@@ -122,17 +128,19 @@ async fn store_metrics(
 }
 
 /// Judges the run on the batch just stored; a verdict is recorded with an event, and its
-/// message is the stop the worker is asked for.
+/// message is the stop the worker is asked for. Also answers the guard's count if the
+/// batch moved it, which the caller stores.
 async fn judge_report(
     conn: &mut Conn,
     catalog: &Catalog,
     report: &MetricsReport,
     fenced: &FencedReport,
-) -> Result<Option<String>> {
+) -> Result<(Option<String>, Option<judge::Streak>)> {
     let job = &fenced.job_id;
-    let Some(verdict) = judge::judge(conn, catalog, job, &fenced.judged, &report.batch).await?
-    else {
-        return Ok(None);
+    let judge::Judgement { verdict, streak } =
+        judge::judge(conn, catalog, job, &fenced.judged, &report.batch).await?;
+    let Some(verdict) = verdict else {
+        return Ok((None, streak));
     };
     let message = verdict.message();
     let fired = stop_rules::Fired {
@@ -152,7 +160,7 @@ async fn judge_report(
         &message,
     )
     .await?;
-    Ok(Some(message))
+    Ok((Some(message), streak))
 }
 
 async fn store_logs(conn: &mut Conn, reports: &[LogReport], cap: i64) -> Result<Vec<Result<u64>>> {
