@@ -89,11 +89,10 @@ impl Scheduler {
         let store_instruments = store.instruments();
         let live = LiveLeases::new(Vec::new(), config.lease_ttl)?;
         let waiters = wake::LeaseWaiters::default();
-        let commits = store.commits();
         let read_cache = ReadCaches {
-            queue: read_cache::ReadCache::new(commits.clone()),
-            grant: read_cache::ReadCache::new(commits.clone()),
-            plan: read_cache::ReadCache::new(commits),
+            queue: read_cache::ReadCache::over(&store),
+            grant: read_cache::ReadCache::over(&store),
+            plan: read_cache::ReadCache::over(&store),
         };
         let scheduler = Scheduler {
             metrics_reports: lease::reports::metrics_merger(Arc::clone(&catalog)),

@@ -58,7 +58,7 @@ pub use lead::Role;
 pub use location::{redact, Location};
 pub use rows::*;
 pub use time::{ms_to_datetime, now_ms};
-pub use writer::{FromCommitFailure, WriterInstruments};
+pub use writer::{Changes, FromCommitFailure, WriterInstruments};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -87,6 +87,8 @@ pub struct Store {
     writer: mpsc::Sender<writer::WriteOp>,
     /// Counts committed write transactions, so readers can wait for news instead of polling.
     commits: watch::Receiver<u64>,
+    /// Counts those that changed more than reports' progress (`Changes::Progress`).
+    state_commits: watch::Receiver<u64>,
     role: watch::Receiver<Role>,
     /// When the writer last confirmed it holds the lead (ms since the epoch); `i64::MAX`
     /// for SQLite, which always does.
@@ -124,7 +126,9 @@ impl Store {
             confirmed: Arc::new(AtomicI64::new(opened.confirmed_at)),
         };
         let (tx, rx) = mpsc::channel(4096);
-        let (committed, commits) = watch::channel(0);
+        let (any, commits) = watch::channel(0);
+        let (state, state_commits) = watch::channel(0);
+        let committed = writer::Commits { any, state };
         let (role_tx, role_rx) = watch::channel(role);
         let confirmed = Arc::clone(&writer.confirmed);
         let instruments = WriterInstruments::default();
@@ -148,6 +152,7 @@ impl Store {
             readers,
             writer: tx,
             commits,
+            state_commits,
             role: role_rx,
             confirmed,
             instruments,
@@ -165,6 +170,12 @@ impl Store {
     /// Changes after every committed write transaction.
     pub fn commits(&self) -> watch::Receiver<u64> {
         self.commits.clone()
+    }
+
+    /// Changes after every committed write transaction that was more than reports'
+    /// progress (`Changes::Progress`).
+    pub fn state_commits(&self) -> watch::Receiver<u64> {
+        self.state_commits.clone()
     }
 
     /// Checks that both the writer and a reader answer.

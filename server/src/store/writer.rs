@@ -29,6 +29,36 @@ type RunOp = Box<dyn for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, bool> + Send>
 pub(super) struct WriteOp {
     run: RunOp,
     finish: Finisher,
+    changes: Changes,
+}
+
+/// What a write changes, for the views made from the state (see [`Commits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Changes {
+    /// Anything: views are made again after its commit.
+    State,
+    /// Only reports' progress: metrics, log lines, and the step marks and counts that go
+    /// with them.
+    Progress,
+}
+
+/// What the writer tells readers after each commit.
+pub(super) struct Commits {
+    /// Moves after every committed transaction: log followers and live streams wait on it.
+    pub any: watch::Sender<u64>,
+    /// Moves after a transaction that changed more than reports' progress. Views made from
+    /// many rows (status, the plan) are kept until it moves; a thousand pods reporting
+    /// every two seconds made them be made again on every read (benches/fleet.rs).
+    pub state: watch::Sender<u64>,
+}
+
+impl Commits {
+    fn committed(&self, state: bool) {
+        self.any.send_modify(|n| *n = n.wrapping_add(1));
+        if state {
+            self.state.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
 }
 
 /// Why a write was not committed.
@@ -104,11 +134,7 @@ impl Writer {
     /// Refuses writes until this server takes the lead (true), or the store is dropped
     /// (false). Meanwhile the commit counter moves every second, so reads cached against it
     /// follow what the active server writes.
-    async fn stand_by(
-        &mut self,
-        rx: &mut mpsc::Receiver<WriteOp>,
-        committed: &watch::Sender<u64>,
-    ) -> bool {
+    async fn stand_by(&mut self, rx: &mut mpsc::Receiver<WriteOp>, committed: &Commits) -> bool {
         let Some(connect) = self.lead.take() else {
             return true;
         };
@@ -121,7 +147,7 @@ impl Writer {
         &mut self,
         connect: &Reconnect,
         rx: &mut mpsc::Receiver<WriteOp>,
-        committed: &watch::Sender<u64>,
+        committed: &Commits,
     ) -> bool {
         let mut tick = tokio::time::interval(STANDBY_RETRY);
         loop {
@@ -131,7 +157,7 @@ impl Writer {
                     None => return false,
                 },
                 _ = tick.tick() => {
-                    committed.send_modify(|n| *n = n.wrapping_add(1));
+                    committed.committed(true);
                     if lead::try_to_lead(&mut self.conn, connect).await {
                         return true;
                     }
@@ -146,6 +172,16 @@ impl Store {
     /// transaction it joined is durably committed. An `Err` from `op` rolls back only its
     /// own changes.
     pub async fn write<T, E, F>(&self, op: F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + FromCommitFailure + Send + 'static,
+        F: for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, Result<T, E>> + Send + 'static,
+    {
+        self.write_as(Changes::State, op).await
+    }
+
+    /// [`Store::write`], saying what `op` changes.
+    pub async fn write_as<T, E, F>(&self, changes: Changes, op: F) -> Result<T, E>
     where
         T: Send + 'static,
         E: From<StoreError> + FromCommitFailure + Send + 'static,
@@ -178,6 +214,7 @@ impl Store {
                 };
                 let _ = answer_tx.send(answer);
             }),
+            changes,
         };
         self.writer
             .send(job)
@@ -192,7 +229,7 @@ impl Store {
 pub(super) async fn run_writer(
     mut writer: Writer,
     mut rx: mpsc::Receiver<WriteOp>,
-    committed: watch::Sender<u64>,
+    committed: Commits,
     role: watch::Sender<Role>,
     instruments: WriterInstruments,
 ) {
@@ -224,11 +261,12 @@ pub(super) async fn run_writer(
         }
         instruments.queue.set(rx.len() as i64);
         instruments.batch.observe(batch.len() as f64);
+        let changes_state = batch.iter().any(|op| op.changes == Changes::State);
         let (finishers, commit) = run_batch(&mut writer.conn, batch.drain(..)).await;
         match &commit {
             Ok(()) => {
                 writer.confirm();
-                committed.send_modify(|n| *n = n.wrapping_add(1));
+                committed.committed(changes_state);
             }
             Err(failure) => {
                 tracing::error!(error = ?failure, "write transaction failed");

@@ -153,6 +153,7 @@ impl Scheduler {
                 running: false,
                 running_recorded: false,
                 step: claimed.resume_step,
+                metrics_stored: false,
             },
         );
         // A failed read loses the advice, never the lease.
@@ -240,7 +241,7 @@ impl Scheduler {
     /// it (judge.rs): a rule that fires asks the worker to stop, in this answer and in the
     /// next heartbeat's. Answers how many values were accepted.
     pub async fn record_metrics(&self, lease_id: Uuid, batch: MetricsBatch) -> Result<MetricsAck> {
-        let pod = self.live_lease(lease_id)?.pod;
+        let live = self.live_lease(lease_id)?;
         if batch.phases.as_ref().is_some_and(|p| !p.is_valid()) {
             return Err(SchedulerError::invalid(
                 "invalid_phases",
@@ -252,10 +253,19 @@ impl Scheduler {
         let max_step = batch.points.iter().map(|p| p.step).max();
         let report = super::reports::MetricsReport {
             lease_id,
-            pod,
+            pod: live.pod,
             batch,
         };
-        let stop = self.metrics_reports.submit(&self.store, report).await?;
+        let stop = if live.metrics_stored {
+            self.metrics_reports.submit(&self.store, report).await?
+        } else {
+            let stop = self
+                .metrics_reports
+                .submit_alone(&self.store, report)
+                .await?;
+            self.live.metrics_stored(lease_id);
+            stop
+        };
         if let Some(why) = &stop {
             self.live.flag_stop(lease_id, why.clone());
         }

@@ -10,6 +10,9 @@
 //! a report at once and a busy one stores more per write. Each report still gets its own
 //! answer, after the commit that made it durable. If the merged write fails (a bad row, say),
 //! each of its reports is written again on its own, so one bad report fails alone.
+//!
+//! The writes are progress (`Changes::Progress`): views made from the state, such as
+//! status, are not made again for each of them (`reads/read_cache.rs`).
 
 use std::sync::{Arc, Mutex};
 
@@ -18,7 +21,7 @@ use futures::FutureExt;
 use tokio::sync::oneshot;
 
 use crate::scheduler::{Result, SchedulerError};
-use crate::store::{Conn, FromCommitFailure, Store, StoreError};
+use crate::store::{Changes, Conn, FromCommitFailure, Store, StoreError};
 
 /// Stores a slice of reports in the writer's transaction: one answer per report, in order,
 /// or an error that undoes all of them.
@@ -79,7 +82,7 @@ impl<I: Send + Sync + 'static, O: Send + 'static> Merger<I, O> {
         let slot = Arc::clone(&taken);
         let merger = Arc::clone(&self);
         let written = store
-            .write(move |conn| {
+            .write_as(Changes::Progress, move |conn| {
                 async move {
                     let (reports, answers) = merger.take();
                     let stored = (merger.store_many)(conn, &reports).await;
@@ -127,22 +130,30 @@ impl<I: Send + Sync + 'static, O: Send + 'static> Merger<I, O> {
         reports: Vec<I>,
         answers: Vec<oneshot::Sender<Result<O>>>,
     ) {
-        let reports = Arc::new(reports);
-        for (index, answer) in answers.into_iter().enumerate() {
-            let store_many = Arc::clone(&self.store_many);
-            let reports = Arc::clone(&reports);
-            let result = store
-                .write(move |conn| {
-                    async move {
-                        let one = std::slice::from_ref(&reports[index]);
-                        let mut stored = store_many(conn, one).await?;
-                        stored.pop().expect("one answer per report")
-                    }
-                    .boxed()
-                })
-                .await;
-            let _ = answer.send(result);
+        for (report, answer) in reports.into_iter().zip(answers) {
+            let _ = answer.send(self.write_one(&store, report, Changes::Progress).await);
         }
+    }
+
+    /// Stores `report` in a write of its own.
+    async fn write_one(&self, store: &Store, report: I, changes: Changes) -> Result<O> {
+        let store_many = Arc::clone(&self.store_many);
+        store
+            .write_as(changes, move |conn| {
+                async move {
+                    let mut stored = store_many(conn, std::slice::from_ref(&report)).await?;
+                    stored.pop().expect("one answer per report")
+                }
+                .boxed()
+            })
+            .await
+    }
+
+    /// Stores `report` on its own, as a change of state: for a report that starts what
+    /// views show (an attempt's first metrics start its rate), which must be there on the
+    /// next read rather than after the views' progress age (`reads/read_cache.rs`).
+    pub async fn submit_alone(&self, store: &Store, report: I) -> Result<O> {
+        self.write_one(store, report, Changes::State).await
     }
 }
 

@@ -1,49 +1,76 @@
 //! Views computed once per change, not once per read: status, the grant line and the plan
 //! read every queued job (or the whole catalog), and a deep queue made every read pay for it
 //! (status p99 went ×28 from 1,000 to 40,000 queued jobs). A view is kept until the store
-//! commits again, and at most `MAX_AGE`, since parts of it (rates, ETAs) move with the clock.
+//! commits a change of state, and at most `MAX_AGE`, since parts of it (rates, ETAs) move
+//! with the clock.
+//!
+//! Reports' progress (metrics, log lines: `Changes::Progress`) moves a view's rates and
+//! goodput a little, and a fleet commits some hundreds a second: a view made again for each
+//! made every status read pay for a thousand running jobs (benches/fleet.rs). After progress
+//! alone, a view is kept for `PROGRESS_AGE`. Steps are not in it: they come from the live
+//! leases on every read.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
+// tokio's clock, which a test can advance.
+use tokio::time::Instant;
 
 /// How long a view is served without a commit: rates and ETAs age with the clock.
 const MAX_AGE: Duration = Duration::from_secs(5);
+/// How long a view is served after reports' progress was committed, and nothing else.
+const PROGRESS_AGE: Duration = Duration::from_secs(1);
+
+/// The commit counters a view was made at: (state changes, every commit).
+type MadeAt = (u64, u64);
 
 pub struct ReadCache<T> {
+    state_commits: watch::Receiver<u64>,
     commits: watch::Receiver<u64>,
-    slot: Mutex<Option<(u64, Instant, T)>>,
+    slot: Mutex<Option<(MadeAt, Instant, T)>>,
 }
 
 impl<T: Clone> ReadCache<T> {
-    pub fn new(commits: watch::Receiver<u64>) -> Self {
+    /// A cache over the store's counters: `state_commits` (changes of state) and `commits`
+    /// (every commit, progress included).
+    pub fn new(state_commits: watch::Receiver<u64>, commits: watch::Receiver<u64>) -> Self {
         ReadCache {
+            state_commits,
             commits,
             slot: Mutex::new(None),
         }
     }
 
-    /// The kept view if nothing was committed since it was made and it is fresh enough;
-    /// otherwise `make`'s, kept for the next read. The counter is read before `make` runs,
-    /// so a commit during `make` makes the next read compute again.
+    /// A cache over `store`'s commits.
+    pub fn over(store: &crate::store::Store) -> Self {
+        ReadCache::new(store.state_commits(), store.commits())
+    }
+
+    /// The kept view if no change of state was committed since it was made and it is fresh
+    /// enough; otherwise `make`'s, kept for the next read. The counters are read before
+    /// `make` runs, so a commit during `make` makes the next read compute again.
     pub async fn get_or<E, F, Fut>(&self, make: F) -> Result<T, E>
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<T, E>>,
     {
-        let commit = *self.commits.borrow();
-        if let Some((at_commit, made, value)) = &*self.lock() {
-            if *at_commit == commit && made.elapsed() < MAX_AGE {
+        let now_at = (*self.state_commits.borrow(), *self.commits.borrow());
+        if let Some((made_at, made, value)) = &*self.lock() {
+            let age = made.elapsed();
+            let kept = made_at.0 == now_at.0
+                && age < MAX_AGE
+                && (made_at.1 == now_at.1 || age < PROGRESS_AGE);
+            if kept {
                 return Ok(value.clone());
             }
         }
         let value = make().await?;
-        *self.lock() = Some((commit, Instant::now(), value.clone()));
+        *self.lock() = Some((now_at, Instant::now(), value.clone()));
         Ok(value)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, Instant, T)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(MadeAt, Instant, T)>> {
         self.slot.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -55,7 +82,7 @@ mod tests {
     #[tokio::test]
     async fn a_view_is_made_again_after_a_commit_only() {
         let (commit, commits) = watch::channel(0u64);
-        let cache = ReadCache::new(commits);
+        let cache = ReadCache::new(commits.clone(), commits);
         let made = std::sync::atomic::AtomicU32::new(0);
         let make =
             || async { Ok::<_, ()>(made.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1) };
@@ -64,5 +91,37 @@ mod tests {
         commit.send_modify(|n| *n += 1);
         assert_eq!(cache.get_or(make).await, Ok(2), "a commit: made again");
         assert_eq!(cache.get_or(make).await, Ok(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_alone_keeps_a_view_for_its_age_only() {
+        let (state, state_commits) = watch::channel(0u64);
+        let (any, commits) = watch::channel(0u64);
+        let cache = ReadCache::new(state_commits, commits);
+        let made = std::sync::atomic::AtomicU32::new(0);
+        let make =
+            || async { Ok::<_, ()>(made.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1) };
+        assert_eq!(cache.get_or(make).await, Ok(1));
+        any.send_modify(|n| *n += 1);
+        assert_eq!(
+            cache.get_or(make).await,
+            Ok(1),
+            "progress: kept while young"
+        );
+        tokio::time::advance(PROGRESS_AGE).await;
+        assert_eq!(
+            cache.get_or(make).await,
+            Ok(2),
+            "progress, then its age: made again"
+        );
+        tokio::time::advance(PROGRESS_AGE).await;
+        assert_eq!(cache.get_or(make).await, Ok(2), "no commit since: kept");
+        any.send_modify(|n| *n += 1);
+        state.send_modify(|n| *n += 1);
+        assert_eq!(
+            cache.get_or(make).await,
+            Ok(3),
+            "a change of state: made again at once"
+        );
     }
 }
