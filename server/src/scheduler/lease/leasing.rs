@@ -153,7 +153,6 @@ impl Scheduler {
                 running: false,
                 running_recorded: false,
                 step: claimed.resume_step,
-                metrics_stored: false,
             },
         );
         // A failed read loses the advice, never the lease.
@@ -241,7 +240,7 @@ impl Scheduler {
     /// it (judge.rs): a rule that fires asks the worker to stop, in this answer and in the
     /// next heartbeat's. Answers how many values were accepted.
     pub async fn record_metrics(&self, lease_id: Uuid, batch: MetricsBatch) -> Result<MetricsAck> {
-        let live = self.live_lease(lease_id)?;
+        let pod = self.live_lease(lease_id)?.pod;
         if batch.phases.as_ref().is_some_and(|p| !p.is_valid()) {
             return Err(SchedulerError::invalid(
                 "invalid_phases",
@@ -253,19 +252,10 @@ impl Scheduler {
         let max_step = batch.points.iter().map(|p| p.step).max();
         let report = super::reports::MetricsReport {
             lease_id,
-            pod: live.pod,
+            pod,
             batch,
         };
-        let stop = if live.metrics_stored {
-            self.metrics_reports.submit(&self.store, report).await?
-        } else {
-            let stop = self
-                .metrics_reports
-                .submit_alone(&self.store, report)
-                .await?;
-            self.live.metrics_stored(lease_id);
-            stop
-        };
+        let stop = self.metrics_reports.submit(&self.store, report).await?;
         if let Some(why) = &stop {
             self.live.flag_stop(lease_id, why.clone());
         }

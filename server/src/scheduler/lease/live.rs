@@ -32,9 +32,6 @@ pub struct LiveLease {
     /// Whether the database knows the attempt is running yet (see `Scheduler::persist_running`).
     pub running_recorded: bool,
     pub step: Option<i64>,
-    /// Whether a metrics batch of the attempt was stored since the lease went live here:
-    /// the first one is stored as a change of state (`Merger::submit_alone`).
-    pub metrics_stored: bool,
 }
 
 /// The leases workers hold right now, with their expiry.
@@ -69,7 +66,6 @@ impl LiveLeases {
                         running,
                         running_recorded: running,
                         step: None,
-                        metrics_stored: false,
                     },
                 ))
             })
@@ -140,12 +136,6 @@ impl LiveLeases {
     }
 
     /// Notes that `lease` reached `step`.
-    pub(in crate::scheduler) fn metrics_stored(&self, lease: Uuid) {
-        if let Some(live) = self.lock().get_mut(&lease) {
-            live.metrics_stored = true;
-        }
-    }
-
     pub(in crate::scheduler) fn advance(&self, lease: Uuid, step: i64) {
         if let Some(live) = self.lock().get_mut(&lease) {
             live.step = Some(live.step.map_or(step, |s| s.max(step)));

@@ -131,29 +131,18 @@ impl<I: Send + Sync + 'static, O: Send + 'static> Merger<I, O> {
         answers: Vec<oneshot::Sender<Result<O>>>,
     ) {
         for (report, answer) in reports.into_iter().zip(answers) {
-            let _ = answer.send(self.write_one(&store, report, Changes::Progress).await);
+            let store_many = Arc::clone(&self.store_many);
+            let result = store
+                .write_as(Changes::Progress, move |conn| {
+                    async move {
+                        let mut stored = store_many(conn, std::slice::from_ref(&report)).await?;
+                        stored.pop().expect("one answer per report")
+                    }
+                    .boxed()
+                })
+                .await;
+            let _ = answer.send(result);
         }
-    }
-
-    /// Stores `report` in a write of its own.
-    async fn write_one(&self, store: &Store, report: I, changes: Changes) -> Result<O> {
-        let store_many = Arc::clone(&self.store_many);
-        store
-            .write_as(changes, move |conn| {
-                async move {
-                    let mut stored = store_many(conn, std::slice::from_ref(&report)).await?;
-                    stored.pop().expect("one answer per report")
-                }
-                .boxed()
-            })
-            .await
-    }
-
-    /// Stores `report` on its own, as a change of state: for a report that starts what
-    /// views show (an attempt's first metrics start its rate), which must be there on the
-    /// next read rather than after the views' progress age (`reads/read_cache.rs`).
-    pub async fn submit_alone(&self, store: &Store, report: I) -> Result<O> {
-        self.write_one(store, report, Changes::State).await
     }
 }
 

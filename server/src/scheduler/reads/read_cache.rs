@@ -5,10 +5,13 @@
 //! with the clock.
 //!
 //! Reports' progress (metrics, log lines: `Changes::Progress`) moves a view's rates and
-//! goodput a little, and a fleet commits some hundreds a second: a view made again for each
-//! made every status read pay for a thousand running jobs (benches/fleet.rs). After progress
-//! alone, a view is kept for `PROGRESS_AGE`. Steps are not in it: they come from the live
-//! leases on every read.
+//! goodput, and a fleet commits some hundreds a second: a view made again after each made
+//! every status read pay for a thousand running jobs (benches/fleet.rs). So after progress
+//! alone a view is made again at the next read, as after any commit, unless progress comes
+//! fast (`BUSY_PROGRESS` commits or more since it was made): then it is kept for
+//! `PROGRESS_AGE`. A quiet server shows a job's first steps and rate at once; a busy one
+//! shows them at most a second late. Steps themselves come from the live leases on every
+//! read.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -19,8 +22,11 @@ use tokio::time::Instant;
 
 /// How long a view is served without a commit: rates and ETAs age with the clock.
 const MAX_AGE: Duration = Duration::from_secs(5);
-/// How long a view is served after reports' progress was committed, and nothing else.
+/// How long a view is served after fast progress was committed, and nothing else.
 const PROGRESS_AGE: Duration = Duration::from_secs(1);
+/// Progress commits since a view was made that count as fast: more than its readers would
+/// make it again for. A worker commits about one a second; a fleet, hundreds.
+const BUSY_PROGRESS: u64 = 16;
 
 /// The commit counters a view was made at: (state changes, every commit).
 type MadeAt = (u64, u64);
@@ -58,9 +64,10 @@ impl<T: Clone> ReadCache<T> {
         let now_at = (*self.state_commits.borrow(), *self.commits.borrow());
         if let Some((made_at, made, value)) = &*self.lock() {
             let age = made.elapsed();
+            let progress = now_at.1.wrapping_sub(made_at.1);
             let kept = made_at.0 == now_at.0
                 && age < MAX_AGE
-                && (made_at.1 == now_at.1 || age < PROGRESS_AGE);
+                && (progress == 0 || (progress >= BUSY_PROGRESS && age < PROGRESS_AGE));
             if kept {
                 return Ok(value.clone());
             }
@@ -94,7 +101,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn progress_alone_keeps_a_view_for_its_age_only() {
+    async fn fast_progress_keeps_a_view_for_its_age_only() {
         let (state, state_commits) = watch::channel(0u64);
         let (any, commits) = watch::channel(0u64);
         let cache = ReadCache::new(state_commits, commits);
@@ -105,22 +112,28 @@ mod tests {
         any.send_modify(|n| *n += 1);
         assert_eq!(
             cache.get_or(make).await,
-            Ok(1),
-            "progress: kept while young"
+            Ok(2),
+            "slow progress: made again at once"
         );
-        tokio::time::advance(PROGRESS_AGE).await;
+        any.send_modify(|n| *n += BUSY_PROGRESS);
         assert_eq!(
             cache.get_or(make).await,
             Ok(2),
-            "progress, then its age: made again"
+            "fast progress: kept while young"
         );
         tokio::time::advance(PROGRESS_AGE).await;
-        assert_eq!(cache.get_or(make).await, Ok(2), "no commit since: kept");
-        any.send_modify(|n| *n += 1);
-        state.send_modify(|n| *n += 1);
         assert_eq!(
             cache.get_or(make).await,
             Ok(3),
+            "fast progress, then its age: made again"
+        );
+        tokio::time::advance(PROGRESS_AGE).await;
+        assert_eq!(cache.get_or(make).await, Ok(3), "no commit since: kept");
+        any.send_modify(|n| *n += BUSY_PROGRESS);
+        state.send_modify(|n| *n += 1);
+        assert_eq!(
+            cache.get_or(make).await,
+            Ok(4),
             "a change of state: made again at once"
         );
     }
