@@ -256,6 +256,7 @@ impl ServerSide {
 }
 
 /// The machine's TCP counters (`/proc/net/snmp`): connections accepted, segments resent.
+/// Machine-wide: they count PostgreSQL's and the load's own connections too.
 #[derive(Default, Clone, Copy)]
 struct TcpCounters {
     passive_opens: f64,
@@ -432,7 +433,9 @@ async fn fleet(
                 if window.is_some_and(|(_, end)| Instant::now() >= end) {
                     break;
                 }
-                let in_window = window.is_some_and(|(start, _)| Instant::now() >= start);
+                // By the round's schedule, not the clock: a round due before the window and
+                // sent late, by a pod still behind, belongs to the warm-up.
+                let in_window = window.is_some_and(|(start, _)| next >= start);
                 let step = (round as i64 + 1) * STEPS_PER_BATCH;
                 let kind = |kind| if in_window { kind } else { WARM_UP };
                 let outcome: Res<()> = async {
@@ -485,7 +488,10 @@ async fn fleet(
     }
     // The window opens a period after the last first round was answered, so that rounds
     // held up behind the first ones are past too.
-    let _all = first_rounds.acquire_many(pods as u32).await?;
+    const WARM_UP_LIMIT: Duration = Duration::from_secs(300);
+    let _all = tokio::time::timeout(WARM_UP_LIMIT, first_rounds.acquire_many(pods as u32))
+        .await
+        .map_err(|_| format!("the pods' first rounds did not end within {WARM_UP_LIMIT:?}"))??;
     let warm_up_s = warm.elapsed().as_secs_f64();
     let started = Instant::now() + flush;
     let end = started + window;
@@ -580,7 +586,7 @@ fn print_store(store: Store, raw_commits: f64, runs: &[Figures]) {
         store.name(),
         thousands(raw_commits)
     );
-    let kinds = ["metrics", "logs", "heartbeat", "status", "running jobs"];
+    let kinds = ROUTES.map(|(kind, _)| kind);
     let mut header = String::from("| pods | server CPU (load's) | peak RSS |");
     for kind in kinds {
         let _ = write!(header, " {kind} p50 / p99 |");
@@ -616,8 +622,8 @@ fn print_store(store: Store, raw_commits: f64, runs: &[Figures]) {
         );
         println!("{row}");
         let mut inside = format!(
-            "   the server's own p50 / p99 (bucket bounds), {} connections accepted, {} segments \
-             resent:",
+            "   the server's own p50 / p99 (bucket bounds); machine-wide, {} connections \
+             accepted, {} segments resent:",
             thousands(run.tcp.passive_opens),
             thousands(run.tcp.retransmitted)
         );

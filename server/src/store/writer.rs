@@ -37,8 +37,11 @@ pub(super) struct WriteOp {
 pub enum Changes {
     /// Anything: views are made again after its commit.
     State,
-    /// Only reports' progress: metrics, log lines, and the step marks and counts that go
-    /// with them.
+    /// Reports' progress: metrics, log lines, and the step marks and counts that go with
+    /// them. A merged metrics write may also record a stop rule's verdict and the trainer's
+    /// phases; no cached view reads those, and any view is at most `PROGRESS_AGE` behind a
+    /// progress commit (`scheduler/reads/read_cache.rs`). A view that comes to read them
+    /// needs such a write to count as `State`.
     Progress,
 }
 
@@ -132,8 +135,8 @@ impl Writer {
     }
 
     /// Refuses writes until this server takes the lead (true), or the store is dropped
-    /// (false). Meanwhile the commit counter moves every second, so reads cached against it
-    /// follow what the active server writes.
+    /// (false). Meanwhile both commit counters move every second, so reads cached against
+    /// them follow what the active server writes.
     async fn stand_by(&mut self, rx: &mut mpsc::Receiver<WriteOp>, committed: &Commits) -> bool {
         let Some(connect) = self.lead.take() else {
             return true;

@@ -58,22 +58,20 @@ pub async fn judge(
     if job.ignore_stop_rules != 0 || job.cancel_requested || ruled {
         return Ok(Judgement::default());
     }
-    let mut moved = None;
-    if catalog.guard.enabled {
+    let (moved, verdict) = if catalog.guard.enabled {
         let counted = Streak {
             reports: job.diverged_reports,
             step: job.diverged_step,
         };
         let (streak, verdict) = guard(&catalog.guard, counted, &batch.points);
-        moved = (streak != counted).then_some(streak);
-        if verdict.is_some() {
-            return Ok(Judgement {
-                verdict,
-                streak: moved,
-            });
-        }
-    }
-    let verdict = judge_rules(conn, catalog, job_id, job, batch).await?;
+        ((streak != counted).then_some(streak), verdict)
+    } else {
+        (None, None)
+    };
+    let verdict = match verdict {
+        Some(verdict) => Some(verdict),
+        None => judge_rules(conn, catalog, job_id, job, batch).await?,
+    };
     Ok(Judgement {
         verdict,
         streak: moved,

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 // tokio's clock, which a test can advance.
 use tokio::time::Instant;
 
-/// How long a view is served without a commit: rates and ETAs age with the clock.
+/// How long a view is served without a change of state: rates and ETAs age with the clock.
 const MAX_AGE: Duration = Duration::from_secs(5);
 /// How long a view is served after fast progress was committed, and nothing else.
 const PROGRESS_AGE: Duration = Duration::from_secs(1);

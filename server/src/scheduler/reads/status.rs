@@ -11,8 +11,8 @@ use crate::scheduler::{LiveLease, Result, Scheduler};
 use crate::store::views::{self, ActiveRun};
 use crate::store::{goodput, jobs, ms_to_datetime, now_ms, parse_uuid, pods};
 
-/// What status reads from the database: made once per commit (`read_cache`), merged with
-/// the live leases on every read.
+/// What status reads from the database: made once per change of state (and at most once a
+/// second while reports pour in: `read_cache`), merged with the live leases on every read.
 #[derive(Clone)]
 pub(in crate::scheduler) struct QueueView {
     counts: BTreeMap<String, i64>,
