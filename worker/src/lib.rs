@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod events;
 pub mod phases;
 pub mod pod;
+pub mod pool;
 pub mod procs;
 pub mod report;
 pub mod running;
