@@ -137,7 +137,14 @@ where
                 .with_no_client_auth()
         }
     } else {
-        let mut cert_store = import_root_certs();
+        // podq: an `sslrootcert` is the one CA trusted, as libpq reads it
+        // (https://www.postgresql.org/docs/15/libpq-ssl.html#LIBQ-SSL-CERTIFICATES); the
+        // public roots are for a connection that names none.
+        let mut cert_store = if tls_config.root_cert_path.is_some() {
+            RootCertStore::empty()
+        } else {
+            import_root_certs()
+        };
 
         if let Some(ca) = tls_config.root_cert_path {
             let data = ca.data().await?;
