@@ -127,6 +127,9 @@ async fn fixture_on(database: Database) -> Fixture {
     }
 }
 
+/// A worker's calls made as podq itself, a caller any pod allows.
+static PODQ: std::sync::LazyLock<Acting> = std::sync::LazyLock::new(Acting::podq);
+
 /// The scheduler called as podq itself: an admin, so no job is another's.
 fn podq() -> Acting {
     Acting::podq()
@@ -193,8 +196,8 @@ async fn two_pods_asking_at_once_get_one_job_once(backend: Backend) {
         .created;
     assert_eq!(created.len(), 1);
     let (a, b) = tokio::join!(
-        f.scheduler.lease("a", ask(0)),
-        f.scheduler.lease("b", ask(0))
+        f.scheduler.lease("a", ask(0), &PODQ),
+        f.scheduler.lease("b", ask(0), &PODQ)
     );
     let granted: Vec<_> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
     assert_eq!(granted.len(), 1, "one job, one lease");
@@ -204,7 +207,7 @@ async fn two_pods_asking_at_once_get_one_job_once(backend: Backend) {
 
 async fn a_waiting_pod_is_woken_by_a_submission(backend: Backend) {
     let f = fixture(backend).await;
-    let waiting = f.scheduler.lease("a", ask(30));
+    let waiting = f.scheduler.lease("a", ask(30), &PODQ);
     let submitted = async {
         // The job arrives once the waiter has registered its pod, i.e. is about to wait.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -244,7 +247,12 @@ async fn reap_once_ends_only_leases_past_their_ttl(backend: Backend) {
         )
         .await
         .unwrap();
-    let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();
+    let lease = f
+        .scheduler
+        .lease("a", ask(0), &PODQ)
+        .await
+        .unwrap()
+        .unwrap();
     f.scheduler
         .heartbeat(
             lease.lease_id,
@@ -253,6 +261,7 @@ async fn reap_once_ends_only_leases_past_their_ttl(backend: Backend) {
                 step: Some(3),
                 hosts_alive: vec![true; 8],
             },
+            &PODQ,
         )
         .unwrap();
 
@@ -279,6 +288,7 @@ async fn reap_once_ends_only_leases_past_their_ttl(backend: Backend) {
             step: None,
             hosts_alive: vec![],
         },
+        &PODQ,
     );
     assert!(
         matches!(late, Err(SchedulerError::LeaseLost(_))),
@@ -298,23 +308,33 @@ async fn data_version(conn: &mut sqlx::SqliteConnection) -> i64 {
 #[tokio::test]
 async fn pods_asking_again_and_again_with_nothing_queued_write_nothing() {
     let f = fixture(Backend::Sqlite).await;
-    f.scheduler.lease("a", ask(0)).await.unwrap();
-    f.scheduler.lease("b", ask(0)).await.unwrap();
+    f.scheduler.lease("a", ask(0), &PODQ).await.unwrap();
+    f.scheduler.lease("b", ask(0), &PODQ).await.unwrap();
     let mut watcher =
         sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=ro", f.config.db.display()))
             .await
             .unwrap();
     let before = data_version(&mut watcher).await;
     for _ in 0..5 {
-        assert!(f.scheduler.lease("a", ask(0)).await.unwrap().is_none());
-        assert!(f.scheduler.lease("b", ask(0)).await.unwrap().is_none());
+        assert!(f
+            .scheduler
+            .lease("a", ask(0), &PODQ)
+            .await
+            .unwrap()
+            .is_none());
+        assert!(f
+            .scheduler
+            .lease("b", ask(0), &PODQ)
+            .await
+            .unwrap()
+            .is_none());
         f.scheduler.reap_once(Instant::now()).await.unwrap();
     }
     assert_eq!(data_version(&mut watcher).await, before, "no commit");
     // A pod whose description changes is written.
     let mut changed = ask(0);
     changed.pod.health = "UNHEALTHY_MAINTENANCE".into();
-    f.scheduler.lease("a", changed).await.unwrap();
+    f.scheduler.lease("a", changed, &PODQ).await.unwrap();
     assert_ne!(data_version(&mut watcher).await, before);
 }
 
@@ -380,11 +400,16 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition(backend
         .change_job(&podq(), linked.same_as.unwrap(), priority(100))
         .await
         .unwrap();
-    let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();
+    let lease = f
+        .scheduler
+        .lease("a", ask(0), &PODQ)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(Some(lease.job_id), linked.same_as);
     check("leasing a run with links").await;
     f.scheduler
-        .finish(lease.lease_id, finished(AttemptOutcome::Succeeded))
+        .finish(lease.lease_id, finished(AttemptOutcome::Succeeded), &PODQ)
         .await
         .unwrap();
     check("a run with links succeeding").await;
@@ -440,10 +465,18 @@ async fn a_job_says_why_its_last_attempt_ended(backend: Backend) {
         )
         .await
         .unwrap();
-    let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();
+    let lease = f
+        .scheduler
+        .lease("a", ask(0), &PODQ)
+        .await
+        .unwrap()
+        .unwrap();
     let mut failed = finished(AttemptOutcome::Failed);
     failed.message = Some("host 3 exited 1".into());
-    f.scheduler.finish(lease.lease_id, failed).await.unwrap();
+    f.scheduler
+        .finish(lease.lease_id, failed, &PODQ)
+        .await
+        .unwrap();
     let message: String = db::query_scalar("SELECT message FROM jobs WHERE id = ?")
         .bind(lease.job_id.to_string())
         .fetch_one(&mut f.store.read().await.unwrap())
@@ -466,9 +499,14 @@ async fn a_restarted_server_wakes_a_waiting_pod_for_every_backoff_that_ends(back
         .await
         .unwrap();
     for pod in ["a", "b"] {
-        let lease = f.scheduler.lease(pod, ask(0)).await.unwrap().unwrap();
+        let lease = f
+            .scheduler
+            .lease(pod, ask(0), &PODQ)
+            .await
+            .unwrap()
+            .unwrap();
         f.scheduler
-            .finish(lease.lease_id, finished(AttemptOutcome::Failed))
+            .finish(lease.lease_id, finished(AttemptOutcome::Failed), &PODQ)
             .await
             .unwrap();
     }
@@ -491,8 +529,8 @@ async fn a_restarted_server_wakes_a_waiting_pod_for_every_backoff_that_ends(back
     let started = Instant::now();
     let waiting = async {
         tokio::join!(
-            f.scheduler.lease("c", ask(30)),
-            f.scheduler.lease("d", ask(30))
+            f.scheduler.lease("c", ask(30), &PODQ),
+            f.scheduler.lease("d", ask(30), &PODQ)
         )
     };
     let (c, d) = tokio::select! {
@@ -529,29 +567,57 @@ async fn a_pods_time_between_attempts_goes_to_recovery_or_idleness_once(backend:
         )
         .await
         .unwrap();
-    let lease = f.scheduler.lease("p", ask(0)).await.unwrap().unwrap();
+    let lease = f
+        .scheduler
+        .lease("p", ask(0), &PODQ)
+        .await
+        .unwrap()
+        .unwrap();
     let leased = Instant::now();
     // A report while the lease is live (a restarted worker) is the attempt's time.
-    f.scheduler.report_pod("p", recovering()).await.unwrap();
+    f.scheduler
+        .report_pod("p", recovering(), &PODQ)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut preempted = finished(AttemptOutcome::Preempted);
     preempted.stopping_s = Some(0.1);
-    f.scheduler.finish(lease.lease_id, preempted).await.unwrap();
+    f.scheduler
+        .finish(lease.lease_id, preempted, &PODQ)
+        .await
+        .unwrap();
     // Nothing to lease afterwards, so the pod idles once ready.
     f.scheduler
         .cancel(&podq(), lease.job_id, None)
         .await
         .unwrap();
-    f.scheduler.report_pod("p", recovering()).await.unwrap();
+    f.scheduler
+        .report_pod("p", recovering(), &PODQ)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    f.scheduler.report_pod("p", recovering()).await.unwrap();
+    f.scheduler
+        .report_pod("p", recovering(), &PODQ)
+        .await
+        .unwrap();
     // Ready, with nothing to lease.
-    assert!(f.scheduler.lease("p", ask(0)).await.unwrap().is_none());
+    assert!(f
+        .scheduler
+        .lease("p", ask(0), &PODQ)
+        .await
+        .unwrap()
+        .is_none());
     tokio::time::sleep(Duration::from_millis(200)).await;
     // Preempted while idle: the pod's recovery, not the attempt's.
-    f.scheduler.report_pod("p", recovering()).await.unwrap();
+    f.scheduler
+        .report_pod("p", recovering(), &PODQ)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    f.scheduler.report_pod("p", recovering()).await.unwrap();
+    f.scheduler
+        .report_pod("p", recovering(), &PODQ)
+        .await
+        .unwrap();
 
     let detail = f.scheduler.job_detail(lease.job_id).await.unwrap();
     let attempt = detail.attempts[0].pod_time;
@@ -670,7 +736,12 @@ async fn a_metrics_batch_that_repeats_a_step_keeps_its_last_value(backend: Backe
         )
         .await
         .unwrap();
-    let lease = f.scheduler.lease("a", ask(0)).await.unwrap().unwrap();
+    let lease = f
+        .scheduler
+        .lease("a", ask(0), &PODQ)
+        .await
+        .unwrap()
+        .unwrap();
     let point = |step: i64, loss: f64| podq_api::MetricStep {
         step,
         values: [("train/loss".to_owned(), loss)].into(),
@@ -680,7 +751,7 @@ async fn a_metrics_batch_that_repeats_a_step_keeps_its_last_value(backend: Backe
         phases: None,
     };
     f.scheduler
-        .record_metrics(lease.lease_id, batch)
+        .record_metrics(lease.lease_id, batch, &PODQ)
         .await
         .unwrap();
     let metrics = f

@@ -101,6 +101,10 @@ pub struct AuditEntry {
     /// The request's `X-Request-Id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// Whose token made the change: the person, or a worker token's own name (a worker's
+    /// change is `by` its pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_holder: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -218,8 +218,76 @@ pub struct WorkerEvents {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerEvent {
+    /// One of [`WORKER_EVENT_KINDS`]; any other is refused (422 `unknown_event_kind`).
     pub kind: String,
+    /// At most [`MAX_EVENT_MESSAGE_BYTES`] are kept; control characters are stored escaped.
     pub message: String,
+}
+
+/// What a worker may report onto a job's or pod's timeline: exactly what the worker sends.
+/// No change a person or podq makes has one of these kinds, so a worker's event cannot read
+/// as a person's action in the audit.
+pub const WORKER_EVENT_KINDS: [&str; 7] = [
+    // On a lease (`POST /leases/{id}/events`).
+    "agent_restarted",
+    "checkpoint_store",
+    "host_cleanup",
+    "resume_fallback",
+    "silent_restart",
+    // On a pod (`POST /pods/{name}/report`).
+    "preflight_failed",
+    "recovering",
+];
+
+/// The longest event message kept, in bytes; a longer one is cut and the cut is marked.
+pub const MAX_EVENT_MESSAGE_BYTES: usize = 4096;
+
+/// `text` as one printable line: every control character (a newline, an escape sequence)
+/// written as its Rust escape (`\n`, `\u{1b}`), so that a message can draw no row and move
+/// no cursor wherever it is printed.
+pub fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A worker's event message as it is stored: controls escaped, cut to
+/// [`MAX_EVENT_MESSAGE_BYTES`] at a character boundary.
+pub fn bounded_event_message(text: &str) -> String {
+    let mut text = escape_controls(text);
+    if text.len() > MAX_EVENT_MESSAGE_BYTES {
+        const MARK: &str = " [cut]";
+        let mut cut = MAX_EVENT_MESSAGE_BYTES - MARK.len();
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str(MARK);
+    }
+    text
+}
+
+#[cfg(test)]
+mod event_tests {
+    use super::*;
+
+    #[test]
+    fn controls_are_escaped_and_long_messages_cut() {
+        assert_eq!(
+            escape_controls("by alice\ncancelled\u{1b}[2J"),
+            "by alice\\ncancelled\\u{1b}[2J"
+        );
+        assert_eq!(escape_controls("plain, é"), "plain, é");
+        let long = bounded_event_message(&"é".repeat(5000));
+        assert!(long.len() <= MAX_EVENT_MESSAGE_BYTES, "{}", long.len());
+        assert!(long.ends_with(" [cut]"));
+    }
 }
 
 /// `POST /api/v1/leases/{lease_id}/finish`.

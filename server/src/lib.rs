@@ -182,8 +182,9 @@ fn with_address(
     app.into_make_service_with_connect_info::<std::net::SocketAddr>()
 }
 
-/// How often a standby reloads the team's people from the database.
-const DIRECTORY_REFRESH: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often a standby reloads the team's people from the database: a token disabled or
+/// rotated on the active server is refused here within about this long.
+const DIRECTORY_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Runs what must happen once among the servers sharing a database (the lease reaper, cron
 /// submissions, webhook delivery) while this server is the active one. Each time it becomes

@@ -322,16 +322,24 @@ fn payload(format: Format, pending: &Pending) -> anyhow::Result<Vec<u8>> {
                 .as_deref()
                 .or(event.pod.as_deref())
                 .unwrap_or("podq");
-            // A person's change names them; podq's and the workers' own do not need to.
-            let by = if event.by == "podq" || event.by.starts_with("worker:") {
-                String::new()
-            } else {
-                format!(" (by {})", event.by)
-            };
-            serde_json::json!({
-                "text": format!("podq: {} {subject}: {}{by}", event.kind, event.message),
-            })
+            // Every notice says who: a worker's message is its own words, and must not read
+            // as a person's. Slack renders `<...>` and `&` as markup, so they are escaped
+            // (https://api.slack.com/reference/surfaces/formatting#escaping).
+            let text = format!(
+                "podq: {} {subject}: {} (by {})",
+                event.kind,
+                podq_api::escape_controls(&event.message),
+                event.by
+            );
+            serde_json::json!({ "text": slack_escaped(&text) })
         }
     };
     Ok(serde_json::to_vec(&body)?)
+}
+
+/// Slack's three control characters in message text, as its formatting reference asks.
+fn slack_escaped(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }

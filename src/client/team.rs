@@ -4,7 +4,7 @@ use std::io::Read;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use podq_api::{AddUserRequest, AuditPage, User, UserList, UserToken, WhoAmI};
+use podq_api::{escape_controls, AddUserRequest, AuditPage, User, UserList, UserToken, WhoAmI};
 use reqwest::Method;
 
 use super::table::Table;
@@ -193,14 +193,22 @@ pub async fn audit(args: AuditArgs) -> anyhow::Result<ExitCode> {
     }
     let mut table = Table::new(&["AT", "BY", "ACTION", "JOB", "WHAT"]);
     for entry in &page.entries {
+        // What the server stored is printed so that it can draw no row of its own: a
+        // newline or an escape sequence in a message shows as `\n` or `\u{1b}`.
+        let by = match &entry.token_holder {
+            Some(holder) if entry.by.starts_with("worker:") && holder != "worker" => {
+                format!("{} (token {holder})", entry.by)
+            }
+            _ => entry.by.clone(),
+        };
         table.row(vec![
             entry.at.format("%Y-%m-%d %H:%M:%S").to_string(),
-            entry.by.clone(),
-            entry.action.clone(),
+            escape_controls(&by),
+            escape_controls(&entry.action),
             entry
                 .job_id
                 .map_or("-".to_owned(), |j| j.to_string()[..8].to_owned()),
-            entry.message.clone(),
+            escape_controls(&entry.message),
         ]);
     }
     if table.is_empty() {

@@ -10,6 +10,7 @@ use utoipa_axum::routes;
 use super::error::ApiError;
 use super::extract::{JobRef, QueryParams};
 use crate::scheduler::reads::audit::AuditQuery;
+use crate::team::Acting;
 use crate::AppState;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -40,7 +41,7 @@ struct Query {
     path = "/audit",
     tag = "team",
     summary = "Who changed what: every state change with its person, time, address and request id",
-    description = "Newest first. `by` is a person's name, `worker:POD`, `schedule:ID` or `podq`.",
+    description = "Newest first. `by` is a person's name, `worker:POD`, `schedule:ID` or `podq`; `token_holder` whose token made the change. `address` (the caller's IP) is shown to admins only.",
     params(Query),
     responses(
         (status = 200, description = "A page of the trail", body = AuditPage),
@@ -50,6 +51,7 @@ struct Query {
 )]
 async fn audit(
     State(state): State<AppState>,
+    acting: Acting,
     QueryParams(q): QueryParams<Query>,
 ) -> Result<Json<AuditPage>, ApiError> {
     let limit = q.limit.unwrap_or(100);
@@ -78,5 +80,5 @@ async fn audit(
         before: q.before,
         limit,
     };
-    Ok(Json(state.scheduler.audit(query).await?))
+    Ok(Json(state.scheduler.audit(query, &acting).await?))
 }

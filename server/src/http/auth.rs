@@ -5,7 +5,8 @@
 //!   viewer;
 //! - submitting and acting on jobs: a submitter (whose own jobs the scheduler checks);
 //! - the grant, the plan, schedules and people: an admin;
-//! - the worker protocol: a worker, for the pods its token names.
+//! - the worker protocol: a worker; the pods its token names are checked by the scheduler
+//!   once it has looked up the pod a call acts for.
 //!
 //! A role's calls are not checked while no token of it exists (a loopback-only server, as
 //! before podq knew people): the caller is then `anonymous`. An unknown or disabled token
@@ -23,9 +24,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use uuid::Uuid;
 
+use tokio_util::sync::{CancellationToken, DropGuard};
+
 use super::error::ApiError;
 use crate::scheduler::users::TokenCheck;
 use crate::store::events::Actor;
+use crate::team::tokens;
 use crate::team::{Acting, Caller, Role};
 use crate::AppState;
 
@@ -105,8 +109,19 @@ async fn run(mut req: Request, next: Next, caller: Caller, request_id: String) -
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(a)| a.ip().to_string());
-    let actor = Actor::request(&caller.name, address, Some(request_id.clone()));
-    req.extensions_mut().insert(Acting { caller, actor });
+    let mut actor = Actor::request(&caller.name, address, Some(request_id.clone()));
+    if caller.is_anonymous() {
+        // No token was sent: nobody's credential made this change.
+        actor.token_holder = None;
+    }
+    let credential = (!caller.is_anonymous())
+        .then(|| bearer(&req).map(tokens::hash))
+        .flatten();
+    req.extensions_mut().insert(Acting {
+        caller,
+        actor,
+        credential,
+    });
     with_request_id(next.run(req).await, &request_id)
 }
 
@@ -178,42 +193,63 @@ fn check(state: &AppState, req: &Request, need: Need) -> Result<Caller, ApiError
         )
         .with_details(serde_json::json!({ "role_needed": need.role().as_str(), "role": caller.role.as_str() })));
     }
-    if need == Need::Work {
-        if let Some(pod) = pod_of(state, req) {
-            if !caller.may_act_for_pod(&pod) {
-                return Err(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "pod_not_allowed",
-                    format!(
-                        "the token of {} is limited to pods {}: it cannot act for pod {pod}",
-                        caller.name,
-                        caller.pods.as_deref().unwrap_or_default().join(", ")
-                    ),
-                ));
-            }
-        }
-    }
+    // A worker token limited to some pods is checked where the pod is known: after its
+    // lease is looked up (scheduler/lease/authority.rs), whatever the path's spelling.
     Ok(caller)
 }
 
-/// The caller the request's bearer token names; None when it sent none.
-fn caller(state: &AppState, req: &Request) -> Result<Option<Caller>, ApiError> {
-    let Some(header) = req.headers().get("authorization") else {
-        return Ok(None);
-    };
-    let token = header
+/// The token of a well-formed `Authorization: Bearer <token>`.
+fn bearer(req: &Request) -> Option<&str> {
+    req.headers()
+        .get("authorization")?
         .to_str()
-        .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok()?
+        .strip_prefix("Bearer ")
         .map(str::trim)
         .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "the Authorization header must be `Bearer <token>`",
-            )
-        })?;
+}
+
+/// A cancellation that fires when the server shuts down or, checked every second, the
+/// token `acting` called with is disabled or rotated: an open stream ends with its
+/// credential. The guard cancels it (and so stops the check) when the stream is dropped.
+pub fn while_credential_holds(state: &AppState, acting: &Acting) -> (CancellationToken, DropGuard) {
+    let until = state.shutdown.child_token();
+    if let Some(credential) = acting.credential.clone() {
+        let (scheduler, watched) = (state.scheduler.clone(), until.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(CREDENTIAL_CHECK);
+            loop {
+                tokio::select! {
+                    _ = watched.cancelled() => return,
+                    _ = tick.tick() => {
+                        if !scheduler.credential_holds(&credential) {
+                            watched.cancel();
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    let guard = until.clone().drop_guard();
+    (until, guard)
+}
+
+/// How often an open stream checks its token.
+const CREDENTIAL_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The caller the request's bearer token names; None when it sent none.
+fn caller(state: &AppState, req: &Request) -> Result<Option<Caller>, ApiError> {
+    if !req.headers().contains_key("authorization") {
+        return Ok(None);
+    }
+    let token = bearer(req).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "the Authorization header must be `Bearer <token>`",
+        )
+    })?;
     match state.scheduler.check_token(token) {
         TokenCheck::Known(caller) => Ok(Some(caller)),
         TokenCheck::Disabled(name) => Err(ApiError::new(
@@ -227,22 +263,6 @@ fn caller(state: &AppState, req: &Request) -> Result<Option<Caller>, ApiError> {
             "the token sent is not one this server knows: check PODQ_TOKEN, or ask an admin",
         )),
     }
-}
-
-/// The pod a worker call acts for: named in its path, or holding the lease it names.
-fn pod_of(state: &AppState, req: &Request) -> Option<String> {
-    let mut segments = req.uri().path().split('/');
-    while let Some(segment) = segments.next() {
-        match segment {
-            "pods" => return segments.next().map(str::to_owned),
-            "leases" => {
-                let lease = segments.next()?.parse::<Uuid>().ok()?;
-                return state.scheduler.pod_of_lease(lease);
-            }
-            _ => {}
-        }
-    }
-    None
 }
 
 impl FromRequestParts<AppState> for Acting {

@@ -18,6 +18,7 @@ use super::error::ApiError;
 use super::extract::{JobRef, QueryParams};
 use super::negotiate::wants_json;
 use crate::scheduler::LogQuery;
+use crate::team::Acting;
 use crate::AppState;
 
 /// Lines per page unless `limit` says otherwise, and at most.
@@ -119,16 +120,15 @@ async fn logs(
 )]
 async fn follow(
     State(state): State<AppState>,
+    acting: Acting,
     JobRef(id): JobRef,
     headers: HeaderMap,
     QueryParams(q): QueryParams<LogsQuery>,
 ) -> Result<Response, ApiError> {
     let query = parse(q, Utc::now())?;
-    let lines = state
-        .scheduler
-        .follow_logs(id, query, state.shutdown.clone())
-        .await?;
-    Ok(follow_stream(lines, wants_json(&headers)))
+    let (until, guard) = super::auth::while_credential_holds(&state, &acting);
+    let lines = state.scheduler.follow_logs(id, query, until).await?;
+    Ok(follow_stream(lines, guard, wants_json(&headers)))
 }
 
 fn parse(q: LogsQuery, now: DateTime<Utc>) -> Result<LogQuery, ApiError> {
@@ -242,8 +242,12 @@ fn as_text(line: &LogLine) -> String {
 }
 
 /// The follower's pages as one streamed body, text or NDJSON.
-fn follow_stream(lines: tokio::sync::mpsc::Receiver<Vec<LogLine>>, json: bool) -> Response {
-    let stream = futures::stream::unfold(lines, move |mut lines| async move {
+fn follow_stream(
+    lines: tokio::sync::mpsc::Receiver<Vec<LogLine>>,
+    guard: tokio_util::sync::DropGuard,
+    json: bool,
+) -> Response {
+    let stream = futures::stream::unfold((lines, guard), move |(mut lines, guard)| async move {
         let page = lines.recv().await?;
         let mut chunk = String::new();
         for line in &page {
@@ -254,7 +258,7 @@ fn follow_stream(lines: tokio::sync::mpsc::Receiver<Vec<LogLine>>, json: bool) -
                 chunk.push_str(&as_text(line));
             }
         }
-        Some((Ok::<_, Infallible>(Bytes::from(chunk)), lines))
+        Some((Ok::<_, Infallible>(Bytes::from(chunk)), (lines, guard)))
     });
     let content_type = if json {
         "application/x-ndjson"

@@ -21,6 +21,7 @@ use utoipa_axum::routes;
 use super::error::ApiError;
 use super::extract::QueryParams;
 use crate::scheduler::LiveItem;
+use crate::team::Acting;
 use crate::AppState;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -49,6 +50,7 @@ struct StreamQuery {
 )]
 async fn stream(
     State(state): State<AppState>,
+    acting: Acting,
     headers: HeaderMap,
     QueryParams(q): QueryParams<StreamQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
@@ -57,11 +59,10 @@ async fn stream(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<i64>().ok())
         .or(q.after);
-    let feed = state
-        .scheduler
-        .live_feed(resume, state.shutdown.clone())
-        .await?;
-    let events = futures::stream::unfold(feed, |mut feed| async move {
+    let (until, guard) = super::auth::while_credential_holds(&state, &acting);
+    let feed = state.scheduler.live_feed(resume, until).await?;
+    // The guard lives as long as the stream: a client that leaves stops the token's check.
+    let events = futures::stream::unfold((feed, guard), |(mut feed, guard)| async move {
         loop {
             let sse = match feed.next().await? {
                 LiveItem::Event(event) => match SseEvent::default()
@@ -77,7 +78,7 @@ async fn stream(
                 },
                 LiveItem::Progress(p) => SseEvent::default().event("progress").json_data(p).ok()?,
             };
-            return Some((Ok(sse), feed));
+            return Some((Ok(sse), (feed, guard)));
         }
     });
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))

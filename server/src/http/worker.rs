@@ -13,6 +13,7 @@ use podq_api::{
 
 use super::error::ApiError;
 use super::extract::{JsonBody, PathUuid};
+use crate::team::Acting;
 use crate::AppState;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -57,15 +58,16 @@ fn check_pod_name(name: &str) -> Result<(), ApiError> {
         (status = 200, description = "A lease: run this attempt", body = Lease),
         (status = 204, description = "Nothing is leasable to this pod now; ask again"),
     ),
-    security(("worker_token" = [])),
+    security(("worker_token" = ["worker"])),
 )]
 async fn lease(
     State(state): State<AppState>,
+    acting: Acting,
     Path(name): Path<String>,
     JsonBody(req, _): JsonBody<LeaseRequest>,
 ) -> Result<Response, ApiError> {
     check_pod_name(&name)?;
-    Ok(match state.scheduler.lease(&name, req).await? {
+    Ok(match state.scheduler.lease(&name, req, &acting).await? {
         Some(lease) => Json(lease).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     })
@@ -78,16 +80,20 @@ async fn lease(
     summary = "Report the pod's state, health, preflight or recovery",
     params(("name" = String, Path, description = "The pod: 1 to 63 letters, digits, `-` or `_`", pattern = "^[A-Za-z0-9_-]{1,63}$")),
     request_body = PodReport,
-    responses((status = 204, description = "Recorded")),
-    security(("worker_token" = [])),
+    responses(
+        (status = 204, description = "Recorded"),
+        (status = 422, description = "`unknown_event_kind`: the event's kind is not one a worker reports (`WORKER_EVENT_KINDS`); nothing is recorded", body = ErrorBody),
+    ),
+    security(("worker_token" = ["worker"])),
 )]
 async fn report(
     State(state): State<AppState>,
+    acting: Acting,
     Path(name): Path<String>,
     JsonBody(req, _): JsonBody<PodReport>,
 ) -> Result<StatusCode, ApiError> {
     check_pod_name(&name)?;
-    state.scheduler.report_pod(&name, req).await?;
+    state.scheduler.report_pod(&name, req, &acting).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -102,14 +108,15 @@ async fn report(
         (status = 200, description = "The lease is extended", body = HeartbeatResponse),
         (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
     ),
-    security(("worker_token" = [])),
+    security(("worker_token" = ["worker"])),
 )]
 async fn heartbeat(
     State(state): State<AppState>,
+    acting: Acting,
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
-    Ok(Json(state.scheduler.heartbeat(id, req)?))
+    Ok(Json(state.scheduler.heartbeat(id, req, &acting)?))
 }
 
 #[utoipa::path(
@@ -124,14 +131,17 @@ async fn heartbeat(
         (status = 400, description = "`invalid_phases`: a phase time that is negative; nothing of the batch is stored", body = ErrorBody),
         (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
     ),
-    security(("worker_token" = [])),
+    security(("worker_token" = ["worker"])),
 )]
 async fn metrics(
     State(state): State<AppState>,
+    acting: Acting,
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<MetricsBatch>,
 ) -> Result<Json<MetricsAck>, ApiError> {
-    Ok(Json(state.scheduler.record_metrics(id, req).await?))
+    Ok(Json(
+        state.scheduler.record_metrics(id, req, &acting).await?,
+    ))
 }
 
 #[utoipa::path(
@@ -146,14 +156,15 @@ async fn metrics(
         (status = 200, description = "How many lines were new", body = MetricsAck),
         (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
     ),
-    security(("worker_token" = [])),
+    security(("worker_token" = ["worker"])),
 )]
 async fn logs(
     State(state): State<AppState>,
+    acting: Acting,
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<LogBatch>,
 ) -> Result<Json<MetricsAck>, ApiError> {
-    let accepted = state.scheduler.record_logs(id, req).await?;
+    let accepted = state.scheduler.record_logs(id, req, &acting).await?;
     Ok(Json(MetricsAck {
         accepted: usize::try_from(accepted).unwrap_or(usize::MAX),
         stop: None,
@@ -171,14 +182,15 @@ async fn logs(
         (status = 204, description = "Recorded"),
         (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
     ),
-    security(("worker_token" = [])),
+    security(("worker_token" = ["worker"])),
 )]
 async fn checkpoints(
     State(state): State<AppState>,
+    acting: Acting,
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<CheckpointsBatch>,
 ) -> Result<StatusCode, ApiError> {
-    state.scheduler.record_checkpoints(id, req).await?;
+    state.scheduler.record_checkpoints(id, req, &acting).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -191,16 +203,21 @@ async fn checkpoints(
     request_body = WorkerEvents,
     responses(
         (status = 204, description = "Recorded"),
+        (status = 422, description = "`unknown_event_kind`: a kind that is not one a worker reports (`WORKER_EVENT_KINDS`); nothing of the batch is recorded", body = ErrorBody),
         (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
     ),
-    security(("worker_token" = [])),
+    security(("worker_token" = ["worker"])),
 )]
 async fn events(
     State(state): State<AppState>,
+    acting: Acting,
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<WorkerEvents>,
 ) -> Result<StatusCode, ApiError> {
-    state.scheduler.record_worker_events(id, req).await?;
+    state
+        .scheduler
+        .record_worker_events(id, req, &acting)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -217,14 +234,15 @@ async fn events(
         (status = 400, description = "`invalid_link`: a name that is not a short identifier, or a URL that is not http(s), too long or holds spaces; `too_many_links`: a new name past 16. Nothing of the batch is stored", body = ErrorBody),
         (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
     ),
-    security(("worker_token" = [])),
+    security(("worker_token" = ["worker"])),
 )]
 async fn links(
     State(state): State<AppState>,
+    acting: Acting,
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<LinksBatch>,
 ) -> Result<StatusCode, ApiError> {
-    state.scheduler.record_links(id, req).await?;
+    state.scheduler.record_links(id, req, &acting).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -240,12 +258,13 @@ async fn links(
         (status = 400, description = "`invalid_phases`: a phase time or `stopping_s` that is negative; nothing changes", body = ErrorBody),
         (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
     ),
-    security(("worker_token" = [])),
+    security(("worker_token" = ["worker"])),
 )]
 async fn finish(
     State(state): State<AppState>,
+    acting: Acting,
     PathUuid(id): PathUuid,
     JsonBody(req, _): JsonBody<FinishRequest>,
 ) -> Result<Json<FinishResponse>, ApiError> {
-    Ok(Json(state.scheduler.finish(id, req).await?))
+    Ok(Json(state.scheduler.finish(id, req, &acting).await?))
 }

@@ -94,6 +94,12 @@ impl Directory {
         }
     }
 
+    /// Whether the token whose SHA-256 is `hash` is still a valid one.
+    fn holds(&self, hash: &str) -> bool {
+        let map = self.by_token.read().unwrap_or_else(|e| e.into_inner());
+        map.get(hash).is_some_and(|holder| !holder.disabled)
+    }
+
     /// Whether any token of these roles exists: without one, calls of these roles are not
     /// checked (a loopback-only server, as before podq knew people).
     pub fn any_of(&self, roles: &[Role]) -> bool {
@@ -136,6 +142,11 @@ fn user_of(row: UserRow) -> std::result::Result<User, StoreError> {
 }
 
 impl Scheduler {
+    /// Whether the token whose SHA-256 is `hash` still works (not disabled nor rotated).
+    pub fn credential_holds(&self, hash: &str) -> bool {
+        self.directory.holds(hash)
+    }
+
     /// Who `token` belongs to.
     pub fn check_token(&self, token: &str) -> TokenCheck {
         self.directory.check(token)
@@ -219,6 +230,7 @@ impl Scheduler {
         role: &str,
         pods: Option<Vec<String>>,
     ) -> Result<UserToken> {
+        refuse_without_token(by)?;
         self.refuse_if_file()?;
         if RESERVED_NAMES.contains(&name.as_str()) {
             return Err(SchedulerError::conflict(
@@ -330,6 +342,7 @@ impl Scheduler {
 
     /// Gives a person a new token (enabling them again); the old one stops working at once.
     pub async fn rotate_user(&self, by: &Actor, name: String) -> Result<UserToken> {
+        refuse_without_token(by)?;
         self.refuse_if_file()?;
         let token = tokens::generate();
         let hash = tokens::hash(&token);
@@ -369,4 +382,18 @@ async fn existing(conn: &mut crate::store::Conn, name: &str) -> Result<UserRow> 
     stored::get(conn, name)
         .await?
         .ok_or_else(|| SchedulerError::missing("not_found", format!("no user {name}")))
+}
+
+/// A call that makes a credential must itself carry one, tokenless servers included: else any
+/// web page open in the operator's browser could mint an admin on a loopback podq. The
+/// first admin comes from `PODQ_ADMIN_TOKEN` or `--users FILE`.
+fn refuse_without_token(by: &Actor) -> Result<()> {
+    if by.token_holder.is_some() {
+        return Ok(());
+    }
+    Err(SchedulerError::forbidden(
+        "token_required",
+        "making a token needs an admin's token, even on a server that checks none: start the \
+         server with PODQ_ADMIN_TOKEN (or --users FILE) and call with that token",
+    ))
 }

@@ -16,6 +16,7 @@ pub struct AuditRow {
     pub message: String,
     pub address: Option<String>,
     pub request_id: Option<String>,
+    pub token_holder: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -33,8 +34,8 @@ pub struct AuditFilter {
 /// A page of the trail, newest first.
 pub async fn entries(db: &mut Conn, filter: &AuditFilter) -> Result<Vec<AuditRow>, StoreError> {
     let mut q = Builder::new(
-        "SELECT id, at, actor, kind, job_id, pod, message, address, request_id FROM events \
-         WHERE 1=1"
+        "SELECT id, at, actor, kind, job_id, pod, message, address, request_id, token_holder \
+         FROM events WHERE 1=1"
             .to_owned(),
     );
     if let Some(by) = &filter.by {

@@ -79,14 +79,22 @@ async fn move_points(conn: &mut Conn) -> Result<i64, StoreError> {
             .bind(POINTS_PER_CHUNK)
             .fetch_all(conn)
             .await?;
-            let Some(&(last, _, attempt)) = page.last() else {
+            let Some(&(last, _, _)) = page.last() else {
                 break;
             };
-            let points = page
-                .iter()
-                .map(|&(step, value, _)| (step, metrics::read(value)))
+            // A chunk is one attempt's: a page that spans a resume becomes one chunk per run
+            // of points of the same attempt, so each point keeps the attempt that wrote it.
+            let chunks: Vec<_> = page
+                .chunk_by(|a, b| a.2 == b.2)
+                .map(|run| {
+                    let points = run
+                        .iter()
+                        .map(|&(step, value, _)| (step, metrics::read(value)))
+                        .collect();
+                    (series_id, run[0].2, points)
+                })
                 .collect();
-            insert_chunks(conn, &[(series_id, attempt, points)]).await?;
+            insert_chunks(conn, &chunks).await?;
             moved += page.len() as i64;
             after = last;
             if (page.len() as i64) < POINTS_PER_CHUNK {

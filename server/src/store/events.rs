@@ -14,6 +14,9 @@ pub struct Actor {
     pub address: Option<String>,
     /// The request's id (its `X-Request-Id`), when a request made the change.
     pub request_id: Option<String>,
+    /// Whose token the request carried: the person, or a worker token's own name (a
+    /// worker's change is `by` its pod, and this says whose credential spoke for it).
+    pub token_holder: Option<String>,
 }
 
 impl Actor {
@@ -22,6 +25,7 @@ impl Actor {
             by,
             address: None,
             request_id: None,
+            token_holder: None,
         }
     }
 
@@ -46,6 +50,18 @@ impl Actor {
             by: by.to_owned(),
             address,
             request_id,
+            token_holder: Some(by.to_owned()),
+        }
+    }
+
+    /// The worker beside `pod`, reporting in the request `request` made: the pod is who
+    /// acts, the request's token holder, address and id say who spoke for it.
+    pub fn worker_request(pod: &str, request: &Actor) -> Actor {
+        Actor {
+            by: format!("worker:{pod}"),
+            address: request.address.clone(),
+            request_id: request.request_id.clone(),
+            token_holder: request.token_holder.clone(),
         }
     }
 
@@ -65,8 +81,8 @@ pub async fn insert_event(
     message: &str,
 ) -> Result<(), StoreError> {
     db::query(
-        "INSERT INTO events (at, job_id, pod, kind, message, actor, address, request_id) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO events (at, job_id, pod, kind, message, actor, address, request_id, \
+         token_holder) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(now_ms())
     .bind(job_id)
@@ -76,6 +92,7 @@ pub async fn insert_event(
     .bind(&actor.by)
     .bind(&actor.address)
     .bind(&actor.request_id)
+    .bind(&actor.token_holder)
     .execute(conn)
     .await?;
     Ok(())

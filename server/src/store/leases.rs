@@ -60,12 +60,16 @@ pub async fn claim(
     lease_id: Uuid,
     pod: &str,
     accelerator: &str,
+    worker: &Actor,
 ) -> Result<Option<Claimed>, StoreError> {
     let now = now_ms();
+    // A new attempt starts the divergence guard's count anew: the last attempt's streak of
+    // non-finite reports says nothing of a run resumed from a checkpoint before it.
     let claimed: Option<Claimed> = db::query_as(
         "UPDATE jobs SET state = 'leased', lease_id = ?1, lease_pod = ?2, \
          attempts = attempts + 1, cancel_requested = 0, not_before = NULL, updated_at = ?3, \
-         reserved_pod = NULL, reserved_until = NULL, queue_head = 0 \
+         reserved_pod = NULL, reserved_until = NULL, queue_head = 0, \
+         diverged_reports = 0, diverged_step = NULL \
          WHERE id = COALESCE( \
            (SELECT id FROM jobs WHERE reserved_pod = ?2 AND reserved_until > ?3 \
              AND state = 'queued' AND same_as IS NULL AND accelerator = ?4 LIMIT 1), \
@@ -116,7 +120,7 @@ pub async fn claim(
         .unwrap_or_default();
     insert_event(
         conn,
-        &Actor::worker(pod),
+        worker,
         Some(&claimed.id),
         Some(pod),
         "leased",
@@ -337,17 +341,27 @@ pub async fn end_attempt(
     Ok(())
 }
 
-/// For a lease that is no longer live: the outcome its attempt recorded and its job's state.
+/// For a lease that is no longer live: the outcome its attempt recorded, its job's state and
+/// the pod it was held by.
 pub async fn ended_attempt(
     conn: &mut Conn,
     lease_id: Uuid,
-) -> Result<Option<(Option<String>, String)>, StoreError> {
+) -> Result<Option<EndedAttempt>, StoreError> {
     Ok(db::query_as(
-        "SELECT a.outcome, j.state FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.lease_id = ?",
+        "SELECT a.outcome, j.state AS job_state, a.pod FROM attempts a \
+         JOIN jobs j ON j.id = a.job_id WHERE a.lease_id = ?",
     )
     .bind(lease_id.to_string())
     .fetch_optional(conn)
     .await?)
+}
+
+/// An attempt as its lease's repeated finish finds it.
+#[derive(sqlx::FromRow)]
+pub struct EndedAttempt {
+    pub outcome: Option<String>,
+    pub job_state: String,
+    pub pod: String,
 }
 
 /// The leases the database holds live, for the in-memory table after a restart.

@@ -89,6 +89,11 @@ impl Caller {
         }
     }
 
+    /// Whether this is the caller of a call that sent no token.
+    pub fn is_anonymous(&self) -> bool {
+        self.name == "anonymous"
+    }
+
     /// Whether this caller may act for `pod` (a worker token limited to other pods may not).
     pub fn may_act_for_pod(&self, pod: &str) -> bool {
         self.pods
@@ -102,6 +107,9 @@ impl Caller {
 pub struct Acting {
     pub caller: Caller,
     pub actor: crate::store::events::Actor,
+    /// The SHA-256 of the token the call presented: an open stream ends when it stops being
+    /// valid (disabled or rotated).
+    pub credential: Option<String>,
 }
 
 impl Acting {
@@ -114,6 +122,7 @@ impl Acting {
                 pods: None,
             },
             actor: crate::store::events::Actor::podq(),
+            credential: None,
         }
     }
 
@@ -173,6 +182,7 @@ mod tests {
                 pods: None,
             },
             actor: crate::store::events::Actor::podq(),
+            credential: None,
         };
         let submitter = acting(Role::Submitter);
         assert!(submitter.may_act_on("j", Some("alice"), "cancel").is_ok());

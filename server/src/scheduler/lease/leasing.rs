@@ -9,16 +9,18 @@ use futures::FutureExt;
 use podq_api::{
     AttemptOutcome, CheckpointsBatch, FinishRequest, FinishResponse, HeartbeatRequest,
     HeartbeatResponse, JobState, Lease, LeasePhase, LeaseRequest, MetricsAck, MetricsBatch,
-    PodReport, WorkerEvents,
+    PodReport, WorkerEvent, WorkerEvents, WORKER_EVENT_KINDS,
 };
 use uuid::Uuid;
 
+use super::authority::worker_for;
 use super::policy::{self, AttemptProgress, JobBudget, StopRequest};
 use crate::scheduler::plan::forecast;
 use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
 use crate::store::events::{insert_event, Actor};
 use crate::store::leases::{self as sql, AttemptEnd, JobAfter};
 use crate::store::{checkpoints, now_ms, parse_uuid, pods, stop_rules, Conn, StoreError};
+use crate::team::Acting;
 
 const MAX_WAIT: Duration = Duration::from_secs(60);
 const DEFAULT_WAIT: Duration = Duration::from_secs(20);
@@ -33,11 +35,6 @@ pub(in crate::scheduler) struct Fenced {
 impl Scheduler {
     /// The live lease `lease_id`, or `LeaseLost`: the cheap check in memory every worker
     /// call makes before it touches the store.
-    /// The pod a live lease is held by (the check of a pod-limited worker token).
-    pub fn pod_of_lease(&self, lease_id: Uuid) -> Option<String> {
-        self.live.get(lease_id).map(|l| l.pod)
-    }
-
     pub(in crate::scheduler) fn live_lease(&self, lease_id: Uuid) -> Result<LiveLease> {
         self.live
             .get(lease_id)
@@ -68,7 +65,13 @@ impl Scheduler {
     /// Waits up to `wait_s` for a job and leases it to `pod`. A waiting call is woken only
     /// when a job for its accelerator becomes leasable; while it waits it reads nothing and
     /// writes nothing (its "last seen" is kept in memory).
-    pub async fn lease(&self, pod: &str, req: LeaseRequest) -> Result<Option<Lease>> {
+    pub async fn lease(
+        &self,
+        pod: &str,
+        req: LeaseRequest,
+        acting: &Acting,
+    ) -> Result<Option<Lease>> {
+        let worker = worker_for(acting, pod)?;
         let wait = req
             .wait_s
             .map(Duration::from_secs)
@@ -81,7 +84,7 @@ impl Scheduler {
             let message =
                 "the pod asked for a new lease while holding this one: its worker restarted";
             match self
-                .end_lease(stale, lost(message), Some(Actor::worker(pod)))
+                .end_lease(stale, lost(message), Caused::By(worker.clone()))
                 .await
             {
                 Ok(_) | Err(SchedulerError::LeaseLost(_)) => {}
@@ -102,7 +105,7 @@ impl Scheduler {
             tokio::pin!(woken);
             woken.as_mut().enable();
             if sql::any_leasable(&mut self.store.read().await?, &req.pod.accelerator).await? {
-                if let Some(lease) = self.claim(pod, &req).await? {
+                if let Some(lease) = self.claim(pod, &req, &worker).await? {
                     return Ok(Some(lease));
                 }
             }
@@ -126,13 +129,15 @@ impl Scheduler {
         Ok(())
     }
 
-    async fn claim(&self, pod: &str, req: &LeaseRequest) -> Result<Option<Lease>> {
+    async fn claim(&self, pod: &str, req: &LeaseRequest, worker: &Actor) -> Result<Option<Lease>> {
         let lease_id = Uuid::new_v4();
         let (pod_name, accelerator) = (pod.to_owned(), req.pod.accelerator.clone());
+        let worker = worker.clone();
         let claimed = self
             .store
             .write(move |conn| {
-                async move { sql::claim(conn, lease_id, &pod_name, &accelerator).await }.boxed()
+                async move { sql::claim(conn, lease_id, &pod_name, &accelerator, &worker).await }
+                    .boxed()
             })
             .await?;
         let Some(claimed) = claimed else {
@@ -185,14 +190,15 @@ impl Scheduler {
     }
 
     /// Records what a pod's worker says about it, and an event if it brings one.
-    pub async fn report_pod(&self, pod: &str, report: PodReport) -> Result<()> {
+    pub async fn report_pod(&self, pod: &str, report: PodReport, acting: &Acting) -> Result<()> {
+        let worker = worker_for(acting, pod)?;
+        let event = report.event.as_ref().map(checked_event).transpose()?;
         let (name, description) = (pod.to_owned(), report.pod.clone());
         self.store
             .write(move |conn| {
                 async move {
-                    record_pod(conn, &name, &report.pod).await?;
-                    if let Some(event) = &report.event {
-                        let worker = Actor::worker(&name);
+                    record_pod(conn, &name, &report.pod, &worker).await?;
+                    if let Some(event) = &event {
                         insert_event(
                             conn,
                             &worker,
@@ -213,7 +219,13 @@ impl Scheduler {
     }
 
     /// Extends the lease; answers whether to stop. Memory only: see `live.rs`.
-    pub fn heartbeat(&self, lease_id: Uuid, req: HeartbeatRequest) -> Result<HeartbeatResponse> {
+    pub fn heartbeat(
+        &self,
+        lease_id: Uuid,
+        req: HeartbeatRequest,
+        acting: &Acting,
+    ) -> Result<HeartbeatResponse> {
+        self.held_lease(lease_id, acting)?;
         let (cancel, stop) = {
             let mut leases = self.live.lock();
             let entry = leases
@@ -239,8 +251,13 @@ impl Scheduler {
     /// Stores a metrics batch; a step reported again replaces its value. Judges the run on
     /// it (judge.rs): a rule that fires asks the worker to stop, in this answer and in the
     /// next heartbeat's. Answers how many values were accepted.
-    pub async fn record_metrics(&self, lease_id: Uuid, batch: MetricsBatch) -> Result<MetricsAck> {
-        let pod = self.live_lease(lease_id)?.pod;
+    pub async fn record_metrics(
+        &self,
+        lease_id: Uuid,
+        batch: MetricsBatch,
+        acting: &Acting,
+    ) -> Result<MetricsAck> {
+        let pod = self.held_lease(lease_id, acting)?.0.pod;
         if batch.phases.as_ref().is_some_and(|p| !p.is_valid()) {
             return Err(SchedulerError::invalid(
                 "invalid_phases",
@@ -281,8 +298,13 @@ impl Scheduler {
 
     /// Records what the worker found in the checkpoint store. The newest committed
     /// checkpoint becomes where the next attempt resumes.
-    pub async fn record_checkpoints(&self, lease_id: Uuid, batch: CheckpointsBatch) -> Result<()> {
-        let worker = Actor::worker(&self.live_lease(lease_id)?.pod);
+    pub async fn record_checkpoints(
+        &self,
+        lease_id: Uuid,
+        batch: CheckpointsBatch,
+        acting: &Acting,
+    ) -> Result<()> {
+        let (_, worker) = self.held_lease(lease_id, acting)?;
         self.write_fenced(lease_id, move |conn, fenced| {
             async move {
                 let job = &fenced.job_id;
@@ -295,13 +317,23 @@ impl Scheduler {
     }
 
     /// Things the worker saw, onto the job's timeline.
-    pub async fn record_worker_events(&self, lease_id: Uuid, events: WorkerEvents) -> Result<()> {
-        let pod = self.live_lease(lease_id)?.pod;
-        let worker = Actor::worker(&pod);
+    pub async fn record_worker_events(
+        &self,
+        lease_id: Uuid,
+        events: WorkerEvents,
+        acting: &Acting,
+    ) -> Result<()> {
+        let (live, worker) = self.held_lease(lease_id, acting)?;
+        let pod = live.pod;
+        let events: Vec<WorkerEvent> = events
+            .events
+            .iter()
+            .map(checked_event)
+            .collect::<Result<_>>()?;
         self.write_fenced(lease_id, move |conn, fenced| {
             async move {
                 let job = Some(fenced.job_id.as_str());
-                for event in &events.events {
+                for event in &events {
                     insert_event(conn, &worker, job, Some(&pod), &event.kind, &event.message)
                         .await?;
                 }
@@ -314,7 +346,12 @@ impl Scheduler {
 
     /// Ends the attempt and applies the retry policy. Repeating a finish that was already
     /// applied answers the same and changes nothing.
-    pub async fn finish(&self, lease_id: Uuid, req: FinishRequest) -> Result<FinishResponse> {
+    pub async fn finish(
+        &self,
+        lease_id: Uuid,
+        req: FinishRequest,
+        acting: &Acting,
+    ) -> Result<FinishResponse> {
         let stopping_valid = req.stopping_s.is_none_or(|s| s.is_finite() && s >= 0.0);
         if !stopping_valid || req.phases.as_ref().is_some_and(|p| !p.is_valid()) {
             return Err(SchedulerError::invalid(
@@ -323,20 +360,22 @@ impl Scheduler {
             ));
         }
         let knows_stopped = req.knows_stopped;
-        let mut answer = self.end_lease(lease_id, req, None).await?;
+        let mut answer = self
+            .end_lease(lease_id, req, Caused::Worker(acting.clone()))
+            .await?;
         if answer.job_state == JobState::Stopped && !knows_stopped {
             answer.job_state = JobState::Held;
         }
         Ok(answer)
     }
 
-    /// Ends the attempt of `lease_id` as `req` says: reported by its worker, or (`by`) ended
-    /// by podq itself.
+    /// Ends the attempt of `lease_id` as `req` says: reported by its worker (whose token
+    /// must be allowed the lease's pod), or ended by podq or a person (`Caused::By`).
     pub(in crate::scheduler) async fn end_lease(
         &self,
         lease_id: Uuid,
         req: FinishRequest,
-        by: Option<Actor>,
+        caused: Caused,
     ) -> Result<FinishResponse> {
         let config = self.config.clone();
         let jitter: f64 = rand::random();
@@ -345,7 +384,7 @@ impl Scheduler {
             .write(move |conn| {
                 async move {
                     let Some(holder) = sql::holder(conn, lease_id).await? else {
-                        let answer = already_finished(conn, lease_id, req.outcome).await?;
+                        let answer = already_finished(conn, lease_id, req.outcome, &caused).await?;
                         return Ok((answer, None, None));
                     };
                     let end_step = holder.end_step.or(req.end_step);
@@ -380,7 +419,10 @@ impl Scheduler {
                     let exit_codes_json = serde_json::to_string(&req.exit_codes)
                         .map_err(|e| StoreError::Corrupt(format!("exit codes: {e}")))?;
                     let pod = holder.lease_pod.as_deref();
-                    let actor = by.unwrap_or_else(|| Actor::worker(pod.unwrap_or("?")));
+                    let actor = match &caused {
+                        Caused::By(actor) => actor.clone(),
+                        Caused::Worker(acting) => worker_for(acting, pod.unwrap_or("?"))?,
+                    };
                     let detail = req
                         .message
                         .as_deref()
@@ -514,18 +556,39 @@ impl Scheduler {
     }
 }
 
+/// A worker's event as it may be stored: a kind of the worker's own, a bounded message
+/// with its control characters escaped; an unknown kind is 422.
+fn checked_event(event: &WorkerEvent) -> Result<WorkerEvent> {
+    if !WORKER_EVENT_KINDS.contains(&event.kind.as_str()) {
+        let shown = podq_api::escape_controls(&event.kind);
+        let shown: String = shown.chars().take(64).collect();
+        return Err(SchedulerError::unprocessable(
+            "unknown_event_kind",
+            format!(
+                "a worker cannot report an event of kind `{shown}`: its kinds are {}",
+                WORKER_EVENT_KINDS.join(", ")
+            ),
+        ));
+    }
+    Ok(WorkerEvent {
+        kind: event.kind.clone(),
+        message: podq_api::bounded_event_message(&event.message),
+    })
+}
+
 /// Writes a pod's description, and an event when its state or health changed.
 async fn record_pod(
     conn: &mut crate::store::Conn,
     pod: &str,
     desc: &podq_api::PodDescription,
+    worker: &Actor,
 ) -> Result<()> {
     let before = pods::upsert(conn, pod, desc).await?;
     if let Some((state, health)) = before {
         if state != desc.state || health != desc.health {
             insert_event(
                 conn,
-                &Actor::worker(pod),
+                worker,
                 None,
                 Some(pod),
                 "pod_state",
@@ -570,13 +633,30 @@ async fn already_finished(
     conn: &mut crate::store::Conn,
     lease_id: Uuid,
     outcome: AttemptOutcome,
+    caused: &Caused,
 ) -> Result<FinishResponse> {
-    match sql::ended_attempt(conn, lease_id).await? {
-        Some((Some(recorded), job_state)) if recorded == outcome.as_str() => Ok(FinishResponse {
-            job_state: job_state.parse().map_err(StoreError::Corrupt)?,
+    let Some(ended) = sql::ended_attempt(conn, lease_id).await? else {
+        return Err(SchedulerError::LeaseLost(lease_id));
+    };
+    if let Caused::Worker(acting) = caused {
+        // Another pod's token learns nothing of this lease, not even that it ended.
+        worker_for(acting, &ended.pod)?;
+    }
+    match ended.outcome {
+        Some(recorded) if recorded == outcome.as_str() => Ok(FinishResponse {
+            job_state: ended.job_state.parse().map_err(StoreError::Corrupt)?,
         }),
         _ => Err(SchedulerError::LeaseLost(lease_id)),
     }
+}
+
+/// Who ends a lease.
+#[derive(Clone)]
+pub(in crate::scheduler) enum Caused {
+    /// The worker holding it, in a request: its token must be allowed the lease's pod.
+    Worker(Acting),
+    /// podq itself (the reaper, an eviction) or a person (a cancel), as the audit names it.
+    By(Actor),
 }
 
 /// The pod-hours a run a rule stopped would still have taken: the plan's time to go for it

@@ -6,18 +6,24 @@ use podq_api::{LinksBatch, MAX_LINKS_PER_JOB};
 use uuid::Uuid;
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};
-use crate::store::events::{insert_event, Actor};
+use crate::store::events::insert_event;
 use crate::store::links;
+use crate::team::Acting;
 
 impl Scheduler {
     /// Records the links of the lease's attempt. A bad link, or a new name past
     /// `MAX_LINKS_PER_JOB`, refuses the whole batch and stores nothing of it.
-    pub async fn record_links(&self, lease_id: Uuid, batch: LinksBatch) -> Result<()> {
-        let pod = self.live_lease(lease_id)?.pod;
+    pub async fn record_links(
+        &self,
+        lease_id: Uuid,
+        batch: LinksBatch,
+        acting: &Acting,
+    ) -> Result<()> {
+        let (live, worker) = self.held_lease(lease_id, acting)?;
+        let pod = live.pod;
         if let Some(problem) = batch.links.iter().find_map(|l| l.problem()) {
             return Err(SchedulerError::invalid("invalid_link", problem));
         }
-        let worker = Actor::worker(&pod);
         self.write_fenced(lease_id, move |conn, fenced| {
             async move {
                 let job = fenced.job_id.as_str();

@@ -2,11 +2,13 @@
 //! ending leases whose worker went silent, waking waiting workers, and the retry policy that
 //! turns an attempt's outcome into the job's next state.
 
+mod authority;
 mod evict;
 pub mod judge;
 mod leasing;
 mod links;
 pub mod live;
+mod log_lines;
 mod merge;
 pub mod policy;
 mod reaper;

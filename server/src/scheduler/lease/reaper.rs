@@ -10,7 +10,7 @@ use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::leasing::lost;
+use super::leasing::{lost, Caused};
 use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
 use crate::store::events::Actor;
 use crate::store::{leases as sql, now_ms};
@@ -60,7 +60,7 @@ impl Scheduler {
                 self.live.ttl.as_secs()
             );
             match self
-                .end_lease(lease, lost(message), Some(Actor::podq()))
+                .end_lease(lease, lost(message), Caused::By(Actor::podq()))
                 .await
             {
                 Ok(_) => {

@@ -6,6 +6,7 @@ use uuid::Uuid;
 use crate::scheduler::{Result, Scheduler};
 use crate::store::audit::{self, AuditFilter};
 use crate::store::{ms_to_datetime, parse_uuid};
+use crate::team::{Acting, Role};
 
 #[derive(Debug, Clone, Default)]
 pub struct AuditQuery {
@@ -17,7 +18,9 @@ pub struct AuditQuery {
 }
 
 impl Scheduler {
-    pub async fn audit(&self, q: AuditQuery) -> Result<AuditPage> {
+    /// A page of the trail as `acting` may read it: the callers' addresses are an admin's.
+    pub async fn audit(&self, q: AuditQuery, acting: &Acting) -> Result<AuditPage> {
+        let addresses = acting.caller.role.covers(Role::Admin);
         let filter = AuditFilter {
             by: q.by,
             job_id: q.job.map(|j| j.to_string()),
@@ -41,8 +44,9 @@ impl Scheduler {
                     job_id: row.job_id.as_deref().map(parse_uuid).transpose()?,
                     pod: row.pod,
                     message: row.message,
-                    address: row.address,
+                    address: row.address.filter(|_| addresses),
                     request_id: row.request_id,
+                    token_holder: row.token_holder,
                 })
             })
             .collect::<std::result::Result<_, crate::store::StoreError>>()?;

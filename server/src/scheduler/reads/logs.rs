@@ -1,7 +1,7 @@
 //! Trainer logs: the lines workers forward from every host while an attempt runs, kept per
 //! attempt and host up to a cap, and read back by job with filters.
 
-use podq_api::{JobLogs, JobState, LogBatch, LogDropped, LogLine};
+use podq_api::{JobLogs, JobState, LogDropped, LogLine};
 use regex::Regex;
 use uuid::Uuid;
 
@@ -51,21 +51,6 @@ fn settled(state: JobState) -> bool {
 }
 
 impl Scheduler {
-    /// Stores a batch of log lines of the lease's attempt; answers how many were new.
-    pub async fn record_logs(&self, lease_id: Uuid, mut batch: LogBatch) -> Result<u64> {
-        self.live_lease(lease_id)?;
-        for line in &mut batch.lines {
-            podq_api::cut_long_log_line(&mut line.text);
-        }
-        let report = crate::scheduler::lease::reports::LogReport {
-            lease_id,
-            lines: batch.lines,
-        };
-        let new = self.log_reports.submit(&self.store, report).await?;
-        self.telemetry.log_lines.inc_by(new);
-        Ok(new)
-    }
-
     /// A page of the log of job `id`; the query's attempt and host must exist.
     pub async fn job_logs(&self, id: Uuid, query: &LogQuery) -> Result<JobLogs> {
         let subject = self.log_subject(id, query).await?;
