@@ -145,6 +145,11 @@ pub struct ServerArgs {
     /// Serve reads without a token even when listening beyond loopback.
     #[arg(long, env = "PODQ_OPEN_READS")]
     pub open_reads: bool,
+    /// The URL people and workers reach this server by, when it is a name (e.g.
+    /// https://podq.lab.example:8443); repeatable or comma-separated. Requests naming any
+    /// other host than these, an IP address or `localhost` are refused (DNS rebinding).
+    #[arg(long = "public-url", env = "PODQ_PUBLIC_URL", value_delimiter = ',', value_parser = public_host)]
+    pub public_urls: Vec<String>,
     /// No running attempt is evicted before it has run this long (e.g. 30m, 2h, 0s),
     /// whatever its priority class says.
     #[arg(long, env = "PODQ_EVICTION_MIN_RUNTIME", value_parser = duration)]
@@ -194,6 +199,19 @@ pub(crate) fn duration(text: &str) -> Result<Duration, String> {
     podq_server::catalog::classes::parse_duration(text)
 }
 
+/// The host name of a `--public-url`.
+fn public_host(text: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| {
+        format!("{text:?} is not a URL ({e}): give one such as https://podq.lab.example")
+    })?;
+    match (url.scheme(), url.host_str()) {
+        ("http" | "https", Some(host)) => Ok(host.trim_matches(['[', ']']).to_ascii_lowercase()),
+        _ => Err(format!(
+            "{text:?} is not an http:// or https:// URL with a host"
+        )),
+    }
+}
+
 fn positive_hours(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(h) if h.is_finite() && h > 0.0 && h <= 24.0 * 365.0 => Ok(h),
@@ -227,6 +245,7 @@ impl ServerArgs {
                 Some(podq_server::team::users_file::load(file).map_err(anyhow::Error::msg)?);
         }
         config.open_reads = self.open_reads;
+        config.public_hosts = self.public_urls.clone();
         config.eviction_min_runtime = self.eviction_min_runtime;
         config.lease_ttl = Duration::from_secs(self.lease_ttl_s.max(1));
         config.heartbeat = Duration::from_secs(self.heartbeat_s.max(1));

@@ -124,6 +124,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         worker_token: args.worker_token.clone(),
         users: args.users.clone(),
         open_reads: args.open_reads,
+        public_urls: Vec::new(),
         eviction_min_runtime: args.eviction_min_runtime,
         lease_ttl_s: args.lease_ttl_s,
         heartbeat_s: args.heartbeat_s,

@@ -82,7 +82,16 @@ async fn metrics_parse_and_move_while_a_job_runs() {
         .args
         .extend(["--metrics-listen".into(), format!("127.0.0.1:{port}")]);
     let server = Server::start_with(options).await;
-    let metrics_url = format!("{}/metrics", server.url);
+    // With an address of its own, /metrics is served there alone.
+    let metrics_url = format!("http://127.0.0.1:{port}/metrics");
+    let main = reqwest::get(format!("{}/metrics", server.url))
+        .await
+        .unwrap();
+    assert_eq!(
+        main.status(),
+        404,
+        "/metrics is not on the main address too"
+    );
     let before = scrape(&metrics_url).await;
     assert_eq!(
         value(&before, "podq_leases_granted_total", json!({})),

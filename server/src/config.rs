@@ -25,6 +25,9 @@ pub struct ServerConfig {
     pub users_file: Option<Vec<crate::team::users_file::FilePerson>>,
     /// Reads need no token even when the server listens beyond loopback.
     pub open_reads: bool,
+    /// Host names, besides IP addresses and `localhost`, that requests may name in `Host`
+    /// (from `--public-url`): any other is refused, against DNS rebinding.
+    pub public_hosts: Vec<String>,
     /// Overrides every class's `min_runtime`: no attempt is evicted before it has run this
     /// long (`--eviction-min-runtime`).
     pub eviction_min_runtime: Option<Duration>,
@@ -62,6 +65,7 @@ impl ServerConfig {
             worker_token: None,
             users_file: None,
             open_reads: false,
+            public_hosts: Vec::new(),
             eviction_min_runtime: None,
             lease_ttl: Duration::from_secs(60),
             heartbeat: Duration::from_secs(10),
@@ -99,6 +103,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("worker_token", &redact(&self.worker_token))
             .field("users_file", &self.users_file.as_ref().map(Vec::len))
             .field("open_reads", &self.open_reads)
+            .field("public_hosts", &self.public_hosts)
             .field("eviction_min_runtime", &self.eviction_min_runtime)
             .field("accelerator", &self.catalog.accelerator)
             .field("lease_ttl", &self.lease_ttl)

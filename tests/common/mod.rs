@@ -299,7 +299,21 @@ impl Server {
         body: String,
         headers: &[(&str, &str)],
     ) -> (u16, Value) {
-        let mut request = self.client.request(method, self.api(path)).body(body);
+        // A body goes with the type its route reads, unless the test sends its own.
+        let typed = headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("content-type"));
+        let mut request = self.client.request(method, self.api(path));
+        if !typed && !body.is_empty() {
+            let yaml = path.starts_with("/experiments/validate");
+            let kind = if yaml {
+                "application/yaml"
+            } else {
+                "application/json"
+            };
+            request = request.header("content-type", kind);
+        }
+        let mut request = request.body(body);
         for (name, value) in headers {
             request = request.header(*name, *value);
         }

@@ -11,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::ApiError;
-use super::extract::read_body;
+use super::extract::{read_body, require_content_type, YAML_TYPES};
 use crate::catalog::{self, source::MAX_YAML_BYTES};
 use crate::AppState;
 
@@ -115,7 +115,9 @@ async fn validate(
     State(state): State<AppState>,
     req: Request,
 ) -> Result<Json<ValidateResponse>, ApiError> {
+    let headers = req.headers().clone();
     let bytes = read_body(req, &()).await?;
+    require_content_type(&headers, &bytes, YAML_TYPES)?;
     if bytes.len() > MAX_YAML_BYTES {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,

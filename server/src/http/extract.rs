@@ -12,8 +12,66 @@ use super::error::ApiError;
 use crate::names;
 use crate::AppState;
 
-/// A JSON body. The Content-Type is not required, so `curl -d '{...}'` works as typed.
+/// A JSON body, sent as `application/json` (`curl --json`): a body of any other type is
+/// 415, for a form's types are what another site's page can send unasked
+/// (`cross_site.rs`). An empty body may come without a type.
 pub struct JsonBody<T>(pub T, pub BodyDigest);
+
+/// The media types a JSON route reads.
+pub const JSON_TYPES: &[&str] = &["application/json"];
+
+/// The media types a YAML route reads (JSON is YAML too).
+pub const YAML_TYPES: &[&str] = &[
+    "application/yaml",
+    "application/x-yaml",
+    "text/yaml",
+    "text/x-yaml",
+    "application/json",
+];
+
+/// 415 unless the request's body, when it has one or declares a type, is of one of
+/// `accepted` (or a `+json` type where JSON is accepted).
+pub fn require_content_type(
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+    accepted: &[&str],
+) -> Result<(), ApiError> {
+    let declared = headers.get(axum::http::header::CONTENT_TYPE);
+    if declared.is_none() && body.is_empty() {
+        return Ok(());
+    }
+    let essence = declared.and_then(|v| v.to_str().ok()).map(|v| {
+        v.split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase()
+    });
+    let ok = essence.as_deref().is_some_and(|t| {
+        accepted.contains(&t)
+            || (accepted.contains(&"application/json")
+                && t.starts_with("application/")
+                && t.ends_with("+json"))
+    });
+    if ok {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        format!(
+            "this route reads {}; the body was sent as {} (with curl: `--json '{{...}}'`, or \
+             `-H 'Content-Type: {}'`)",
+            accepted[0],
+            essence.map_or("no Content-Type".to_owned(), |t| format!(
+                "`{}`",
+                podq_api::escape_controls(&t)
+            )),
+            accepted[0],
+        ),
+    )
+    .with_details(serde_json::json!({ "accepted": accepted })))
+}
 
 /// sha256 of the raw body, for idempotency keys.
 #[derive(Clone)]
@@ -23,7 +81,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let headers = req.headers().clone();
         let bytes = read_body(req, state).await?;
+        require_content_type(&headers, &bytes, JSON_TYPES)?;
         let digest = BodyDigest(hex::encode(Sha256::digest(&bytes)));
         let refused = |e: serde_json::Error| {
             let code = if e.is_syntax() || e.is_eof() {

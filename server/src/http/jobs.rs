@@ -55,7 +55,7 @@ const JOB_ID: &str = "A job's uuid, or an experiment name: that experiment's new
         (status = 404, description = "`not_found`: an unknown group (with did-you-mean in details)", body = ErrorBody),
         (status = 422, description = "`idempotency_key_reused`: the key came with another body", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["submitter"])),
 )]
 async fn submit_jobs(
     State(state): State<AppState>,
@@ -296,7 +296,7 @@ async fn job_metrics(
         (status = 409, description = "The job's state does not allow it", body = ErrorBody),
         (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["submitter"])),
 )]
 async fn cancel(
     State(state): State<AppState>,
@@ -325,7 +325,7 @@ async fn cancel(
         (status = 409, description = "The job's state does not allow it", body = ErrorBody),
         (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["submitter"])),
 )]
 async fn requeue(
     State(state): State<AppState>,
@@ -358,7 +358,7 @@ async fn requeue(
         (status = 422, description = "`unknown_class`, with the closest class", body = ErrorBody),
         (status = 409, description = "The job's state does not allow it", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["submitter"])),
 )]
 async fn patch(
     State(state): State<AppState>,
@@ -392,7 +392,7 @@ async fn patch(
         (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
         (status = 409, description = "`not_suspendable`: the job is neither queued nor running", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["submitter"])),
 )]
 async fn suspend(
     State(state): State<AppState>,
@@ -414,7 +414,7 @@ async fn suspend(
         (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
         (status = 409, description = "`not_held`, or `job_stopping` while its pod still stops it", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["submitter"])),
 )]
 async fn resume(
     State(state): State<AppState>,

@@ -18,7 +18,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     path = "/metrics",
     tag = "operations",
     summary = "Prometheus metrics",
-    description = "Prometheus' text exposition format 0.0.4. Also on `--metrics-listen` when set.",
+    description = "Prometheus' text exposition format 0.0.4. Needs a reader's token when reads do. With `--metrics-listen` it is served on that address instead of this one.",
     responses((status = 200, description = "The metrics", body = String, content_type = "text/plain")),
 )]
 async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {

@@ -2,6 +2,7 @@
 
 mod audit;
 mod auth;
+mod cross_site;
 mod dashboard;
 pub mod error;
 mod experiments;
@@ -41,9 +42,14 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// How long a request's body may take to arrive once its headers have.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Only `/metrics`, for a separate listen address (`--metrics-listen`).
+/// Only `/metrics`, for a separate listen address (`--metrics-listen`), behind the same
+/// read check as the API's.
 pub fn metrics_router(state: AppState) -> Router {
-    Router::from(metrics::routes()).with_state(state)
+    let routes = metrics::routes().route_layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        auth::require_read,
+    ));
+    Router::from(routes).with_state(state)
 }
 
 pub fn router(state: AppState) -> Router {
@@ -68,6 +74,10 @@ pub fn router(state: AppState) -> Router {
             BODY_TIMEOUT,
         ))
         .layer(axum::middleware::from_fn(extract::refuse_declared_oversize))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            cross_site::refuse_cross_site,
+        ))
         .layer(axum::middleware::from_fn(json_errors::json_errors))
         .with_state(state)
 }
@@ -115,9 +125,13 @@ fn documented(state: &AppState) -> OpenApiRouter<AppState> {
         .merge(submit)
         .merge(admin)
         .merge(worker);
-    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .nest(podq_api::API_PREFIX, api)
-        .merge(metrics::routes())
+    let router =
+        OpenApiRouter::with_openapi(openapi::ApiDoc::openapi()).nest(podq_api::API_PREFIX, api);
+    // With an address of its own, `/metrics` is served there alone.
+    if state.config.metrics_listen.is_some() {
+        return router;
+    }
+    router.merge(layer!(metrics::routes(), auth::require_read))
 }
 
 /// 200 when this server answers everything; 503 `standby` when another server sharing its

@@ -88,7 +88,7 @@ async fn plan(
         (status = 200, description = "What applying did, and the plan after it", body = PlanApplied),
         (status = 422, description = "`deadline_passed`: the deadline asked for is not in the future", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["admin"])),
 )]
 async fn apply(
     State(state): State<AppState>,
@@ -125,7 +125,7 @@ async fn grant(State(state): State<AppState>) -> Result<Json<Option<Grant>>, Api
         (status = 200, description = "The grant as stored", body = Grant),
         (status = 422, description = "`deadline_passed`, `invalid_grant` (it ends before it starts), `unknown_accelerator` (with the known ones)", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["admin"])),
 )]
 async fn set_grant(
     State(state): State<AppState>,

@@ -45,7 +45,7 @@ async fn list(State(state): State<AppState>) -> Result<Json<Vec<Schedule>>, ApiE
         (status = 404, description = "`not_found`: an unknown group or experiment to submit", body = ErrorBody),
         (status = 422, description = "`invalid_cron`: the wrong number of fields, a field out of range or a bad name", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["admin"])),
 )]
 async fn create(
     State(state): State<AppState>,
@@ -68,7 +68,7 @@ async fn create(
         (status = 204, description = "Removed"),
         (status = 404, description = "`not_found`: no such schedule", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["admin"])),
 )]
 async fn remove(
     State(state): State<AppState>,

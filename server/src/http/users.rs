@@ -30,7 +30,7 @@ pub fn open_routes() -> OpenApiRouter<AppState> {
     tag = "team",
     summary = "People and their roles (never their tokens)",
     responses((status = 200, description = "Every person", body = UserList)),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["admin"])),
 )]
 async fn list(State(state): State<AppState>) -> Result<Json<UserList>, ApiError> {
     Ok(Json(state.scheduler.users().await?))
@@ -49,7 +49,7 @@ async fn list(State(state): State<AppState>) -> Result<Json<UserList>, ApiError>
         (status = 409, description = "`user_exists`, `reserved_name` (podq, anonymous, admin, worker), `admin_first`, or `users_from_file` (people come from --users FILE)", body = ErrorBody),
         (status = 422, description = "`pods_for_worker_only`, `no_pods`", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["admin"])),
 )]
 async fn add(
     State(state): State<AppState>,
@@ -74,7 +74,7 @@ async fn add(
         (status = 404, description = "`not_found`: no such user", body = ErrorBody),
         (status = 409, description = "`users_from_file`", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["admin"])),
 )]
 async fn disable(
     State(state): State<AppState>,
@@ -97,7 +97,7 @@ async fn disable(
         (status = 404, description = "`not_found`: no such user", body = ErrorBody),
         (status = 409, description = "`users_from_file`", body = ErrorBody),
     ),
-    security(("admin_token" = [])),
+    security(("admin_token" = ["admin"])),
 )]
 async fn rotate(
     State(state): State<AppState>,
