@@ -103,11 +103,20 @@ impl PriorityClasses {
                 return Err(format!("priority class `{}` is listed twice", entry.name));
             }
             for victim in &entry.may_evict {
-                if !names.contains(&victim.as_str()) {
+                let Some(rank) = names.iter().position(|n| n == victim) else {
                     return Err(format!(
                         "priority class `{}` may evict `{victim}`, which is not a class{}",
                         entry.name,
                         crate::names::phrase(&crate::names::did_you_mean(victim, names.clone()))
+                    ));
+                };
+                // Only down the list: a class that evicts itself, or two that evict each
+                // other, would trade a pod back and forth, each eviction paying a restore.
+                if rank <= i {
+                    return Err(format!(
+                        "priority class `{}` may evict `{victim}`, which is not below it: a \
+                         class may evict only classes listed after it",
+                        entry.name
                     ));
                 }
             }

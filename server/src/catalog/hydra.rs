@@ -190,6 +190,10 @@ impl<'a> Composer<'a> {
                     } else {
                         parent_of(rel_path).join(format!("{name}.yaml"))
                     };
+                    if self.files.outside(&path) {
+                        stack.pop();
+                        return Err(outside_catalog(&file_name, parsed.line, parsed.index, name));
+                    }
                     if !self.files.exists(&path) {
                         stack.pop();
                         let siblings = self.files.options(&parent_of(&path));
@@ -243,6 +247,17 @@ impl<'a> Composer<'a> {
                         continue;
                     };
                     let group_dir = PathBuf::from(&key);
+                    let path = group_dir.join(format!("{chosen}.yaml"));
+                    if self.files.outside(&group_dir) || self.files.outside(&path) {
+                        stack.pop();
+                        let entry = format!("{group}: {chosen}");
+                        return Err(outside_catalog(
+                            &file_name,
+                            parsed.line,
+                            parsed.index,
+                            &entry,
+                        ));
+                    }
                     if !self.files.is_dir(&group_dir) {
                         stack.pop();
                         return Err(ComposeError {
@@ -256,7 +271,6 @@ impl<'a> Composer<'a> {
                             fix: None,
                         });
                     }
-                    let path = group_dir.join(format!("{chosen}.yaml"));
                     if !self.files.exists(&path) {
                         if *optional {
                             continue;
@@ -481,5 +495,21 @@ pub fn deep_merge(base: &mut Map<String, Value>, overlay: Map<String, Value>) {
                 base.insert(key, value);
             }
         }
+    }
+}
+
+/// A `defaults` entry that leads out of the catalog: refused, and nothing out there is
+/// named or listed.
+fn outside_catalog(file: &str, line: Option<u32>, index: usize, entry: &str) -> ComposeError {
+    ComposeError {
+        file: file.to_owned(),
+        line,
+        key: Some(format!("defaults[{index}]")),
+        code: "outside_catalog",
+        message: format!(
+            "`{entry}` leads out of the catalog: defaults name files and groups under the \
+             catalog's root, without `..`, a leading `/` path or a symlink out"
+        ),
+        fix: None,
     }
 }

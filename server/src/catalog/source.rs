@@ -147,16 +147,43 @@ impl SourceFiles {
     }
 
     pub fn exists(&self, rel: &Path) -> bool {
-        self.virtual_files.contains_key(rel) || self.root.join(rel).is_file()
+        self.virtual_files.contains_key(rel) || self.inside(rel).is_some_and(|p| p.is_file())
     }
 
     pub fn is_dir(&self, rel: &Path) -> bool {
-        self.root.join(rel).is_dir()
+        self.inside(rel).is_some_and(|p| p.is_dir())
+    }
+
+    /// Whether `rel` leaves the catalog: absolute, through `..`, or through a symlink that
+    /// points out of the root. Nothing outside is read, listed or said to exist.
+    pub fn outside(&self, rel: &Path) -> bool {
+        !self.virtual_files.contains_key(rel) && self.inside(rel).is_none()
+    }
+
+    /// `rel` under the root, when it stays there once resolved (symlinks included); a path
+    /// that does not exist yet stays there when it has no `..` and is not absolute.
+    fn inside(&self, rel: &Path) -> Option<PathBuf> {
+        use std::path::Component;
+        if !rel
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        {
+            return None;
+        }
+        let path = self.root.join(rel);
+        match (path.canonicalize(), self.root.canonicalize()) {
+            (Ok(real), Ok(root)) => real.starts_with(&root).then_some(path),
+            // Not there (or no root): nothing to read, and nothing outside to find.
+            _ => Some(path),
+        }
     }
 
     /// The option names of a config group directory, sorted.
     pub fn options(&self, rel_dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.root.join(rel_dir))
+        let Some(dir) = self.inside(rel_dir) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = std::fs::read_dir(dir)
             .into_iter()
             .flatten()
             .flatten()
@@ -172,18 +199,25 @@ impl SourceFiles {
     }
 
     pub fn load(&mut self, rel: &Path) -> Result<&SourceFile, YamlError> {
-        let root = self.root.clone();
+        let inside = self.inside(rel);
         let in_memory = self.virtual_files.get(rel).cloned();
         self.cache
             .entry(rel.to_path_buf())
             .or_insert_with(|| {
                 let text = match in_memory {
                     Some(text) => text,
-                    None => std::fs::read_to_string(root.join(rel)).map_err(|e| YamlError {
-                        code: "unreadable_file",
-                        message: format!("cannot read {}: {e}", rel.display()),
-                        line: None,
-                    })?,
+                    None => {
+                        let path = inside.ok_or_else(|| YamlError {
+                            code: "outside_catalog",
+                            message: format!("{} is outside the catalog", rel.display()),
+                            line: None,
+                        })?;
+                        std::fs::read_to_string(path).map_err(|e| YamlError {
+                            code: "unreadable_file",
+                            message: format!("cannot read {}: {e}", rel.display()),
+                            line: None,
+                        })?
+                    }
                 };
                 let value = parse_yaml_mapping(&text)?;
                 Ok(SourceFile {
@@ -224,7 +258,7 @@ impl SourceFiles {
                 .virtual_files
                 .get(Path::new(rel))
                 .cloned()
-                .or_else(|| std::fs::read_to_string(self.root.join(rel)).ok()),
+                .or_else(|| std::fs::read_to_string(self.inside(Path::new(rel))?).ok()),
         }
     }
 }
