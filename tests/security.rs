@@ -1,0 +1,621 @@
+//! Every boundary of the team model attacked from outside, on real servers (issue 38,
+//! docs/security.md): the role matrix of every documented operation, a pod-limited worker
+//! token against another pod's lease in every spelling of its id, worker events posing as
+//! people, another site's page against a tokenless server, catalog paths out of the root, and
+//! a disabled token on an open stream.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, ServerOptions};
+use futures::StreamExt;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const ADMIN: &str = "security-test-admin-token";
+const WORKER: &str = "security-test-worker-token";
+
+async fn team_server(experiments: Option<&std::path::Path>) -> Server {
+    let mut options = ServerOptions {
+        env: vec![
+            ("PODQ_ADMIN_TOKEN".into(), ADMIN.into()),
+            ("PODQ_WORKER_TOKEN".into(), WORKER.into()),
+        ],
+        ..ServerOptions::default()
+    };
+    if let Some(dir) = experiments {
+        options.experiments = dir.to_owned();
+    }
+    Server::start_with(options).await
+}
+
+/// One call with `token` (None: no Authorization header), a JSON body and extra headers.
+async fn call(
+    server: &Server,
+    token: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Value,
+    headers: &[(&str, &str)],
+) -> (u16, Value) {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut all: Vec<(&str, &str)> = headers.to_vec();
+    if let Some(auth) = &auth {
+        all.push(("authorization", auth));
+    }
+    if !headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+    {
+        all.push(("content-type", "application/json"));
+    }
+    let body = if body.is_null() {
+        String::new()
+    } else {
+        body.to_string()
+    };
+    server.send(method, path, body, &all).await
+}
+
+/// Submits one experiment as the admin, answering the job's id.
+async fn submit(server: &Server, experiment: &str) -> String {
+    let body = json!({"experiments": [experiment]});
+    let (status, answer) = call(server, Some(ADMIN), Method::POST, "/jobs", body, &[]).await;
+    assert_eq!(status, 201, "{answer}");
+    answer["created"][0]["job_id"].as_str().unwrap().to_owned()
+}
+
+async fn add_person(server: &Server, name: &str, role: &str, pods: Option<&[&str]>) -> String {
+    let mut body = json!({"name": name, "role": role});
+    if let Some(pods) = pods {
+        body["pods"] = json!(pods);
+    }
+    let (status, added) = call(server, Some(ADMIN), Method::POST, "/users", body, &[]).await;
+    assert_eq!(status, 201, "{added}");
+    added["token"].as_str().unwrap().to_owned()
+}
+
+/// The rows that a refused call must not change.
+async fn snapshot(server: &Server) -> Vec<(&'static str, i64)> {
+    let mut counts = Vec::new();
+    for table in [
+        "jobs",
+        "attempts",
+        "events",
+        "users",
+        "schedules",
+        "checkpoints",
+        "metric_series",
+        "log_counts",
+        "job_links",
+        "grant_terms",
+        "webhooks",
+    ] {
+        counts.push((table, server.count_rows(table).await));
+    }
+    counts
+}
+
+/// The role an operation needs, as the OpenAPI document declares it: the role named in its
+/// security requirement (OpenAPI 3.1 lets a bearer scheme's requirement list roles), else a
+/// read (no requirement).
+fn needed(operation: &Value) -> String {
+    let requirement = operation["security"]
+        .as_array()
+        .and_then(|s| s.first())
+        .and_then(|r| r.as_object())
+        .and_then(|r| r.values().next())
+        .and_then(|roles| roles.as_array())
+        .and_then(|roles| roles.first())
+        .and_then(|role| role.as_str());
+    requirement.unwrap_or("read").to_owned()
+}
+
+/// Whether a caller of `role` (None: no token) may make a call that needs `need`, on a
+/// loopback server where admin and worker tokens exist (reads are open on loopback).
+fn allowed(role: Option<&str>, need: &str) -> bool {
+    match (role, need) {
+        (_, "read") => true,
+        (Some("worker"), "worker") => true,
+        (_, "worker") => false,
+        (None, _) => false,
+        (Some("admin"), _) => true,
+        (Some("submitter"), "submitter") => true,
+        _ => false,
+    }
+}
+
+#[tokio::test]
+async fn the_role_matrix_of_every_documented_operation_holds() {
+    let server = team_server(None).await;
+    let viewer = add_person(&server, "vera", "viewer", None).await;
+    let submitter = add_person(&server, "sam", "submitter", None).await;
+    let (_, doc) = server.get("/openapi.json").await;
+    let roles: [(Option<&str>, Option<&str>); 5] = [
+        (None, None),
+        (Some("viewer"), Some(viewer.as_str())),
+        (Some("submitter"), Some(submitter.as_str())),
+        (Some("admin"), Some(ADMIN)),
+        (Some("worker"), Some(WORKER)),
+    ];
+    let id = uuid::Uuid::new_v4().to_string();
+    let mut operations = Vec::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("a path item") {
+            if !["get", "put", "post", "delete", "patch"].contains(&method.as_str()) {
+                continue;
+            }
+            let concrete = path
+                .trim_start_matches("/api/v1")
+                .replace("{id}", &id)
+                .replace("{name}", "nobody");
+            operations.push((path.clone(), method.clone(), concrete, needed(operation)));
+        }
+    }
+    assert!(operations.len() > 40, "{} operations", operations.len());
+    // Every refused call first: together they must change no row.
+    let before = snapshot(&server).await;
+    let (mut calls, mut refused) = (0, 0);
+    for (path, method, concrete, need) in &operations {
+        for (role, token) in roles {
+            if allowed(role, need) {
+                continue;
+            }
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let (status, answer) = if path.starts_with("/api/v1") {
+                call(&server, token, method.clone(), concrete, json!({}), &[]).await
+            } else {
+                let response = server
+                    .client
+                    .request(method.clone(), format!("{}{path}", server.url))
+                    .send()
+                    .await
+                    .unwrap();
+                (response.status().as_u16(), Value::Null)
+            };
+            calls += 1;
+            refused += 1;
+            assert!(
+                status == 401 || status == 403,
+                "{method} {path} as {role:?} (needs {need}): {status} {answer}"
+            );
+        }
+    }
+    assert_eq!(
+        snapshot(&server).await,
+        before,
+        "a refused call changed a row"
+    );
+    // And every allowed one gets past the door (a 404 for the made-up id is fine).
+    for (path, method, concrete, need) in &operations {
+        if path.ends_with("/events/stream") || !path.starts_with("/api/v1") {
+            continue;
+        }
+        for (role, token) in roles {
+            if !allowed(role, need) {
+                continue;
+            }
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let (status, answer) =
+                call(&server, token, method.clone(), concrete, json!({}), &[]).await;
+            calls += 1;
+            assert!(
+                status != 401 && status != 403,
+                "{method} {path} as {role:?} (needs {need}) was refused: {status} {answer}"
+            );
+        }
+    }
+    eprintln!(
+        "role matrix: {} operations x {} callers, {calls} calls, {refused} refused",
+        operations.len(),
+        roles.len()
+    );
+}
+
+/// Every spelling of a lease id a path may carry.
+fn spellings(lease: &str) -> Vec<String> {
+    let simple = lease.replace('-', "");
+    vec![
+        lease.to_owned(),
+        // One character percent-encoded.
+        format!("%{:02X}{}", lease.as_bytes()[0], &lease[1..]),
+        // Wrapped in encoded braces, as `Uuid::parse_str` accepts.
+        format!("%7B{lease}%7D"),
+        lease.to_uppercase(),
+        simple,
+        format!("urn:uuid:{lease}"),
+    ]
+}
+
+#[tokio::test]
+async fn a_pod_limited_token_cannot_act_on_another_pods_lease_however_spelt() {
+    let server = team_server(None).await;
+    let pod_a = add_person(&server, "pod-a-worker", "worker", Some(&["pod-a"])).await;
+    let job = submit(&server, "exp07a").await;
+    let ask = json!({"accelerator": "v4-64", "hosts": 4, "state": "READY", "health": "HEALTHY", "wait_s": 0});
+    let (status, lease) = call(
+        &server,
+        Some(WORKER),
+        Method::POST,
+        "/pods/pod-b/lease",
+        ask.clone(),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{lease}");
+    let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
+    let before = snapshot(&server).await;
+    let calls: Vec<(&str, Value)> = vec![
+        (
+            "heartbeat",
+            json!({"phase": "running", "hosts_alive": [true, true, true, true]}),
+        ),
+        (
+            "metrics",
+            json!({"points": [{"step": 1, "values": {"loss": 1.0}}]}),
+        ),
+        (
+            "logs",
+            json!({"lines": [{"host": 0, "offset": 0, "at": "2026-11-28T00:00:00Z", "text": "forged"}]}),
+        ),
+        (
+            "checkpoints",
+            json!({"checkpoints": [{"step": 9999, "uri": "gs://evil/ckpt", "committed": true}]}),
+        ),
+        (
+            "events",
+            json!({"events": [{"kind": "resume_fallback", "message": "forged"}]}),
+        ),
+        (
+            "links",
+            json!({"links": [{"name": "wandb", "url": "https://evil.example/"}]}),
+        ),
+        ("finish", json!({"outcome": "succeeded", "exit_codes": [0]})),
+    ];
+    let mut tried = 0;
+    for spelling in spellings(&lease_id) {
+        for (what, body) in &calls {
+            let path = format!("/leases/{spelling}/{what}");
+            let (status, answer) = call(
+                &server,
+                Some(&pod_a),
+                Method::POST,
+                &path,
+                body.clone(),
+                &[],
+            )
+            .await;
+            tried += 1;
+            assert_eq!(status, 403, "{path}: {answer}");
+            assert_eq!(
+                answer["error"]["code"], "pod_not_allowed",
+                "{path}: {answer}"
+            );
+        }
+    }
+    assert_eq!(
+        snapshot(&server).await,
+        before,
+        "a refused call changed a row"
+    );
+    assert_eq!(server.job(&job).await["state"], "leased");
+    // A lease id that does not parse is 400, never a skipped check.
+    for bad in ["not-a-lease", "%7Bnope%7D", "..%2F..%2Fjobs"] {
+        let (status, answer) = call(
+            &server,
+            Some(&pod_a),
+            Method::POST,
+            &format!("/leases/{bad}/finish"),
+            json!({"outcome": "succeeded"}),
+            &[],
+        )
+        .await;
+        assert!(status == 400 || status == 404, "{bad}: {status} {answer}");
+        assert_ne!(status / 100, 2, "{bad}: {answer}");
+    }
+    // The pod's own worker may, and the audit names the pod and whose token spoke for it.
+    let (status, answer) = call(
+        &server,
+        Some(WORKER),
+        Method::POST,
+        &format!("/leases/{}/events", spellings(&lease_id)[2]),
+        json!({"events": [{"kind": "host_cleanup", "message": "cleaned host 0"}]}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 204, "{answer}");
+    let (_, trail) = call(
+        &server,
+        Some(ADMIN),
+        Method::GET,
+        &format!("/audit?job={job}"),
+        Value::Null,
+        &[],
+    )
+    .await;
+    let cleanup = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == "host_cleanup")
+        .cloned()
+        .expect("the event is in the trail");
+    assert_eq!(cleanup["by"], "worker:pod-b", "{cleanup}");
+    assert_eq!(cleanup["token_holder"], "worker", "{cleanup}");
+    // A pod-limited token of pod-a leases for pod-a, and is named.
+    let (status, _) = call(
+        &server,
+        Some(&pod_a),
+        Method::POST,
+        "/pods/pod-a/lease",
+        ask,
+        &[],
+    )
+    .await;
+    assert!(status == 200 || status == 204, "{status}");
+    eprintln!("lease spellings: {tried} calls of another pod's token refused");
+}
+
+#[tokio::test]
+async fn worker_events_cannot_pose_as_people() {
+    let server = team_server(None).await;
+    let job = submit(&server, "exp07a").await;
+    let ask = json!({"accelerator": "v4-64", "hosts": 4, "state": "READY", "health": "HEALTHY", "wait_s": 0});
+    let (_, lease) = call(
+        &server,
+        Some(WORKER),
+        Method::POST,
+        "/pods/pod-b/lease",
+        ask,
+        &[],
+    )
+    .await;
+    let events = format!("/leases/{}/events", lease["lease_id"].as_str().unwrap());
+    let before = server.count_rows("events").await;
+    for kind in ["cancelled", "user_added", "submitted", "priority", "leased"] {
+        let (status, answer) = call(
+            &server,
+            Some(WORKER),
+            Method::POST,
+            &events,
+            json!({"events": [{"kind": kind, "message": "by alice"}]}),
+            &[],
+        )
+        .await;
+        assert_eq!(status, 422, "{kind}: {answer}");
+        assert_eq!(answer["error"]["code"], "unknown_event_kind", "{answer}");
+    }
+    let (status, answer) = call(
+        &server,
+        Some(WORKER),
+        Method::POST,
+        "/pods/pod-b/report",
+        json!({"accelerator": "v4-64", "hosts": 4, "state": "READY", "health": "HEALTHY",
+               "event": {"kind": "user_disabled", "message": "by alice"}}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(server.count_rows("events").await, before);
+    // A known kind's message is kept as one printable line, and bounded.
+    let forged = format!("cleaned\ncancelled by alice\u{1b}[2J{}", "x".repeat(10_000));
+    let (status, answer) = call(
+        &server,
+        Some(WORKER),
+        Method::POST,
+        &events,
+        json!({"events": [{"kind": "host_cleanup", "message": forged}]}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 204, "{answer}");
+    let (_, trail) = call(
+        &server,
+        Some(ADMIN),
+        Method::GET,
+        &format!("/audit?job={job}"),
+        Value::Null,
+        &[],
+    )
+    .await;
+    let stored = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == "host_cleanup")
+        .cloned()
+        .expect("the event is in the trail");
+    let message = stored["message"].as_str().unwrap();
+    assert!(!message.chars().any(char::is_control), "{message:?}");
+    assert!(
+        message.starts_with("cleaned\\ncancelled by alice\\u{1b}[2J"),
+        "{message:?}"
+    );
+    assert!(message.len() <= 4096, "{} bytes", message.len());
+    assert_eq!(stored["by"], "worker:pod-b");
+}
+
+#[tokio::test]
+async fn another_sites_page_cannot_drive_a_tokenless_server() {
+    // `podq up`'s default: loopback, no tokens.
+    let server = Server::start().await;
+    let before = snapshot(&server).await;
+    let eve = json!({"name": "eve", "role": "admin"});
+    // What an HTML form can send: text/plain, urlencoded, multipart.
+    for kind in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        for path in ["/users", "/jobs"] {
+            let body = if path == "/users" {
+                eve.clone()
+            } else {
+                json!({"group": "exp07-precision"})
+            };
+            let (status, answer) = call(
+                &server,
+                None,
+                Method::POST,
+                path,
+                body,
+                &[("content-type", kind)],
+            )
+            .await;
+            assert_eq!(status, 415, "{path} as {kind}: {answer}");
+            assert_eq!(answer["error"]["code"], "unsupported_media_type");
+        }
+    }
+    // Another site's Origin, whatever the body's type.
+    let (status, answer) = call(
+        &server,
+        None,
+        Method::POST,
+        "/jobs",
+        json!({"group": "exp07-precision"}),
+        &[("origin", "https://evil.example")],
+    )
+    .await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["error"]["code"], "cross_origin");
+    let (status, _) = call(
+        &server,
+        None,
+        Method::POST,
+        "/jobs",
+        json!({"group": "exp07-precision"}),
+        &[("origin", "null")],
+    )
+    .await;
+    assert_eq!(status, 403);
+    // A rebound name: the page's own host, resolving to 127.0.0.1.
+    for method in [Method::GET, Method::POST] {
+        let (status, answer) = call(
+            &server,
+            None,
+            method.clone(),
+            "/jobs",
+            json!({"group": "exp07-precision"}),
+            &[("host", "rebind.evil.example:8080")],
+        )
+        .await;
+        assert_eq!(status, 421, "{method}: {answer}");
+        assert_eq!(answer["error"]["code"], "unknown_host");
+    }
+    // No token: no credential is made, even where no call is checked.
+    let (status, answer) = call(&server, None, Method::POST, "/users", eve, &[]).await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["error"]["code"], "token_required");
+    assert!(answer.get("token").is_none(), "{answer}");
+    assert_eq!(
+        snapshot(&server).await,
+        before,
+        "a refused call changed a row"
+    );
+    // The server's own page still works: same origin, JSON.
+    let origin = server.url.clone();
+    let (status, answer) = call(
+        &server,
+        None,
+        Method::POST,
+        "/jobs",
+        json!({"experiments": ["exp07a"]}),
+        &[("origin", &origin)],
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+}
+
+#[tokio::test]
+async fn the_catalog_stays_inside_the_catalog() {
+    let root = common::shared_tempdir();
+    let catalog = root.path().join("catalog");
+    common::copy_dir(&common::experiments_dir(), &catalog);
+    let outside = root.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("leaked-secret-name.yaml"), "lr: 1\n").unwrap();
+    std::os::unix::fs::symlink(&outside, catalog.join("linked")).unwrap();
+    let server = team_server(Some(&catalog)).await;
+    // (entry, whether it must be named as leaving the catalog): an absolute path is read as
+    // Hydra's `/group`, under the root, where it names nothing.
+    let absolute = outside.display().to_string();
+    let entries = [
+        ("- ../outside: leaked-secret-name".to_owned(), true),
+        ("- ../outside: nothing-here".to_owned(), true),
+        ("- ../outside/leaked-secret-name".to_owned(), true),
+        ("- linked: leaked-secret-name".to_owned(), true),
+        ("- linked: nothing-here".to_owned(), true),
+        ("- linked/leaked-secret-name".to_owned(), true),
+        (format!("- {absolute}: nothing-here"), false),
+    ];
+    for (entry, named_outside) in entries {
+        let doc = format!("defaults:\n  - /baseline\n  {entry}\n  - _self_\nrun_name: mine\n");
+        let response = server
+            .client
+            .post(server.api("/experiments/validate"))
+            .header("content-type", "application/yaml")
+            .body(doc)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        assert_eq!(status, 422, "{entry}: {text}");
+        if named_outside {
+            assert!(text.contains("outside_catalog"), "{entry}: {text}");
+        }
+        assert!(!text.contains("leaked-secret-name.yaml"), "{entry}: {text}");
+        assert!(!text.contains("available: leaked"), "{entry}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn an_open_stream_ends_when_its_token_is_disabled() {
+    let server = team_server(None).await;
+    let viewer = add_person(&server, "vic", "viewer", None).await;
+    let response = server
+        .client
+        .get(server.api("/events/stream"))
+        .bearer_auth(&viewer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let (status, answer) = call(
+        &server,
+        Some(ADMIN),
+        Method::POST,
+        "/users/vic/disable",
+        Value::Null,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    // The stream ends within a few seconds (the check runs every second; SSE keep-alives
+    // come every 15 s, so an end before then is the server closing it).
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(chunk) = body.next().await {
+            if chunk.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the stream was still open 10 s after the disable"
+    );
+    // And the token is refused at once.
+    let (status, _) = call(
+        &server,
+        Some(&viewer),
+        Method::GET,
+        "/whoami",
+        Value::Null,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 401);
+}
