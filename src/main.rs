@@ -35,6 +35,8 @@ enum Command {
     Server(ServerArgs),
     /// Run the worker daemon beside a pod.
     Worker(podq_worker::cli::WorkerArgs),
+    /// Drive pools of slices made on demand (a worker daemon for each slice).
+    Pool(podq_worker::pool::cli::PoolArgs),
     /// Own one host's trainer for one lease (started by the worker on every host).
     #[command(hide = true)]
     Agent(podq_worker::agent::AgentArgs),
@@ -74,6 +76,8 @@ enum Command {
     Whoami(client::WhoAmIArgs),
     /// Who changed what, newest first.
     Audit(client::AuditArgs),
+    /// Pools of slices made on demand: their slices, zones and the queue's demand.
+    Pools(client::PoolsArgs),
     /// The queue and the catalog projected onto the pods: what finishes before the deadline,
     /// under today's order and the recommended one.
     Plan(client::PlanArgs),
@@ -348,6 +352,11 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             podq_worker::cli::run(args, shutdown).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Pool(args) => {
+            let shutdown = shutdown_on_signal();
+            podq_worker::pool::cli::run(args, shutdown).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Agent(args) => {
             podq_worker::agent::run(args).await?;
             Ok(ExitCode::SUCCESS)
@@ -369,6 +378,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Users(args) => client::users(args).await,
         Command::Whoami(args) => client::whoami(args).await,
         Command::Audit(args) => client::audit(args).await,
+        Command::Pools(args) => client::pools(args).await,
         Command::Plan(args) => client::plan(args).await,
         Command::Grant(args) => client::grant(args).await,
         Command::Validate { .. } => unreachable!("handled before the runtime starts"),

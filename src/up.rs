@@ -104,9 +104,21 @@ pub struct UpArgs {
     /// load_checkpoint={resume_from}`.
     #[arg(long, env = "PODQ_TRAINER_COMMAND")]
     trainer_command: Option<String>,
+    /// Instead of the one simulated pod, the pools of this file, each making simulated
+    /// slices (of --hosts hosts) on demand and giving idle ones back (docs/operations.md,
+    /// "Pools"; deploy/pools/local.yaml).
+    #[arg(long, env = "PODQ_UP_POOL")]
+    pool: Option<PathBuf>,
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    // A bad pool file stops `up` before anything starts, naming its line.
+    let pools = args
+        .pool
+        .as_deref()
+        .map(podq_worker::pool::config::PoolFile::load)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
@@ -163,13 +175,6 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let http = http_client(ca.as_ref()).build()?;
 
     let pod_root = data_dir.join("pod");
-    let driver = Arc::new(LocalPod::new(
-        "stable-1",
-        &config.catalog.accelerator,
-        args.hosts,
-        &pod_root,
-        Duration::from_secs(3),
-    )?);
     let settings = DaemonSettings {
         attempt: AttemptSettings {
             trainer_command: match args.trainer_command.clone() {
@@ -206,12 +211,36 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         ca.as_ref(),
         shutdown.clone(),
     );
-    let worker = tokio::spawn(podq_worker::daemon::run(
-        client,
-        driver,
-        settings,
-        shutdown.clone(),
-    ));
+    let pooled = pools.is_some();
+    let worker = match pools {
+        None => {
+            let driver = Arc::new(LocalPod::new(
+                "stable-1",
+                &config.catalog.accelerator,
+                args.hosts,
+                &pod_root,
+                Duration::from_secs(3),
+            )?);
+            tokio::spawn(async move {
+                podq_worker::daemon::run(client, driver, settings, shutdown.clone()).await
+            })
+        }
+        Some(pools) => {
+            let settings = podq_worker::pool::run::PoolSettings {
+                tick: Duration::from_secs(2),
+                state_dir: data_dir.join("pools"),
+                daemon: settings,
+                hosts: args.hosts,
+                sim_create_time: Duration::from_secs(3),
+            };
+            tokio::spawn(podq_worker::pool::cli::run_pools(
+                pools,
+                settings,
+                client,
+                shutdown.clone(),
+            ))
+        }
+    };
 
     let submitted = submit(&http, &base, &args.submit, config.admin_token.as_deref()).await?;
     let curl = match &ca {
@@ -219,18 +248,31 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         None => "curl -s".to_owned(),
     };
     println!();
-    println!(
-        "podq is up: a server and a simulated {}-host v4-64 pod named stable-1.",
-        args.hosts
-    );
+    if pooled {
+        println!(
+            "podq is up: a server and pools of simulated {}-host slices made on demand \
+             (`podq pools`, {base}/api/v1/pools).",
+            args.hosts
+        );
+    } else {
+        println!(
+            "podq is up: a server and a simulated {}-host v4-64 pod named stable-1.",
+            args.hosts
+        );
+    }
     println!("  dashboard   {base}/");
     println!("  status      {curl} {base}/api/v1/status");
     println!("  jobs        {curl} {base}/api/v1/jobs");
     println!("  API         {base}/api/v1/openapi.json");
     println!("  database    {}", config.db.display());
+    let control = if pooled {
+        data_dir.join("pools/cloud/pods/SLICE")
+    } else {
+        pod_root.clone()
+    };
     println!(
         "  pod control touch {}/control/{{preempt,kill-host-3,hang-host-2,fail-next-launch}}",
-        pod_root.display()
+        control.display()
     );
     println!("  {submitted}");
     println!("Ctrl-C stops everything.");

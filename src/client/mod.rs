@@ -23,6 +23,7 @@ macro_rules! emit_line {
 mod control;
 mod jobs;
 mod plan;
+mod pools;
 mod results;
 mod submit;
 mod table;
@@ -39,6 +40,7 @@ use serde::de::DeserializeOwned;
 pub use control::{cancel, priority, requeue, resume, suspend, JobArg, PriorityArgs, RequeueArgs};
 pub use jobs::{job, jobs, logs, JobArgs, JobsArgs, LogsArgs};
 pub use plan::{grant, plan, GrantArgs, PlanArgs};
+pub use pools::{pools, PoolsArgs};
 pub use results::{results, ResultsArgs};
 pub use submit::{status, submit, StatusArgs, SubmitArgs};
 pub use team::{audit, users, whoami, AuditArgs, UsersArgs, WhoAmIArgs};

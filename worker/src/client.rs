@@ -73,6 +73,14 @@ impl ServerClient {
         }
     }
 
+    /// The same client, its calls abandoned when `shutdown` fires instead.
+    pub fn with_shutdown(&self, shutdown: CancellationToken) -> ServerClient {
+        ServerClient {
+            shutdown,
+            ..self.clone()
+        }
+    }
+
     fn base(&self) -> &str {
         &self.bases[self.current.load(Ordering::Relaxed) % self.bases.len()]
     }
@@ -109,11 +117,26 @@ impl ServerClient {
         body: &B,
         timeout: Duration,
     ) -> Result<Option<T>, CallError> {
+        self.send(reqwest::Method::POST, path, body, timeout).await
+    }
+
+    /// [`Self::post`] with another method.
+    async fn send<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<Option<T>, CallError> {
         let mut delay = Duration::from_millis(100);
         loop {
             let base = self.base().to_owned();
             let url = format!("{base}{path}");
-            let mut request = self.http.post(&url).json(body).timeout(timeout);
+            let mut request = self
+                .http
+                .request(method.clone(), &url)
+                .json(body)
+                .timeout(timeout);
             if let Some(token) = &self.token {
                 request = request.bearer_auth(token);
             }
@@ -171,6 +194,26 @@ impl ServerClient {
         }
         *delay = (*delay * 2).min(MAX_BACKOFF);
         Ok(())
+    }
+
+    /// A pool's report (`PUT /pools/{name}`); the answer is the queue's demand.
+    pub async fn report_pool(
+        &self,
+        pool: &str,
+        report: &podq_api::PoolReport,
+    ) -> Result<podq_api::PoolAnswer, CallError> {
+        let answer = self
+            .send(
+                reqwest::Method::PUT,
+                &format!("/pools/{pool}"),
+                report,
+                Duration::from_secs(30),
+            )
+            .await?;
+        answer.ok_or_else(|| CallError::Refused {
+            status: 204,
+            message: "the server answered a pool's report with no body".into(),
+        })
     }
 
     pub async fn lease(&self, pod: &str, req: &LeaseRequest) -> Result<Option<Lease>, CallError> {

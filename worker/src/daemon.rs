@@ -16,6 +16,7 @@ use crate::client::{CallError, ServerClient};
 use crate::pod::PodDriver;
 use crate::running::RunningAttempt;
 
+#[derive(Clone)]
 pub struct DaemonSettings {
     pub attempt: AttemptSettings,
     /// Where the hosts' agents reach this worker: the address to listen on (port 0: any

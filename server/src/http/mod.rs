@@ -15,6 +15,7 @@ mod negotiate;
 mod openapi;
 mod plan;
 mod pod_time;
+mod pools;
 mod results;
 mod schedules;
 mod standby;
@@ -102,7 +103,10 @@ fn documented(state: &AppState) -> OpenApiRouter<AppState> {
             .merge(users::admin_routes()),
         auth::require_admin,
     );
-    let worker = layer!(worker::routes(), auth::require_worker);
+    let worker = layer!(
+        worker::routes().merge(pools::report_routes()),
+        auth::require_worker
+    );
     let reads = layer!(
         OpenApiRouter::new()
             .merge(experiments::routes())
@@ -114,6 +118,7 @@ fn documented(state: &AppState) -> OpenApiRouter<AppState> {
             .merge(webhooks::routes())
             .merge(plan::read_routes())
             .merge(pod_time::routes())
+            .merge(pools::read_routes())
             .merge(results::routes())
             .merge(audit::routes())
             .merge(openapi::routes()),

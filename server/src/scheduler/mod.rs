@@ -8,7 +8,8 @@
 //! time and checkpoint advice), `reads/` (every read, the log follower and the live feed of
 //! events, and the views cached between commits), `cron/` (scheduled submissions). Beside
 //! them: `submit.rs` and `control.rs` (what a person does to jobs), `users.rs` (the team's
-//! directory of tokens and its changes), `outbox.rs` (the webhook
+//! directory of tokens and its changes), `pools.rs` (what pools of slices report and are
+//! told), `outbox.rs` (the webhook
 //! outbox as its deliverer sees it) and `error.rs`.
 
 pub mod control;
@@ -17,6 +18,7 @@ mod error;
 pub mod lease;
 pub mod outbox;
 pub mod plan;
+mod pools;
 pub mod reads;
 pub mod submit;
 pub mod users;
@@ -63,6 +65,8 @@ pub struct Scheduler {
     /// Metrics and log batches waiting to be stored together (`lease/merge.rs`).
     metrics_reports: Arc<lease::reports::MetricsMerger>,
     log_reports: Arc<lease::reports::LogMerger>,
+    /// Each pool's last report (`pools.rs`).
+    pool_reports: pools::PoolReports,
 }
 
 struct ReadCaches {
@@ -108,6 +112,7 @@ impl Scheduler {
             telemetry: Arc::new(Telemetry::new(store_instruments)),
             serving: std::sync::atomic::AtomicBool::new(false),
             directory: users::Directory::default(),
+            pool_reports: pools::PoolReports::default(),
         };
         // A standby checks tokens too (it answers `/whoami` and refuses the rest).
         scheduler.load_directory().await?;

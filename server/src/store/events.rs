@@ -8,7 +8,7 @@ use super::{now_ms, StoreError};
 /// Who made a change, as the audit trail records it beside the change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Actor {
-    /// A person's name, `worker:POD`, `schedule:ID` or `podq`.
+    /// A person's name, `worker:POD`, `pool:NAME`, `schedule:ID` or `podq`.
     pub by: String,
     /// The address the request came from, when a request made the change.
     pub address: Option<String>,
@@ -37,6 +37,15 @@ impl Actor {
     /// The worker beside `pod`, reporting through its lease.
     pub fn worker(pod: &str) -> Actor {
         Actor::named(format!("worker:{pod}"))
+    }
+
+    /// A pool's process, reporting what it did (made or deleted a slice, blocked a zone),
+    /// in the request `request` made.
+    pub fn pool_request(pool: &str, request: &Actor) -> Actor {
+        Actor {
+            by: format!("pool:{pool}"),
+            ..Actor::worker_request("", request)
+        }
     }
 
     /// A cron schedule submitting on time.
@@ -68,7 +77,10 @@ impl Actor {
     /// The person's name when a person made the change (not a worker, schedule or podq).
     pub fn person(&self) -> Option<&str> {
         let by = self.by.as_str();
-        (by != "podq" && !by.starts_with("worker:") && !by.starts_with("schedule:")).then_some(by)
+        let machine = ["worker:", "schedule:", "pool:"]
+            .iter()
+            .any(|prefix| by.starts_with(prefix));
+        (by != "podq" && !machine).then_some(by)
     }
 }
 

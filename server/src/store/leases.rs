@@ -23,6 +23,18 @@ pub async fn any_leasable(db: &mut Conn, accelerator: &str) -> Result<bool, Stor
     Ok(found.is_some())
 }
 
+/// How many jobs are leasable now for `accelerator`.
+pub async fn count_leasable(db: &mut Conn, accelerator: &str) -> Result<i64, StoreError> {
+    Ok(db::query_scalar(
+        "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND same_as IS NULL \
+         AND accelerator = ? AND (not_before IS NULL OR not_before <= ?)",
+    )
+    .bind(accelerator)
+    .bind(now_ms())
+    .fetch_one(db)
+    .await?)
+}
+
 /// When each backed-off queued job becomes leasable, with its accelerator, in ms since the
 /// epoch: a restarted server arms a wake-up for each.
 pub async fn backoff_ends(db: &mut Conn) -> Result<Vec<(String, i64)>, StoreError> {

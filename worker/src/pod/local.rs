@@ -5,7 +5,9 @@
 //! - `preempt`: the pod goes `PREEMPTED`; every host process is killed at once;
 //! - `kill-host-N`: host N's process group gets SIGKILL;
 //! - `hang-host-N`: host N's process group gets SIGSTOP (alive, making no progress);
-//! - `fail-next-launch`: the next launch's trainer exits 1 at once on every host.
+//! - `fail-next-launch`: the next launch's trainer exits 1 at once on every host;
+//! - `fail-preflight`: every preflight fails, as a TPU that will not initialise does (kept
+//!   while the file is there).
 //!
 //! Each host's trainer is owned by a `podq agent` process started for the lease, as on
 //! the real pod; a preemption kills the agents too.
@@ -139,6 +141,14 @@ impl LocalPod {
         Ok(sha256_hex(&tokio::fs::read(&path).await?))
     }
 
+    /// Every host's agent and trainer killed at once: the slice is being deleted.
+    pub fn power_off(&self) {
+        for host in 0..self.hosts {
+            self.kill_agent(host);
+            self.signal_host(host, Signal::SIGKILL);
+        }
+    }
+
     /// Acts on the control files present now.
     fn apply_controls(&self) {
         if self.take_control("preempt") {
@@ -214,6 +224,15 @@ impl PodDriver for LocalPod {
                 host: None,
                 check: "tpu_state".into(),
                 message: "the pod is PREEMPTED".into(),
+            });
+        }
+        if self.control_dir().join("fail-preflight").exists() {
+            failures.push(PreflightFailure {
+                host: Some(0),
+                check: "tpu_init".into(),
+                message: "TPU initialisation failed: the libtpu lock is held by another \
+                          process (simulated)"
+                    .into(),
             });
         }
         for host in 0..self.hosts {

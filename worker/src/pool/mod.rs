@@ -3,9 +3,16 @@
 //! capacity or quota, and deletes a slice that has had no lease for `idle_after`. Each slice
 //! it makes runs the same worker loop, agents and recovery as a pod made by hand. These
 //! modules are its pure core: the pool file (`config`), what a failed create means
-//! (`classify`), and which zone to try next (`zones`); the process that drives a pool reads
-//! the clock and calls the cloud, and asks them.
+//! (`classify`), and which zone to try next (`zones`). Around them: the cloud as a pool sees
+//! it (`cloud`, and the local driver's scripted `sim`), the journal of what it asked for
+//! (`journal`), and the process that drives it (`run`), which reads the clock, calls the
+//! cloud and the server, and asks the core.
 
 pub mod classify;
+pub mod cli;
+pub mod cloud;
 pub mod config;
+pub mod journal;
+pub mod run;
+pub mod sim;
 pub mod zones;

@@ -150,6 +150,15 @@ impl ZoneBook {
             .map(|zone| zone.name.as_str())
     }
 
+    /// The first zone, in order, that is ready at `now` and is not `avoid` (where a slice
+    /// was just quarantined).
+    pub fn choose_except(&self, now: DateTime<Utc>, avoid: &str) -> Option<&str> {
+        self.zones
+            .iter()
+            .find(|zone| zone.name != avoid && self.state_of(zone, now) == ZoneState::Ready)
+            .map(|zone| zone.name.as_str())
+    }
+
     /// `None` for a zone the book does not hold.
     pub fn state(&self, zone: &str, now: DateTime<Utc>) -> Option<ZoneState> {
         self.zone(zone).map(|z| self.state_of(z, now))

@@ -2,7 +2,7 @@
 //! ending leases whose worker went silent, waking waiting workers, and the retry policy that
 //! turns an attempt's outcome into the job's next state.
 
-mod authority;
+pub(super) mod authority;
 mod evict;
 pub mod judge;
 mod leasing;

@@ -1,0 +1,120 @@
+//! Pools of slices made on demand (issue 40): what a pool's process tells the server, what
+//! the server answers it, and what `GET /api/v1/pools` shows.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::{Preflight, WorkerEvent};
+
+/// `PUT /api/v1/pools/{name}`: a pool's process says what it holds, every few seconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PoolReport {
+    pub accelerator: String,
+    pub max_slices: u32,
+    /// Every slice the pool holds (being made, up, or being deleted).
+    pub slices: Vec<SliceView>,
+    /// Each zone, in the order they are tried.
+    pub zones: Vec<ZoneView>,
+    /// What happened since the last report, onto the audit (`by: pool:NAME`): kinds of
+    /// [`POOL_EVENT_KINDS`].
+    #[serde(default)]
+    pub events: Vec<WorkerEvent>,
+    /// Why the pool makes no slice: a permission or an invalid setting a person must fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
+    /// Hours its slices have been alive, leased or not, since the pool began: what the
+    /// grant's budget is spent on.
+    #[serde(default)]
+    pub slice_hours: f64,
+}
+
+/// What a pool may report onto the audit.
+pub const POOL_EVENT_KINDS: [&str; 5] = [
+    "slice_created",
+    "slice_deleted",
+    "slice_quarantined",
+    "zone_blocked",
+    "pool_paused",
+];
+
+/// One slice of a pool. Its `pod` is the name its worker leases under.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SliceView {
+    pub pod: String,
+    pub zone: String,
+    /// `creating`, `ready`, `preempted` or `deleting`.
+    pub state: String,
+    pub created_at: DateTime<Utc>,
+    /// Since when the slice has had no lease; none while leased or being made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_since: Option<DateTime<Utc>>,
+}
+
+/// One zone of a pool, as its waterfall sees it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ZoneView {
+    pub zone: String,
+    /// `ready`, `stockout`, `quota`, `churn` or `paused`.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_try_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// The server's answer to a pool's report: what the queue wants, and what it knows of each
+/// slice's pod.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PoolAnswer {
+    /// Leasable jobs of the pool's accelerator that no pod waiting for work will take: how
+    /// many more slices the queue could use now.
+    pub demand: u32,
+    pub slices: Vec<SlicePod>,
+    /// The grant's pod-hour budget for the pool's accelerator; none when it sets none. The
+    /// pool makes no slice once its slices have been alive that long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant_pod_hours: Option<f64>,
+}
+
+/// A slice's pod as the server knows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SlicePod {
+    pub pod: String,
+    /// A live lease holds it.
+    pub leased: bool,
+    /// When its worker last asked for work or reported; none when it never has (the slice is
+    /// still booting, or its worker has not started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_at: Option<DateTime<Utc>>,
+    /// Its worker's last preflight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<Preflight>,
+}
+
+/// `GET /api/v1/pools`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PoolsPage {
+    pub pools: Vec<PoolView>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PoolView {
+    pub name: String,
+    pub accelerator: String,
+    pub max_slices: u32,
+    pub demand: u32,
+    pub slices: Vec<SliceView>,
+    pub zones: Vec<ZoneView>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
+    pub slice_hours: f64,
+    /// When its process last reported.
+    pub reported_at: DateTime<Utc>,
+}

@@ -1,0 +1,505 @@
+//! Pools of slices made on demand (issue 40), end to end: a real server, a real `podq pool`
+//! process driving the local driver's scripted zones (worker/src/pool/sim.rs), its slices'
+//! worker daemons and sim trainers. Killed with -9 where the test says so.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{eventually, pids_matching, Process, Server, PODQ};
+use serde_json::{json, Value};
+
+const RUN: Duration = Duration::from_secs(120);
+
+/// A `podq pool` process on a pool file, with its state under the server's temp dir.
+struct PoolProcess {
+    process: Process,
+    state: PathBuf,
+    log: PathBuf,
+    args: Vec<String>,
+}
+
+impl PoolProcess {
+    fn start(server: &Server, yaml: &str, run_secs: u32) -> PoolProcess {
+        let state = server.dir.path().join("pools");
+        std::fs::create_dir_all(&state).unwrap();
+        let file = server.dir.path().join("pools.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let args: Vec<String> = [
+            "pool",
+            "--pools",
+            file.to_str().unwrap(),
+            "--pool-state",
+            state.to_str().unwrap(),
+            "--server",
+            &server.url,
+            "--tick-s",
+            "0.3",
+            "--sim-create-s",
+            "1",
+            "--hosts",
+            "2",
+            "--status-poll-s",
+            "0.2",
+            "--metrics-flush-s",
+            "0.3",
+            "--checkpoint-scan-s",
+            "0.3",
+            "--stop-grace-s",
+            "3",
+            "--lease-wait-s",
+            "1",
+            "--preflight-retry-s",
+            "0.3",
+            "--trainer-env",
+            &format!("PODQ_SIM_RUN_SECS={run_secs}"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let log = server.dir.path().join("pool.log");
+        let process = spawn(&args, &log);
+        PoolProcess {
+            process,
+            state,
+            log,
+            args,
+        }
+    }
+
+    /// SIGKILL, then the same command again: as a crash and a supervisor's restart.
+    fn crash_and_restart(&mut self) {
+        self.process.kill();
+        self.process = spawn(&self.args, &self.log);
+    }
+
+    /// The slices the simulated cloud holds, labelled with any pool, by name.
+    fn cloud_slices(&self) -> Vec<Value> {
+        let dir = self.state.join("cloud/slices");
+        let mut slices: Vec<Value> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .filter_map(|e| serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok())
+            .collect();
+        slices.sort_by_key(|s| s["name"].as_str().unwrap_or_default().to_owned());
+        slices
+    }
+
+    fn pod_control(&self, slice: &str) -> PathBuf {
+        self.state.join("cloud/pods").join(slice).join("control")
+    }
+}
+
+fn spawn(args: &[String], log: &Path) -> Process {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let child = Command::new(PODQ)
+        .args(args)
+        .env("PODQ_LOG", "info,podq_worker=debug")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start podq pool");
+    Process {
+        child,
+        name: "podq pool".into(),
+    }
+}
+
+/// Trainers and agents outlive a killed pool process (as on a real pod): none may outlive
+/// the test.
+impl Drop for PoolProcess {
+    fn drop(&mut self) {
+        self.process.kill();
+        let me = self.process.pid();
+        for pid in pids_matching(&self.state.display().to_string()) {
+            if pid != me {
+                let pid = nix::unistd::Pid::from_raw(pid);
+                let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+fn pool_yaml(name: &str, max_slices: u32, idle_after: &str, zones: &[&str]) -> String {
+    let zones: String = zones.iter().map(|z| format!("      - {z}\n")).collect();
+    format!(
+        "pools:\n  - name: {name}\n    accelerator: v4-64\n    max_slices: {max_slices}\n    \
+         idle_after: {idle_after}\n    provisioning: spot\n    driver: local\n    zones:\n{zones}"
+    )
+}
+
+async fn pools(server: &Server) -> Value {
+    let (status, page) = server.get("/pools").await;
+    assert_eq!(status, 200, "{page}");
+    page
+}
+
+/// The pool's audit entries, oldest first.
+async fn pool_events(server: &Server, pool: &str) -> Vec<Value> {
+    let (status, page) = server
+        .get(&format!("/audit?person=pool:{pool}&limit=1000"))
+        .await;
+    assert_eq!(status, 200, "{page}");
+    let mut entries = page["entries"].as_array().cloned().unwrap_or_default();
+    entries.reverse();
+    entries
+}
+
+fn attempts(job: &Value) -> Vec<Value> {
+    job["attempts"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_waterfall_passes_a_stockout_and_a_quota_zone_then_gives_the_idle_slice_back() {
+    let server = Server::start().await;
+    let yaml = pool_yaml(
+        "wf",
+        2,
+        "2s",
+        &[
+            "{zone: zone-a, sim: {fault: stockout}}",
+            "{zone: zone-b, sim: {fault: quota}}",
+            "{zone: zone-c, sim: {capacity: 1}}",
+        ],
+    );
+    let pool = PoolProcess::start(&server, &yaml, 6);
+    let submitted = Instant::now();
+    let job = server.submit_one("exp07a", json!({})).await;
+    let running = server.wait_state(&job, "running", RUN).await;
+    let to_first_step = submitted.elapsed();
+    let pod = attempts(&running)[0]["pod"].as_str().unwrap().to_owned();
+    let done = server.wait_state(&job, "succeeded", RUN).await;
+    // The slice outlived its idle_after while its lease ran: one attempt, never cut short.
+    assert_eq!(attempts(&done).len(), 1, "{done}");
+    let page = pools(&server).await;
+    let view = &page["pools"][0];
+    assert_eq!(view["name"], "wf");
+    let zone_of = |zone: &str| {
+        view["zones"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|z| z["zone"] == zone)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(zone_of("zone-a")["state"], "stockout", "{view}");
+    assert_eq!(zone_of("zone-b")["state"], "quota", "{view}");
+    let events = pool_events(&server, "wf").await;
+    let created = events
+        .iter()
+        .find(|e| e["action"] == "slice_created")
+        .expect("a slice_created event");
+    assert!(
+        created["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{pod} in zone-c")),
+        "{created}"
+    );
+    let blocked: Vec<&str> = events
+        .iter()
+        .take_while(|e| e["action"] != "slice_created")
+        .filter(|e| e["action"] == "zone_blocked")
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert!(
+        blocked.len() == 2
+            && blocked[0].starts_with("zone-a: Stockout")
+            && blocked[1].starts_with("zone-b: Quota"),
+        "the waterfall, in order: {blocked:?}"
+    );
+    // Idle for its idle_after, the slice is given back: the cloud holds nothing.
+    eventually(RUN, "the idle slice to be deleted", || async {
+        (pool.cloud_slices().is_empty() && pools(&server).await["pools"][0]["slices"] == json!([]))
+            .then_some(())
+    })
+    .await;
+    eprintln!(
+        "pool figures: demand to first step {:.1}s with a stockout and a quota zone in front",
+        to_first_step.as_secs_f64()
+    );
+}
+
+#[tokio::test]
+async fn a_zone_whose_slices_die_young_is_skipped() {
+    let server = Server::start().await;
+    let yaml = pool_yaml(
+        "churn",
+        1,
+        "never",
+        &["{zone: zone-a, sim: {preempt_young: 5}}", "zone-b"],
+    );
+    let pool = PoolProcess::start(&server, &yaml, 40);
+    let job = server.submit_one("exp07a", json!({})).await;
+    // The first slice is made in zone-a, preempted young; the job is requeued uncharged and
+    // the next slice is made in zone-b, where it runs to the end.
+    let done = server
+        .wait_state(&job, "succeeded", Duration::from_secs(240))
+        .await;
+    let pods: Vec<String> = attempts(&done)
+        .iter()
+        .map(|a| a["pod"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(pods.len() >= 2, "{done}");
+    assert_eq!(attempts(&done)[0]["outcome"], "preempted", "{done}");
+    let events = pool_events(&server, "churn").await;
+    let made: Vec<&str> = events
+        .iter()
+        .filter(|e| e["action"] == "slice_created")
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert!(made[0].contains(" in zone-a "), "{made:?}");
+    assert!(made.last().unwrap().contains(" in zone-b "), "{made:?}");
+    assert_eq!(
+        made.iter().filter(|m| m.contains(" in zone-a ")).count(),
+        1,
+        "a zone whose slices die young is not tried again within the window: {made:?}"
+    );
+    let page = pools(&server).await;
+    let zone_a = page["pools"][0]["zones"][0].clone();
+    assert_eq!(
+        (zone_a["zone"].as_str(), zone_a["state"].as_str()),
+        (Some("zone-a"), Some("churn"))
+    );
+    drop(pool);
+}
+
+#[tokio::test]
+async fn killed_mid_create_and_with_a_stray_slice_the_pool_leaks_and_doubles_nothing() {
+    let server = Server::start().await;
+    let yaml = pool_yaml("crash", 1, "never", &["zone-a"]);
+    let mut pool = PoolProcess::start(&server, &yaml, 5);
+    let job = server.submit_one("exp07a", json!({})).await;
+    // Killed while its slice is being made (the sim cloud takes a second).
+    eventually(RUN, "a slice being made", || async {
+        (!pool.cloud_slices().is_empty()).then_some(())
+    })
+    .await;
+    pool.crash_and_restart();
+    // A slice labelled as the pool's that it never asked for (its record lost, say).
+    let stray = json!({
+        "name": "crash-999", "zone": "zone-a", "labels": {"podq-pool": "crash"},
+        "created_at": "2026-11-28T00:00:00Z", "ready_at": "2026-11-28T00:00:00Z"
+    });
+    std::fs::write(
+        pool.state.join("cloud/slices/crash-999.json"),
+        stray.to_string(),
+    )
+    .unwrap();
+    server.wait_state(&job, "succeeded", RUN).await;
+    eventually(RUN, "the stray slice to be deleted", || async {
+        let names: Vec<String> = pool
+            .cloud_slices()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned())
+            .collect();
+        (names == ["crash-1"]).then_some(())
+    })
+    .await;
+    let done = server.job(&job).await;
+    assert_eq!(attempts(&done)[0]["pod"], "crash-1", "{done}");
+    let made = pool_events(&server, "crash")
+        .await
+        .into_iter()
+        .filter(|e| e["action"] == "slice_created")
+        .count();
+    assert!(made <= 1, "one request, one slice: {made} created");
+    // Killed again while its slice runs nothing: still one slice, adopted.
+    pool.crash_and_restart();
+    let second = server.submit_one("exp07b", json!({})).await;
+    let done = server.wait_state(&second, "succeeded", RUN).await;
+    assert_eq!(attempts(&done)[0]["pod"], "crash-1", "{done}");
+    assert_eq!(pool.cloud_slices().len(), 1);
+}
+
+#[tokio::test]
+async fn the_grant_caps_the_slices_a_pool_makes() {
+    let admin = "pools-admin-token";
+    let server = Server::start_with(common::ServerOptions {
+        env: vec![("PODQ_ADMIN_TOKEN".into(), admin.into())],
+        ..common::ServerOptions::default()
+    })
+    .await;
+    let auth = format!("Bearer {admin}");
+    let grant = |hours: f64| {
+        json!({"end": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339(),
+               "pod_hours": {"v4-64": hours}})
+        .to_string()
+    };
+    let headers = [("authorization", auth.as_str())];
+    let (status, answer) = server
+        .send(reqwest::Method::PUT, "/grant", grant(0.0), &headers)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let pool = PoolProcess::start(&server, &pool_yaml("capped", 2, "never", &["zone-a"]), 3);
+    let (status, answer) = server
+        .send(
+            reqwest::Method::POST,
+            "/jobs",
+            json!({"experiments": ["exp07a"]}).to_string(),
+            &headers,
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let job = answer["created"][0]["job_id"].as_str().unwrap().to_owned();
+    // Demand is seen, and no slice is made while the grant has no pod-hours for it.
+    eventually(RUN, "the pool to see the demand", || async {
+        (pools(&server).await["pools"][0]["demand"] == 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(pool.cloud_slices().is_empty(), "{:?}", pool.cloud_slices());
+    assert_eq!(server.job(&job).await["state"], "queued");
+    let (status, _) = server
+        .send(reqwest::Method::PUT, "/grant", grant(100.0), &headers)
+        .await;
+    assert_eq!(status, 200);
+    server.wait_state(&job, "succeeded", RUN).await;
+}
+
+#[tokio::test]
+async fn a_slice_that_fails_preflight_twice_is_replaced_in_another_zone() {
+    let server = Server::start().await;
+    let yaml = pool_yaml("qt", 1, "never", &["zone-a", "zone-b"]);
+    // The pool's first slice will not initialise its TPU (the local driver's control file,
+    // there before the slice is).
+    let state = server.dir.path().join("pools");
+    let control = state.join("cloud/pods/qt-1/control");
+    std::fs::create_dir_all(&control).unwrap();
+    std::fs::write(control.join("fail-preflight"), b"").unwrap();
+    let pool = PoolProcess::start(&server, &yaml, 4);
+    assert_eq!(pool.pod_control("qt-1"), control);
+    let job = server.submit_one("exp07a", json!({})).await;
+    let done = server.wait_state(&job, "succeeded", RUN).await;
+    assert_eq!(attempts(&done)[0]["pod"], "qt-2", "{done}");
+    let events = pool_events(&server, "qt").await;
+    let quarantined: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["action"] == "slice_quarantined")
+        .collect();
+    assert_eq!(quarantined.len(), 1, "{events:?}");
+    assert!(quarantined[0]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("qt-1 in zone-a"));
+    let replacement = events
+        .iter()
+        .find(|e| {
+            e["action"] == "slice_created" && e["message"].as_str().unwrap().starts_with("qt-2")
+        })
+        .expect("a replacement");
+    assert!(
+        replacement["message"]
+            .as_str()
+            .unwrap()
+            .contains(" in zone-b "),
+        "replaced in another zone: {replacement}"
+    );
+    assert!(
+        pool.cloud_slices().iter().all(|s| s["name"] != "qt-1"),
+        "the quarantined slice is gone"
+    );
+}
+
+#[tokio::test]
+async fn a_permission_error_pauses_the_pool_without_a_retry_storm() {
+    let server = Server::start().await;
+    let yaml = pool_yaml(
+        "denied",
+        1,
+        "never",
+        &["{zone: zone-a, sim: {fault: denied}}", "zone-b"],
+    );
+    let pool = PoolProcess::start(&server, &yaml, 3);
+    server.submit_one("exp07a", json!({})).await;
+    let paused = eventually(RUN, "the pool to pause", || async {
+        let page = pools(&server).await;
+        let view = page["pools"][0].clone();
+        view["paused"].is_string().then_some(view)
+    })
+    .await;
+    assert!(
+        paused["paused"]
+            .as_str()
+            .unwrap()
+            .contains("PERMISSION_DENIED"),
+        "{paused}"
+    );
+    // Many ticks later: still one try, no slice in zone-b either (every zone would answer
+    // the same; a person must grant the role).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let events = pool_events(&server, "denied").await;
+    let tries = events
+        .iter()
+        .filter(|e| e["action"] == "pool_paused" || e["action"] == "zone_blocked")
+        .count();
+    assert_eq!(tries, 1, "{events:?}");
+    assert!(pool.cloud_slices().is_empty());
+    assert!(pools(&server).await["pools"][0]["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|z| z["state"] == "paused"));
+}
+
+#[test]
+fn a_bad_pool_file_is_refused_at_start_with_its_line() {
+    let dir = common::shared_tempdir();
+    let cases = [
+        (
+            "pools:\n  - name: p\n    accelerator: v4-64\n    max_slices: 1\n    idle_after: 1m\n    zones: [zone-a]\n    colour: blue\n",
+            ":7:",
+        ),
+        (
+            "pools:\n  - name: p\n    accelerator: v4-64\n    max_slices: 1\n    idle_after: 1m\n    zones: []\n",
+            ":6:",
+        ),
+        (
+            "pools:\n  - name: p\n    accelerator: v4-64\n    max_slices: 0\n    idle_after: 1m\n    zones: [zone-a]\n",
+            ":4:",
+        ),
+        (
+            "pools:\n  - name: p\n    accelerator: v4-64\n    max_slices: 1\n    idle_after: 1m\n    zones: [zone-a]\n  - name: p\n    accelerator: v4-64\n    max_slices: 1\n    idle_after: 1m\n    zones: [zone-a]\n",
+            ":7:",
+        ),
+    ];
+    for (yaml, line) in cases {
+        let file = dir.path().join("pools.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let data = dir.path().to_str().unwrap();
+        let commands: [&[&str]; 2] = [
+            &["pool", "--pool-state", data, "--pools"],
+            &[
+                "up",
+                "--data-dir",
+                data,
+                "--listen",
+                "127.0.0.1:0",
+                "--pool",
+            ],
+        ];
+        for command in commands {
+            let output = Command::new(PODQ)
+                .args(command)
+                .arg(&file)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(!output.status.success(), "{command:?} accepted {yaml}");
+            assert!(
+                stderr.contains(&format!("pools.yaml{line}")),
+                "{command:?}: {stderr}"
+            );
+        }
+    }
+}

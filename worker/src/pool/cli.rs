@@ -1,0 +1,100 @@
+//! `podq pool --pools FILE`: drives every pool the file declares, each slice with a worker
+//! daemon configured as `podq worker` would be (the same flags, file and variables).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use super::config::PoolFile;
+use super::run::{PoolRun, PoolSettings};
+use crate::cli::WorkerArgs;
+use crate::client::ServerClient;
+
+#[derive(Args, Debug, Clone)]
+pub struct PoolArgs {
+    /// The pool file (`pools:` a list; see docs/operations.md, "Pools").
+    #[arg(long, env = "PODQ_POOLS")]
+    pub pools: PathBuf,
+    /// Where the pools keep their journals, the local driver's simulated cloud and each
+    /// slice's hosts and worker state [default: ./podq-data/pools].
+    #[arg(long, env = "PODQ_POOL_STATE")]
+    pub pool_state: Option<PathBuf>,
+    /// Seconds between two looks at the cloud and the queue [default: 10].
+    #[arg(long, env = "PODQ_POOL_TICK_S")]
+    pub tick_s: Option<f64>,
+    /// local driver: seconds the simulated cloud takes to make a slice [default: 3].
+    #[arg(long, env = "PODQ_SIM_CREATE_S")]
+    pub sim_create_s: Option<f64>,
+    /// Each slice's worker: the server, token, trainer command and timings, as for
+    /// `podq worker` (its pod, driver and pod root come from the pool).
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+impl PoolArgs {
+    /// The pool file read and checked, and how its pools run.
+    pub fn resolve(&self) -> anyhow::Result<(PoolFile, PoolSettings, ServerClient)> {
+        let file = PoolFile::load(&self.pools).map_err(anyhow::Error::msg)?;
+        let config = self.worker.resolve()?;
+        let daemon = config.settings()?;
+        let state_dir = self
+            .pool_state
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("./podq-data/pools"));
+        let seconds = |value: Option<f64>, default: f64, what: &str| {
+            Duration::try_from_secs_f64(value.unwrap_or(default))
+                .with_context(|| format!("{what} must be a number of seconds"))
+        };
+        let settings = PoolSettings {
+            tick: seconds(self.tick_s, 10.0, "--tick-s")?.max(Duration::from_millis(100)),
+            state_dir,
+            daemon,
+            hosts: config.hosts,
+            sim_create_time: seconds(self.sim_create_s, 3.0, "--sim-create-s")?,
+        };
+        let client = ServerClient::new(
+            &config.server,
+            config.token.clone(),
+            config.ca.as_ref(),
+            CancellationToken::new(),
+        );
+        Ok((file, settings, client))
+    }
+}
+
+/// Runs every pool of `args` until `shutdown`.
+pub async fn run(args: PoolArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let (file, settings, client) = args.resolve()?;
+    run_pools(
+        file,
+        settings,
+        client.with_shutdown(shutdown.clone()),
+        shutdown,
+    )
+    .await
+}
+
+/// Runs every pool of `file`, each in its own task, until `shutdown`.
+pub async fn run_pools(
+    file: PoolFile,
+    settings: PoolSettings,
+    client: ServerClient,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let mut tasks = Vec::new();
+    for pool in file.pools {
+        let mut settings = settings.clone();
+        if let Some(hosts) = pool.hosts {
+            settings.hosts = hosts;
+        }
+        let run = PoolRun::new(pool, client.clone(), settings)?;
+        tasks.push(tokio::spawn(run.run(shutdown.clone())));
+    }
+    for task in tasks {
+        task.await.context("a pool's task")??;
+    }
+    Ok(())
+}

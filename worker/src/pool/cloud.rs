@@ -1,0 +1,62 @@
+//! Where a pool's slices are made: the cloud as a pool sees it. Every slice carries a label
+//! naming its pool, so a restarted pool finds its own (and only its own) by listing.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+/// The label every slice of a pool carries, with the pool's name as its value (GCP label
+/// keys are lowercase letters, digits, `-` and `_`).
+pub const POOL_LABEL: &str = "podq-pool";
+
+/// A slice to make.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SliceSpec {
+    pub name: String,
+    pub zone: String,
+    pub pool: String,
+    pub accelerator: String,
+}
+
+/// A slice as the cloud lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloudSlice {
+    pub name: String,
+    pub zone: String,
+    pub state: SliceState,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A slice's state, in the words a pool acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SliceState {
+    /// Asked for, not usable yet (`CREATING`, a queued resource waiting for capacity).
+    Creating,
+    Ready,
+    /// Its capacity was taken back (`PREEMPTED`, `TERMINATED`): it will not come back; the
+    /// pool deletes it.
+    Preempted,
+    Deleting,
+}
+
+impl SliceState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SliceState::Creating => "creating",
+            SliceState::Ready => "ready",
+            SliceState::Preempted => "preempted",
+            SliceState::Deleting => "deleting",
+        }
+    }
+}
+
+#[async_trait]
+pub trait SliceCloud: Send + Sync {
+    /// Asks for `spec`. `Err` carries the cloud's own words, for `classify_create_error`.
+    /// A name that exists already is not an error: a pool that crashed after asking asks
+    /// again under the same name, and so never makes a second slice for one request.
+    async fn create(&self, spec: &SliceSpec) -> Result<(), String>;
+    /// Deletes slice `name`; one that is gone already is not an error.
+    async fn delete(&self, name: &str, zone: &str) -> Result<(), String>;
+    /// Every slice labelled as `pool`'s.
+    async fn list(&self, pool: &str) -> Result<Vec<CloudSlice>, String>;
+}

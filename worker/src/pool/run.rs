@@ -1,0 +1,505 @@
+//! The process that drives a pool: every tick it lists the pool's labelled slices, tells the
+//! server what it holds and hears the queue's demand, then makes, adopts, quarantines or
+//! deletes slices. Each slice it holds runs the worker's own daemon (`daemon::run`), so a
+//! slice leases, launches, supervises and recovers as a pod made by hand does.
+//!
+//! Killed at any moment, it loses nothing: the journal (`journal.rs`) says which labelled
+//! slices are its own, so on restart it adopts those and deletes the rest, and the daemons it
+//! starts again reattach to the running trainers as a restarted worker does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use podq_api::{PoolAnswer, PoolReport, SliceView, WorkerEvent, ZoneView as WireZone};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::classify::{classify_create_error, ErrorKind};
+use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState};
+use super::config::Pool;
+use super::journal::Journal;
+use super::sim::SimCloud;
+use super::zones::ZoneBook;
+use crate::client::{CallError, ServerClient};
+use crate::daemon::{self, DaemonSettings};
+use crate::pod::local::LocalPod;
+
+/// A slice that fails preflight this many times is deleted and never given another.
+pub const QUARANTINE_AFTER: usize = 2;
+/// How long a preempted slice's worker is given to end its attempt before the slice goes.
+const PREEMPTED_GRACE: Duration = Duration::from_secs(20);
+
+/// How a pool's process runs.
+#[derive(Clone)]
+pub struct PoolSettings {
+    /// Between two looks at the cloud and the queue.
+    pub tick: Duration,
+    /// Where the journal, the sim cloud and each slice's worker state live.
+    pub state_dir: PathBuf,
+    /// Each slice's daemon, as a worker's (its `state_dir` is set per slice).
+    pub daemon: DaemonSettings,
+    /// Hosts of a simulated slice.
+    pub hosts: u32,
+    /// How long the sim cloud takes to make a slice.
+    pub sim_create_time: Duration,
+}
+
+/// A slice the pool holds.
+struct Held {
+    zone: String,
+    created_at: DateTime<Utc>,
+    state: SliceState,
+    driver: Option<Arc<LocalPod>>,
+    daemon: Option<(CancellationToken, JoinHandle<()>)>,
+    idle_since: Option<DateTime<Utc>>,
+    failed_preflights: BTreeSet<DateTime<Utc>>,
+    preempted_at: Option<tokio::time::Instant>,
+}
+
+pub struct PoolRun {
+    pool: Pool,
+    cloud: Arc<dyn SliceCloud>,
+    sim: Arc<SimCloud>,
+    client: ServerClient,
+    settings: PoolSettings,
+    journal: Journal,
+    book: ZoneBook,
+    held: BTreeMap<String, Held>,
+    events: Vec<WorkerEvent>,
+    /// A zone the next slice should avoid: the one a quarantined slice came from.
+    avoid: Option<String>,
+}
+
+impl PoolRun {
+    /// A pool's process for `pool`, its state under `settings.state_dir`.
+    pub fn new(pool: Pool, client: ServerClient, settings: PoolSettings) -> anyhow::Result<Self> {
+        if pool.driver != super::config::PoolDriver::Local {
+            anyhow::bail!(
+                "pool {}: driver gcloud is not built yet; pools run on the local driver \
+                 (issue 40)",
+                pool.name
+            );
+        }
+        let root = settings.state_dir.join(&pool.name);
+        std::fs::create_dir_all(&root)
+            .with_context(|| format!("cannot make {}", root.display()))?;
+        let scripts = pool
+            .zones
+            .iter()
+            .filter_map(|z| Some((z.zone.clone(), z.sim.clone()?)))
+            .collect();
+        let sim = Arc::new(SimCloud::new(
+            &settings.state_dir.join("cloud"),
+            scripts,
+            settings.sim_create_time,
+        )?);
+        let journal = Journal::open(&root.join("journal.json"))?;
+        let book = ZoneBook::new(pool.zones.iter().map(|z| z.zone.clone()));
+        Ok(PoolRun {
+            cloud: sim.clone(),
+            sim,
+            client,
+            journal,
+            book,
+            held: BTreeMap::new(),
+            events: Vec::new(),
+            avoid: None,
+            pool,
+            settings,
+        })
+    }
+
+    /// Runs until `shutdown`; the slices and their trainers stay (a restart adopts them).
+    pub async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        tracing::info!(pool = %self.pool.name, "pool started");
+        let mut tick = tokio::time::interval(self.settings.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = self.step(&shutdown).await {
+                tracing::warn!(pool = %self.pool.name, error = %format!("{e:#}"), "pool step failed");
+            }
+        }
+        for (_, held) in std::mem::take(&mut self.held) {
+            if let Some((token, task)) = held.daemon {
+                token.cancel();
+                let _ = task.await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn step(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
+        let now = Utc::now();
+        let listed = self
+            .cloud
+            .list(&self.pool.name)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        self.reconcile(&listed, now).await?;
+        let report = self.report(now);
+        let answer = match self.client.report_pool(&self.pool.name, &report).await {
+            Ok(answer) => answer,
+            Err(CallError::Shutdown) => return Ok(()),
+            Err(e) => {
+                // The events stay queued for the next report.
+                self.events.extend(report.events);
+                return Err(e.into());
+            }
+        };
+        self.tend(&answer, now).await?;
+        self.grow(&answer, now).await?;
+        for (name, held) in &mut self.held {
+            if held.state == SliceState::Ready && held.daemon.is_none() {
+                held.daemon = Some(start_daemon(
+                    &self.client,
+                    &self.settings,
+                    name,
+                    held,
+                    shutdown,
+                    &self.sim,
+                    &self.pool.accelerator,
+                )?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings what the pool holds in line with what the cloud lists: adopts its own slices,
+    /// deletes any it does not know, and notes the ones that died or vanished.
+    async fn reconcile(&mut self, listed: &[CloudSlice], now: DateTime<Utc>) -> anyhow::Result<()> {
+        let by_name: BTreeMap<&str, &CloudSlice> =
+            listed.iter().map(|s| (s.name.as_str(), s)).collect();
+        for slice in listed {
+            if self.held.contains_key(&slice.name) || slice.state == SliceState::Deleting {
+                continue;
+            }
+            if self.journal.held(&slice.name).is_some() {
+                self.journal.created(&slice.name, slice.created_at)?;
+                self.book.record_birth(&slice.zone, slice.created_at);
+                tracing::info!(pool = %self.pool.name, slice = %slice.name, "adopted");
+                self.held.insert(slice.name.clone(), held(slice));
+            } else {
+                // Labelled as this pool's, yet not asked for by it (or given up mid-delete).
+                self.delete_in_cloud(&slice.name, &slice.zone, "a slice this pool does not hold")
+                    .await;
+            }
+        }
+        // A request written down whose create never reached the cloud: nothing to adopt.
+        let unsent: Vec<String> = self
+            .journal
+            .open_requests()
+            .filter(|(name, _)| {
+                !by_name.contains_key(name.as_str()) && !self.held.contains_key(*name)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in unsent {
+            self.journal.gone(&name, now)?;
+        }
+        let names: Vec<String> = self.held.keys().cloned().collect();
+        for name in names {
+            let Some(slice) = by_name.get(name.as_str()) else {
+                let held = self.held.remove(&name).expect("held");
+                self.book.record_death(&held.zone, held.created_at, now);
+                self.journal.gone(&name, now)?;
+                stop(held).await;
+                self.event(
+                    "slice_deleted",
+                    format!("{name} vanished from {}", self.pool.name),
+                );
+                continue;
+            };
+            let held = self.held.get_mut(&name).expect("held");
+            if slice.state == SliceState::Preempted && held.preempted_at.is_none() {
+                held.preempted_at = Some(tokio::time::Instant::now());
+                self.book.record_death(&held.zone, held.created_at, now);
+            }
+            if held.state != SliceState::Preempted {
+                held.state = slice.state;
+            }
+            if slice.state == SliceState::Preempted {
+                held.state = SliceState::Preempted;
+            }
+        }
+        Ok(())
+    }
+
+    /// Acts on what the server knows of each slice: idle ones go after `idle_after`, ones
+    /// that failed preflight twice are quarantined, preempted ones go once their worker has
+    /// ended its attempt.
+    async fn tend(&mut self, answer: &PoolAnswer, now: DateTime<Utc>) -> anyhow::Result<()> {
+        let mut going = Vec::new();
+        for pod in &answer.slices {
+            let Some(held) = self.held.get_mut(&pod.pod) else {
+                continue;
+            };
+            if let Some(preempted) = held.preempted_at {
+                if !pod.leased || preempted.elapsed() >= PREEMPTED_GRACE {
+                    going.push((pod.pod.clone(), "preempted", None));
+                }
+                continue;
+            }
+            if let Some(preflight) = pod.preflight.as_ref().filter(|p| !p.passed) {
+                if let Some(at) = preflight.at {
+                    held.failed_preflights.insert(at);
+                }
+                if held.failed_preflights.len() >= QUARANTINE_AFTER && !pod.leased {
+                    let why = preflight
+                        .failures
+                        .first()
+                        .map(|f| f.message.clone())
+                        .unwrap_or_default();
+                    going.push((pod.pod.clone(), "quarantined", Some(why)));
+                    continue;
+                }
+            }
+            let idle = held.state == SliceState::Ready && pod.seen_at.is_some() && !pod.leased;
+            held.idle_since = if idle {
+                Some(held.idle_since.unwrap_or(now))
+            } else {
+                None
+            };
+            if let (Some(since), Some(after)) = (held.idle_since, self.pool.idle_after) {
+                if now - since >= chrono::Duration::from_std(after).unwrap_or_default() {
+                    going.push((pod.pod.clone(), "idle", None));
+                }
+            }
+        }
+        for (name, why, detail) in going {
+            let held = self.held.remove(&name).expect("held");
+            match why {
+                "quarantined" => {
+                    self.avoid = Some(held.zone.clone());
+                    self.book.record_removed(&held.zone, held.created_at, now);
+                    self.event(
+                        "slice_quarantined",
+                        format!(
+                            "{name} in {} failed preflight {QUARANTINE_AFTER} times ({}): deleted and replaced",
+                            held.zone,
+                            detail.unwrap_or_default()
+                        ),
+                    );
+                }
+                "idle" => {
+                    self.book.record_removed(&held.zone, held.created_at, now);
+                    self.event(
+                        "slice_deleted",
+                        format!("{name} in {} had no lease for its idle_after", held.zone),
+                    );
+                }
+                _ => self.event(
+                    "slice_deleted",
+                    format!("{name} in {} was preempted", held.zone),
+                ),
+            }
+            self.journal.gone(&name, now)?;
+            let zone = held.zone.clone();
+            stop(held).await;
+            self.delete_in_cloud(&name, &zone, why).await;
+        }
+        Ok(())
+    }
+
+    /// Makes one slice when the queue wants more than the slices being made will serve,
+    /// below `max_slices` and within the grant.
+    async fn grow(&mut self, answer: &PoolAnswer, now: DateTime<Utc>) -> anyhow::Result<()> {
+        let booting = answer
+            .slices
+            .iter()
+            .filter(|pod| {
+                self.held.get(&pod.pod).is_some_and(|held| {
+                    held.preempted_at.is_none()
+                        && (held.state == SliceState::Creating || pod.seen_at.is_none())
+                })
+            })
+            .count() as u32;
+        let alive = self
+            .held
+            .values()
+            .filter(|h| h.preempted_at.is_none())
+            .count() as u32;
+        if answer.demand <= booting || alive >= self.pool.max_slices {
+            return Ok(());
+        }
+        if let Some(budget) = answer.grant_pod_hours {
+            let used = self.journal.slice_hours(now);
+            if used >= budget {
+                tracing::info!(pool = %self.pool.name, used, budget, "the grant's pod-hours are spent: no new slice");
+                return Ok(());
+            }
+        }
+        let zone = match self.avoid.take() {
+            Some(avoid) => self
+                .book
+                .choose_except(now, &avoid)
+                .or_else(|| self.book.choose(now))
+                .map(str::to_owned),
+            None => self.book.choose(now).map(str::to_owned),
+        };
+        let Some(zone) = zone else {
+            return Ok(());
+        };
+        let name = self.journal.ask(&self.pool.name, &zone, now)?;
+        let spec = SliceSpec {
+            name: name.clone(),
+            zone: zone.clone(),
+            pool: self.pool.name.clone(),
+            accelerator: self.pool.accelerator.clone(),
+        };
+        match self.cloud.create(&spec).await {
+            Ok(()) => {
+                self.journal.created(&name, now)?;
+                self.book.record_success(&zone, now);
+                self.held.insert(
+                    name.clone(),
+                    held(&CloudSlice {
+                        name: name.clone(),
+                        zone: zone.clone(),
+                        state: SliceState::Creating,
+                        created_at: now,
+                    }),
+                );
+                self.event(
+                    "slice_created",
+                    format!("{name} in {zone} for {} queued job(s)", answer.demand),
+                );
+            }
+            Err(text) => {
+                self.journal.gone(&name, now)?;
+                let read = classify_create_error(&text);
+                self.book
+                    .record_error(&zone, &read, &text, now, rand::random::<f64>() * 2.0 - 1.0);
+                let kind = match read.kind {
+                    ErrorKind::Denied | ErrorKind::Invalid => "pool_paused",
+                    _ => "zone_blocked",
+                };
+                self.event(
+                    kind,
+                    format!("{zone}: {:?} ({:?}): {text}", read.kind, read.scope),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn report(&mut self, now: DateTime<Utc>) -> PoolReport {
+        PoolReport {
+            accelerator: self.pool.accelerator.clone(),
+            max_slices: self.pool.max_slices,
+            slices: self
+                .held
+                .iter()
+                .map(|(name, held)| SliceView {
+                    pod: name.clone(),
+                    zone: held.zone.clone(),
+                    state: held.state.as_str().to_owned(),
+                    created_at: held.created_at,
+                    idle_since: held.idle_since,
+                })
+                .collect(),
+            zones: self
+                .book
+                .view(now)
+                .into_iter()
+                .map(|z| WireZone {
+                    zone: z.zone,
+                    state: z.state.as_str().to_owned(),
+                    next_try_at: z.next_try_at,
+                    last_error: z.last_error,
+                })
+                .collect(),
+            events: std::mem::take(&mut self.events),
+            paused: self.book.paused().map(str::to_owned),
+            slice_hours: self.journal.slice_hours(now),
+        }
+    }
+
+    fn event(&mut self, kind: &str, message: String) {
+        tracing::info!(pool = %self.pool.name, kind, %message, "pool event");
+        self.events.push(WorkerEvent {
+            kind: kind.to_owned(),
+            message,
+        });
+    }
+
+    async fn delete_in_cloud(&mut self, name: &str, zone: &str, why: &str) {
+        tracing::info!(pool = %self.pool.name, slice = name, why, "deleting slice");
+        // The hosts go with the slice, trainers included.
+        LocalPod::new(
+            name,
+            &self.pool.accelerator,
+            self.settings.hosts,
+            &self.sim.pod_root(name),
+            Duration::ZERO,
+        )
+        .map(|pod| pod.power_off())
+        .ok();
+        if let Err(e) = self.cloud.delete(name, zone).await {
+            tracing::warn!(pool = %self.pool.name, slice = name, error = %e, "delete failed; the next look retries");
+        }
+    }
+}
+
+fn held(slice: &CloudSlice) -> Held {
+    Held {
+        zone: slice.zone.clone(),
+        created_at: slice.created_at,
+        state: slice.state,
+        driver: None,
+        daemon: None,
+        idle_since: None,
+        failed_preflights: BTreeSet::new(),
+        preempted_at: (slice.state == SliceState::Preempted).then(tokio::time::Instant::now),
+    }
+}
+
+/// Stops a slice's daemon and powers its hosts off.
+async fn stop(held: Held) {
+    if let Some(driver) = &held.driver {
+        driver.power_off();
+    }
+    if let Some((token, task)) = held.daemon {
+        token.cancel();
+        let _ = task.await;
+    }
+}
+
+/// The worker's daemon for slice `name`, on the slice's simulated hosts.
+fn start_daemon(
+    client: &ServerClient,
+    settings: &PoolSettings,
+    name: &str,
+    held: &mut Held,
+    shutdown: &CancellationToken,
+    sim: &SimCloud,
+    accelerator: &str,
+) -> anyhow::Result<(CancellationToken, JoinHandle<()>)> {
+    let root = sim.pod_root(name);
+    let driver = Arc::new(LocalPod::new(
+        name,
+        accelerator,
+        settings.hosts,
+        &root,
+        Duration::from_secs(3),
+    )?);
+    held.driver = Some(driver.clone());
+    let mut daemon_settings = settings.daemon.clone();
+    daemon_settings.state_dir = root.join("worker-state");
+    let token = shutdown.child_token();
+    let (client, stop) = (client.with_shutdown(token.clone()), token.clone());
+    let name = name.to_owned();
+    let task = tokio::spawn(async move {
+        if let Err(e) = daemon::run(client, driver, daemon_settings, stop).await {
+            tracing::error!(slice = %name, error = %format!("{e:#}"), "the slice's worker stopped");
+        }
+    });
+    Ok((token, task))
+}
