@@ -76,6 +76,28 @@ async fn add_person(server: &Server, name: &str, role: &str, pods: Option<&[&str
     added["token"].as_str().unwrap().to_owned()
 }
 
+/// Leases the queue's next job to `pod` with `token`, answering the lease's id.
+async fn lease_for(server: &Server, pod: &str, token: &str) -> String {
+    let ask = json!({"accelerator": "v4-64", "hosts": 4, "state": "READY", "health": "HEALTHY", "wait_s": 0});
+    let path = format!("/pods/{pod}/lease");
+    let (status, lease) = call(server, Some(token), Method::POST, &path, ask, &[]).await;
+    assert_eq!(status, 200, "{lease}");
+    lease["lease_id"].as_str().unwrap().to_owned()
+}
+
+/// The newest audit entry of `job` whose action is `action`, as an admin reads it.
+async fn audit_entry(server: &Server, job: &str, action: &str) -> Value {
+    let path = format!("/audit?job={job}");
+    let (_, trail) = call(server, Some(ADMIN), Method::GET, &path, Value::Null, &[]).await;
+    trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == action)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {action} in the trail: {trail}"))
+}
+
 /// The rows that a refused call must not change.
 async fn snapshot(server: &Server) -> Vec<(&'static str, i64)> {
     let mut counts = Vec::new();
@@ -233,18 +255,7 @@ async fn a_pod_limited_token_cannot_act_on_another_pods_lease_however_spelt() {
     let server = team_server(None).await;
     let pod_a = add_person(&server, "pod-a-worker", "worker", Some(&["pod-a"])).await;
     let job = submit(&server, "exp07a").await;
-    let ask = json!({"accelerator": "v4-64", "hosts": 4, "state": "READY", "health": "HEALTHY", "wait_s": 0});
-    let (status, lease) = call(
-        &server,
-        Some(WORKER),
-        Method::POST,
-        "/pods/pod-b/lease",
-        ask.clone(),
-        &[],
-    )
-    .await;
-    assert_eq!(status, 200, "{lease}");
-    let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
+    let lease_id = lease_for(&server, "pod-b", WORKER).await;
     let before = snapshot(&server).await;
     let calls: Vec<(&str, Value)> = vec![
         (
@@ -325,31 +336,16 @@ async fn a_pod_limited_token_cannot_act_on_another_pods_lease_however_spelt() {
     )
     .await;
     assert_eq!(status, 204, "{answer}");
-    let (_, trail) = call(
-        &server,
-        Some(ADMIN),
-        Method::GET,
-        &format!("/audit?job={job}"),
-        Value::Null,
-        &[],
-    )
-    .await;
-    let cleanup = trail["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["action"] == "host_cleanup")
-        .cloned()
-        .expect("the event is in the trail");
+    let cleanup = audit_entry(&server, &job, "host_cleanup").await;
     assert_eq!(cleanup["by"], "worker:pod-b", "{cleanup}");
     assert_eq!(cleanup["token_holder"], "worker", "{cleanup}");
-    // A pod-limited token of pod-a leases for pod-a, and is named.
+    // A pod-limited token of pod-a still leases for pod-a.
     let (status, _) = call(
         &server,
         Some(&pod_a),
         Method::POST,
         "/pods/pod-a/lease",
-        ask,
+        json!({"accelerator": "v4-64", "hosts": 4, "state": "READY", "health": "HEALTHY", "wait_s": 0}),
         &[],
     )
     .await;
@@ -361,17 +357,10 @@ async fn a_pod_limited_token_cannot_act_on_another_pods_lease_however_spelt() {
 async fn worker_events_cannot_pose_as_people() {
     let server = team_server(None).await;
     let job = submit(&server, "exp07a").await;
-    let ask = json!({"accelerator": "v4-64", "hosts": 4, "state": "READY", "health": "HEALTHY", "wait_s": 0});
-    let (_, lease) = call(
-        &server,
-        Some(WORKER),
-        Method::POST,
-        "/pods/pod-b/lease",
-        ask,
-        &[],
-    )
-    .await;
-    let events = format!("/leases/{}/events", lease["lease_id"].as_str().unwrap());
+    let events = format!(
+        "/leases/{}/events",
+        lease_for(&server, "pod-b", WORKER).await
+    );
     let before = server.count_rows("events").await;
     for kind in ["cancelled", "user_added", "submitted", "priority", "leased"] {
         let (status, answer) = call(
@@ -410,22 +399,7 @@ async fn worker_events_cannot_pose_as_people() {
     )
     .await;
     assert_eq!(status, 204, "{answer}");
-    let (_, trail) = call(
-        &server,
-        Some(ADMIN),
-        Method::GET,
-        &format!("/audit?job={job}"),
-        Value::Null,
-        &[],
-    )
-    .await;
-    let stored = trail["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["action"] == "host_cleanup")
-        .cloned()
-        .expect("the event is in the trail");
+    let stored = audit_entry(&server, &job, "host_cleanup").await;
     let message = stored["message"].as_str().unwrap();
     assert!(!message.chars().any(char::is_control), "{message:?}");
     assert!(

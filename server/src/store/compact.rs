@@ -197,10 +197,9 @@ mod tests {
     /// A file at the schema before chunks (migrations 0001-0011), holding points and lines,
     /// opened by this version: every point and line reads back, the old tables are gone,
     /// and a line sent again is still stored once.
-    #[tokio::test]
-    async fn old_rows_are_moved_into_chunks_at_the_first_start() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("podq.db");
+    /// A SQLite file at `path` at the schema before chunks (migrations 0001-0011), holding
+    /// what `rows` inserts.
+    async fn old_file(path: &std::path::Path, rows: &str) {
         let mut old = sqlx::migrate!("../migrations/sqlite");
         old.migrations = old
             .migrations
@@ -210,28 +209,37 @@ mod tests {
             .collect::<Vec<_>>()
             .into();
         let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(&path)
+            .filename(path)
             .create_if_missing(true)
             .connect()
             .await
             .unwrap();
         old.run(&mut conn).await.unwrap();
-        sqlx::raw_sql(
-            "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, config_json, \
-             config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, updated_at) \
-             VALUES ('j', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0); \
-             INSERT INTO metric_series (id, job_id, name) VALUES (1, 'j', 'loss'); \
-             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) \
+        let job = "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, \
+             config_json, config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, \
+             updated_at) VALUES ('j', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0); \
+             INSERT INTO metric_series (id, job_id, name) VALUES (1, 'j', 'loss');";
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("{job} {rows}")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        conn.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn old_rows_are_moved_into_chunks_at_the_first_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("podq.db");
+        old_file(
+            &path,
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) \
              INSERT INTO metric_points SELECT 1, i * 10, i * 0.5, 1 FROM n; \
              INSERT INTO log_lines (job_id, attempt, host, \"offset\", at, text) VALUES \
                ('j', 1, 0, 0, 100, 'first'), ('j', 1, 1, 0, 101, 'other host'), \
                ('j', 1, 0, 6, 102, 'second'); \
              INSERT INTO log_counts VALUES ('j', 1, 0, 2, 0, 0), ('j', 1, 1, 1, 0, 0);",
         )
-        .execute(&mut conn)
-        .await
-        .unwrap();
-        conn.close().await.unwrap();
+        .await;
 
         let store = Store::open(&path).await.unwrap();
         let mut db = store.read().await.unwrap();
@@ -269,5 +277,28 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(new, 1);
+    }
+
+    /// A page of old points that spans a resume: each point keeps the attempt that wrote it.
+    #[tokio::test]
+    async fn a_converted_page_keeps_each_points_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("podq.db");
+        old_file(
+            &path,
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000) \
+             INSERT INTO metric_points SELECT 1, i, i * 0.5, CASE WHEN i <= 400 THEN 1 ELSE 2 END \
+             FROM n;",
+        )
+        .await;
+        let store = Store::open(&path).await.unwrap();
+        let chunks: Vec<(i64, i64, i64)> = db::query_as(
+            "SELECT attempt, first_step, last_step FROM metric_chunks WHERE series_id = 1 \
+             ORDER BY last_step",
+        )
+        .fetch_all(&mut store.read().await.unwrap())
+        .await
+        .unwrap();
+        assert_eq!(chunks, [(1, 1, 400), (2, 401, 1000)]);
     }
 }

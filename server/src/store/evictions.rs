@@ -78,10 +78,11 @@ pub async fn running(db: &mut Conn, accelerator: &str) -> Result<Vec<Running>, S
 
 /// Asks for `victim`'s pod for `evictor`: the victim's worker is told to stop it, and the
 /// pod is held for the evictor until `reserved_until`. Answers false (and writes nothing)
-/// when either job moved on since they were read.
+/// when either job moved on since they were read, its class changed included (a `PATCH`
+/// between the choice and this write must not let a job evict one it no longer may).
 pub async fn evict(
     conn: &mut Conn,
-    evictor: &str,
+    evictor: &QueueHead,
     victim: &Running,
     why: &str,
     reserved_until: i64,
@@ -89,12 +90,14 @@ pub async fn evict(
     let now = now_ms();
     let stopped = db::query(
         "UPDATE jobs SET stop_request = 'evicted', stop_message = ?, updated_at = ? \
-         WHERE id = ? AND lease_id = ? AND stop_request IS NULL AND cancel_requested = 0",
+         WHERE id = ? AND lease_id = ? AND stop_request IS NULL AND cancel_requested = 0 \
+         AND priority_class = ?",
     )
     .bind(why)
     .bind(now)
     .bind(&victim.id)
     .bind(&victim.lease_id)
+    .bind(&victim.priority_class)
     .execute(conn)
     .await?;
     if stopped == 0 {
@@ -102,12 +105,13 @@ pub async fn evict(
     }
     let reserved = db::query(
         "UPDATE jobs SET reserved_pod = ?, reserved_until = ?, updated_at = ? \
-         WHERE id = ? AND state = 'queued'",
+         WHERE id = ? AND state = 'queued' AND priority_class = ?",
     )
     .bind(&victim.pod)
     .bind(reserved_until)
     .bind(now)
-    .bind(evictor)
+    .bind(&evictor.id)
+    .bind(&evictor.priority_class)
     .execute(conn)
     .await?;
     if reserved == 0 {
@@ -128,6 +132,6 @@ pub async fn evict(
         "pod {} is held for this job while job {} ({}) saves and stops",
         victim.pod, victim.id, victim.experiment
     );
-    insert_event(conn, &podq, Some(evictor), pod, "evicting", &message).await?;
+    insert_event(conn, &podq, Some(&evictor.id), pod, "evicting", &message).await?;
     Ok(true)
 }

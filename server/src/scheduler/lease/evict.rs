@@ -106,13 +106,12 @@ impl Scheduler {
             head.id, head.experiment, head.priority_class
         );
         let until = now + i64::try_from(RESERVATION.as_millis()).unwrap_or(i64::MAX / 2);
-        let evictor = head.id.clone();
         let write_why = why.clone();
         let lease = victim.lease_id.clone();
         let done = self
             .store
             .write(move |conn| {
-                async move { evictions::evict(conn, &evictor, &victim, &write_why, until).await }
+                async move { evictions::evict(conn, &head, &victim, &write_why, until).await }
                     .boxed()
             })
             .await?;
