@@ -1012,3 +1012,48 @@ fn a_submitter_sees_who_they_are_and_what_only_others_may_do() {
         browser.close().await;
     });
 }
+
+#[test]
+fn the_capacity_card_shows_a_pools_slices_and_blocked_zones() {
+    run(async {
+        let server = Server::start().await;
+        let yaml = common::pools::pool_yaml(
+            "dash",
+            2,
+            "never",
+            &[
+                "{zone: zone-a, sim: {fault: stockout}}",
+                "{zone: zone-b, sim: {capacity: 1}}",
+            ],
+        );
+        let _pool = common::pools::PoolProcess::start(&server, &yaml, 120);
+        let id = server.submit_one("exp07a", json!({})).await;
+        server.wait_state(&id, "running", RUN).await;
+        let browser = Browser::launch().await;
+        let page = browser.open(&format!("{}/", server.url)).await;
+        wait_live(&page).await;
+        let pool = "#capacity [data-pool=\"dash\"]";
+        let shown: String = page
+            .wait_for(
+                SHOW,
+                "the pool's blocked zone and its ready slice",
+                &format!(
+                    "(() => {{ const card = document.getElementById('capacity'); \
+                     const zone = document.querySelector({zone}); \
+                     const slice = document.querySelector({slice}); \
+                     return !card.hidden && zone && slice ? card.textContent : null; }})()",
+                    zone = js_str(&format!(
+                        "{pool} [data-zone=\"zone-a\"][data-zone-state=\"stockout\"]"
+                    )),
+                    slice = js_str(&format!("{pool} [data-slice-state=\"ready\"]")),
+                ),
+            )
+            .await;
+        assert!(shown.contains("zone-b"), "{shown}");
+        assert!(shown.contains("1 of 2 slices"), "{shown}");
+        page.eval::<Value>("document.getElementById('capacity').scrollIntoView({block: 'center'})")
+            .await;
+        page.screenshot("capacity").await;
+        browser.close().await;
+    });
+}

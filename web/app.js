@@ -8,6 +8,7 @@
 //   conn.js    how the page keeps current, and the indicator that says so
 //   live.js    keeping the page current: the event stream, the fallback and `?poll=` polling
 //   status.js  the summary: job counts, queue, pods, what is running
+//   capacity.js the capacity card: pools' slices and zones
 //   jobs.js    the groups and jobs tables
 //   plan.js    the plan card
 //   study.js   the study view of a group's runs
@@ -27,6 +28,7 @@
 // for the tab (sessionStorage).
 
 import { askForToken, forgetToken, saveToken, token } from "./api.js";
+import { startCapacity } from "./capacity.js";
 import { conn } from "./conn.js";
 import { $ } from "./dom.js";
 import { rerenderFromCache } from "./jobs.js";
@@ -206,6 +208,7 @@ function init() {
   if (ui.selected) openJob(ui.selected, false);
   refreshWho();
   startLive();
+  startCapacity();
 }
 
 init();

@@ -96,6 +96,19 @@ pub struct Plan {
     /// The order that completes the most whole groups before the deadline.
     pub recommended: Projection,
     pub groups: Vec<GroupPlan>,
+    /// The current order with every pool at its `max_slices` (docs/operations.md, "Pools");
+    /// null while no pool has reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with_pools: Option<PoolsOutlook>,
+}
+
+/// What the plan becomes with every pool at its most.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PoolsOutlook {
+    /// Pods then: those made by hand plus each pool's `max_slices`.
+    pub pods: usize,
+    pub projection: Projection,
 }
 
 /// The pods of one accelerator type in the plan.

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Preflight, WorkerEvent};
 
-/// `PUT /api/v1/pools/{name}`: a pool's process says what it holds, every few seconds.
+/// `POST /api/v1/pools/{name}/report`: a pool's process says what it holds, every few seconds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PoolReport {
@@ -27,6 +27,10 @@ pub struct PoolReport {
     /// grant's budget is spent on.
     #[serde(default)]
     pub slice_hours: f64,
+    /// Slices given back since the last report the server answered: their pods are retired
+    /// (no longer shown nor planned for; their history stays).
+    #[serde(default)]
+    pub retired: Vec<String>,
 }
 
 /// What a pool may report onto the audit.

@@ -56,6 +56,15 @@ pub struct PodTimeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub pool: String,
+    /// A slice's state, or a zone's; empty for the pool's demand.
+    pub state: String,
+    /// The zone, for a zone's series; empty otherwise.
+    pub zone: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     pub kind: String,
 }
@@ -76,6 +85,9 @@ pub struct Telemetry {
     pub pods: Family<PodLabels, Gauge>,
     pub goodput_seconds: Family<KindLabel, FloatGauge>,
     pub pod_time_seconds: Family<PodTimeLabels, FloatGauge>,
+    pub pool_slices: Family<PoolLabels, Gauge>,
+    pub pool_zones: Family<PoolLabels, Gauge>,
+    pub pool_demand: Family<PoolLabels, Gauge>,
     pub write_queue: Gauge,
     pub write_batch: Histogram,
     pub webhook_deliveries: Family<OutcomeLabel, Counter>,
@@ -101,6 +113,9 @@ impl Telemetry {
             pods: Family::default(),
             goodput_seconds: Family::default(),
             pod_time_seconds: Family::default(),
+            pool_slices: Family::default(),
+            pool_zones: Family::default(),
+            pool_demand: Family::default(),
             write_queue: store.queue,
             write_batch: store.batch,
             webhook_deliveries: Family::default(),
@@ -162,6 +177,21 @@ impl Telemetry {
             "Pod time by cause (provisioning, setup, startup, restore, productive, save, wasted, \
              stopping, idle), for the grant (scope=\"grant\") and each pod and group",
             t.pod_time_seconds.clone(),
+        );
+        registry.register(
+            "pool_slices",
+            "Slices each pool holds, by state (creating, ready, preempted, deleting)",
+            t.pool_slices.clone(),
+        );
+        registry.register(
+            "pool_zone_info",
+            "1 for each zone of each pool, with its state (ready, stockout, quota, churn, paused)",
+            t.pool_zones.clone(),
+        );
+        registry.register(
+            "pool_demand",
+            "Leasable jobs of each pool's accelerator that no waiting pod will take",
+            t.pool_demand.clone(),
         );
         registry.register(
             "store_write_queue",

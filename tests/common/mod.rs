@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod gcs;
+pub mod pools;
 pub mod postgres;
 pub mod tls;
 

@@ -117,26 +117,11 @@ impl ServerClient {
         body: &B,
         timeout: Duration,
     ) -> Result<Option<T>, CallError> {
-        self.send(reqwest::Method::POST, path, body, timeout).await
-    }
-
-    /// [`Self::post`] with another method.
-    async fn send<B: Serialize, T: DeserializeOwned>(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: &B,
-        timeout: Duration,
-    ) -> Result<Option<T>, CallError> {
         let mut delay = Duration::from_millis(100);
         loop {
             let base = self.base().to_owned();
             let url = format!("{base}{path}");
-            let mut request = self
-                .http
-                .request(method.clone(), &url)
-                .json(body)
-                .timeout(timeout);
+            let mut request = self.http.post(&url).json(body).timeout(timeout);
             if let Some(token) = &self.token {
                 request = request.bearer_auth(token);
             }
@@ -196,16 +181,15 @@ impl ServerClient {
         Ok(())
     }
 
-    /// A pool's report (`PUT /pools/{name}`); the answer is the queue's demand.
+    /// A pool's report (`POST /pools/{name}/report`); the answer is the queue's demand.
     pub async fn report_pool(
         &self,
         pool: &str,
         report: &podq_api::PoolReport,
     ) -> Result<podq_api::PoolAnswer, CallError> {
         let answer = self
-            .send(
-                reqwest::Method::PUT,
-                &format!("/pools/{pool}"),
+            .post(
+                &format!("/pools/{pool}/report"),
                 report,
                 Duration::from_secs(30),
             )

@@ -14,16 +14,16 @@ use crate::AppState;
 
 /// Needs a worker's token.
 pub fn report_routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(report))
+    OpenApiRouter::new().routes(routes!(report_pool))
 }
 
 pub fn read_routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(list))
+    OpenApiRouter::new().routes(routes!(list_pools))
 }
 
 #[utoipa::path(
-    put,
-    path = "/pools/{name}",
+    post,
+    path = "/pools/{name}/report",
     tag = "worker",
     summary = "A pool's process reports its slices and zones; the answer is the queue's demand",
     params(("name" = String, Path, description = "The pool: 1 to 63 lowercase letters, digits or `-`", pattern = "^[a-z][a-z0-9-]{0,62}$")),
@@ -35,7 +35,7 @@ pub fn read_routes() -> OpenApiRouter<AppState> {
     ),
     security(("worker_token" = ["worker"])),
 )]
-async fn report(
+async fn report_pool(
     State(state): State<AppState>,
     acting: Acting,
     Path(name): Path<String>,
@@ -64,6 +64,6 @@ async fn report(
     summary = "Pools of slices made on demand: their slices, zones and the queue's demand",
     responses((status = 200, description = "Every pool that has reported since the server started", body = PoolsPage)),
 )]
-async fn list(State(state): State<AppState>) -> Result<Json<PoolsPage>, ApiError> {
+async fn list_pools(State(state): State<AppState>) -> Result<Json<PoolsPage>, ApiError> {
     Ok(Json(state.scheduler.pools().await?))
 }

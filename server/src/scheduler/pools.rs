@@ -16,6 +16,7 @@ use super::lease::authority::worker_for;
 use crate::scheduler::{Result, Scheduler, SchedulerError};
 use crate::store::events::{insert_event, Actor};
 use crate::store::leases as sql;
+use crate::store::{now_ms, pods};
 use crate::team::Acting;
 
 /// A pod that has not asked for work for this long is not counted as waiting for it: twice
@@ -52,8 +53,12 @@ impl Scheduler {
             .iter()
             .map(checked_pool_event)
             .collect::<Result<_>>()?;
-        if !events.is_empty() {
+        for pod in &report.retired {
+            worker_for(acting, pod)?;
+        }
+        if !events.is_empty() || !report.retired.is_empty() {
             let actor = Actor::pool_request(name, &acting.actor);
+            let retired = report.retired.clone();
             self.store
                 .write(move |conn| {
                     async move {
@@ -61,6 +66,7 @@ impl Scheduler {
                             insert_event(conn, &actor, None, None, &event.kind, &event.message)
                                 .await?;
                         }
+                        pods::retire(conn, &retired, now_ms()).await?;
                         Ok::<_, SchedulerError>(())
                     }
                     .boxed()
@@ -70,6 +76,7 @@ impl Scheduler {
         let answer = self.pool_answer(&report).await?;
         let mut stored = report;
         stored.events.clear();
+        stored.retired.clear();
         self.pool_reports
             .lock()
             .insert(name.to_owned(), (stored, Utc::now()));
@@ -130,6 +137,51 @@ impl Scheduler {
             });
         }
         Ok(PoolsPage { pools })
+    }
+}
+
+impl Scheduler {
+    /// By accelerator: the slices the pools hold now and the most they may hold.
+    pub(in crate::scheduler) fn pool_capacity(&self) -> BTreeMap<String, (usize, usize)> {
+        let mut capacity: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        for (report, _) in self.pool_reports.lock().values() {
+            let entry = capacity.entry(report.accelerator.clone()).or_default();
+            entry.0 += report.slices.len();
+            entry.1 += report.max_slices as usize;
+        }
+        capacity
+    }
+
+    /// The pools' series for `/metrics`: slices by state, each zone's state, the demand.
+    pub(in crate::scheduler) async fn pool_metrics(&self) -> Result<()> {
+        use crate::telemetry::PoolLabels;
+        let page = self.pools().await?;
+        let t = &self.telemetry;
+        t.pool_slices.clear();
+        t.pool_zones.clear();
+        t.pool_demand.clear();
+        let label = |pool: &str, state: &str, zone: &str| PoolLabels {
+            pool: pool.to_owned(),
+            state: state.to_owned(),
+            zone: zone.to_owned(),
+        };
+        for pool in &page.pools {
+            t.pool_demand
+                .get_or_create(&label(&pool.name, "", ""))
+                .set(i64::from(pool.demand));
+            for state in ["creating", "ready", "preempted", "deleting"] {
+                let n = pool.slices.iter().filter(|s| s.state == state).count();
+                t.pool_slices
+                    .get_or_create(&label(&pool.name, state, ""))
+                    .set(n as i64);
+            }
+            for zone in &pool.zones {
+                t.pool_zones
+                    .get_or_create(&label(&pool.name, &zone.state, &zone.zone))
+                    .set(1);
+            }
+        }
+        Ok(())
     }
 }
 

@@ -135,6 +135,8 @@ pub enum PodActivity {
     Ready,
     /// It holds a lease: the attempt accounts for the time.
     Leased,
+    /// Its pool gave it back (issue 40): its time ends here, and nothing accrues after.
+    Retired,
 }
 
 impl PodActivity {
@@ -144,6 +146,7 @@ impl PodActivity {
             PodActivity::Recovering => "recovering",
             PodActivity::Ready => "ready",
             PodActivity::Leased => "leased",
+            PodActivity::Retired => "retired",
         }
     }
 }
@@ -201,7 +204,7 @@ pub fn ledger_step(
                     after_attempt = true;
                     Some(true)
                 }
-                PodActivity::Ready | PodActivity::Leased => Some(false),
+                PodActivity::Ready | PodActivity::Leased | PodActivity::Retired => Some(false),
                 PodActivity::Between => None,
             },
             _ => None,

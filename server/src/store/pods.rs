@@ -28,7 +28,7 @@ pub async fn upsert(
          VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET \
          accelerator = excluded.accelerator, hosts = excluded.hosts, state = excluded.state, \
          health = excluded.health, preflight_json = COALESCE(excluded.preflight_json, pods.preflight_json), \
-         recovery = excluded.recovery, last_seen_at = excluded.last_seen_at",
+         recovery = excluded.recovery, last_seen_at = excluded.last_seen_at, retired_at = NULL",
     )
     .bind(pod)
     .bind(&desc.accelerator)
@@ -82,6 +82,30 @@ pub async fn list(db: &mut Conn) -> Result<Vec<PodRow>, StoreError> {
     )
     .fetch_all(db)
     .await?)
+}
+
+/// The pods not retired: those that serve now, or will again.
+pub async fn serving(db: &mut Conn) -> Result<Vec<PodRow>, StoreError> {
+    Ok(db::query_as(
+        "SELECT name, accelerator, hosts, state, health, preflight_json, recovery, last_seen_at \
+         FROM pods WHERE retired_at IS NULL ORDER BY name",
+    )
+    .fetch_all(db)
+    .await?)
+}
+
+/// Retires `pods`, given back by their pool: kept for the history that names them, their
+/// pod time settled up to `at` (a slice idle until it went was idle until then, not since).
+pub async fn retire(conn: &mut Conn, pods: &[String], at: i64) -> Result<(), StoreError> {
+    for pod in pods {
+        super::pod_time::pod_ledger(&mut *conn, pod, PodActivity::Retired, at).await?;
+        db::query("UPDATE pods SET retired_at = ? WHERE name = ? AND retired_at IS NULL")
+            .bind(at)
+            .bind(pod)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
 }
 
 pub async fn count(db: &mut Conn) -> Result<i64, StoreError> {

@@ -70,6 +70,8 @@ pub struct PoolRun {
     book: ZoneBook,
     held: BTreeMap<String, Held>,
     events: Vec<WorkerEvent>,
+    /// Slices given back whose pods the server has not retired yet.
+    retired: Vec<String>,
     /// A zone the next slice should avoid: the one a quarantined slice came from.
     avoid: Option<String>,
 }
@@ -107,6 +109,7 @@ impl PoolRun {
             book,
             held: BTreeMap::new(),
             events: Vec::new(),
+            retired: Vec::new(),
             avoid: None,
             pool,
             settings,
@@ -149,8 +152,9 @@ impl PoolRun {
             Ok(answer) => answer,
             Err(CallError::Shutdown) => return Ok(()),
             Err(e) => {
-                // The events stay queued for the next report.
+                // The events and retirements stay queued for the next report.
                 self.events.extend(report.events);
+                self.retired.extend(report.retired);
                 return Err(e.into());
             }
         };
@@ -185,11 +189,12 @@ impl PoolRun {
                 self.journal.created(&slice.name, slice.created_at)?;
                 self.book.record_birth(&slice.zone, slice.created_at);
                 tracing::info!(pool = %self.pool.name, slice = %slice.name, "adopted");
-                self.held.insert(slice.name.clone(), held(slice));
+                self.held.insert(slice.name.clone(), held_from(slice));
             } else {
                 // Labelled as this pool's, yet not asked for by it (or given up mid-delete).
                 self.delete_in_cloud(&slice.name, &slice.zone, "a slice this pool does not hold")
                     .await;
+                self.retired.push(slice.name.clone());
             }
         }
         // A request written down whose create never reached the cloud: nothing to adopt.
@@ -210,6 +215,7 @@ impl PoolRun {
                 let held = self.held.remove(&name).expect("held");
                 self.book.record_death(&held.zone, held.created_at, now);
                 self.journal.gone(&name, now)?;
+                self.retired.push(name.clone());
                 stop(held).await;
                 self.event(
                     "slice_deleted",
@@ -222,12 +228,11 @@ impl PoolRun {
                 held.preempted_at = Some(tokio::time::Instant::now());
                 self.book.record_death(&held.zone, held.created_at, now);
             }
-            if held.state != SliceState::Preempted {
-                held.state = slice.state;
-            }
-            if slice.state == SliceState::Preempted {
-                held.state = SliceState::Preempted;
-            }
+            // Preempted for good: a Spot slice's capacity does not come back.
+            held.state = match held.preempted_at {
+                Some(_) => SliceState::Preempted,
+                None => slice.state,
+            };
         }
         Ok(())
     }
@@ -236,14 +241,14 @@ impl PoolRun {
     /// that failed preflight twice are quarantined, preempted ones go once their worker has
     /// ended its attempt.
     async fn tend(&mut self, answer: &PoolAnswer, now: DateTime<Utc>) -> anyhow::Result<()> {
-        let mut going = Vec::new();
+        let mut going: Vec<(String, Going)> = Vec::new();
         for pod in &answer.slices {
             let Some(held) = self.held.get_mut(&pod.pod) else {
                 continue;
             };
             if let Some(preempted) = held.preempted_at {
                 if !pod.leased || preempted.elapsed() >= PREEMPTED_GRACE {
-                    going.push((pod.pod.clone(), "preempted", None));
+                    going.push((pod.pod.clone(), Going::Preempted));
                 }
                 continue;
             }
@@ -257,7 +262,7 @@ impl PoolRun {
                         .first()
                         .map(|f| f.message.clone())
                         .unwrap_or_default();
-                    going.push((pod.pod.clone(), "quarantined", Some(why)));
+                    going.push((pod.pod.clone(), Going::Quarantined(why)));
                     continue;
                 }
             }
@@ -269,41 +274,43 @@ impl PoolRun {
             };
             if let (Some(since), Some(after)) = (held.idle_since, self.pool.idle_after) {
                 if now - since >= chrono::Duration::from_std(after).unwrap_or_default() {
-                    going.push((pod.pod.clone(), "idle", None));
+                    going.push((pod.pod.clone(), Going::Idle));
                 }
             }
         }
-        for (name, why, detail) in going {
+        for (name, why) in going {
             let held = self.held.remove(&name).expect("held");
-            match why {
-                "quarantined" => {
+            match &why {
+                Going::Quarantined(failure) => {
                     self.avoid = Some(held.zone.clone());
                     self.book.record_removed(&held.zone, held.created_at, now);
                     self.event(
                         "slice_quarantined",
                         format!(
-                            "{name} in {} failed preflight {QUARANTINE_AFTER} times ({}): deleted and replaced",
-                            held.zone,
-                            detail.unwrap_or_default()
+                            "{name} in {} failed preflight {QUARANTINE_AFTER} times ({failure}): \
+                             deleted and replaced",
+                            held.zone
                         ),
                     );
                 }
-                "idle" => {
+                Going::Idle => {
                     self.book.record_removed(&held.zone, held.created_at, now);
                     self.event(
                         "slice_deleted",
                         format!("{name} in {} had no lease for its idle_after", held.zone),
                     );
                 }
-                _ => self.event(
+                // Its death was counted against the zone when it was seen.
+                Going::Preempted => self.event(
                     "slice_deleted",
                     format!("{name} in {} was preempted", held.zone),
                 ),
             }
             self.journal.gone(&name, now)?;
+            self.retired.push(name.clone());
             let zone = held.zone.clone();
             stop(held).await;
-            self.delete_in_cloud(&name, &zone, why).await;
+            self.delete_in_cloud(&name, &zone, why.as_str()).await;
         }
         Ok(())
     }
@@ -360,7 +367,7 @@ impl PoolRun {
                 self.book.record_success(&zone, now);
                 self.held.insert(
                     name.clone(),
-                    held(&CloudSlice {
+                    held_from(&CloudSlice {
                         name: name.clone(),
                         zone: zone.clone(),
                         state: SliceState::Creating,
@@ -419,6 +426,7 @@ impl PoolRun {
             events: std::mem::take(&mut self.events),
             paused: self.book.paused().map(str::to_owned),
             slice_hours: self.journal.slice_hours(now),
+            retired: std::mem::take(&mut self.retired),
         }
     }
 
@@ -432,7 +440,8 @@ impl PoolRun {
 
     async fn delete_in_cloud(&mut self, name: &str, zone: &str, why: &str) {
         tracing::info!(pool = %self.pool.name, slice = name, why, "deleting slice");
-        // The hosts go with the slice, trainers included.
+        // The hosts go with the slice, trainers included: its simulated hosts' processes are
+        // found from their pid files, whether or not this process started them.
         LocalPod::new(
             name,
             &self.pool.accelerator,
@@ -448,7 +457,25 @@ impl PoolRun {
     }
 }
 
-fn held(slice: &CloudSlice) -> Held {
+/// Why a slice is given back.
+enum Going {
+    Preempted,
+    /// Failed preflight `QUARANTINE_AFTER` times; the last failure's words.
+    Quarantined(String),
+    Idle,
+}
+
+impl Going {
+    fn as_str(&self) -> &'static str {
+        match self {
+            Going::Preempted => "preempted",
+            Going::Quarantined(_) => "quarantined",
+            Going::Idle => "idle",
+        }
+    }
+}
+
+fn held_from(slice: &CloudSlice) -> Held {
     Held {
         zone: slice.zone.clone(),
         created_at: slice.created_at,

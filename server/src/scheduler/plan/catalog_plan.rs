@@ -168,11 +168,11 @@ impl Scheduler {
             .map(|r| (r.accelerator.clone(), Pool::default()))
             .collect();
         let mut pod_counts: BTreeMap<String, usize> = BTreeMap::new();
-        for pod in pods::list(&mut db).await? {
+        for pod in pods::serving(&mut db).await? {
             *pod_counts.entry(pod.accelerator).or_default() += 1;
         }
-        for (accelerator, count) in pod_counts {
-            pools.entry(accelerator).or_default().pods = count.max(1);
+        for (accelerator, count) in &pod_counts {
+            pools.entry(accelerator.clone()).or_default().pods = (*count).max(1);
         }
         if let Some(g) = &grant {
             for (accelerator, budget) in &g.pod_hours {
@@ -196,6 +196,7 @@ impl Scheduler {
             overhead_factor,
         };
         let planned = planner::plan(&runs, &groups, &limits, recommend);
+        let with_pools = self.with_pools_at_max(&runs, &groups, &limits, &pod_counts);
         let scenarios = scenarios(&runs, &groups, &limits, &planned.recommended, &waste);
         let mut estimates = std::collections::BTreeMap::new();
         for run in &runs {
@@ -258,9 +259,38 @@ impl Scheduler {
                 current: planned.current,
                 recommended: planned.recommended,
                 groups: planned.groups,
+                with_pools,
             },
             order,
         ))
+    }
+
+    /// The current order played out with every pool at its `max_slices`: the pods made by
+    /// hand, plus each pool's most. None while no pool has reported.
+    fn with_pools_at_max(
+        &self,
+        runs: &[Run],
+        groups: &[planner::Group],
+        limits: &planner::Limits,
+        pod_counts: &BTreeMap<String, usize>,
+    ) -> Option<podq_api::PoolsOutlook> {
+        let reported = self.pool_capacity();
+        if reported.is_empty() {
+            return None;
+        }
+        let mut more = limits.clone();
+        for (accelerator, (held, most)) in &reported {
+            let by_hand = pod_counts
+                .get(accelerator)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(*held);
+            more.pools.entry(accelerator.clone()).or_default().pods = (by_hand + most).max(1);
+        }
+        Some(podq_api::PoolsOutlook {
+            pods: more.pools.values().map(|p| p.pods).sum(),
+            projection: planner::plan(runs, groups, &more, false).current,
+        })
     }
 
     /// Every experiment of the catalog as a run: its newest job's run (the run it is linked

@@ -109,7 +109,7 @@ impl Scheduler {
 
     /// Every pod, with its live lease and when it was last heard from.
     pub async fn pods(&self) -> Result<Vec<Pod>> {
-        let rows = pods::list(&mut self.store.read().await?).await?;
+        let rows = pods::serving(&mut self.store.read().await?).await?;
         let live = self.live.all();
         let lease_on: HashMap<&str, (&uuid::Uuid, &LiveLease)> = live
             .iter()
@@ -217,6 +217,7 @@ impl Scheduler {
                     .set(seconds);
             }
         }
+        self.pool_metrics().await?;
         Ok(t.encode())
     }
 }

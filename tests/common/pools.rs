@@ -1,0 +1,134 @@
+//! A `podq pool` process for the tests that need slices made on demand (`tests/pools.rs`,
+//! the dashboard's capacity card).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use super::{pids_matching, Process, Server, PODQ};
+
+/// A `podq pool` process on a pool file, with its state under the server's temp dir.
+pub struct PoolProcess {
+    process: Process,
+    pub state: PathBuf,
+    log: PathBuf,
+    args: Vec<String>,
+}
+
+impl PoolProcess {
+    pub fn start(server: &Server, yaml: &str, run_secs: u32) -> PoolProcess {
+        let state = server.dir.path().join("pools");
+        std::fs::create_dir_all(&state).unwrap();
+        let file = server.dir.path().join("pools.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let args: Vec<String> = [
+            "pool",
+            "--pools",
+            file.to_str().unwrap(),
+            "--pool-state",
+            state.to_str().unwrap(),
+            "--server",
+            &server.url,
+            "--tick-s",
+            "0.3",
+            "--sim-create-s",
+            "1",
+            "--hosts",
+            "2",
+            "--status-poll-s",
+            "0.2",
+            "--metrics-flush-s",
+            "0.3",
+            "--checkpoint-scan-s",
+            "0.3",
+            "--stop-grace-s",
+            "3",
+            "--lease-wait-s",
+            "1",
+            "--preflight-retry-s",
+            "0.3",
+            "--trainer-env",
+            &format!("PODQ_SIM_RUN_SECS={run_secs}"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let log = server.dir.path().join("pool.log");
+        let process = spawn(&args, &log);
+        PoolProcess {
+            process,
+            state,
+            log,
+            args,
+        }
+    }
+
+    /// SIGKILL, then the same command again: as a crash and a supervisor's restart.
+    pub fn crash_and_restart(&mut self) {
+        self.process.kill();
+        self.process = spawn(&self.args, &self.log);
+    }
+
+    /// The slices the simulated cloud holds, labelled with any pool, by name.
+    pub fn cloud_slices(&self) -> Vec<Value> {
+        let dir = self.state.join("cloud/slices");
+        let mut slices: Vec<Value> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .filter_map(|e| serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok())
+            .collect();
+        slices.sort_by_key(|s| s["name"].as_str().unwrap_or_default().to_owned());
+        slices
+    }
+
+    pub fn pod_control(&self, slice: &str) -> PathBuf {
+        self.state.join("cloud/pods").join(slice).join("control")
+    }
+}
+
+fn spawn(args: &[String], log: &Path) -> Process {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let child = Command::new(PODQ)
+        .args(args)
+        .env("PODQ_LOG", "info,podq_worker=debug")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start podq pool");
+    Process {
+        child,
+        name: "podq pool".into(),
+    }
+}
+
+/// Trainers and agents outlive a killed pool process (as on a real pod): none may outlive
+/// the test.
+impl Drop for PoolProcess {
+    fn drop(&mut self) {
+        self.process.kill();
+        let me = self.process.pid();
+        for pid in pids_matching(&self.state.display().to_string()) {
+            if pid != me {
+                let pid = nix::unistd::Pid::from_raw(pid);
+                let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// A pool file of one local-driver pool.
+pub fn pool_yaml(name: &str, max_slices: u32, idle_after: &str, zones: &[&str]) -> String {
+    let zones: String = zones.iter().map(|z| format!("      - {z}\n")).collect();
+    format!(
+        "pools:\n  - name: {name}\n    accelerator: v4-64\n    max_slices: {max_slices}\n    \
+         idle_after: {idle_after}\n    provisioning: spot\n    driver: local\n    zones:\n{zones}"
+    )
+}
