@@ -160,8 +160,9 @@ impl SourceFiles {
         !self.virtual_files.contains_key(rel) && self.inside(rel).is_none()
     }
 
-    /// `rel` under the root, when it stays there once resolved (symlinks included); a path
-    /// that does not exist yet stays there when it has no `..` and is not absolute.
+    /// `rel` under the root, resolved, when it stays there (symlinks included). A path that
+    /// does not exist is judged by its deepest part that does, so that a missing file behind
+    /// a symlink out reads as outside, as an existing one does: nothing tells what is there.
     fn inside(&self, rel: &Path) -> Option<PathBuf> {
         use std::path::Component;
         if !rel
@@ -171,10 +172,19 @@ impl SourceFiles {
             return None;
         }
         let path = self.root.join(rel);
-        match (path.canonicalize(), self.root.canonicalize()) {
-            (Ok(real), Ok(root)) => real.starts_with(&root).then_some(path),
-            // Not there (or no root): nothing to read, and nothing outside to find.
-            _ => Some(path),
+        let Ok(root) = self.root.canonicalize() else {
+            // No catalog on disk (documents in memory only): nothing there to reach.
+            return Some(path);
+        };
+        let existing = path.ancestors().find(|p| p.exists())?;
+        let real = existing.canonicalize().ok()?;
+        if !real.starts_with(&root) {
+            return None;
+        }
+        // (Joining an empty rest would add a trailing `/`, which a file's path must not have.)
+        match path.strip_prefix(existing) {
+            Ok(rest) if !rest.as_os_str().is_empty() => Some(real.join(rest)),
+            _ => Some(real),
         }
     }
 

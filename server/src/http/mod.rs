@@ -50,7 +50,12 @@ pub fn metrics_router(state: AppState) -> Router {
         state.clone(),
         auth::require_read,
     ));
-    Router::from(routes).with_state(state)
+    Router::from(routes)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            cross_site::refuse_cross_site,
+        ))
+        .with_state(state)
 }
 
 pub fn router(state: AppState) -> Router {

@@ -38,6 +38,11 @@ impl Scheduler {
         tokio::spawn(async move {
             let mut last_read = false;
             loop {
+                // Checked on every page, not only while waiting: a follower sending a long
+                // backlog ends as soon as its reader's token stops holding.
+                if shutdown.is_cancelled() {
+                    return;
+                }
                 commits.borrow_and_update();
                 let page = match scheduler.log_page(&subject, &query).await {
                     Ok(page) => page,
@@ -48,8 +53,11 @@ impl Scheduler {
                 };
                 query.after = Some(page.next_after);
                 query.tail = false;
-                if !page.lines.is_empty() && tx.send(page.lines).await.is_err() {
-                    return;
+                if !page.lines.is_empty() {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        sent = tx.send(page.lines) => if sent.is_err() { return },
+                    }
                 }
                 if page.more {
                     continue;
