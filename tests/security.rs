@@ -521,6 +521,8 @@ async fn the_catalog_stays_inside_the_catalog() {
         ("- linked: leaked-secret-name".to_owned(), true),
         ("- linked: nothing-here".to_owned(), true),
         ("- linked/leaked-secret-name".to_owned(), true),
+        // A missing file behind the symlink reads as outside too: nothing tells what is there.
+        ("- linked/nothing-here".to_owned(), true),
         (format!("- {absolute}: nothing-here"), false),
     ];
     for (entry, named_outside) in entries {
@@ -592,4 +594,52 @@ async fn an_open_stream_ends_when_its_token_is_disabled() {
     )
     .await;
     assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn a_worker_token_makes_no_persons_change_nor_an_unbounded_pool() {
+    // The worker's is the only token: user calls are not checked, yet a worker's token is
+    // no person's.
+    let server = Server::start_with(ServerOptions {
+        env: vec![("PODQ_WORKER_TOKEN".into(), WORKER.into())],
+        ..ServerOptions::default()
+    })
+    .await;
+    let before = snapshot(&server).await;
+    let eve = json!({"name": "eve", "role": "admin"});
+    let (status, answer) = call(&server, Some(WORKER), Method::POST, "/users", eve, &[]).await;
+    assert_eq!(status, 403, "{answer}");
+    let job = json!({"experiments": ["exp07a"]});
+    let (status, answer) = call(&server, Some(WORKER), Method::POST, "/jobs", job, &[]).await;
+    assert_eq!(status, 403, "{answer}");
+    // A pool's report the plan would play out without end, or that names no pod.
+    let report = |max_slices: u64, pod: &str| {
+        json!({"accelerator": "v4-64", "max_slices": max_slices, "zones": [],
+               "slices": [{"pod": pod, "zone": "zone-a", "state": "ready",
+                           "created_at": "2026-11-28T00:00:00Z"}]})
+    };
+    for (body, what) in [
+        (report(4_294_967_295, "p-1"), "max_slices"),
+        (report(2, "p-1\n\u{1b}[2J"), "a pod name"),
+        (report(2, &"p".repeat(64)), "a long pod name"),
+    ] {
+        let (status, answer) = call(
+            &server,
+            Some(WORKER),
+            Method::POST,
+            "/pools/x/report",
+            body,
+            &[],
+        )
+        .await;
+        assert_eq!(status, 422, "{what}: {answer}");
+        assert_eq!(answer["error"]["code"], "invalid_pool_report", "{answer}");
+    }
+    let (_, pools) = server.get("/pools").await;
+    assert_eq!(pools["pools"], json!([]), "a refused report is not kept");
+    assert_eq!(
+        snapshot(&server).await,
+        before,
+        "a refused call changed a row"
+    );
 }

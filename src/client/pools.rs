@@ -32,8 +32,8 @@ pub async fn pools(args: PoolsArgs) -> anyhow::Result<ExitCode> {
     for pool in &page.pools {
         emit_line!(
             "pool {} ({}): {} of {} slices, {} job(s) waiting for one, {:.1} slice-hours{}",
-            pool.name,
-            pool.accelerator,
+            escape_controls(&pool.name),
+            escape_controls(&pool.accelerator),
             pool.slices.len(),
             pool.max_slices,
             pool.demand,
@@ -46,9 +46,9 @@ pub async fn pools(args: PoolsArgs) -> anyhow::Result<ExitCode> {
         let mut slices = Table::new(&["SLICE", "ZONE", "STATE", "CREATED", "IDLE SINCE"]);
         for slice in &pool.slices {
             slices.row(vec![
-                slice.pod.clone(),
-                slice.zone.clone(),
-                slice.state.clone(),
+                escape_controls(&slice.pod),
+                escape_controls(&slice.zone),
+                escape_controls(&slice.state),
                 slice.created_at.format("%H:%M:%S").to_string(),
                 slice
                     .idle_since
@@ -61,8 +61,8 @@ pub async fn pools(args: PoolsArgs) -> anyhow::Result<ExitCode> {
         let mut zones = Table::new(&["ZONE", "STATE", "NEXT TRY", "LAST ERROR"]);
         for zone in &pool.zones {
             zones.row(vec![
-                zone.zone.clone(),
-                zone.state.clone(),
+                escape_controls(&zone.zone),
+                escape_controls(&zone.state),
                 zone.next_try_at
                     .map_or("-".to_owned(), |t| t.format("%H:%M:%S").to_string()),
                 zone.last_error.as_deref().map_or("-".to_owned(), |e| {

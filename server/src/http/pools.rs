@@ -26,12 +26,12 @@ pub fn read_routes() -> OpenApiRouter<AppState> {
     path = "/pools/{name}/report",
     tag = "worker",
     summary = "A pool's process reports its slices and zones; the answer is the queue's demand",
-    params(("name" = String, Path, description = "The pool: 1 to 63 lowercase letters, digits or `-`", pattern = "^[a-z][a-z0-9-]{0,62}$")),
+    params(("name" = String, Path, description = "The pool: 1 to 40 lowercase letters, digits or `-`", pattern = "^[a-z][a-z0-9-]{0,39}$")),
     request_body = PoolReport,
     responses(
         (status = 200, description = "The demand for the pool's accelerator and each slice's pod as the server knows it", body = PoolAnswer),
         (status = 400, description = "`invalid_pool_name`", body = ErrorBody),
-        (status = 422, description = "`unknown_event_kind`: an event of a kind a pool does not report (`POOL_EVENT_KINDS`); nothing is recorded", body = ErrorBody),
+        (status = 422, description = "`unknown_event_kind`: an event of a kind a pool does not report (`POOL_EVENT_KINDS`); `invalid_pool_report`: an unknown accelerator, `max_slices` outside 1 to 256, a name no pod or zone has, a state no pool reports; `too_many_pools`: past 64 pools. Nothing is recorded", body = ErrorBody),
     ),
     security(("worker_token" = ["worker"])),
 )]
@@ -41,7 +41,7 @@ async fn report_pool(
     Path(name): Path<String>,
     JsonBody(req, _): JsonBody<PoolReport>,
 ) -> Result<Json<PoolAnswer>, ApiError> {
-    let ok = (1..=63).contains(&name.len())
+    let ok = (1..=40).contains(&name.len())
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && name
             .chars()
@@ -49,7 +49,7 @@ async fn report_pool(
     if !ok {
         return Err(ApiError::bad_request(
             "invalid_pool_name",
-            "a pool name is 1 to 63 lowercase letters, digits or `-`, starting with a letter",
+            "a pool name is 1 to 40 lowercase letters, digits or `-`, starting with a letter",
         ));
     }
     Ok(Json(

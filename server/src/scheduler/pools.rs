@@ -19,9 +19,13 @@ use crate::store::leases as sql;
 use crate::store::{now_ms, pods};
 use crate::team::Acting;
 
-/// A pod that has not asked for work for this long is not counted as waiting for it: twice
-/// the longest lease poll.
-const WAITING_POD_SEEN_S: i64 = 120;
+/// Bounds on what a report may hold: the server keeps every pool's last report and the plan
+/// plays out every pool at its most, so none may be made to grow without end.
+const MAX_POOLS: usize = 64;
+const MAX_SLICES: u32 = 256;
+const MAX_ZONES: usize = 64;
+const SLICE_STATES: [&str; 4] = ["creating", "ready", "preempted", "deleting"];
+const ZONE_STATES: [&str; 5] = ["ready", "stockout", "quota", "churn", "paused"];
 
 /// The pools' last reports, by name.
 #[derive(Default)]
@@ -45,6 +49,15 @@ impl Scheduler {
         report: PoolReport,
         acting: &Acting,
     ) -> Result<PoolAnswer> {
+        check_report(&report)?;
+        if !self.pool_reports.lock().contains_key(name)
+            && self.pool_reports.lock().len() >= MAX_POOLS
+        {
+            return Err(SchedulerError::unprocessable(
+                "too_many_pools",
+                format!("this server follows at most {MAX_POOLS} pools"),
+            ));
+        }
         for slice in &report.slices {
             worker_for(acting, &slice.pod)?;
         }
@@ -73,10 +86,23 @@ impl Scheduler {
                 })
                 .await?;
         }
+        for pod in &report.retired {
+            self.live.forget_pod(pod);
+        }
         let answer = self.pool_answer(&report).await?;
         let mut stored = report;
         stored.events.clear();
         stored.retired.clear();
+        stored.paused = stored
+            .paused
+            .as_deref()
+            .map(podq_api::bounded_event_message);
+        for zone in &mut stored.zones {
+            zone.last_error = zone
+                .last_error
+                .as_deref()
+                .map(podq_api::bounded_event_message);
+        }
         self.pool_reports
             .lock()
             .insert(name.to_owned(), (stored, Utc::now()));
@@ -86,8 +112,7 @@ impl Scheduler {
     async fn pool_answer(&self, report: &PoolReport) -> Result<PoolAnswer> {
         let leasable =
             sql::count_leasable(&mut self.store.read().await?, &report.accelerator).await?;
-        let since = Utc::now() - chrono::Duration::seconds(WAITING_POD_SEEN_S);
-        let waiting = self.live.idle_ready_pods(&report.accelerator, since);
+        let waiting = self.live.idle_pods(&report.accelerator);
         let demand = u32::try_from((leasable - waiting as i64).max(0)).unwrap_or(u32::MAX);
         let slices = report
             .slices
@@ -183,6 +208,75 @@ impl Scheduler {
         }
         Ok(())
     }
+}
+
+/// Refuses a report the server should not keep or plan with: more slices or zones than any
+/// pool holds, names a pod could not have, states no pool reports, an unknown accelerator.
+fn check_report(report: &PoolReport) -> Result<()> {
+    let invalid = |message: String| {
+        Err(SchedulerError::unprocessable(
+            "invalid_pool_report",
+            message,
+        ))
+    };
+    if !crate::catalog::is_accelerator_type(&report.accelerator) {
+        return invalid(format!(
+            "`{}` is not an accelerator type",
+            podq_api::escape_controls(&report.accelerator)
+        ));
+    }
+    if report.max_slices == 0 || report.max_slices > MAX_SLICES {
+        return invalid(format!("max_slices must be 1 to {MAX_SLICES}"));
+    }
+    if report.slices.len() > MAX_SLICES as usize || report.zones.len() > MAX_ZONES {
+        return invalid(format!(
+            "a pool holds at most {MAX_SLICES} slices and {MAX_ZONES} zones"
+        ));
+    }
+    let names = report
+        .slices
+        .iter()
+        .map(|s| s.pod.as_str())
+        .chain(report.retired.iter().map(String::as_str))
+        .chain(report.slices.iter().map(|s| s.zone.as_str()))
+        .chain(report.zones.iter().map(|z| z.zone.as_str()));
+    if let Some(bad) = names.into_iter().find(|n| !is_name(n)) {
+        return invalid(format!(
+            "`{}` is not a pod or zone name: 1 to 63 letters, digits, `-` or `_`",
+            podq_api::escape_controls(bad)
+        ));
+    }
+    if let Some(bad) = report
+        .slices
+        .iter()
+        .find(|s| !SLICE_STATES.contains(&s.state.as_str()))
+    {
+        return invalid(format!(
+            "slice state `{}` is none of {}",
+            podq_api::escape_controls(&bad.state),
+            SLICE_STATES.join(", ")
+        ));
+    }
+    if let Some(bad) = report
+        .zones
+        .iter()
+        .find(|z| !ZONE_STATES.contains(&z.state.as_str()))
+    {
+        return invalid(format!(
+            "zone state `{}` is none of {}",
+            podq_api::escape_controls(&bad.state),
+            ZONE_STATES.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// A pod's or zone's name: what a worker's pod name may be (`http/worker.rs`).
+fn is_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// A pool's event as it may be stored: one of the pool's own kinds, its message bounded and

@@ -181,6 +181,13 @@ pub fn ledger_step(
     activity: PodActivity,
     at: i64,
 ) -> Option<LedgerStep> {
+    // A retired pod's time has ended: the end of a lease it still held, or a second
+    // retirement, charges nothing and keeps it retired. Only its worker asking again brings
+    // it back (and charges nothing for the time it was gone).
+    if state == Some("retired") && !matches!(activity, PodActivity::Ready | PodActivity::Recovering)
+    {
+        return None;
+    }
     // While leased the attempt accounts for the pod's time: only its end changes the ledger
     // (a report from a restarted worker before its stale lease ends must not count twice).
     if state == Some("leased") && matches!(activity, PodActivity::Ready | PodActivity::Recovering) {
@@ -347,5 +354,25 @@ mod tests {
         let t = split(&odd, Some(10), 0);
         assert_eq!(t.total_s, 130.0);
         assert!(t.causes().iter().all(|(_, s)| *s >= 0.0));
+    }
+
+    #[test]
+    fn a_retired_pod_charges_nothing_after_it_went() {
+        // Idle from 0 until its pool gave it back at 10 s.
+        let step = ledger_step(Some("ready"), Some(0), PodActivity::Retired, 10_000).unwrap();
+        assert!(
+            matches!(step.charge, Some(LedgerCharge::Idle { seconds }) if seconds == 10.0),
+            "{:?}",
+            step.charge
+        );
+        assert_eq!(step.state, "retired");
+        // The lease it still held ends later: nothing, and it stays retired.
+        assert!(ledger_step(Some("retired"), Some(10_000), PodActivity::Between, 90_000).is_none());
+        assert!(ledger_step(Some("retired"), Some(10_000), PodActivity::Leased, 90_000).is_none());
+        assert!(ledger_time(Some("retired"), 80.0).is_none());
+        // Its worker asks again: it is back, charged nothing for its absence.
+        let back = ledger_step(Some("retired"), Some(10_000), PodActivity::Ready, 90_000).unwrap();
+        assert!(back.charge.is_none());
+        assert_eq!(back.state, "ready");
     }
 }

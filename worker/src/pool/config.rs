@@ -130,10 +130,14 @@ impl std::error::Error for PoolFileError {}
 
 /// What a pool's name may be: it is part of every slice's name and label, and GCP
 /// resource names and label values take only these.
-pub const POOL_NAME_RULE: &str = "1 to 63 lowercase letters, digits or `-`, starting with a letter";
+pub const POOL_NAME_RULE: &str = "1 to 40 lowercase letters, digits or `-`, starting with a letter";
+
+/// A slice is named `{pool}-{n}`, and a pod name is at most 63 characters: 40 leave room for
+/// any number a pool will reach.
+const MAX_POOL_NAME: usize = 40;
 
 pub fn valid_pool_name(name: &str) -> bool {
-    name.len() <= 63
+    name.len() <= MAX_POOL_NAME
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && name
             .chars()

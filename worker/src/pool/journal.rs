@@ -112,6 +112,22 @@ impl Journal {
             .filter(|(_, record)| record.gone_at.is_none())
     }
 
+    /// The newest `most` slices given up (deleted, or their create failed), newest first.
+    pub fn given_up(&self, most: usize) -> Vec<String> {
+        let mut gone: Vec<(&DateTime<Utc>, &String)> = self
+            .state
+            .slices
+            .iter()
+            .filter_map(|(name, r)| Some((r.gone_at.as_ref()?, name)))
+            .collect();
+        gone.sort();
+        gone.into_iter()
+            .rev()
+            .take(most)
+            .map(|(_, n)| n.clone())
+            .collect()
+    }
+
     /// Hours the pool's slices have been alive, from their creation to their end (or
     /// `now`): what they cost, leased or idle.
     pub fn slice_hours(&self, now: DateTime<Utc>) -> f64 {

@@ -30,6 +30,8 @@ use crate::pod::local::LocalPod;
 
 /// A slice that fails preflight this many times is deleted and never given another.
 pub const QUARANTINE_AFTER: usize = 2;
+/// How many of its newest given-up slices a restarted pool retires again.
+const RESEND_RETIRED: usize = 256;
 /// How long a preempted slice's worker is given to end its attempt before the slice goes.
 const PREEMPTED_GRACE: Duration = Duration::from_secs(20);
 
@@ -100,6 +102,9 @@ impl PoolRun {
             settings.sim_create_time,
         )?);
         let journal = Journal::open(&root.join("journal.json"))?;
+        // A retirement the server may not have heard of before a crash: said again (the
+        // server retires a pod once, whatever it is told after).
+        let retired = journal.given_up(RESEND_RETIRED);
         let book = ZoneBook::new(pool.zones.iter().map(|z| z.zone.clone()));
         Ok(PoolRun {
             cloud: sim.clone(),
@@ -109,7 +114,7 @@ impl PoolRun {
             book,
             held: BTreeMap::new(),
             events: Vec::new(),
-            retired: Vec::new(),
+            retired,
             avoid: None,
             pool,
             settings,
@@ -182,7 +187,13 @@ impl PoolRun {
         let by_name: BTreeMap<&str, &CloudSlice> =
             listed.iter().map(|s| (s.name.as_str(), s)).collect();
         for slice in listed {
-            if self.held.contains_key(&slice.name) || slice.state == SliceState::Deleting {
+            if self.held.contains_key(&slice.name) {
+                continue;
+            }
+            if slice.state == SliceState::Deleting {
+                // A delete that a crash interrupted: deleting again is harmless.
+                self.delete_in_cloud(&slice.name, &slice.zone, "a delete left unfinished")
+                    .await;
                 continue;
             }
             if self.journal.held(&slice.name).is_some() {
@@ -214,9 +225,9 @@ impl PoolRun {
             let Some(slice) = by_name.get(name.as_str()) else {
                 let held = self.held.remove(&name).expect("held");
                 self.book.record_death(&held.zone, held.created_at, now);
-                self.journal.gone(&name, now)?;
-                self.retired.push(name.clone());
                 stop(held).await;
+                self.retired.push(name.clone());
+                self.journal.gone(&name, now)?;
                 self.event(
                     "slice_deleted",
                     format!("{name} vanished from {}", self.pool.name),
@@ -306,10 +317,12 @@ impl PoolRun {
                     format!("{name} in {} was preempted", held.zone),
                 ),
             }
-            self.journal.gone(&name, now)?;
-            self.retired.push(name.clone());
             let zone = held.zone.clone();
             stop(held).await;
+            self.retired.push(name.clone());
+            // Marked gone before the delete: a crash between the two finds the slice unheld
+            // on restart, and deletes it then.
+            self.journal.gone(&name, now)?;
             self.delete_in_cloud(&name, &zone, why.as_str()).await;
         }
         Ok(())
@@ -488,14 +501,14 @@ fn held_from(slice: &CloudSlice) -> Held {
     }
 }
 
-/// Stops a slice's daemon and powers its hosts off.
+/// Stops a slice's daemon, so it asks for no more work, then powers its hosts off.
 async fn stop(held: Held) {
-    if let Some(driver) = &held.driver {
-        driver.power_off();
-    }
     if let Some((token, task)) = held.daemon {
         token.cancel();
         let _ = task.await;
+    }
+    if let Some(driver) = &held.driver {
+        driver.power_off();
     }
 }
 

@@ -192,26 +192,15 @@ impl LiveLeases {
         self.pods().get(pod).map(|seen| seen.last_seen)
     }
 
+    /// Forgets `pod`, given back by its pool: it waits for no work any more.
+    pub fn forget_pod(&self, pod: &str) {
+        self.pods().remove(pod);
+    }
+
     /// What `pod` last said of itself, and when it was last seen.
     pub fn pod_seen_as(&self, pod: &str) -> Option<(PodDescription, DateTime<Utc>)> {
         self.pods()
             .get(pod)
             .map(|seen| (seen.recorded.clone(), seen.last_seen))
-    }
-
-    /// Pods of `accelerator` seen since `since`, holding no lease, whose last preflight did
-    /// not fail: each will take the next leasable job.
-    pub fn idle_ready_pods(&self, accelerator: &str, since: DateTime<Utc>) -> usize {
-        let leased: std::collections::HashSet<String> =
-            self.lock().values().map(|l| l.pod.clone()).collect();
-        self.pods()
-            .iter()
-            .filter(|(name, seen)| {
-                seen.recorded.accelerator == accelerator
-                    && seen.last_seen >= since
-                    && seen.recorded.preflight.as_ref().is_none_or(|p| p.passed)
-                    && !leased.contains(*name)
-            })
-            .count()
     }
 }
