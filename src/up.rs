@@ -119,6 +119,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         .map(podq_worker::pool::config::PoolFile::load)
         .transpose()
         .map_err(anyhow::Error::msg)?;
+    if let Some(pool) = pools
+        .iter()
+        .flat_map(|file| &file.pools)
+        .find(|pool| pool.driver != podq_worker::pool::config::PoolDriver::Local)
+    {
+        anyhow::bail!(
+            "pool {}: `podq up` runs pools of simulated slices (driver: local); a gcloud \
+             pool runs under `podq pool --pools FILE --config WORKER.yaml` \
+             (docs/operations.md, \"Pools\")",
+            pool.name
+        );
+    }
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
@@ -231,6 +243,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 state_dir: data_dir.join("pools"),
                 daemon: settings,
                 hosts: args.hosts,
+                gcloud: Default::default(),
                 sim_create_time: Duration::from_secs(3),
             };
             tokio::spawn(podq_worker::pool::cli::run_pools(

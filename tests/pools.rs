@@ -3,12 +3,14 @@
 //! worker daemons and sim trainers. Killed with -9 where the test says so.
 
 mod common;
+mod fake_cloud;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::pools::{pool_yaml, PoolProcess};
 use common::{eventually, Server, PODQ};
+use fake_cloud::{FakeCloud, HOSTS, PROJECT};
 use serde_json::{json, Value};
 
 const RUN: Duration = Duration::from_secs(120);
@@ -403,4 +405,112 @@ fn a_bad_pool_file_is_refused_at_start_with_its_line() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn a_gcloud_pool_waterfalls_to_a_labelled_node_survives_a_kill_and_leaks_nothing() {
+    // Zones of the fake gcloud whose nodes' hosts are machines of their own.
+    let cloud = FakeCloud::fleet(
+        json!({
+            "us-central2-a": {"fault": "stockout"},
+            "us-central2-b": {"fault": "quota"},
+            "us-central2-c": {"capacity": 2},
+        }),
+        HOSTS,
+    );
+    let server = Server::start().await;
+    let config = cloud.worker_config(
+        &server.url,
+        json!({"create": {"runtime_version": "tpu-ubuntu2204-base"}}),
+        json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "10"}}),
+    );
+    let yaml = format!(
+        "pools:\n  - name: gc\n    accelerator: v4-64\n    max_slices: 2\n    idle_after: 3s\n    \
+         provisioning: spot\n    driver: gcloud\n    project: {PROJECT}\n    zones:\n      \
+         - us-central2-a\n      - us-central2-b\n      - us-central2-c\n"
+    );
+    let mut pool = PoolProcess::gcloud(&server, &yaml, &config, cloud.gcloud_env());
+    let submitted = Instant::now();
+    let job = server.submit_one("exp07a", json!({})).await;
+    let running = server.wait_state(&job, "running", RUN).await;
+    let to_first_step = submitted.elapsed();
+    let pod = attempts(&running)[0]["pod"].as_str().unwrap().to_owned();
+    // One node, made where there was capacity, labelled as the pool's and bought as spot.
+    let nodes = cloud.fleet_nodes();
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let (zone, node) = &nodes[&pod];
+    assert_eq!(zone, "us-central2-c");
+    assert_eq!(node["labels"]["podq-pool"], "gc", "{node}");
+    assert_eq!(node["schedulingConfig"]["spot"], true, "{node}");
+    assert_eq!(node["acceleratorType"], "v4-64", "{node}");
+
+    // Blocked as the error said.
+    let page = pools(&server).await;
+    let zones = page["pools"][0]["zones"].as_array().unwrap().clone();
+    let state_of = |zone: &str| zones.iter().find(|z| z["zone"] == zone).unwrap()["state"].clone();
+    assert_eq!(state_of("us-central2-a"), "stockout", "{zones:?}");
+    assert_eq!(state_of("us-central2-b"), "quota", "{zones:?}");
+
+    // Killed while its slice trains, and a node labelled as the pool's that it never asked
+    // for appears: the restarted pool adopts its own, deletes the stray, and the trainer
+    // runs on to the end of its one attempt.
+    pool.crash_and_restart();
+    let stray = Command::new(format!("{}/gcloud", fake_cloud::FAKE_DIR))
+        .args(["compute", "tpus", "tpu-vm", "create", "gc-99"])
+        .args([
+            "--zone=us-central2-c",
+            &format!("--project={PROJECT}"),
+            "--accelerator-type=v4-64",
+            "--version=tpu-ubuntu2204-base",
+            "--labels=podq-pool=gc",
+        ])
+        .envs(cloud.gcloud_env())
+        .output()
+        .unwrap();
+    assert!(stray.status.success(), "{stray:?}");
+    let done = server.wait_state(&job, "succeeded", RUN).await;
+    assert_eq!(attempts(&done).len(), 1, "{done}");
+    eventually(RUN, "the stray and the idle node to be deleted", || async {
+        cloud.fleet_nodes().is_empty().then_some(())
+    })
+    .await;
+
+    let calls = cloud.calls();
+    let verb = |call: &Vec<String>| call.get(3).cloned().unwrap_or_default();
+    let named = |call: &Vec<String>, name: &str| call.get(4).is_some_and(|n| n == name);
+    let zone_of = |call: &Vec<String>| {
+        call.iter()
+            .find_map(|a| a.strip_prefix("--zone="))
+            .unwrap()
+            .to_owned()
+    };
+    let creates: Vec<String> = calls
+        .iter()
+        .filter(|c| verb(c) == "create" && !named(c, "gc-99"))
+        .map(zone_of)
+        .collect();
+    assert_eq!(
+        creates,
+        ["us-central2-a", "us-central2-b", "us-central2-c"],
+        "the waterfall, and no second create for one request"
+    );
+    let deletes: Vec<&String> = calls
+        .iter()
+        .filter(|c| verb(c) == "delete")
+        .filter_map(|c| c.get(4))
+        .collect();
+    assert_eq!(
+        deletes,
+        [&"gc-99".to_owned(), &pod],
+        "the stray, then the idle node"
+    );
+    let lists = calls.iter().filter(|c| verb(c) == "list").count();
+    eprintln!(
+        "pool figures (gcloud, TPU API): demand to first step {:.1}s with a stockout and a \
+         quota zone in front; calls to make and give back the slice: {} creates (2 refused), \
+         1 delete; {lists} lists over the {:.0}s run (one per zone per tick)",
+        to_first_step.as_secs_f64(),
+        creates.len(),
+        submitted.elapsed().as_secs_f64(),
+    );
 }

@@ -14,6 +14,7 @@ pub struct PoolProcess {
     pub state: PathBuf,
     log: PathBuf,
     args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl PoolProcess {
@@ -54,20 +55,59 @@ impl PoolProcess {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        PoolProcess::launch(server, args, Vec::new())
+    }
+
+    /// A `podq pool` process on a pool file of `driver: gcloud` pools, whose slices' workers
+    /// are configured by `config` (a worker's config file), with `env` added.
+    pub fn gcloud(
+        server: &Server,
+        yaml: &str,
+        config: &Path,
+        env: Vec<(String, String)>,
+    ) -> PoolProcess {
+        let state = server.dir.path().join("pools");
+        std::fs::create_dir_all(&state).unwrap();
+        let file = server.dir.path().join("pools.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let args = [
+            "pool",
+            "--pools",
+            file.to_str().unwrap(),
+            "--pool-state",
+            state.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--tick-s",
+            "0.3",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        PoolProcess::launch(server, args, env)
+    }
+
+    fn launch(server: &Server, args: Vec<String>, env: Vec<(String, String)>) -> PoolProcess {
         let log = server.dir.path().join("pool.log");
-        let process = spawn(&args, &log);
+        let process = spawn(&args, &env, &log);
         PoolProcess {
             process,
-            state,
+            state: server.dir.path().join("pools"),
             log,
             args,
+            env,
         }
     }
 
     /// SIGKILL, then the same command again: as a crash and a supervisor's restart.
     pub fn crash_and_restart(&mut self) {
         self.process.kill();
-        self.process = spawn(&self.args, &self.log);
+        self.process = spawn(&self.args, &self.env, &self.log);
+    }
+
+    /// What the process has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The slices the simulated cloud holds, labelled with any pool, by name.
@@ -89,7 +129,7 @@ impl PoolProcess {
     }
 }
 
-fn spawn(args: &[String], log: &Path) -> Process {
+fn spawn(args: &[String], env: &[(String, String)], log: &Path) -> Process {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -98,6 +138,7 @@ fn spawn(args: &[String], log: &Path) -> Process {
     let child = Command::new(PODQ)
         .args(args)
         .env("PODQ_LOG", "info,podq_worker=debug")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -113,6 +154,20 @@ fn spawn(args: &[String], log: &Path) -> Process {
 impl Drop for PoolProcess {
     fn drop(&mut self) {
         self.process.kill();
+        if std::thread::panicking() {
+            // Its debug lines (every gcloud call) left out: what it decided, not each look.
+            let log: String = self
+                .log()
+                .lines()
+                .filter(|line| !line.contains(" DEBUG "))
+                .map(|line| format!("{line}\n"))
+                .collect();
+            let mut start = log.len().saturating_sub(12_000);
+            while !log.is_char_boundary(start) {
+                start += 1;
+            }
+            eprintln!("--- the end of the pool's log ---\n{}", &log[start..]);
+        }
         let me = self.process.pid();
         for pid in pids_matching(&self.state.display().to_string()) {
             if pid != me {

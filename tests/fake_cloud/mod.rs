@@ -62,6 +62,14 @@ pub struct FakeCloud {
     bridge: String,
 }
 
+/// What `gcloud storage ls` finds under `root`: the dataset the suite's configs name.
+fn seed_gcs(root: &Path) {
+    std::fs::create_dir_all(
+        root.join("gcs/sculptor-tpu-experiments/data/sudoku-extreme-1k-aug-1000"),
+    )
+    .unwrap();
+}
+
 fn hosts_script(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new("python3")
         .arg(Path::new(FAKE_DIR).join("hosts.py"))
@@ -124,12 +132,7 @@ impl FakeCloud {
             std::fs::create_dir_all(dir.path().join(format!("hosts/host-{host}/home"))).unwrap();
             std::fs::create_dir_all(dir.path().join(format!("hosts/host-{host}/tmp"))).unwrap();
         }
-        // What `gcloud storage ls` finds: the dataset the suite's configs name.
-        std::fs::create_dir_all(
-            dir.path()
-                .join("gcs/sculptor-tpu-experiments/data/sudoku-extreme-1k-aug-1000"),
-        )
-        .unwrap();
+        seed_gcs(dir.path());
         let setup = hosts_script(&[
             "setup".as_ref(),
             dir.path().as_os_str(),
@@ -142,6 +145,72 @@ impl FakeCloud {
         );
         let bridge = String::from_utf8_lossy(&setup.stdout).trim().to_owned();
         FakeCloud { dir, hosts, bridge }
+    }
+
+    /// A fleet: zones scripted by `zones` (`{ZONE: {capacity | fault, clears_after_s |
+    /// preempt_young}}`, as the fake's "fleet" documents) that hold many nodes, each of
+    /// `hosts` emulated hosts on one bridge, for the pools that make them.
+    pub fn fleet(zones: Value, hosts: u32) -> FakeCloud {
+        let dir = shared_tempdir();
+        let state = json!({
+            "zone": ZONE,
+            "project": PROJECT,
+            "node": null,
+            "fleet": {"zones": zones, "hosts": hosts, "settle_describes": 2},
+        });
+        std::fs::write(dir.path().join("state.json"), state.to_string()).unwrap();
+        std::fs::create_dir_all(dir.path().join("control")).unwrap();
+        seed_gcs(dir.path());
+        let setup = hosts_script(&["setup".as_ref(), dir.path().as_os_str(), "0".as_ref()]);
+        assert!(
+            setup.status.success(),
+            "cannot make the emulated fleet's bridge: {}",
+            String::from_utf8_lossy(&setup.stderr)
+        );
+        let bridge = String::from_utf8_lossy(&setup.stdout).trim().to_owned();
+        FakeCloud { dir, hosts, bridge }
+    }
+
+    /// A fleet's nodes that exist (deleted ones are gone), by name: (zone, node).
+    pub fn fleet_nodes(&self) -> BTreeMap<String, (String, Value)> {
+        let mut nodes = BTreeMap::new();
+        for entry in std::fs::read_dir(self.root().join("slices"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let Ok(text) = std::fs::read_to_string(entry.path().join("state.json")) else {
+                continue;
+            };
+            let state: Value = serde_json::from_str(&text).unwrap();
+            if !state["node"].is_null() {
+                nodes.insert(
+                    entry.file_name().to_string_lossy().into_owned(),
+                    (
+                        state["zone"].as_str().unwrap_or_default().to_owned(),
+                        state["node"].clone(),
+                    ),
+                );
+            }
+        }
+        nodes
+    }
+
+    /// The environment a process needs to find this fake as `gcloud`, with gcloud's ssh
+    /// retries and slow connections made quick.
+    pub fn gcloud_env(&self) -> Vec<(String, String)> {
+        let path = format!("{FAKE_DIR}:{}", std::env::var("PATH").unwrap_or_default());
+        [
+            ("PATH", path.as_str()),
+            ("FAKE_GCLOUD_ROOT", self.root().to_str().unwrap()),
+            ("FAKE_GCLOUD_SSH_RETRY_S", "0.02"),
+            ("FAKE_GCLOUD_SLOW_CONNECT_S", "0.2"),
+            ("FAKE_GCLOUD_HANG_S", "2"),
+            ("FAKE_GCLOUD_LATENCY_S", "0"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
     }
 
     /// Runs `script` with bash on `host` as its login user would (booting the host if it

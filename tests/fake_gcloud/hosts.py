@@ -69,11 +69,11 @@ def host_dir(root, i):
 
 
 def netns(emu, i):
-    return "%s-%d-%s-h%d" % (PREFIX, emu["owner"], emu["tag"], i)
+    return "%s-%d-%s-h%d" % (PREFIX, emu["owner"], emu["tag"], i + emu.get("offset", 0))
 
 
 def address(emu, i):
-    return "%s.%d" % (emu["subnet"], i + 2)
+    return "%s.%d" % (emu["subnet"], i + emu.get("offset", 0) + 2)
 
 
 def hostname(i):
@@ -148,11 +148,24 @@ def setup(root, hosts):
     print(emu["bridge_address"])
 
 
+def join(root, hosts, fleet_emu, slot):
+    """The hosts of one slice of a fleet (the fake's zones, tests/fake_gcloud/gcloud): machines
+    on the fleet's bridge, so one worker address reaches every slice's agents. Slice `slot`
+    takes the addresses after the slots before it; recorded in ROOT/state.json."""
+    per_bridge = 250 // max(1, hosts)
+    emu = dict(fleet_emu, hosts=hosts, offset=(slot % per_bridge) * hosts)
+    for i in range(hosts):
+        add_host_network(emu, i)
+        for d in ("home", "tmp", "vartmp"):
+            os.makedirs(os.path.join(host_dir(root, i), d), exist_ok=True)
+    return emu
+
+
 def add_host_network(emu, i):
     ns = netns(emu, i)
     if os.path.exists("/run/netns/" + ns):
         return
-    veth = "pq%sh%d" % (emu["tag"], i)
+    veth = "pq%sh%d" % (emu["tag"], i + emu.get("offset", 0))
     sh("ip", "netns", "add", ns)
     sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
     sh("ip", "link", "set", veth, "master", bridge(emu["tag"]), "up")
@@ -290,10 +303,12 @@ def teardown(root):
         emu = None
     if not emu:
         return
-    open(os.path.join(root, "torn-down"), "w").close()
+    for each in [root] + glob.glob(os.path.join(root, "slices", "*")):
+        open(os.path.join(each, "torn-down"), "w").close()
     for i in range(64):
         halt(root, i)
-    kill_inits(lambda host_dir: host_dir.startswith(os.path.join(root, "hosts") + "/"))
+    # A fleet's slices keep their hosts under ROOT/slices/<name>/hosts.
+    kill_inits(lambda host_dir: host_dir.startswith(root.rstrip("/") + "/"))
     remove(emu["owner"], emu["tag"])
 
 

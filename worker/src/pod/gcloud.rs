@@ -38,7 +38,8 @@ use podq_api::Preflight;
 
 pub use compute::{ComputeSettings, ProvisioningModel};
 pub use node::{classify_health, classify_state, HealthClass, Node, StateClass};
-use runner::{CallError, Output, Retry, Runner};
+use runner::Output;
+pub use runner::{CallError, Retry, Runner};
 use settings::{secs, Timing};
 pub use settings::{Api, Capacity, CreateSettings, GcloudSettings};
 

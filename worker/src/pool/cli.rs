@@ -53,6 +53,7 @@ impl PoolArgs {
             state_dir,
             daemon,
             hosts: config.hosts,
+            gcloud: config.gcloud.clone(),
             sim_create_time: seconds(self.sim_create_s, 3.0, "--sim-create-s")?,
         };
         let client = ServerClient::new(

@@ -20,13 +20,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::classify::{classify_create_error, ErrorKind};
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState};
-use super::config::Pool;
+use super::config::{Pool, PoolApi, PoolDriver, Provisioning};
+use super::gcloud::GcloudCloud;
 use super::journal::Journal;
 use super::sim::SimCloud;
 use super::zones::ZoneBook;
 use crate::client::{CallError, ServerClient};
 use crate::daemon::{self, DaemonSettings};
+use crate::pod::gcloud::{Api, Capacity, GcloudPod, GcloudSettings, Runner};
 use crate::pod::local::LocalPod;
+use crate::pod::PodDriver;
 
 /// A slice that fails preflight this many times is deleted and never given another.
 pub const QUARANTINE_AFTER: usize = 2;
@@ -44,8 +47,11 @@ pub struct PoolSettings {
     pub state_dir: PathBuf,
     /// Each slice's daemon, as a worker's (its `state_dir` is set per slice).
     pub daemon: DaemonSettings,
-    /// Hosts of a simulated slice.
+    /// Hosts of a slice (a gcloud slice's driver takes the count its node gives).
     pub hosts: u32,
+    /// A gcloud pool's slices: the worker config's `gcloud:` section (zone, project and API
+    /// are the pool's).
+    pub gcloud: GcloudSettings,
     /// How long the sim cloud takes to make a slice.
     pub sim_create_time: Duration,
 }
@@ -62,10 +68,18 @@ struct Held {
     preempted_at: Option<tokio::time::Instant>,
 }
 
+/// Where a pool's slices' hosts are, by driver.
+enum SliceHosts {
+    /// The local driver's simulated hosts, under the sim cloud.
+    Local(Arc<SimCloud>),
+    /// Cloud TPU VM nodes, reached through gcloud.
+    Gcloud(Box<GcloudSettings>),
+}
+
 pub struct PoolRun {
     pool: Pool,
     cloud: Arc<dyn SliceCloud>,
-    sim: Arc<SimCloud>,
+    hosts: SliceHosts,
     client: ServerClient,
     settings: PoolSettings,
     journal: Journal,
@@ -81,34 +95,19 @@ pub struct PoolRun {
 impl PoolRun {
     /// A pool's process for `pool`, its state under `settings.state_dir`.
     pub fn new(pool: Pool, client: ServerClient, settings: PoolSettings) -> anyhow::Result<Self> {
-        if pool.driver != super::config::PoolDriver::Local {
-            anyhow::bail!(
-                "pool {}: driver gcloud is not built yet; pools run on the local driver \
-                 (issue 40)",
-                pool.name
-            );
-        }
         let root = settings.state_dir.join(&pool.name);
         std::fs::create_dir_all(&root)
             .with_context(|| format!("cannot make {}", root.display()))?;
-        let scripts = pool
-            .zones
-            .iter()
-            .filter_map(|z| Some((z.zone.clone(), z.sim.clone()?)))
-            .collect();
-        let sim = Arc::new(SimCloud::new(
-            &settings.state_dir.join("cloud"),
-            scripts,
-            settings.sim_create_time,
-        )?);
+        let (cloud, hosts) =
+            slice_cloud(&pool, &settings).with_context(|| format!("pool {}", pool.name))?;
         let journal = Journal::open(&root.join("journal.json"))?;
         // A retirement the server may not have heard of before a crash: said again (the
         // server retires a pod once, whatever it is told after).
         let retired = journal.given_up(RESEND_RETIRED);
         let book = ZoneBook::new(pool.zones.iter().map(|z| z.zone.clone()));
         Ok(PoolRun {
-            cloud: sim.clone(),
-            sim,
+            cloud,
+            hosts,
             client,
             journal,
             book,
@@ -165,18 +164,24 @@ impl PoolRun {
         };
         self.tend(&answer, now).await?;
         self.grow(&answer, now).await?;
-        for (name, held) in &mut self.held {
-            if held.state == SliceState::Ready && held.daemon.is_none() {
-                held.daemon = Some(start_daemon(
-                    &self.client,
-                    &self.settings,
-                    name,
-                    held,
-                    shutdown,
-                    &self.sim,
-                    &self.pool.accelerator,
-                )?);
-            }
+        let ready: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(_, held)| held.state == SliceState::Ready && held.daemon.is_none())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in ready {
+            let dir = self.slice_dir(&name);
+            let held = self.held.get_mut(&name).expect("held");
+            let driver = slice_driver(&self.pool, &self.settings, &self.hosts, &name, held)?;
+            held.daemon = Some(start_daemon(
+                &self.client,
+                &self.settings,
+                &name,
+                driver,
+                dir,
+                shutdown,
+            ));
         }
         Ok(())
     }
@@ -453,19 +458,41 @@ impl PoolRun {
 
     async fn delete_in_cloud(&mut self, name: &str, zone: &str, why: &str) {
         tracing::info!(pool = %self.pool.name, slice = name, why, "deleting slice");
-        // The hosts go with the slice, trainers included: its simulated hosts' processes are
-        // found from their pid files, whether or not this process started them.
-        LocalPod::new(
-            name,
-            &self.pool.accelerator,
-            self.settings.hosts,
-            &self.sim.pod_root(name),
-            Duration::ZERO,
-        )
-        .map(|pod| pod.power_off())
-        .ok();
-        if let Err(e) = self.cloud.delete(name, zone).await {
-            tracing::warn!(pool = %self.pool.name, slice = name, error = %e, "delete failed; the next look retries");
+        if let SliceHosts::Local(sim) = &self.hosts {
+            // The hosts go with the slice, trainers included: its simulated hosts' processes
+            // are found from their pid files, whether or not this process started them.
+            LocalPod::new(
+                name,
+                &self.pool.accelerator,
+                self.settings.hosts,
+                &sim.pod_root(name),
+                Duration::ZERO,
+            )
+            .map(|pod| pod.power_off())
+            .ok();
+        }
+        match self.cloud.delete(name, zone).await {
+            Ok(()) => {
+                if let SliceHosts::Gcloud(_) = &self.hosts {
+                    let _ = std::fs::remove_dir_all(self.slice_dir(name));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(pool = %self.pool.name, slice = name, error = %e, "delete failed; the next look retries");
+            }
+        }
+    }
+
+    /// Where slice `name`'s worker keeps its state (and a simulated slice its hosts).
+    fn slice_dir(&self, name: &str) -> PathBuf {
+        match &self.hosts {
+            SliceHosts::Local(sim) => sim.pod_root(name),
+            SliceHosts::Gcloud(_) => self
+                .settings
+                .state_dir
+                .join(&self.pool.name)
+                .join("slices")
+                .join(name),
         }
     }
 }
@@ -512,27 +539,120 @@ async fn stop(held: Held) {
     }
 }
 
-/// The worker's daemon for slice `name`, on the slice's simulated hosts.
+/// The cloud a pool makes its slices in, and where their hosts are.
+fn slice_cloud(
+    pool: &Pool,
+    settings: &PoolSettings,
+) -> anyhow::Result<(Arc<dyn SliceCloud>, SliceHosts)> {
+    match pool.driver {
+        PoolDriver::Local => {
+            let scripts = pool
+                .zones
+                .iter()
+                .filter_map(|z| Some((z.zone.clone(), z.sim.clone()?)))
+                .collect();
+            let sim = Arc::new(SimCloud::new(
+                &settings.state_dir.join("cloud"),
+                scripts,
+                settings.sim_create_time,
+            )?);
+            Ok((sim.clone(), SliceHosts::Local(sim)))
+        }
+        PoolDriver::Gcloud => {
+            if pool.api == PoolApi::Compute {
+                anyhow::bail!(
+                    "api: compute pools are not built yet; a gcloud pool makes Cloud TPU VM \
+                     nodes (api: tpu)"
+                );
+            }
+            let gcloud = &settings.gcloud;
+            let Some(runtime) = gcloud.create.runtime_version.clone() else {
+                anyhow::bail!(
+                    "a gcloud pool's slices need a runtime version: set \
+                     gcloud.create.runtime_version in the worker config (e.g. \
+                     tpu-ubuntu2204-base)"
+                );
+            };
+            let runner = Runner {
+                program: gcloud.binary.clone(),
+                retries: gcloud.retries,
+                backoff: Duration::try_from_secs_f64(gcloud.retry_backoff_s)
+                    .context("gcloud.retry_backoff_s must be a number of seconds")?,
+            };
+            let cloud = GcloudCloud::new(
+                runner,
+                pool.project.clone().or_else(|| gcloud.project.clone()),
+                pool.zones.iter().map(|z| z.zone.clone()).collect(),
+                runtime,
+                pool.provisioning,
+                gcloud.create.extra_args.clone(),
+            )?;
+            Ok((
+                Arc::new(cloud),
+                SliceHosts::Gcloud(Box::new(gcloud.clone())),
+            ))
+        }
+    }
+}
+
+/// The pod driver of slice `name`: what its worker daemon leases, launches and recovers on.
+fn slice_driver(
+    pool: &Pool,
+    settings: &PoolSettings,
+    hosts: &SliceHosts,
+    name: &str,
+    held: &mut Held,
+) -> anyhow::Result<Arc<dyn PodDriver>> {
+    match hosts {
+        SliceHosts::Local(sim) => {
+            let driver = Arc::new(LocalPod::new(
+                name,
+                &pool.accelerator,
+                settings.hosts,
+                &sim.pod_root(name),
+                Duration::from_secs(3),
+            )?);
+            held.driver = Some(driver.clone());
+            Ok(driver)
+        }
+        SliceHosts::Gcloud(gcloud) => {
+            let mut gcloud = (**gcloud).clone();
+            gcloud.zone = held.zone.clone();
+            gcloud.project = pool.project.clone().or(gcloud.project);
+            gcloud.api = Api::Tpu;
+            gcloud.pool_owned = true;
+            gcloud.capacity = match pool.provisioning {
+                Provisioning::Spot => Capacity::Spot,
+                _ => Capacity::OnDemand,
+            };
+            gcloud.state_dir = Some(
+                settings
+                    .state_dir
+                    .join(&pool.name)
+                    .join("slices")
+                    .join(name),
+            );
+            Ok(Arc::new(GcloudPod::new(
+                name,
+                &pool.accelerator,
+                settings.hosts,
+                gcloud,
+            )?))
+        }
+    }
+}
+
+/// The worker's daemon for slice `name`, its state under `dir`.
 fn start_daemon(
     client: &ServerClient,
     settings: &PoolSettings,
     name: &str,
-    held: &mut Held,
+    driver: Arc<dyn PodDriver>,
+    dir: PathBuf,
     shutdown: &CancellationToken,
-    sim: &SimCloud,
-    accelerator: &str,
-) -> anyhow::Result<(CancellationToken, JoinHandle<()>)> {
-    let root = sim.pod_root(name);
-    let driver = Arc::new(LocalPod::new(
-        name,
-        accelerator,
-        settings.hosts,
-        &root,
-        Duration::from_secs(3),
-    )?);
-    held.driver = Some(driver.clone());
+) -> (CancellationToken, JoinHandle<()>) {
     let mut daemon_settings = settings.daemon.clone();
-    daemon_settings.state_dir = root.join("worker-state");
+    daemon_settings.state_dir = dir.join("worker-state");
     let token = shutdown.child_token();
     let (client, stop) = (client.with_shutdown(token.clone()), token.clone());
     let name = name.to_owned();
@@ -541,5 +661,5 @@ fn start_daemon(
             tracing::error!(slice = %name, error = %format!("{e:#}"), "the slice's worker stopped");
         }
     });
-    Ok((token, task))
+    (token, task)
 }

@@ -194,6 +194,14 @@ impl GcloudPod {
             }
             StateClass::Lost => {
                 self.disturbed(episode);
+                if self.settings.pool_owned {
+                    // Its pool deletes it and makes another where capacity is: a worker
+                    // that recreated it would make a second slice for one request.
+                    return Step::Held(format!(
+                        "node {} is {state}: its pool gives it back and makes another",
+                        self.name
+                    ));
+                }
                 if let Some(why) = self.held() {
                     return Step::Held(why);
                 }

@@ -134,6 +134,10 @@ pub struct GcloudSettings {
     /// `$XDG_STATE_HOME/podq`, else `~/.local/state/podq`).
     #[serde(skip)]
     pub state_dir: Option<PathBuf>,
+    /// The node is a pool's slice (`podq pool`): the pool makes and deletes it, so a lost
+    /// node is waited on, never created again by the worker. Not a key of this section.
+    #[serde(skip)]
+    pub pool_owned: bool,
     /// `confirm_status`: a node whose hosts stopped answering may still say READY for a
     /// while before it says PREEMPTED. Look again this many times, this many seconds apart,
     /// before a trainer is blamed.
@@ -192,6 +196,7 @@ impl Default for GcloudSettings {
             poll_s: 30.0,
             recovery_timeout_s: 3600.0,
             state_dir: None,
+            pool_owned: false,
             host_loss_grace_s: 5.0,
             host_loss_checks: 2,
             user: None,
