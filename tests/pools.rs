@@ -470,6 +470,11 @@ async fn a_gcloud_pool_waterfalls_to_a_labelled_node_survives_a_kill_and_leaks_n
     assert!(stray.status.success(), "{stray:?}");
     let done = server.wait_state(&job, "succeeded", RUN).await;
     assert_eq!(attempts(&done).len(), 1, "{done}");
+    // The quota block (5 min) outlived the restart: the zone book is kept on disk.
+    let page = pools(&server).await;
+    let zones = page["pools"][0]["zones"].as_array().unwrap().clone();
+    let b = zones.iter().find(|z| z["zone"] == "us-central2-b").unwrap();
+    assert_eq!(b["state"], "quota", "{zones:?}");
     eventually(RUN, "the stray and the idle node to be deleted", || async {
         cloud.fleet_nodes().is_empty().then_some(())
     })

@@ -84,6 +84,8 @@ pub struct PoolRun {
     settings: PoolSettings,
     journal: Journal,
     book: ZoneBook,
+    /// Where the zone book is kept, so blocks and churn outlive a restart.
+    book_path: PathBuf,
     held: BTreeMap<String, Held>,
     events: Vec<WorkerEvent>,
     /// Slices given back whose pods the server has not retired yet.
@@ -104,13 +106,21 @@ impl PoolRun {
         // A retirement the server may not have heard of before a crash: said again (the
         // server retires a pod once, whatever it is told after).
         let retired = journal.given_up(RESEND_RETIRED);
-        let book = ZoneBook::new(pool.zones.iter().map(|z| z.zone.clone()));
+        let book_path = root.join("zones.json");
+        let mut book = ZoneBook::new(pool.zones.iter().map(|z| z.zone.clone()));
+        if let Some(saved) = std::fs::read(&book_path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<ZoneBook>(&bytes).ok())
+        {
+            book = book.restored(saved);
+        }
         Ok(PoolRun {
             cloud,
             hosts,
             client,
             journal,
             book,
+            book_path,
             held: BTreeMap::new(),
             events: Vec::new(),
             retired,
@@ -164,6 +174,7 @@ impl PoolRun {
         };
         self.tend(&answer, now).await?;
         self.grow(&answer, now).await?;
+        self.save_book()?;
         let ready: Vec<String> = self
             .held
             .iter()
@@ -446,6 +457,14 @@ impl PoolRun {
             slice_hours: self.journal.slice_hours(now),
             retired: std::mem::take(&mut self.retired),
         }
+    }
+
+    fn save_book(&self) -> anyhow::Result<()> {
+        let tmp = self.book_path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&self.book)?)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, &self.book_path)
+            .with_context(|| format!("cannot write {}", self.book_path.display()))
     }
 
     fn event(&mut self, kind: &str, message: String) {

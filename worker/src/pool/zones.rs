@@ -16,7 +16,7 @@
 //!   issue asks).
 
 use chrono::{DateTime, TimeDelta, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::classify::{CreateError, ErrorKind, Scope};
 
@@ -33,7 +33,7 @@ pub const YOUNG_S: i64 = 300;
 pub const CHURN_WINDOW_S: i64 = 1800;
 
 /// What a zone is to the waterfall now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ZoneState {
     Ready,
@@ -87,15 +87,16 @@ pub fn stockout_backoff(in_a_row: u32, jitter: f64) -> TimeDelta {
     TimeDelta::milliseconds((seconds * 1000.0).round() as i64)
 }
 
-/// Per-zone state for one pool's zones, in the order they are tried.
-#[derive(Debug, Clone)]
+/// Per-zone state for one pool's zones, in the order they are tried. Kept on disk by the
+/// pool's process, so a block or a zone's churn outlives its restart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ZoneBook {
     zones: Vec<Zone>,
     /// Why the pool is paused (the message of the denial or invalid request).
     paused: Option<String>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Zone {
     name: String,
     block: Option<Block>,
@@ -104,19 +105,19 @@ struct Zone {
     slices: Vec<SliceRecord>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct Block {
     state: ZoneState,
     until: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct SliceRecord {
     created_at: DateTime<Utc>,
     fate: Fate,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum Fate {
     Alive,
     /// Preempted or lost.
@@ -140,6 +141,18 @@ impl ZoneBook {
                 .collect(),
             paused: None,
         }
+    }
+
+    /// The book of `self`'s zones that keeps what `saved` (the book before a restart) knew
+    /// of each: blocks, stockouts in a row, last errors and slices' fates. Zones no longer
+    /// listed are dropped; a pause is not kept, since restarting is how a person lifts it.
+    pub fn restored(mut self, saved: ZoneBook) -> ZoneBook {
+        for zone in &mut self.zones {
+            if let Some(old) = saved.zones.iter().find(|z| z.name == zone.name) {
+                *zone = old.clone();
+            }
+        }
+        self
     }
 
     /// The first zone, in order, that is ready at `now`.
@@ -236,19 +249,23 @@ impl ZoneBook {
         if let Some(z) = self.zone_mut(zone) {
             z.stockouts_in_a_row = 0;
             z.block = None;
+            z.born(created_at);
         }
-        self.record_birth(zone, created_at);
     }
 
     /// A slice living in `zone` since `created_at` that this book did not see made (one
     /// adopted after a restart).
     pub fn record_birth(&mut self, zone: &str, created_at: DateTime<Utc>) {
         if let Some(z) = self.zone_mut(zone) {
-            z.slices.push(SliceRecord {
-                created_at,
-                fate: Fate::Alive,
-            });
-            z.forget_before(created_at);
+            // Known already, from the book kept before a restart. (Two slices of one zone
+            // created in the same second, adopted by a pool that lost its book, count once.)
+            let known = z
+                .slices
+                .iter()
+                .any(|s| s.created_at == created_at && s.fate == Fate::Alive);
+            if !known {
+                z.born(created_at);
+            }
         }
     }
 
@@ -326,6 +343,14 @@ impl ZoneBook {
 }
 
 impl Zone {
+    fn born(&mut self, created_at: DateTime<Utc>) {
+        self.slices.push(SliceRecord {
+            created_at,
+            fate: Fate::Alive,
+        });
+        self.forget_before(created_at);
+    }
+
     /// Over the window ending `now`: slices that died young, and slices whose fate is known.
     /// A living slice is known once it has outlived `YOUNG_S` and stays so while it lives
     /// (as Iris counts a long-lived slice); an ended one while its end is in the window; a
@@ -440,6 +465,34 @@ mod tests {
         assert_eq!(book.choose(t(60)), Some("us-central2-b"));
         assert_eq!(book.state("us-east5-a", t(60)), Some(ZoneState::Quota));
         assert_eq!(book.state("us-east5-a", t(301)), Some(ZoneState::Ready));
+    }
+
+    #[test]
+    fn a_restored_book_keeps_blocks_and_fates_but_not_a_pause() {
+        let mut before = book();
+        fail(&mut before, "us-central2-b", STOCKOUT, t(0));
+        fail(&mut before, "us-east5-a", ZONE_QUOTA, t(1));
+        before.record_success("us-east5-b", t(2));
+        fail(&mut before, "europe-west4-a", DENIED, t(3));
+        // Through its file, as a restarted pool reads it; one zone dropped from the file.
+        let saved: ZoneBook =
+            serde_json::from_str(&serde_json::to_string(&before).unwrap()).unwrap();
+        let mut after =
+            ZoneBook::new(["us-central2-b", "us-east5-a", "us-east5-b"]).restored(saved);
+        assert_eq!(
+            after.paused(),
+            None,
+            "restarting is how a person lifts a pause"
+        );
+        let states: Vec<&str> = after.view(t(4)).iter().map(|v| v.state.as_str()).collect();
+        assert_eq!(states, ["stockout", "quota", "ready"]);
+        // An adopted slice the book knew already is not a second birth: its one death is
+        // one death, and so does not make the zone churn alone.
+        after.record_birth("us-east5-b", t(2));
+        after.record_death("us-east5-b", t(2), t(60));
+        after.record_birth("us-east5-b", t(70));
+        after.record_removed("us-east5-b", t(70), t(700));
+        assert_eq!(after.state("us-east5-b", t(701)), Some(ZoneState::Ready));
     }
 
     #[test]
