@@ -271,6 +271,80 @@ async fn the_grant_caps_the_slices_a_pool_makes() {
 }
 
 #[tokio::test]
+async fn pools_of_one_accelerator_share_the_demand_and_the_grant() {
+    let admin = "admin-token-for-shared-pools";
+    let server = Server::start_with(common::ServerOptions {
+        env: vec![("PODQ_ADMIN_TOKEN".into(), admin.into())],
+        ..common::ServerOptions::default()
+    })
+    .await;
+    let auth = format!("Bearer {admin}");
+    let headers = [("authorization", auth.as_str())];
+    let start = chrono::Utc::now() - chrono::Duration::hours(1);
+    let grant = json!({
+        "start": start.to_rfc3339(),
+        "end": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339(),
+        "pod_hours": {"v4-64": 10.0},
+    });
+    let (status, answer) = server
+        .send(reqwest::Method::PUT, "/grant", grant.to_string(), &headers)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = server
+        .send(
+            reqwest::Method::POST,
+            "/jobs",
+            json!({"experiments": ["exp07a", "exp07b"]}).to_string(),
+            &headers,
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let report = |slices: Value, hours: f64| {
+        json!({"accelerator": "v4-64", "max_slices": 2, "slices": slices, "zones": [],
+               "slice_hours": hours})
+        .to_string()
+    };
+    let post = |pool: &'static str, body: String| {
+        let server = &server;
+        async move {
+            let (status, answer) = server
+                .send(
+                    reqwest::Method::POST,
+                    &format!("/pools/{pool}/report"),
+                    body,
+                    &[("content-type", "application/json")],
+                )
+                .await;
+            assert_eq!(status, 200, "{answer}");
+            answer
+        }
+    };
+    // Pool a is making one slice and has used 3 of the grant's hours.
+    let making = json!([{"pod": "a-1", "zone": "z", "state": "creating",
+                         "created_at": chrono::Utc::now().to_rfc3339(), "idle_since": null}]);
+    let a = post("a", report(making, 3.0)).await;
+    // Its own slice being made is its own to count: it hears the whole demand.
+    assert_eq!(a["demand"], 2, "{a}");
+    assert_eq!(a["grant_pod_hours"], 10.0, "{a}");
+    // Pool b hears the demand a's slice will not serve, and the hours a has not used.
+    let b = post("b", report(json!([]), 0.0)).await;
+    assert_eq!(b["demand"], 1, "{b}");
+    assert_eq!(b["grant_pod_hours"], 7.0, "{b}");
+    let told: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(b["grant_start"].clone()).unwrap();
+    assert_eq!(told.timestamp(), start.timestamp(), "{b}");
+    // Pools of another accelerator take nothing from them.
+    let other = json!({"accelerator": "v5p-8", "max_slices": 1, "slices": [], "zones": [],
+                       "slice_hours": 9.0});
+    post("c", other.to_string()).await;
+    let b = post("b", report(json!([]), 0.0)).await;
+    assert_eq!(
+        (b["demand"].clone(), b["grant_pod_hours"].clone()),
+        (json!(1), json!(7.0))
+    );
+}
+
+#[tokio::test]
 async fn a_slice_that_fails_preflight_twice_is_replaced_in_another_zone() {
     let server = Server::start().await;
     let yaml = pool_yaml("qt", 1, "never", &["zone-a", "zone-b"]);

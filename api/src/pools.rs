@@ -23,8 +23,8 @@ pub struct PoolReport {
     /// Why the pool makes no slice: a permission or an invalid setting a person must fix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<String>,
-    /// Hours its slices have been alive, leased or not, since the pool began: what the
-    /// grant's budget is spent on.
+    /// Hours its slices have been alive, leased or not, since the grant began (since the
+    /// pool began while there is no grant): what the grant's budget is spent on.
     #[serde(default)]
     pub slice_hours: f64,
     /// Slices given back since the last report the server answered: their pods are retired
@@ -78,10 +78,16 @@ pub struct PoolAnswer {
     /// many more slices the queue could use now.
     pub demand: u32,
     pub slices: Vec<SlicePod>,
-    /// The grant's pod-hour budget for the pool's accelerator; none when it sets none. The
-    /// pool makes no slice once its slices have been alive that long.
+    /// What is left of the grant's pod-hour budget for the pool's accelerator once the
+    /// other pools of that accelerator have taken their hours; none when the grant sets no
+    /// budget. The pool makes no slice once its own slices have been alive that long since
+    /// `grant_start`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant_pod_hours: Option<f64>,
+    /// When the grant began: a pool counts (and reports as `slice_hours`) its slices' hours
+    /// from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant_start: Option<DateTime<Utc>>,
 }
 
 /// A slice's pod as the server knows it.

@@ -89,7 +89,7 @@ impl Scheduler {
         for pod in &report.retired {
             self.live.forget_pod(pod);
         }
-        let answer = self.pool_answer(&report).await?;
+        let answer = self.pool_answer(name, &report).await?;
         let mut stored = report;
         stored.events.clear();
         stored.retired.clear();
@@ -109,11 +109,16 @@ impl Scheduler {
         Ok(answer)
     }
 
-    async fn pool_answer(&self, report: &PoolReport) -> Result<PoolAnswer> {
+    /// Pool `name`'s share of the queue and of the grant. Pools of one accelerator share
+    /// both: slices another pool is still making will take part of the demand, and the
+    /// hours other pools' slices have used since the grant began are not this pool's to use.
+    async fn pool_answer(&self, name: &str, report: &PoolReport) -> Result<PoolAnswer> {
+        let (booting_elsewhere, hours_elsewhere) = self.other_pools(name, &report.accelerator);
         let leasable =
             sql::count_leasable(&mut self.store.read().await?, &report.accelerator).await?;
         let waiting = self.live.idle_pods(&report.accelerator);
-        let demand = u32::try_from((leasable - waiting as i64).max(0)).unwrap_or(u32::MAX);
+        let demand = u32::try_from((leasable - waiting as i64 - booting_elsewhere as i64).max(0))
+            .unwrap_or(u32::MAX);
         let slices = report
             .slices
             .iter()
@@ -127,15 +132,40 @@ impl Scheduler {
                 }
             })
             .collect();
-        let grant_pod_hours = self
-            .grant()
-            .await?
-            .and_then(|g| g.pod_hours.get(&report.accelerator).copied());
+        let grant = self.grant().await?;
+        let grant_pod_hours = grant
+            .as_ref()
+            .and_then(|g| g.pod_hours.get(&report.accelerator).copied())
+            .map(|budget| (budget - hours_elsewhere).max(0.0));
         Ok(PoolAnswer {
             demand,
             slices,
             grant_pod_hours,
+            grant_start: grant.map(|g| g.start),
         })
+    }
+
+    /// Of the pools of `accelerator` other than `name`: their slices not yet serving (being
+    /// made, or made but whose worker has not called), and their hours since the grant.
+    fn other_pools(&self, name: &str, accelerator: &str) -> (usize, f64) {
+        let reports = self.pool_reports.lock();
+        let others = reports
+            .iter()
+            .filter(|(other, (report, _))| *other != name && report.accelerator == accelerator);
+        let mut booting = 0;
+        let mut hours = 0.0;
+        for (_, (report, _)) in others {
+            hours += report.slice_hours;
+            booting += report
+                .slices
+                .iter()
+                .filter(|slice| {
+                    slice.state == "creating"
+                        || (slice.state == "ready" && self.live.pod_seen_as(&slice.pod).is_none())
+                })
+                .count();
+        }
+        (booting, hours)
     }
 
     /// Every pool that has reported since this server started, with the queue's demand now.
@@ -148,7 +178,7 @@ impl Scheduler {
             .collect();
         let mut pools = Vec::new();
         for (name, report, reported_at) in reports {
-            let demand = self.pool_answer(&report).await?.demand;
+            let demand = self.pool_answer(&name, &report).await?.demand;
             pools.push(PoolView {
                 name,
                 accelerator: report.accelerator,

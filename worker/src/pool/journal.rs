@@ -128,14 +128,14 @@ impl Journal {
             .collect()
     }
 
-    /// Hours the pool's slices have been alive, from their creation to their end (or
-    /// `now`): what they cost, leased or idle.
-    pub fn slice_hours(&self, now: DateTime<Utc>) -> f64 {
+    /// Hours the pool's slices have been alive since `since` (their creation, when later),
+    /// to their end (or `now`): what they cost, leased or idle. `None`: since each began.
+    pub fn slice_hours(&self, since: Option<DateTime<Utc>>, now: DateTime<Utc>) -> f64 {
         self.state
             .slices
             .values()
             .filter_map(|r| {
-                let start = r.created_at?;
+                let start = r.created_at?.max(since.unwrap_or(DateTime::<Utc>::MIN_UTC));
                 let end = r.gone_at.unwrap_or(now);
                 Some((end - start).num_milliseconds().max(0) as f64 / 3_600_000.0)
             })
@@ -165,7 +165,10 @@ mod tests {
             .unwrap();
         let reread = Journal::open(&path).unwrap();
         assert!(reread.held(&first).is_none());
-        assert!((reread.slice_hours(t0) - 0.5).abs() < 1e-9);
+        assert!((reread.slice_hours(None, t0) - 0.5).abs() < 1e-9);
+        // A grant that began ten minutes into the slice's life counts the twenty after.
+        let grant_start = Some(t0 + chrono::Duration::minutes(10));
+        assert!((reread.slice_hours(grant_start, t0) - 1.0 / 3.0).abs() < 1e-9);
         assert_eq!(reread.open_requests().count(), 1);
     }
 }

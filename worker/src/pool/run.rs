@@ -92,6 +92,8 @@ pub struct PoolRun {
     retired: Vec<String>,
     /// A zone the next slice should avoid: the one a quarantined slice came from.
     avoid: Option<String>,
+    /// When the grant began, as the server last said: hours are counted from then.
+    grant_start: Option<DateTime<Utc>>,
 }
 
 impl PoolRun {
@@ -125,6 +127,7 @@ impl PoolRun {
             events: Vec::new(),
             retired,
             avoid: None,
+            grant_start: None,
             pool,
             settings,
         })
@@ -172,6 +175,7 @@ impl PoolRun {
                 return Err(e.into());
             }
         };
+        self.grant_start = answer.grant_start;
         self.tend(&answer, now).await?;
         self.grow(&answer, now).await?;
         self.save_book()?;
@@ -366,7 +370,7 @@ impl PoolRun {
             return Ok(());
         }
         if let Some(budget) = answer.grant_pod_hours {
-            let used = self.journal.slice_hours(now);
+            let used = self.journal.slice_hours(answer.grant_start, now);
             if used >= budget {
                 tracing::info!(pool = %self.pool.name, used, budget, "the grant's pod-hours are spent: no new slice");
                 return Ok(());
@@ -454,7 +458,7 @@ impl PoolRun {
                 .collect(),
             events: std::mem::take(&mut self.events),
             paused: self.book.paused().map(str::to_owned),
-            slice_hours: self.journal.slice_hours(now),
+            slice_hours: self.journal.slice_hours(self.grant_start, now),
             retired: std::mem::take(&mut self.retired),
         }
     }
