@@ -58,6 +58,12 @@ async fn the_waterfall_passes_a_stockout_and_a_quota_zone_then_gives_the_idle_sl
     let done = server.wait_state(&job, "succeeded", RUN).await;
     // The slice outlived its idle_after while its lease ran: one attempt, never cut short.
     assert_eq!(attempts(&done).len(), 1, "{done}");
+    // The time the slice took to make (the sim cloud's 1 s, then its worker's start) is
+    // the pod's provisioning time.
+    let (status, time) = server.get("/pod-time").await;
+    assert_eq!(status, 200, "{time}");
+    let provisioning = time["pods"][&pod]["provisioning_s"].as_f64().unwrap_or(0.0);
+    assert!(provisioning >= 1.0, "{}", time["pods"][&pod]);
     let page = pools(&server).await;
     let view = &page["pools"][0];
     assert_eq!(view["name"], "wf");

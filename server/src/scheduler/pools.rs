@@ -3,7 +3,7 @@
 //! each in memory only: a restarted server knows its pools again at their next report, and a
 //! pool that stopped reporting is shown with its report's age.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
@@ -31,6 +31,9 @@ const ZONE_STATES: [&str; 5] = ["ready", "stockout", "quota", "churn", "paused"]
 #[derive(Default)]
 pub struct PoolReports {
     reports: Mutex<BTreeMap<String, (PoolReport, DateTime<Utc>)>>,
+    /// Slices already written down as pods being made (`pods::being_made`), so a report
+    /// writes only for the new ones.
+    placed: Mutex<BTreeSet<String>>,
 }
 
 impl PoolReports {
@@ -69,15 +72,34 @@ impl Scheduler {
         for pod in &report.retired {
             worker_for(acting, pod)?;
         }
-        if !events.is_empty() || !report.retired.is_empty() {
+        let being_made: Vec<(String, i64)> = {
+            let placed = self
+                .pool_reports
+                .placed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            report
+                .slices
+                .iter()
+                .filter(|s| matches!(s.state.as_str(), "creating" | "ready"))
+                .filter(|s| !placed.contains(&s.pod) && self.live.pod_seen_as(&s.pod).is_none())
+                .map(|s| (s.pod.clone(), s.created_at.timestamp_millis().min(now_ms())))
+                .collect()
+        };
+        if !events.is_empty() || !report.retired.is_empty() || !being_made.is_empty() {
             let actor = Actor::pool_request(name, &acting.actor);
             let retired = report.retired.clone();
+            let (pool, accelerator) = (name.to_owned(), report.accelerator.clone());
+            let made = being_made.clone();
             self.store
                 .write(move |conn| {
                     async move {
                         for event in &events {
                             insert_event(conn, &actor, None, None, &event.kind, &event.message)
                                 .await?;
+                        }
+                        for (pod, since) in &made {
+                            pods::being_made(conn, pod, &accelerator, &pool, *since).await?;
                         }
                         pods::retire(conn, &retired, now_ms()).await?;
                         Ok::<_, SchedulerError>(())
@@ -88,6 +110,17 @@ impl Scheduler {
         }
         for pod in &report.retired {
             self.live.forget_pod(pod);
+        }
+        {
+            let mut placed = self
+                .pool_reports
+                .placed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            placed.extend(being_made.into_iter().map(|(pod, _)| pod));
+            for pod in &report.retired {
+                placed.remove(pod);
+            }
         }
         let answer = self.pool_answer(name, &report).await?;
         let mut stored = report;

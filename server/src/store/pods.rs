@@ -94,6 +94,31 @@ pub async fn serving(db: &mut Conn) -> Result<Vec<PodRow>, StoreError> {
     .await?)
 }
 
+/// A slice `pool` is making: a pod from `since` (the slice's creation), recovering until
+/// its worker first calls, so the time it took to make is the pod's `provisioning` time.
+/// Nothing changes for a pod already known.
+pub async fn being_made(
+    conn: &mut Conn,
+    pod: &str,
+    accelerator: &str,
+    pool: &str,
+    since: i64,
+) -> Result<(), StoreError> {
+    db::query(
+        "INSERT INTO pods (name, accelerator, hosts, state, health, recovery, last_seen_at, \
+         ledger_state, ledger_since) VALUES (?, ?, 0, 'CREATING', 'HEALTH_UNSPECIFIED', ?, ?, \
+         'recovering', ?) ON CONFLICT (name) DO NOTHING",
+    )
+    .bind(pod)
+    .bind(accelerator)
+    .bind(format!("being made by pool {pool}"))
+    .bind(since)
+    .bind(since)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Retires `pods`, given back by their pool: kept for the history that names them, their
 /// pod time settled up to `at` (a slice idle until it went was idle until then, not since).
 pub async fn retire(conn: &mut Conn, pods: &[String], at: i64) -> Result<(), StoreError> {
