@@ -1,6 +1,7 @@
-//! Exponential backoff, the one rule every retry in podq follows: the scheduler's wait before
-//! a failed job runs again, the worker's pause between recovery actions, and the webhook
-//! deliverer's retries.
+//! Exponential backoff, the one doubling rule podq's retries follow: the scheduler's wait
+//! before a failed job runs again, the worker's calls to the server and to gcloud, its pause
+//! between recovery actions, and the webhook deliverer's retries. (A pool's stockout backoff
+//! grows ×1.6 with jitter instead, as SkyPilot's does: `worker/src/pool/zones.rs`.)
 
 use std::time::Duration;
 

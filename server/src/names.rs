@@ -58,6 +58,11 @@ pub fn phrase(suggestions: &[String]) -> String {
         .unwrap_or_default()
 }
 
+/// "did you mean `a`?", for the one name a near miss was most likely meant as.
+pub fn meant(name: &str) -> String {
+    format!("did you mean `{name}`?")
+}
+
 /// "did you mean `a`, `b` or `c`?", when there is something to suggest.
 pub fn question(suggestions: &[String]) -> Option<String> {
     let quoted: Vec<String> = suggestions.iter().map(|s| format!("`{s}`")).collect();

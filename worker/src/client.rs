@@ -43,6 +43,8 @@ pub struct ServerClient {
     shutdown: CancellationToken,
 }
 
+/// A failed call's first pause, and the longest.
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 impl ServerClient {
@@ -117,7 +119,7 @@ impl ServerClient {
         body: &B,
         timeout: Duration,
     ) -> Result<Option<T>, CallError> {
-        let mut delay = Duration::from_millis(100);
+        let mut pauses = 0;
         loop {
             let base = self.base().to_owned();
             let url = format!("{base}{path}");
@@ -136,7 +138,7 @@ impl ServerClient {
                         Ok(value) => Ok(Some(value)),
                         Err(e) => {
                             tracing::warn!(%url, error = %e, "unreadable answer; retrying");
-                            self.pause(&mut delay).await?;
+                            self.pause(&mut pauses).await?;
                             continue;
                         }
                     };
@@ -168,16 +170,18 @@ impl ServerClient {
             // A standby answers 503 and a dead server nothing: another address may be the
             // active one. With one address this is a plain retry.
             self.move_on_from(&base);
-            self.pause(&mut delay).await?;
+            self.pause(&mut pauses).await?;
         }
     }
 
-    async fn pause(&self, delay: &mut Duration) -> Result<(), CallError> {
+    /// The `pauses`-th pause of a call: 100 ms doubling to `MAX_BACKOFF`.
+    async fn pause(&self, pauses: &mut u32) -> Result<(), CallError> {
+        let delay = podq_api::backoff::exponential(FIRST_PAUSE, *pauses, MAX_BACKOFF);
         tokio::select! {
             _ = self.shutdown.cancelled() => return Err(CallError::Shutdown),
-            _ = tokio::time::sleep(*delay) => {}
+            _ = tokio::time::sleep(delay) => {}
         }
-        *delay = (*delay * 2).min(MAX_BACKOFF);
+        *pauses += 1;
         Ok(())
     }
 

@@ -203,7 +203,7 @@ impl<'a> Composer<'a> {
                         };
                         let slash = if *absolute { "/" } else { "" };
                         let fix = crate::names::closest(stem, siblings.iter().map(String::as_str))
-                            .map(|near| format!("did you mean `{slash}{dir}{near}`?"));
+                            .map(|near| crate::names::meant(&format!("{slash}{dir}{near}")));
                         return Err(ComposeError {
                             file: file_name,
                             line: parsed.line,
@@ -279,7 +279,7 @@ impl<'a> Composer<'a> {
                         let available = self.files.options(&group_dir);
                         let fix =
                             crate::names::closest(&chosen, available.iter().map(String::as_str))
-                                .map(|near| format!("did you mean `{near}`?"));
+                                .map(crate::names::meant);
                         let (file, line, index, how) = match chosen_at {
                             Some((file, line, index)) => (file, line, index, "override "),
                             None => (file_name, parsed.line, parsed.index, ""),

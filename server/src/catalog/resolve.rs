@@ -162,7 +162,7 @@ pub(super) fn resolve(
                     line,
                     key: Some(key.clone()),
                     experiment: Some(c.name.clone()),
-                    fix: Some(format!("did you mean `{meant}`?")),
+                    fix: Some(crate::names::meant(&meant)),
                 }
             }
             None => Finding {

@@ -7,7 +7,7 @@
 //! by their keys, so a store of millions of points is never held in memory at once.
 
 use super::chunks::{encode_lines, StoredLine};
-use super::db::{self, Backend, Conn};
+use super::db::{self, Conn};
 use super::metrics::{self, insert_chunks};
 use super::StoreError;
 
@@ -51,13 +51,7 @@ pub async fn compact_old_rows(conn: &mut Conn) -> Result<(i64, i64), StoreError>
 }
 
 async fn has_table(conn: &mut Conn, table: &str) -> Result<bool, StoreError> {
-    let sql = match conn.backend() {
-        Backend::Sqlite => "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-        Backend::Postgres => {
-            "SELECT COUNT(*) FROM information_schema.tables \
-             WHERE table_schema = current_schema() AND table_name = ?"
-        }
-    };
+    let sql = super::backend::dialect(conn.backend()).table_count;
     let count: i64 = db::query_scalar(sql).bind(table).fetch_one(conn).await?;
     Ok(count > 0)
 }

@@ -20,8 +20,10 @@ pub const LINES_PER_BATCH: i64 = 1 << 16;
 /// Stores the lines of one attempt of `job_id` and trims each host to `cap` lines. A line
 /// at or below the host's highest stored offset was stored already (or dropped): an agent
 /// that pushes its log again after a worker restart resends from an earlier offset, and
-/// each line is stored once. Answers how many lines were new.
-pub async fn insert_lines(
+/// each line is stored once. Answers how many lines were new. (The server stores every
+/// report's lines through [`insert_lines_many`]; this one attempt's form is the tests'.)
+#[cfg(test)]
+pub(crate) async fn insert_lines(
     conn: &mut Conn,
     job_id: &str,
     attempt: i64,
@@ -446,15 +448,6 @@ pub async fn dropped(db: &mut Conn, job_id: &str) -> Result<Vec<(i64, i64, i64)>
     .bind(job_id)
     .fetch_all(db)
     .await?)
-}
-
-/// Lines kept over every job: what the logs hold.
-pub async fn total_kept(db: &mut Conn) -> Result<i64, StoreError> {
-    Ok(
-        db::query_scalar("SELECT CAST(COALESCE(SUM(kept), 0) AS BIGINT) FROM log_counts")
-            .fetch_one(db)
-            .await?,
-    )
 }
 
 #[cfg(test)]

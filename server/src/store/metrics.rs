@@ -13,7 +13,10 @@ use podq_api::{MetricSeries, MetricValue, MetricsBatch};
 use super::{now_ms, StoreError};
 
 /// Stores a batch for one attempt of `job_id`; a step reported again replaces its value.
-pub async fn insert_points(
+/// (The server stores every report's batch through [`insert_points_many`]; this one
+/// attempt's form is the tests'.)
+#[cfg(test)]
+pub(crate) async fn insert_points(
     conn: &mut Conn,
     job_id: &str,
     attempt: i64,

@@ -4,6 +4,9 @@
 
 pub(super) mod authority;
 mod evict;
+mod fence;
+mod finish;
+mod heartbeat;
 pub mod judge;
 mod leasing;
 mod links;
@@ -11,6 +14,7 @@ pub mod live;
 mod log_lines;
 mod merge;
 pub mod policy;
+mod progress;
 mod reaper;
 pub(super) mod reports;
 pub(super) mod wake;

@@ -10,7 +10,7 @@ use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::leasing::{lost, Caused};
+use super::finish::{lost, Caused};
 use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
 use crate::store::events::Actor;
 use crate::store::{leases as sql, now_ms};

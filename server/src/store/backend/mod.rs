@@ -52,6 +52,8 @@ pub(super) struct Dialect {
     pub begin_snapshot: &'static str,
     /// The queued runs that made progress (`views::active_runs`), on their partial index.
     pub progressed_queue: &'static str,
+    /// Counts the tables named `?` (0 or 1).
+    pub table_count: &'static str,
 }
 
 pub(super) fn dialect(backend: Backend) -> &'static Dialect {

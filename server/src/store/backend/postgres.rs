@@ -22,6 +22,8 @@ pub(super) static DIALECT: Dialect = Dialect {
     begin_write: "BEGIN; SAVEPOINT op",
     begin_snapshot: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
     progressed_queue: PROGRESSED_QUEUE,
+    table_count: "SELECT COUNT(*) FROM information_schema.tables \
+                  WHERE table_schema = current_schema() AND table_name = ?",
 };
 
 /// PostgreSQL has no `INDEXED BY`; its planner keeps statistics and picks the partial index.

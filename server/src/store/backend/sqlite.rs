@@ -24,6 +24,7 @@ pub(super) static DIALECT: Dialect = Dialect {
     begin_write: "BEGIN IMMEDIATE; SAVEPOINT op",
     begin_snapshot: "BEGIN",
     progressed_queue: PROGRESSED_QUEUE,
+    table_count: "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
 };
 
 /// Queued runs that made progress before (preempted, failed, lost), in lease order, on

@@ -90,7 +90,7 @@ impl GcloudPod {
         let deadline = Instant::now() + self.timing.recovery;
         let mut episode = Episode::default();
         let mut said = String::new();
-        let mut action_pause = self.timing.poll;
+        let mut failed_actions = 0;
         loop {
             let step = match (self.compute(), self.settings.capacity) {
                 (Some(slice), _) => self.slice_step(slice, &mut episode, progress).await,
@@ -115,17 +115,14 @@ impl GcloudPod {
                     self.timing.poll
                 }
                 Step::Acted => {
-                    action_pause = self.timing.poll;
+                    failed_actions = 0;
                     self.timing.poll
                 }
                 Step::ActionFailed(what) => {
-                    progress(format!(
-                        "{what}; trying again in {}s",
-                        action_pause.as_secs()
-                    ));
+                    let pause = backoff(self.timing.poll, failed_actions);
+                    progress(format!("{what}; trying again in {}s", pause.as_secs()));
                     said.clear();
-                    let pause = action_pause;
-                    action_pause = (action_pause * 2).min(MAX_ACTION_BACKOFF);
+                    failed_actions += 1;
                     pause
                 }
             };

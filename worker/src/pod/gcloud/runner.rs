@@ -98,12 +98,12 @@ impl Runner {
         timeout: Duration,
         retry: Retry,
     ) -> Result<Output, CallError> {
-        let mut pause = self.backoff;
         let mut attempt = 0;
         loop {
             match self.call_once(args, timeout).await {
                 Ok(output) => return Ok(output),
                 Err(e) if attempt < self.retries && e.transient(retry) => {
+                    let pause = podq_api::backoff::exponential(self.backoff, attempt, MAX_BACKOFF);
                     attempt += 1;
                     tracing::warn!(
                         command = %summary(args),
@@ -113,7 +113,6 @@ impl Runner {
                         pause.as_secs_f64()
                     );
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(MAX_BACKOFF);
                 }
                 Err(e) => return Err(e),
             }
