@@ -34,7 +34,7 @@ enum Command {
     /// Run the HTTP service.
     Server(ServerArgs),
     /// Run the worker daemon beside a pod.
-    Worker(podq_worker::cli::WorkerArgs),
+    Worker(podq_worker::config::WorkerArgs),
     /// Drive pools of slices made on demand (a worker daemon for each slice).
     Pool(podq_worker::pool::cli::PoolArgs),
     /// Own one host's trainer for one lease (started by the worker on every host).
@@ -295,7 +295,7 @@ fn main() -> ExitCode {
         };
     }
     if let Command::BuildId = cli.command {
-        return match podq_worker::build::own() {
+        return match podq_worker::build_id::own() {
             Ok(id) => {
                 println!("{id}");
                 ExitCode::SUCCESS
@@ -349,7 +349,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Migrate { from, to } => migrate(&from, &to).await,
         Command::Worker(args) => {
             let shutdown = shutdown_on_signal();
-            podq_worker::cli::run(args, shutdown).await?;
+            podq_worker::config::run(args, shutdown).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Pool(args) => {

@@ -191,7 +191,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         attempt: AttemptSettings {
             trainer_command: match args.trainer_command.clone() {
                 Some(command) => command,
-                None => podq_worker::cli::default_trainer_command()?,
+                None => podq_worker::config::default_trainer_command()?,
             },
             trainer_env: sim_trainer_env(args.sim_run_secs),
             stop_grace: Duration::from_secs(5),

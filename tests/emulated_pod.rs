@@ -583,7 +583,7 @@ async fn no_secret_is_in_a_command_line_or_the_gcloud_log() {
 #[test]
 fn the_default_agent_binary_needs_no_glibc_newer_than_the_tpu_vm_image_has() {
     let binary = std::fs::read(PODQ).unwrap();
-    let needed = podq_worker::build::required_glibc(&binary);
+    let needed = podq_worker::build_id::required_glibc(&binary);
     eprintln!("{PODQ} needs glibc {needed:?}");
     assert!(
         needed.is_some(),

@@ -41,7 +41,7 @@ pub struct ServerConfig {
     /// The end of the compute grant: `GET /plan` says which runs finish before it.
     pub deadline: Option<chrono::DateTime<chrono::Utc>>,
     /// Receivers of webhook notices (their secrets are redacted from Debug output).
-    pub webhooks: Vec<crate::webhooks::WebhookConfig>,
+    pub webhooks: Vec<crate::webhooks::receivers::WebhookConfig>,
     /// Serve `/metrics` on this address too (it is always on the main one).
     pub metrics_listen: Option<SocketAddr>,
     /// Serve HTTPS with this certificate and key, on both addresses. None: plain HTTP.
@@ -113,7 +113,7 @@ impl std::fmt::Debug for ServerConfig {
                 &self
                     .webhooks
                     .iter()
-                    .map(|w| crate::webhooks::redacted(&w.url))
+                    .map(|w| crate::webhooks::receivers::redacted(&w.url))
                     .collect::<Vec<_>>(),
             )
             .field("metrics_listen", &self.metrics_listen)

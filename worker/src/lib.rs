@@ -3,10 +3,10 @@
 
 pub mod agent;
 pub mod attempt;
-pub mod build;
+pub mod build_id;
 pub mod checkpoints;
-pub mod cli;
 pub mod client;
+pub mod config;
 pub mod daemon;
 pub mod events;
 pub mod phases;

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use podq_api::{FinishRequest, Lease};
 
+use super::exits::{HostExit, StopReport};
 use super::follow::Seen;
 use super::outcome::{self, Observed, Stop};
-use super::supervise::{HostExit, Hosts, StopReport};
+use super::supervise::Hosts;
 use super::Context;
 use crate::pod::{PodDriver, PodStatus};
 

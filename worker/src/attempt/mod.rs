@@ -7,6 +7,7 @@
 //!   `heartbeat`.
 
 mod end;
+pub mod exits;
 mod follow;
 mod heartbeat;
 mod launch;

@@ -9,7 +9,7 @@
 
 use podq_api::AttemptOutcome;
 
-use super::supervise::{HostExit, StopReport};
+use super::exits::{HostExit, StopReport};
 use crate::pod::PodStatus;
 
 /// Why the supervision loop ended.

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::exits::HostExit;
 use super::outcome::Stop;
-use super::supervise::HostExit;
 use crate::pod::PodStatus;
 
 /// How long a reattached worker waits for the first call of the attempt's agents.

@@ -66,7 +66,7 @@ pub struct GcloudPod {
     /// Unknown states and health values already logged.
     warned: Mutex<HashSet<String>>,
     /// The agent binary's build id, hashed once per version of the file.
-    agent_build_id: crate::build::BuildIdCache,
+    agent_build_id: crate::build_id::BuildIdCache,
     /// A Compute Engine slice (`api: compute`) instead of a Cloud TPU node.
     compute: Option<compute::ComputeSlice>,
 }

@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::PoolFile;
 use super::run::{PoolRun, PoolSettings};
-use crate::cli::WorkerArgs;
 use crate::client::ServerClient;
+use crate::config::WorkerArgs;
 
 #[derive(Args, Debug, Clone)]
 pub struct PoolArgs {

@@ -311,7 +311,7 @@ fn check_glibc(
 ) -> anyhow::Result<()> {
     let bytes = std::fs::read(binary)
         .with_context(|| format!("cannot read the agent binary {}", binary.display()))?;
-    let Some(needed) = crate::build::required_glibc(&bytes) else {
+    let Some(needed) = crate::build_id::required_glibc(&bytes) else {
         return Ok(());
     };
     let short: Vec<String> = hosts
@@ -319,7 +319,7 @@ fn check_glibc(
         .filter_map(|(host, glibc)| {
             let have = glibc
                 .as_deref()
-                .and_then(crate::build::parse_glibc)
+                .and_then(crate::build_id::parse_glibc)
                 .unwrap_or(TPU_VM_GLIBC);
             (have < needed).then(|| format!("host {host} has {}.{}", have.0, have.1))
         })
