@@ -48,11 +48,10 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
     sqlx::migrate!("../migrations/sqlite")
         .run(&mut writer)
         .await?;
-    if loosen_constraints(&mut writer).await? {
-        // The connection that edited the schema parses it afresh.
-        writer.close().await?;
-        writer = base.clone().connect().await?;
-    }
+    // A migration may have edited a table's definition in place (0015): the connection that
+    // ran them is replaced by one that parses the schema afresh.
+    writer.close().await?;
+    let writer = base.clone().connect().await?;
     let mut writer = Conn::Sqlite(writer);
     settle_history(&mut writer).await?;
     let readers = SqlitePoolOptions::new()
@@ -68,74 +67,6 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
         max_group_commit: MAX_GROUP_COMMIT,
         confirmed_at: i64::MAX,
     })
-}
-
-/// Constraints a later version loosened, as (table, the text in its `CREATE TABLE`, the text
-/// that replaces it). Each only lets more rows in, so no stored row can break it.
-const LOOSENED: [(&str, &str, &str); 2] = [
-    // Issue 28: the `stopped` state.
-    (
-        "jobs",
-        "'cancelled', 'held')",
-        "'cancelled', 'held', 'stopped')",
-    ),
-    // Issue 28: a NaN metric value, which SQLite stores as NULL.
-    (
-        "metric_points",
-        "value     REAL NOT NULL,",
-        "value     REAL,",
-    ),
-];
-
-/// Loosens the constraints of `LOOSENED` that this file still has; true if it changed any.
-/// SQLite has no `ALTER COLUMN`. Rebuilding `jobs` would mean recreating its 13 indexes and
-/// triggers; sqlite.org documents a simpler procedure "for removing CHECK or FOREIGN KEY or
-/// NOT NULL constraints" that rewrites the table's definition in place, in one transaction,
-/// and bumps the schema version so every connection reparses it
-/// (https://www.sqlite.org/lang_altertable.html#otheralter). Widening a CHECK's list is
-/// removing the old constraint for one that admits more, so the procedure applies.
-async fn loosen_constraints(conn: &mut SqliteConnection) -> Result<bool, StoreError> {
-    let mut tx = conn.begin().await?;
-    let version: i64 = sqlx::query_scalar("PRAGMA schema_version")
-        .fetch_one(&mut *tx)
-        .await?;
-    let mut changed = false;
-    for (table, from, to) in LOOSENED {
-        // A table a later version dropped (`metric_points`, store/compact.rs) has nothing
-        // to loosen.
-        let sql: Option<String> =
-            sqlx::query_scalar("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?")
-                .bind(table)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let Some(sql) = sql.filter(|sql| sql.contains(from)) else {
-            continue;
-        };
-        if !changed {
-            sqlx::query("PRAGMA writable_schema = ON")
-                .execute(&mut *tx)
-                .await?;
-        }
-        sqlx::query("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = ?")
-            .bind(sql.replacen(from, to, 1))
-            .bind(table)
-            .execute(&mut *tx)
-            .await?;
-        changed = true;
-    }
-    if changed {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "PRAGMA schema_version = {}",
-            version + 1
-        )))
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("PRAGMA writable_schema = OFF")
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(changed)
 }
 
 /// A SQLite file opened read-only with the driver's own connection, as `podq migrate` reads
@@ -180,4 +111,82 @@ pub(in crate::store) fn stored_value(row: &SqliteRow, index: usize) -> Result<Ar
             )))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{ConnectOptions, Executor};
+
+    use super::*;
+    use crate::store::Store;
+
+    /// Every table, index, trigger and view as `sqlite_master` defines it.
+    async fn schema(path: &Path) -> Vec<(String, String, Option<String>)> {
+        let mut conn = SqliteConnectOptions::new()
+            .filename(path)
+            .read_only(true)
+            .connect()
+            .await
+            .unwrap();
+        sqlx::query_as(
+            "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' \
+             AND name != '_sqlx_migrations' ORDER BY type, name",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_file_of_the_first_release_migrates_to_the_schema_of_a_fresh_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, fresh) = (dir.path().join("old.db"), dir.path().join("fresh.db"));
+        // The first release's file: migration 0001 only, with a job in it.
+        let mut first = sqlx::migrate!("../migrations/sqlite");
+        first.migrations = first
+            .migrations
+            .iter()
+            .filter(|m| m.version == 1)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into();
+        let mut conn = SqliteConnectOptions::new()
+            .filename(&old)
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        first.run(&mut conn).await.unwrap();
+        conn.execute(
+            "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, config_json, \
+             config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, updated_at) \
+             VALUES ('j', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)",
+        )
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+
+        drop(Store::open(&old).await.unwrap());
+        drop(Store::open(&fresh).await.unwrap());
+        let (migrated, made) = (schema(&old).await, schema(&fresh).await);
+        assert_eq!(
+            migrated.iter().map(|(t, n, _)| (t, n)).collect::<Vec<_>>(),
+            made.iter().map(|(t, n, _)| (t, n)).collect::<Vec<_>>()
+        );
+        for (a, b) in migrated.iter().zip(&made) {
+            assert_eq!(a, b, "the {} {} differs", a.0, a.1);
+        }
+        // Opened again, nothing is edited: the schema is the migrations' alone.
+        drop(Store::open(&old).await.unwrap());
+        assert_eq!(schema(&old).await, migrated);
+        // The loosened CHECK admits the state issue 28 added.
+        let mut conn = SqliteConnectOptions::new()
+            .filename(&old)
+            .connect()
+            .await
+            .unwrap();
+        conn.execute("UPDATE jobs SET state = 'stopped' WHERE id = 'j'")
+            .await
+            .unwrap();
+    }
 }
