@@ -2,8 +2,8 @@
 //! reporting at the worker's default rates, readers polling the dashboard's reads, against a
 //! real `podq server` with a fresh store, on SQLite and on PostgreSQL.
 //!
-//!     cargo bench --bench fleet                       # about 5 minutes
-//!     PODQ_FLEET_PODS=10,100,300,1000 PODQ_FLEET_SECS=60 PODQ_FLEET_STORES=sqlite \
+//!     cargo bench --bench fleet                       # about 45 minutes (15 building)
+//!     PODQ_FLEET_PODS=10,100,300,1000 PODQ_FLEET_SECS=120 PODQ_FLEET_STORES=sqlite \
 //!         PODQ_FLEET_PERF=1 cargo bench --bench fleet
 //!
 //! The load, per pod, every `PODQ_FLEET_FLUSH_S` (2, the worker's `--metrics-flush-s`): a
@@ -18,10 +18,16 @@
 //! and its hosts' log counts, and its first heartbeat makes it `running`, which a real fleet
 //! does not do for a thousand jobs in the same two seconds.
 //!
+//! The window is a steady state: 10 minutes by default (`PODQ_FLEET_SECS`, shorter only when
+//! asked), because what holds for 30 s says little about the hour after it (issue 41).
+//!
 //! Printed for each fleet size (`PODQ_FLEET_PODS`, default `10,1000`): p50 and p99 of each
-//! call kind (and the server's own, from its request histograms), the server's CPU share of
-//! one core and its peak RSS, and the store's growth per pod-hour; beside the baselines measured in the same run: the first (smallest) fleet, and
-//! the store's raw durable commits a second. The issue's targets are printed as targets.
+//! call kind over the window (and the server's own, from its request histograms), the server's
+//! CPU share of one core and its peak RSS, and the store's growth per pod-hour; then, minute
+//! by minute, each call kind's p99, the server's CPU share and RSS, and the store's size
+//! (SQLite: the file and its WAL apart), so that growth with time shows. Beside the baselines
+//! measured in the same run: the first (smallest) fleet, and the store's raw durable commits
+//! a second. The issue's targets are printed as targets.
 //! With `PODQ_FLEET_PERF=1`, `perf record` samples the server during the largest fleet's
 //! window and the top of `perf report` is printed (`PODQ_FLEET_PERF_DATA=FILE` keeps the
 //! samples for `perf report -i FILE`). No assertion: these machines are shared and noisy.
@@ -48,7 +54,8 @@ const STEPS_PER_BATCH: i64 = 10;
 const LOG_LINES_PER_HOST_S: f64 = 2.0;
 /// TRM's metrics, as the catalog's checks know them.
 const TRM_METRICS: [&str; 13] = podq_server::catalog::stop_rules::TRAINER_METRICS;
-/// The issue's targets at 1,000 pods: printed as targets, never as baselines.
+/// The issue's targets at 1,000 pods: printed as targets, never as baselines. The p99 holds
+/// in every minute of the window, not only over it (issue 41).
 const TARGET_P99_MS: f64 = 100.0;
 const TARGET_CPU_SHARE: f64 = 1.0;
 /// The store's growth per pod-hour measured on main before this bench existed (issue 30's
@@ -87,7 +94,8 @@ struct Settings {
 /// What one fleet measured.
 struct Figures {
     pods: usize,
-    calls: BTreeMap<&'static str, Vec<f64>>,
+    /// Each call's duration in ms, by kind, with the minute of the window it started in.
+    calls: BTreeMap<&'static str, Vec<(usize, f64)>>,
     rounds_done: u64,
     rounds_due: u64,
     errors: u64,
@@ -98,6 +106,9 @@ struct Figures {
     peak_rss_mb: f64,
     store_growth_bytes: f64,
     window_s: f64,
+    /// Each minute of the window: each call kind's p99, and the server and store as the
+    /// minute ended.
+    minutes: Vec<Minute>,
     profile: Option<String>,
     /// From the first round's start until every pod's first round was answered.
     warm_up_s: f64,
@@ -114,14 +125,43 @@ impl Figures {
     }
 }
 
-type Samples = Arc<Mutex<BTreeMap<&'static str, Vec<f64>>>>;
+/// One minute of the window.
+#[derive(Default)]
+struct Minute {
+    /// By call kind: the p99 of the calls that started in it, in ms.
+    p99_ms: BTreeMap<&'static str, f64>,
+    /// The server's share of one core over the minute.
+    cpu_share: f64,
+    rss_mb: f64,
+    /// The store's size as the minute ended; SQLite's WAL apart (0 on PostgreSQL).
+    store_mb: f64,
+    wal_mb: f64,
+}
 
-fn record(samples: &Samples, kind: &'static str, took: Duration) {
+/// Each call's duration in ms, by kind, with the minute of the window it started in.
+type Samples = Arc<Mutex<BTreeMap<&'static str, Vec<(usize, f64)>>>>;
+
+/// The minute of the window `at` falls in (0 before it: the warm-up is a kind of its own).
+fn minute_of(bounds: Option<(Instant, Instant)>, at: Instant) -> usize {
+    bounds.map_or(0, |(start, _)| {
+        (at.saturating_duration_since(start).as_secs() / 60) as usize
+    })
+}
+
+fn record(samples: &Samples, kind: &'static str, minute: usize, took: Duration) {
     let mut samples = samples.lock().unwrap_or_else(|e| e.into_inner());
     samples
         .entry(kind)
         .or_default()
-        .push(took.as_secs_f64() * 1000.0);
+        .push((minute, took.as_secs_f64() * 1000.0));
+}
+
+/// The durations of `kind`, in ms, over the whole window.
+fn durations(calls: &BTreeMap<&'static str, Vec<(usize, f64)>>, kind: &str) -> Vec<f64> {
+    calls
+        .get(kind)
+        .map(|v| v.iter().map(|(_, ms)| *ms).collect())
+        .unwrap_or_default()
 }
 
 /// One pod's log batch: `lines` lines for each host, after `offsets`.
@@ -438,15 +478,16 @@ async fn fleet(
                 let in_window = window.is_some_and(|(start, _)| next >= start);
                 let step = (round as i64 + 1) * STEPS_PER_BATCH;
                 let kind = |kind| if in_window { kind } else { WARM_UP };
+                let minute = minute_of(window, next);
                 let outcome: Res<()> = async {
                     let t = Instant::now();
                     worker.heartbeat(lease, step).await?;
-                    record(&samples, kind("heartbeat"), t.elapsed());
+                    record(&samples, kind("heartbeat"), minute, t.elapsed());
                     let body =
                         harness::metrics_body((step - STEPS_PER_BATCH + 1)..=step, &TRM_METRICS);
                     let t = Instant::now();
                     worker.metrics(lease, body).await?;
-                    record(&samples, kind("metrics"), t.elapsed());
+                    record(&samples, kind("metrics"), minute, t.elapsed());
                     let body = log_body(&mut offsets, log_lines, round);
                     let t = Instant::now();
                     api.post(
@@ -455,7 +496,7 @@ async fn fleet(
                         body,
                     )
                     .await?;
-                    record(&samples, kind("logs"), t.elapsed());
+                    record(&samples, kind("logs"), minute, t.elapsed());
                     Ok(())
                 }
                 .await;
@@ -509,11 +550,12 @@ async fn fleet(
                 if Instant::now() >= end {
                     break;
                 }
+                let minute = minute_of(Some((started, end)), next);
                 if let Ok((took, _)) = api.get_timed("/status").await {
-                    record(&samples, "status", took);
+                    record(&samples, "status", minute, took);
                 }
                 if let Ok((took, _)) = api.get_timed("/jobs?state=running").await {
-                    record(&samples, "running jobs", took);
+                    record(&samples, "running jobs", minute, took);
                 }
                 next = (next + Duration::from_secs(1)).max(Instant::now());
             }
@@ -531,6 +573,28 @@ async fn fleet(
     } else {
         None
     };
+    // The server and the store as each minute ends (the last, partial minute at the end).
+    let mut minutes = Vec::new();
+    let mut cpu_at = cpu_before;
+    let mut minute_start = started;
+    while minute_start < end {
+        let minute_end = (minute_start + Duration::from_secs(60)).min(end);
+        tokio::time::sleep_until(minute_end.into()).await;
+        let cpu = server.cpu_s()?;
+        let (db, wal) = match database.as_deref() {
+            None => server.db_bytes(),
+            Some(_) => (store_bytes(&server, database.as_deref()).await?, 0),
+        };
+        minutes.push(Minute {
+            cpu_share: (cpu - cpu_at) / (minute_end - minute_start).as_secs_f64(),
+            rss_mb: server.rss_kb()?.0 as f64 / 1024.0,
+            store_mb: db as f64 / 1e6,
+            wal_mb: wal as f64 / 1e6,
+            ..Minute::default()
+        });
+        cpu_at = cpu;
+        minute_start = minute_end;
+    }
     for task in tasks {
         task.await?;
     }
@@ -547,6 +611,20 @@ async fn fleet(
     let bytes_after = store_bytes(&server, database.as_deref()).await?;
     server.stop().await;
     let calls = std::mem::take(&mut *samples.lock().unwrap_or_else(|e| e.into_inner()));
+    for (i, minute) in minutes.iter_mut().enumerate() {
+        for (kind, _) in ROUTES {
+            let mut ms: Vec<f64> = calls
+                .get(kind)
+                .map(|v| {
+                    v.iter()
+                        .filter(|(m, _)| *m == i)
+                        .map(|(_, ms)| *ms)
+                        .collect()
+                })
+                .unwrap_or_default();
+            minute.p99_ms.insert(kind, p50_p99(&mut ms).1);
+        }
+    }
     let first_error = first_error.lock().unwrap_or_else(|e| e.into_inner()).take();
     Ok(Figures {
         pods,
@@ -560,6 +638,7 @@ async fn fleet(
         peak_rss_mb,
         store_growth_bytes: bytes_after.saturating_sub(bytes_before) as f64,
         window_s,
+        minutes,
         profile,
         server_side,
         tcp,
@@ -603,8 +682,7 @@ fn print_store(store: Store, raw_commits: f64, runs: &[Figures]) {
             run.peak_rss_mb
         );
         for kind in kinds {
-            let mut ms = run.calls.get(kind).cloned().unwrap_or_default();
-            let (p50, p99) = p50_p99(&mut ms);
+            let (p50, p99) = p50_p99(&mut durations(&run.calls, kind));
             let _ = write!(row, " {p50:.0} / {p99:.0} ms |");
         }
         let _ = write!(
@@ -636,7 +714,7 @@ fn print_store(store: Store, raw_commits: f64, runs: &[Figures]) {
             let _ = write!(inside, " {kind} {} / {} ms;", ms(0.5), ms(0.99));
         }
         println!("{inside}");
-        let (p50, p99) = p50_p99(&mut run.calls.get(WARM_UP).cloned().unwrap_or_default());
+        let (p50, p99) = p50_p99(&mut durations(&run.calls, WARM_UP));
         println!(
             "   before the window: every pod's first round (a job's first report creates its \
              series and counts) answered in {:.1} s; its calls and those after them until the \
@@ -646,12 +724,13 @@ fn print_store(store: Store, raw_commits: f64, runs: &[Figures]) {
         if let Some(e) = &run.first_error {
             println!("   first failed call: {e}");
         }
+        print_minutes(run);
     }
     if let (Some(base), Some(big)) = (runs.first(), runs.last()) {
         if runs.len() > 1 {
             let ratio = |kind: &str| {
-                let (_, a) = p50_p99(&mut base.calls.get(kind).cloned().unwrap_or_default());
-                let (_, b) = p50_p99(&mut big.calls.get(kind).cloned().unwrap_or_default());
+                let (_, a) = p50_p99(&mut durations(&base.calls, kind));
+                let (_, b) = p50_p99(&mut durations(&big.calls, kind));
                 b / a
             };
             println!(
@@ -668,9 +747,10 @@ fn print_store(store: Store, raw_commits: f64, runs: &[Figures]) {
         }
     }
     println!(
-        "targets (issue 30, at 1,000 pods): every p99 <= {TARGET_P99_MS:.0} ms, server CPU < \
-         {:.0}% of one core, every report sent; store growth <= {:.0} MB per pod-hour (half of \
-         the {BEFORE_MB_PER_POD_HOUR:.0} MB measured before; a target, not a baseline)",
+        "targets (issue 41, at 1,000 pods, over a 10-minute window): every call kind's p99 <= \
+         {TARGET_P99_MS:.0} ms in every minute, server CPU < {:.0}% of one core, every report \
+         sent; store growth <= {:.0} MB per pod-hour (half of the {BEFORE_MB_PER_POD_HOUR:.0} MB \
+         measured before issue 30; a target, not a baseline)",
         TARGET_CPU_SHARE * 100.0,
         BEFORE_MB_PER_POD_HOUR / 2.0
     );
@@ -682,6 +762,46 @@ fn print_store(store: Store, raw_commits: f64, runs: &[Figures]) {
             );
             println!("{profile}");
         }
+    }
+}
+
+/// Minute by minute: each call kind's p99, the server's CPU and RSS, the store's size.
+fn print_minutes(run: &Figures) {
+    let row = |label: &str, values: Vec<String>| println!("   {label:<22} {}", values.join(" "));
+    println!(
+        "   minute by minute ({} minutes; the p99 target is {TARGET_P99_MS:.0} ms in each):",
+        run.minutes.len()
+    );
+    for (kind, _) in ROUTES {
+        let series: Vec<String> = run
+            .minutes
+            .iter()
+            .map(|m| format!("{:>5.0}", m.p99_ms.get(kind).copied().unwrap_or(f64::NAN)))
+            .collect();
+        let over = run
+            .minutes
+            .iter()
+            .filter(|m| m.p99_ms.get(kind).is_some_and(|ms| *ms > TARGET_P99_MS))
+            .count();
+        row(
+            &format!("{kind} p99 ms"),
+            [series, vec![format!(" ({over} over)")]].concat(),
+        );
+    }
+    let series = |f: fn(&Minute) -> f64, format: fn(f64) -> String| {
+        run.minutes.iter().map(|m| format(f(m))).collect::<Vec<_>>()
+    };
+    row(
+        "server CPU %",
+        series(|m| m.cpu_share * 100.0, |v| format!("{v:>5.0}")),
+    );
+    row(
+        "server RSS MiB",
+        series(|m| m.rss_mb, |v| format!("{v:>5.0}")),
+    );
+    row("store MB", series(|m| m.store_mb, |v| format!("{v:>5.0}")));
+    if run.minutes.iter().any(|m| m.wal_mb > 0.0) {
+        row("WAL MB", series(|m| m.wal_mb, |v| format!("{v:>5.0}")));
     }
 }
 
@@ -704,7 +824,7 @@ async fn run() -> Res<()> {
         })
         .collect();
     let settings = Settings {
-        secs: env_or("PODQ_FLEET_SECS", 60.0),
+        secs: env_or("PODQ_FLEET_SECS", 600.0),
         readers: env_or("PODQ_FLEET_READERS", 10),
         flush: Duration::from_secs_f64(env_or("PODQ_FLEET_FLUSH_S", 2.0)),
         perf: env_or("PODQ_FLEET_PERF", 0u8) == 1,

@@ -32,6 +32,16 @@ async fn pool_events(server: &Server, pool: &str) -> Vec<Value> {
     entries
 }
 
+/// A server whose admin token is `admin`, and the header value that carries it.
+async fn server_with_admin(admin: &str) -> (Server, String) {
+    let server = Server::start_with(common::ServerOptions {
+        env: vec![("PODQ_ADMIN_TOKEN".into(), admin.into())],
+        ..common::ServerOptions::default()
+    })
+    .await;
+    (server, format!("Bearer {admin}"))
+}
+
 fn attempts(job: &Value) -> Vec<Value> {
     job["attempts"].as_array().cloned().unwrap_or_default()
 }
@@ -227,13 +237,7 @@ async fn killed_mid_create_and_with_a_stray_slice_the_pool_leaks_and_doubles_not
 
 #[tokio::test]
 async fn the_grant_caps_the_slices_a_pool_makes() {
-    let admin = "pools-admin-token";
-    let server = Server::start_with(common::ServerOptions {
-        env: vec![("PODQ_ADMIN_TOKEN".into(), admin.into())],
-        ..common::ServerOptions::default()
-    })
-    .await;
-    let auth = format!("Bearer {admin}");
+    let (server, auth) = server_with_admin("pools-admin-token").await;
     let grant = |hours: f64| {
         json!({"end": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339(),
                "pod_hours": {"v4-64": hours}})
@@ -278,13 +282,7 @@ async fn the_grant_caps_the_slices_a_pool_makes() {
 
 #[tokio::test]
 async fn pools_of_one_accelerator_share_the_demand_and_the_grant() {
-    let admin = "admin-token-for-shared-pools";
-    let server = Server::start_with(common::ServerOptions {
-        env: vec![("PODQ_ADMIN_TOKEN".into(), admin.into())],
-        ..common::ServerOptions::default()
-    })
-    .await;
-    let auth = format!("Bearer {admin}");
+    let (server, auth) = server_with_admin("admin-token-for-shared-pools").await;
     let headers = [("authorization", auth.as_str())];
     let start = chrono::Utc::now() - chrono::Duration::hours(1);
     let grant = json!({

@@ -19,10 +19,7 @@ pub struct PoolProcess {
 
 impl PoolProcess {
     pub fn start(server: &Server, yaml: &str, run_secs: u32) -> PoolProcess {
-        let state = server.dir.path().join("pools");
-        std::fs::create_dir_all(&state).unwrap();
-        let file = server.dir.path().join("pools.yaml");
-        std::fs::write(&file, yaml).unwrap();
+        let (file, state) = pool_files(server, yaml);
         let args: Vec<String> = [
             "pool",
             "--pools",
@@ -66,10 +63,7 @@ impl PoolProcess {
         config: &Path,
         env: Vec<(String, String)>,
     ) -> PoolProcess {
-        let state = server.dir.path().join("pools");
-        std::fs::create_dir_all(&state).unwrap();
-        let file = server.dir.path().join("pools.yaml");
-        std::fs::write(&file, yaml).unwrap();
+        let (file, state) = pool_files(server, yaml);
         let args = [
             "pool",
             "--pools",
@@ -127,6 +121,15 @@ impl PoolProcess {
     pub fn pod_control(&self, slice: &str) -> PathBuf {
         self.state.join("cloud/pods").join(slice).join("control")
     }
+}
+
+/// The pool file, written under the server's temp dir, and the pools' state directory.
+fn pool_files(server: &Server, yaml: &str) -> (PathBuf, PathBuf) {
+    let state = server.dir.path().join("pools");
+    std::fs::create_dir_all(&state).unwrap();
+    let file = server.dir.path().join("pools.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    (file, state)
 }
 
 fn spawn(args: &[String], env: &[(String, String)], log: &Path) -> Process {

@@ -31,13 +31,17 @@ const CREATE_TIMEOUT: Duration = Duration::from_secs(1800);
 const DELETE_TIMEOUT: Duration = Duration::from_secs(900);
 const LIST_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// A pool's nodes: made with `runner`'s gcloud in `project` (gcloud's configured one when
+/// none), listed in `zones`.
 pub struct GcloudCloud {
-    runner: Runner,
-    project: Option<String>,
-    zones: Vec<String>,
-    runtime_version: String,
-    provisioning: Provisioning,
-    extra_args: Vec<String>,
+    pub runner: Runner,
+    pub project: Option<String>,
+    pub zones: Vec<String>,
+    /// `--version` of every create (e.g. `tpu-ubuntu2204-base`).
+    pub runtime_version: String,
+    pub provisioning: Provisioning,
+    /// Appended to every create (`gcloud.create.extra_args`).
+    pub extra_args: Vec<String>,
 }
 
 /// The fields of a listed node the pool reads.
@@ -55,28 +59,15 @@ struct ListedNode {
 }
 
 impl GcloudCloud {
-    pub fn new(
-        runner: Runner,
-        project: Option<String>,
-        zones: Vec<String>,
-        runtime_version: String,
-        provisioning: Provisioning,
-        extra_args: Vec<String>,
-    ) -> anyhow::Result<GcloudCloud> {
-        if provisioning == Provisioning::FlexStart {
+    /// `self`, if the Cloud TPU API can make what it asks for.
+    pub fn checked(self) -> anyhow::Result<GcloudCloud> {
+        if self.provisioning == Provisioning::FlexStart {
             anyhow::bail!(
                 "provisioning flex_start is a Compute Engine slice's (api: compute); the Cloud \
                  TPU API makes spot, standard or reservation_bound nodes"
             );
         }
-        Ok(GcloudCloud {
-            runner,
-            project,
-            zones,
-            runtime_version,
-            provisioning,
-            extra_args,
-        })
+        Ok(self)
     }
 
     fn place(&self, zone: &str) -> Vec<String> {
@@ -195,19 +186,18 @@ mod tests {
     use super::*;
 
     fn cloud(provisioning: Provisioning) -> GcloudCloud {
-        GcloudCloud::new(
-            Runner {
+        GcloudCloud {
+            runner: Runner {
                 program: "gcloud".into(),
                 retries: 0,
                 backoff: Duration::ZERO,
             },
-            Some("proj".into()),
-            vec!["us-central2-b".into()],
-            "tpu-ubuntu2204-base".into(),
+            project: Some("proj".into()),
+            zones: vec!["us-central2-b".into()],
+            runtime_version: "tpu-ubuntu2204-base".into(),
             provisioning,
-            vec!["--internal-ips".into()],
-        )
-        .unwrap()
+            extra_args: vec!["--internal-ips".into()],
+        }
     }
 
     #[test]
@@ -230,19 +220,8 @@ mod tests {
             .create_args(&spec)
             .iter()
             .any(|a| a == "--spot" || a == "--reserved"));
-        assert!(GcloudCloud::new(
-            Runner {
-                program: "gcloud".into(),
-                retries: 0,
-                backoff: Duration::ZERO
-            },
-            None,
-            vec![],
-            "v".into(),
-            Provisioning::FlexStart,
-            vec![],
-        )
-        .is_err());
+        assert!(cloud(Provisioning::FlexStart).checked().is_err());
+        assert!(cloud(Provisioning::Spot).checked().is_ok());
     }
 
     #[test]

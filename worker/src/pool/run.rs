@@ -602,14 +602,15 @@ fn slice_cloud(
                 backoff: Duration::try_from_secs_f64(gcloud.retry_backoff_s)
                     .context("gcloud.retry_backoff_s must be a number of seconds")?,
             };
-            let cloud = GcloudCloud::new(
+            let cloud = GcloudCloud {
                 runner,
-                pool.project.clone().or_else(|| gcloud.project.clone()),
-                pool.zones.iter().map(|z| z.zone.clone()).collect(),
-                runtime,
-                pool.provisioning,
-                gcloud.create.extra_args.clone(),
-            )?;
+                project: pool.project.clone().or_else(|| gcloud.project.clone()),
+                zones: pool.zones.iter().map(|z| z.zone.clone()).collect(),
+                runtime_version: runtime,
+                provisioning: pool.provisioning,
+                extra_args: gcloud.create.extra_args.clone(),
+            }
+            .checked()?;
             Ok((
                 Arc::new(cloud),
                 SliceHosts::Gcloud(Box::new(gcloud.clone())),
