@@ -245,6 +245,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 hosts: args.hosts,
                 gcloud: Default::default(),
                 sim_create_time: Duration::from_secs(3),
+                boot_deadline: Duration::from_secs(600),
             };
             tokio::spawn(podq_worker::pool::cli::run_pools(
                 pools,

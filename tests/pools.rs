@@ -303,20 +303,38 @@ async fn pools_of_one_accelerator_share_the_demand_and_the_grant() {
         )
         .await;
     assert_eq!(status, 201, "{answer}");
+    // The pools' tokens: one for any pool, one limited to pool a.
+    let mut tokens = Vec::new();
+    for person in [
+        json!({"name": "pools", "role": "worker"}),
+        json!({"name": "pool-a", "role": "worker", "pods": ["pool:a"]}),
+    ] {
+        let (status, added) = server
+            .send(
+                reqwest::Method::POST,
+                "/users",
+                person.to_string(),
+                &headers,
+            )
+            .await;
+        assert_eq!(status, 201, "{added}");
+        tokens.push(format!("Bearer {}", added["token"].as_str().unwrap()));
+    }
+    let (any_pool, limited) = (tokens[0].clone(), tokens[1].clone());
     let report = |slices: Value, hours: f64| {
         json!({"accelerator": "v4-64", "max_slices": 2, "slices": slices, "zones": [],
                "slice_hours": hours})
         .to_string()
     };
     let post = |pool: &'static str, body: String| {
-        let server = &server;
+        let (server, token) = (&server, any_pool.clone());
         async move {
             let (status, answer) = server
                 .send(
                     reqwest::Method::POST,
                     &format!("/pools/{pool}/report"),
                     body,
-                    &[("content-type", "application/json")],
+                    &[("authorization", token.as_str())],
                 )
                 .await;
             assert_eq!(status, 200, "{answer}");
@@ -337,6 +355,40 @@ async fn pools_of_one_accelerator_share_the_demand_and_the_grant() {
     let told: chrono::DateTime<chrono::Utc> =
         serde_json::from_value(b["grant_start"].clone()).unwrap();
     assert_eq!(told.timestamp(), start.timestamp(), "{b}");
+    // A worker token limited to `pool:a` reports for pool a and its slices, and for nothing
+    // else: not pool b, not a slice named like another pool's.
+    let as_limited = |pool: &'static str, body: String| {
+        let (server, limited) = (&server, limited.clone());
+        async move {
+            server
+                .send(
+                    reqwest::Method::POST,
+                    &format!("/pools/{pool}/report"),
+                    body,
+                    &[("authorization", limited.as_str())],
+                )
+                .await
+        }
+    };
+    let slice = |pod: &str| {
+        json!([{"pod": pod, "zone": "z", "state": "ready",
+                "created_at": chrono::Utc::now().to_rfc3339(), "idle_since": null}])
+    };
+    let (status, answer) = as_limited("b", report(json!([]), 0.0)).await;
+    assert_eq!(
+        (status, answer["error"]["code"].clone()),
+        (403, json!("pool_not_allowed")),
+        "{answer}"
+    );
+    let (status, answer) = as_limited("a", report(slice("b-1"), 0.0)).await;
+    assert_eq!(
+        (status, answer["error"]["code"].clone()),
+        (403, json!("pod_not_allowed")),
+        "{answer}"
+    );
+    let (status, answer) = as_limited("a", report(slice("a-7"), 3.0)).await;
+    assert_eq!(status, 200, "{answer}");
+
     // Pools of another accelerator take nothing from them.
     let other = json!({"accelerator": "v5p-8", "max_slices": 1, "slices": [], "zones": [],
                        "slice_hours": 9.0});
@@ -373,23 +425,64 @@ async fn a_slice_that_fails_preflight_twice_is_replaced_in_another_zone() {
         .as_str()
         .unwrap()
         .starts_with("qt-1 in zone-a"));
-    let replacement = events
+    assert_replaced(&events, &pool, "qt-1", "qt-2", "zone-b");
+}
+
+/// Slice `gone` is no more, and `replacement` was made in `zone`.
+fn assert_replaced(
+    events: &[Value],
+    pool: &PoolProcess,
+    gone: &str,
+    replacement: &str,
+    zone: &str,
+) {
+    let created = events
         .iter()
         .find(|e| {
-            e["action"] == "slice_created" && e["message"].as_str().unwrap().starts_with("qt-2")
+            e["action"] == "slice_created"
+                && e["message"].as_str().unwrap().starts_with(replacement)
         })
         .expect("a replacement");
     assert!(
-        replacement["message"]
+        created["message"]
             .as_str()
             .unwrap()
-            .contains(" in zone-b "),
-        "replaced in another zone: {replacement}"
+            .contains(&format!(" in {zone} ")),
+        "replaced in another zone: {created}"
     );
     assert!(
-        pool.cloud_slices().iter().all(|s| s["name"] != "qt-1"),
-        "the quarantined slice is gone"
+        pool.cloud_slices().iter().all(|s| s["name"] != gone),
+        "{gone} is gone"
     );
+}
+
+#[tokio::test]
+async fn a_slice_whose_worker_never_calls_is_replaced_after_the_boot_deadline() {
+    let server = Server::start().await;
+    let yaml = pool_yaml("bd", 1, "never", &["zone-a", "zone-b"]);
+    // The first slice's setup hangs (the local driver's control file, there before the slice
+    // is): READY, and its worker never asks for work.
+    let control = server.dir.path().join("pools/cloud/pods/bd-1/control");
+    std::fs::create_dir_all(&control).unwrap();
+    std::fs::write(control.join("hang-preflight"), b"").unwrap();
+    let pool = PoolProcess::start_with(&server, &yaml, 4, &["--boot-deadline-s", "4"]);
+    let job = server.submit_one("exp07a", json!({})).await;
+    let done = server.wait_state(&job, "succeeded", RUN).await;
+    assert_eq!(attempts(&done)[0]["pod"], "bd-2", "{done}");
+    let events = pool_events(&server, "bd").await;
+    let silent = events
+        .iter()
+        .find(|e| e["action"] == "slice_deleted")
+        .expect("the silent slice deleted");
+    assert!(
+        silent["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("bd-1 in zone-a was READY for 4s and its worker never called"),
+        "{silent}"
+    );
+    // It counts against its zone as a slice lost young: the replacement went elsewhere.
+    assert_replaced(&events, &pool, "bd-1", "bd-2", "zone-b");
 }
 
 #[tokio::test]
@@ -483,6 +576,60 @@ fn a_bad_pool_file_is_refused_at_start_with_its_line() {
             );
         }
     }
+}
+
+#[test]
+fn a_gcloud_pool_that_cannot_work_is_refused_at_start_saying_why() {
+    let dir = common::shared_tempdir();
+    let pools = dir.path().join("pools.yaml");
+    std::fs::write(
+        &pools,
+        "pools:\n  - name: g\n    accelerator: v4-64\n    max_slices: 2\n    idle_after: 10m\n    \
+         driver: gcloud\n    zones: [us-central2-b]\n",
+    )
+    .unwrap();
+    // (the worker config, what the refusal says)
+    let cases = [
+        (
+            "agent_listen: 10.9.9.9:7433\ngcloud:\n  create:\n    runtime_version: v\n",
+            "port 0",
+        ),
+        (
+            "agent_listen: 10.9.9.9:0\nagent_url: http://10.9.9.9:7433\ngcloud:\n  create:\n    \
+             runtime_version: v\n",
+            "leave agent_url unset",
+        ),
+        ("agent_listen: 10.9.9.9:0\n", "runtime_version"),
+    ];
+    for (config, why) in cases {
+        let file = dir.path().join("worker.yaml");
+        std::fs::write(&file, format!("server: http://127.0.0.1:9\n{config}")).unwrap();
+        let output = Command::new(PODQ)
+            .args(["pool", "--pool-state"])
+            .arg(dir.path())
+            .arg("--pools")
+            .arg(&pools)
+            .arg("--config")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "accepted {config}");
+        assert!(stderr.contains(why), "{config}: {stderr}");
+    }
+    // `podq up` runs simulated slices only, and says where a gcloud pool runs.
+    let output = Command::new(PODQ)
+        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .arg("--pool")
+        .arg(&pools)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("podq pool --pools"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

@@ -19,8 +19,13 @@ pub struct PoolProcess {
 
 impl PoolProcess {
     pub fn start(server: &Server, yaml: &str, run_secs: u32) -> PoolProcess {
+        PoolProcess::start_with(server, yaml, run_secs, &[])
+    }
+
+    /// `start`, with `extra` flags after the usual ones.
+    pub fn start_with(server: &Server, yaml: &str, run_secs: u32, extra: &[&str]) -> PoolProcess {
         let (file, state) = pool_files(server, yaml);
-        let args: Vec<String> = [
+        let mut args: Vec<String> = [
             "pool",
             "--pools",
             file.to_str().unwrap(),
@@ -52,6 +57,7 @@ impl PoolProcess {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
         PoolProcess::launch(server, args, Vec::new())
     }
 

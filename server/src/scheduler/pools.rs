@@ -45,7 +45,8 @@ impl PoolReports {
 impl Scheduler {
     /// Records pool `name`'s report (its events onto the audit, `by: pool:NAME`) and answers
     /// the queue's demand for its accelerator and what the server knows of each slice's pod.
-    /// The caller's token must be allowed every pod the pool holds.
+    /// The caller's token must be allowed the pool (`pool:NAME` in a limited worker token's
+    /// pods) and every pod the pool holds.
     pub async fn report_pool(
         &self,
         name: &str,
@@ -53,6 +54,17 @@ impl Scheduler {
         acting: &Acting,
     ) -> Result<PoolAnswer> {
         check_report(&report)?;
+        if !acting.caller.may_act_for_pool(name) {
+            return Err(SchedulerError::forbidden(
+                "pool_not_allowed",
+                format!(
+                    "the token of {} is limited to pods {}: it cannot report for pool {name} \
+                     (a worker token serves a pool when its pods list `pool:{name}`)",
+                    acting.caller.name,
+                    acting.caller.pods.as_deref().unwrap_or_default().join(", ")
+                ),
+            ));
+        }
         if !self.pool_reports.lock().contains_key(name)
             && self.pool_reports.lock().len() >= MAX_POOLS
         {

@@ -95,11 +95,36 @@ impl Caller {
     }
 
     /// Whether this caller may act for `pod` (a worker token limited to other pods may not).
+    /// An entry `pool:NAME` allows the slices pool NAME makes (`NAME-1`, `NAME-2`, ...),
+    /// whose names no one knows in advance.
     pub fn may_act_for_pod(&self, pod: &str) -> bool {
-        self.pods
-            .as_ref()
-            .is_none_or(|pods| pods.iter().any(|p| p == pod))
+        self.pods.as_ref().is_none_or(|pods| {
+            pods.iter().any(|p| {
+                p == pod
+                    || p.strip_prefix(POOL_ENTRY)
+                        .is_some_and(|pool| is_slice_of(pod, pool))
+            })
+        })
     }
+
+    /// Whether this caller may report for pool `pool`: a worker token limited to pods may
+    /// only if it lists `pool:NAME`.
+    pub fn may_act_for_pool(&self, pool: &str) -> bool {
+        self.pods.as_ref().is_none_or(|pods| {
+            pods.iter()
+                .any(|p| p.strip_prefix(POOL_ENTRY) == Some(pool))
+        })
+    }
+}
+
+/// The prefix of a worker token's `pods` entry that names a pool rather than a pod.
+pub const POOL_ENTRY: &str = "pool:";
+
+/// Whether `pod` is a slice of pool `pool`: `POOL-N`, N its number.
+fn is_slice_of(pod: &str, pool: &str) -> bool {
+    pod.strip_prefix(pool)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// A call being made: who makes it (for the checks) and how the audit names it.
@@ -164,6 +189,36 @@ mod tests {
         for (role, needed, covers) in cases {
             assert_eq!(role.covers(needed), covers, "{role} covers {needed}");
         }
+    }
+
+    #[test]
+    fn a_pool_entry_allows_the_pool_and_its_slices_alone() {
+        let worker = |pods: &[&str]| Caller {
+            name: "w".into(),
+            role: Role::Worker,
+            pods: Some(pods.iter().map(|p| p.to_string()).collect()),
+        };
+        let limited = worker(&["stable-1", "pool:v4"]);
+        // (pod, allowed)
+        let pods = [
+            ("stable-1", true),
+            ("v4-1", true),
+            ("v4-12", true),
+            ("v4", false),
+            ("v4-", false),
+            ("v4-x", false),
+            ("v4-1-2", false),
+            ("v4x-1", false),
+            ("stable-2", false),
+        ];
+        for (pod, allowed) in pods {
+            assert_eq!(limited.may_act_for_pod(pod), allowed, "{pod}");
+        }
+        assert!(limited.may_act_for_pool("v4"));
+        assert!(!limited.may_act_for_pool("v4-1"));
+        assert!(!limited.may_act_for_pool("stable-1"));
+        assert!(!worker(&["v4-1"]).may_act_for_pool("v4"));
+        assert!(Caller::anonymous().may_act_for_pool("any"));
     }
 
     #[test]

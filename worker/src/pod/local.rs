@@ -7,7 +7,9 @@
 //! - `hang-host-N`: host N's process group gets SIGSTOP (alive, making no progress);
 //! - `fail-next-launch`: the next launch's trainer exits 1 at once on every host;
 //! - `fail-preflight`: every preflight fails, as a TPU that will not initialise does (kept
-//!   while the file is there).
+//!   while the file is there);
+//! - `hang-preflight`: every preflight waits while the file is there, as a setup stuck on a
+//!   host does: the pod is READY and its worker never asks for work.
 //!
 //! Each host's trainer is owned by a `podq agent` process started for the lease, as on
 //! the real pod; a preemption kills the agents too.
@@ -218,6 +220,9 @@ impl PodDriver for LocalPod {
     }
 
     async fn preflight(&self) -> Preflight {
+        while self.control_dir().join("hang-preflight").exists() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let mut failures = Vec::new();
         if self.lock().preempted {
             failures.push(PreflightFailure {

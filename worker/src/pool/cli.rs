@@ -28,6 +28,10 @@ pub struct PoolArgs {
     /// local driver: seconds the simulated cloud takes to make a slice [default: 3].
     #[arg(long, env = "PODQ_SIM_CREATE_S")]
     pub sim_create_s: Option<f64>,
+    /// Seconds a slice may be READY without its worker ever calling before it is deleted and
+    /// replaced [default: gcloud.setup_timeout_s + 10 min, at least 30 min].
+    #[arg(long, env = "PODQ_BOOT_DEADLINE_S")]
+    pub boot_deadline_s: Option<f64>,
     /// Each slice's worker: the server, token, trainer command and timings, as for
     /// `podq worker` (its pod, driver and pod root come from the pool).
     #[command(flatten)]
@@ -55,6 +59,13 @@ impl PoolArgs {
             hosts: config.hosts,
             gcloud: config.gcloud.clone(),
             sim_create_time: seconds(self.sim_create_s, 3.0, "--sim-create-s")?,
+            // The worker calls once its setup and preflight are done, which may take the
+            // whole setup timeout.
+            boot_deadline: seconds(
+                self.boot_deadline_s,
+                (config.gcloud.setup_timeout_s + 600.0).max(1800.0),
+                "--boot-deadline-s",
+            )?,
         };
         let client = ServerClient::new(
             &config.server,

@@ -35,6 +35,8 @@ use crate::pod::PodDriver;
 pub const QUARANTINE_AFTER: usize = 2;
 /// How many of its newest given-up slices a restarted pool retires again.
 const RESEND_RETIRED: usize = 256;
+/// How long a slice's daemon is given to stop before it is aborted.
+const DAEMON_STOP: Duration = Duration::from_secs(10);
 /// How long a preempted slice's worker is given to end its attempt before the slice goes.
 const PREEMPTED_GRACE: Duration = Duration::from_secs(20);
 
@@ -54,6 +56,9 @@ pub struct PoolSettings {
     pub gcloud: GcloudSettings,
     /// How long the sim cloud takes to make a slice.
     pub sim_create_time: Duration,
+    /// A slice READY this long whose worker has never called is deleted and replaced: its
+    /// setup or preflight is stuck, and it costs while it waits.
+    pub boot_deadline: Duration,
 }
 
 /// A slice the pool holds.
@@ -66,6 +71,11 @@ struct Held {
     idle_since: Option<DateTime<Utc>>,
     failed_preflights: BTreeSet<DateTime<Utc>>,
     preempted_at: Option<tokio::time::Instant>,
+    /// When this process first saw it READY.
+    ready_since: Option<tokio::time::Instant>,
+    /// Whether the server has told this process it saw the slice's worker (a server that
+    /// restarted forgets, until the worker calls again: that is no silence).
+    ever_seen: bool,
 }
 
 /// Where a pool's slices' hosts are, by driver.
@@ -148,9 +158,8 @@ impl PoolRun {
             }
         }
         for (_, held) in std::mem::take(&mut self.held) {
-            if let Some((token, task)) = held.daemon {
-                token.cancel();
-                let _ = task.await;
+            if let Some(daemon) = held.daemon {
+                stop_daemon(daemon).await;
             }
         }
         Ok(())
@@ -264,6 +273,9 @@ impl PoolRun {
                 Some(_) => SliceState::Preempted,
                 None => slice.state,
             };
+            if held.state == SliceState::Ready && held.ready_since.is_none() {
+                held.ready_since = Some(tokio::time::Instant::now());
+            }
         }
         Ok(())
     }
@@ -297,6 +309,15 @@ impl PoolRun {
                     continue;
                 }
             }
+            held.ever_seen |= pod.seen_at.is_some() || pod.leased;
+            let silent_for = held
+                .ready_since
+                .filter(|_| !held.ever_seen)
+                .map(|since| since.elapsed());
+            if silent_for.is_some_and(|t| t >= self.settings.boot_deadline) {
+                going.push((pod.pod.clone(), Going::Silent));
+                continue;
+            }
             let idle = held.state == SliceState::Ready && pod.seen_at.is_some() && !pod.leased;
             held.idle_since = if idle {
                 Some(held.idle_since.unwrap_or(now))
@@ -321,6 +342,19 @@ impl PoolRun {
                             "{name} in {} failed preflight {QUARANTINE_AFTER} times ({failure}): \
                              deleted and replaced",
                             held.zone
+                        ),
+                    );
+                }
+                Going::Silent => {
+                    // It never served: a slice lost young, as far as its zone is concerned.
+                    self.book.record_death(&held.zone, held.created_at, now);
+                    self.event(
+                        "slice_deleted",
+                        format!(
+                            "{name} in {} was READY for {}s and its worker never called: \
+                             deleted and replaced",
+                            held.zone,
+                            self.settings.boot_deadline.as_secs()
                         ),
                     );
                 }
@@ -525,6 +559,8 @@ enum Going {
     Preempted,
     /// Failed preflight `QUARANTINE_AFTER` times; the last failure's words.
     Quarantined(String),
+    /// READY for `boot_deadline` and its worker never called.
+    Silent,
     Idle,
 }
 
@@ -533,6 +569,7 @@ impl Going {
         match self {
             Going::Preempted => "preempted",
             Going::Quarantined(_) => "quarantined",
+            Going::Silent => "silent",
             Going::Idle => "idle",
         }
     }
@@ -548,14 +585,15 @@ fn held_from(slice: &CloudSlice) -> Held {
         idle_since: None,
         failed_preflights: BTreeSet::new(),
         preempted_at: (slice.state == SliceState::Preempted).then(tokio::time::Instant::now),
+        ready_since: (slice.state == SliceState::Ready).then(tokio::time::Instant::now),
+        ever_seen: false,
     }
 }
 
 /// Stops a slice's daemon, so it asks for no more work, then powers its hosts off.
 async fn stop(held: Held) {
-    if let Some((token, task)) = held.daemon {
-        token.cancel();
-        let _ = task.await;
+    if let Some(daemon) = held.daemon {
+        stop_daemon(daemon).await;
     }
     if let Some(driver) = &held.driver {
         driver.power_off();
@@ -586,6 +624,20 @@ fn slice_cloud(
                 anyhow::bail!(
                     "api: compute pools are not built yet; a gcloud pool makes Cloud TPU VM \
                      nodes (api: tpu)"
+                );
+            }
+            let daemon = &settings.daemon;
+            if daemon.agent_listen.port() != 0 || daemon.agent_url.is_some() {
+                anyhow::bail!(
+                    "each slice of a gcloud pool runs a worker whose hosts' agents call it on a \
+                     port of its own: set agent_listen to this machine's internal address with \
+                     port 0 (e.g. 10.128.0.2:0) and leave agent_url unset (it is {}{})",
+                    daemon.agent_listen,
+                    daemon
+                        .agent_url
+                        .as_deref()
+                        .map(|url| format!(", agent_url {url}"))
+                        .unwrap_or_default()
                 );
             }
             let gcloud = &settings.gcloud;
@@ -663,6 +715,15 @@ fn slice_driver(
                 gcloud,
             )?))
         }
+    }
+}
+
+/// Cancels a slice's daemon. One that does not end within `DAEMON_STOP` (blocked in a call
+/// to hosts that hang) is aborted: the pool never waits on one slice.
+async fn stop_daemon((token, mut task): (CancellationToken, JoinHandle<()>)) {
+    token.cancel();
+    if tokio::time::timeout(DAEMON_STOP, &mut task).await.is_err() {
+        task.abort();
     }
 }
 
