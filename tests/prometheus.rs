@@ -107,13 +107,17 @@ async fn metrics_parse_and_move_while_a_job_runs() {
     server
         .wait_state(&job, "running", Duration::from_secs(60))
         .await;
+    // The step's gauge comes from the status view, which can lag the points' counter by a
+    // scrape (seen once in a full run on 4af68b6): wait for both, then assert on that scrape.
     let first = eventually(
         Duration::from_secs(30),
-        "metric points ingested",
+        "metric points ingested and the job's step shown",
         || async {
             let samples = scrape(&metrics_url).await;
-            (value(&samples, "podq_metric_points_ingested_total", json!({})).unwrap_or(0.0) > 0.0)
-                .then_some(samples)
+            let ingested =
+                value(&samples, "podq_metric_points_ingested_total", json!({})).unwrap_or(0.0);
+            let step = value(&samples, "podq_job_step", json!({"experiment": "exp07a"}));
+            (ingested > 0.0 && step.is_some()).then_some(samples)
         },
     )
     .await;
