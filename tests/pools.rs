@@ -617,6 +617,55 @@ fn a_gcloud_pool_that_cannot_work_is_refused_at_start_saying_why() {
         assert!(!output.status.success(), "accepted {config}");
         assert!(stderr.contains(why), "{config}: {stderr}");
     }
+    // A Compute Engine pool is checked as its slices' workers would check it.
+    let compute = [
+        (
+            "v4-64",
+            "gcloud:\n  project: p\n  compute:\n    machine_type: ct6e-standard-4t\n    \
+             topology: 4x4\n",
+            "Cloud TPU API",
+        ),
+        ("v6e-16", "gcloud:\n  project: p\n", "machine_type"),
+        (
+            "v6e-16",
+            "gcloud:\n  compute:\n    machine_type: ct6e-standard-4t\n    topology: 4x4\n",
+            "project",
+        ),
+    ];
+    for (accelerator, config, why) in compute {
+        std::fs::write(
+            &pools,
+            format!(
+                "pools:\n  - name: c\n    accelerator: {accelerator}\n    max_slices: 1\n    \
+                 idle_after: 10m\n    driver: gcloud\n    api: compute\n    zones: [us-east5-b]\n"
+            ),
+        )
+        .unwrap();
+        let file = dir.path().join("worker.yaml");
+        std::fs::write(
+            &file,
+            format!("server: http://127.0.0.1:9\nagent_listen: 10.9.9.9:0\n{config}"),
+        )
+        .unwrap();
+        let output = Command::new(PODQ)
+            .args(["pool", "--pool-state"])
+            .arg(dir.path())
+            .arg("--pools")
+            .arg(&pools)
+            .arg("--config")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success(),
+            "accepted {accelerator} with {config}"
+        );
+        assert!(
+            stderr.contains(why),
+            "{accelerator} with {config}: {stderr}"
+        );
+    }
     // `podq up` runs simulated slices only, and says where a gcloud pool runs.
     let output = Command::new(PODQ)
         .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
@@ -711,7 +760,7 @@ async fn a_gcloud_pool_waterfalls_to_a_labelled_node_survives_a_kill_and_leaks_n
     let zone_of = |call: &Vec<String>| {
         call.iter()
             .find_map(|a| a.strip_prefix("--zone="))
-            .unwrap()
+            .unwrap_or_else(|| panic!("a call without a zone: {call:?}"))
             .to_owned()
     };
     let creates: Vec<String> = calls
@@ -741,6 +790,131 @@ async fn a_gcloud_pool_waterfalls_to_a_labelled_node_survives_a_kill_and_leaks_n
          1 delete; {lists} lists over the {:.0}s run (one per zone per tick)",
         to_first_step.as_secs_f64(),
         creates.len(),
+        submitted.elapsed().as_secs_f64(),
+    );
+}
+
+#[tokio::test]
+async fn a_compute_pool_gives_up_a_zone_out_of_capacity_and_gives_its_group_back() {
+    // Zones of the fake gcloud whose Compute Engine groups' VMs are machines of their own.
+    // As on Compute Engine, a group's insert succeeds at once in a zone that is out: the
+    // stockout shows in its bulk creation's progress check.
+    let cloud = FakeCloud::fleet(
+        json!({
+            "us-east5-a": {"fault": "stockout"},
+            "us-east5-b": {"capacity": 1},
+        }),
+        HOSTS,
+    );
+    let catalog = fake_cloud::catalog_with_accelerator("exp01-model-scaling", "v6e-16");
+    let server = Server::start_with(common::ServerOptions {
+        experiments: catalog.path().to_owned(),
+        ..common::ServerOptions::default()
+    })
+    .await;
+    let config = cloud.worker_config(
+        &server.url,
+        json!({
+            "api": "compute",
+            "compute": {"machine_type": "ct6e-standard-4t", "topology": "4x4"},
+        }),
+        json!({"accelerator": "v6e-16", "trainer_env": {"PODQ_SIM_RUN_SECS": "10"}}),
+    );
+    let yaml = format!(
+        "pools:\n  - name: tr\n    accelerator: v6e-16\n    max_slices: 1\n    idle_after: 3s\n    \
+         provisioning: spot\n    driver: gcloud\n    api: compute\n    project: {PROJECT}\n    \
+         zones: [us-east5-a, us-east5-b]\n"
+    );
+    let _pool = PoolProcess::gcloud(&server, &yaml, &config, cloud.gcloud_env());
+    let submitted = Instant::now();
+    let job = server.submit_one("exp01a", json!({})).await;
+    let running = server.wait_state(&job, "running", RUN).await;
+    let to_first_step = submitted.elapsed();
+    let pod = attempts(&running)[0]["pod"].as_str().unwrap().to_owned();
+
+    // One group, in the zone with room, marked as the pool's, of Spot VMs labelled as its.
+    let groups = cloud.fleet_groups();
+    assert_eq!(groups.keys().collect::<Vec<_>>(), [&pod], "{groups:?}");
+    let (zone, group, instances) = &groups[&pod];
+    assert_eq!(zone, "us-east5-b");
+    assert_eq!(group["description"], "podq-pool=tr", "{group}");
+    assert_eq!(group["targetSize"], 4, "{group}");
+    assert_eq!(instances.len(), 4, "{instances:?}");
+    for instance in instances {
+        assert_eq!(instance["labels"]["podq-pool"], "tr", "{instance}");
+        assert_eq!(
+            instance["scheduling"]["provisioningModel"], "SPOT",
+            "{instance}"
+        );
+    }
+    let page = pools(&server).await;
+    let zones = page["pools"][0]["zones"].as_array().unwrap().clone();
+    let a = zones.iter().find(|z| z["zone"] == "us-east5-a").unwrap();
+    assert_eq!(a["state"], "stockout", "{zones:?}");
+    assert!(
+        a["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("ZONE_RESOURCE_POOL_EXHAUSTED"),
+        "{a}"
+    );
+
+    let done = server.wait_state(&job, "succeeded", RUN).await;
+    assert_eq!(attempts(&done).len(), 1, "{done}");
+    eventually(RUN, "the idle group to be deleted", || async {
+        cloud.fleet_groups().is_empty().then_some(())
+    })
+    .await;
+
+    let calls = cloud.calls();
+    let mig = |verb: &str| -> Vec<(String, String)> {
+        calls
+            .iter()
+            .filter(|c| c[..3] == ["compute", "instance-groups", "managed"] && c[3] == verb)
+            .map(|c| {
+                let zone = c.iter().find_map(|a| a.strip_prefix("--zone=")).unwrap();
+                (c[4].clone(), zone.to_owned())
+            })
+            .collect()
+    };
+    let creates = mig("create");
+    let zones_tried: Vec<&str> = creates.iter().map(|(_, z)| z.as_str()).collect();
+    assert_eq!(
+        zones_tried,
+        ["us-east5-a", "us-east5-b"],
+        "the waterfall, and no second create for one request"
+    );
+    assert_eq!(
+        mig("delete"),
+        [creates[0].clone(), (pod.clone(), "us-east5-b".to_owned())],
+        "the group that waited for capacity in vain, then the idle one"
+    );
+    let made = |what: &[&str]| {
+        calls
+            .iter()
+            .filter(|c| c.len() > what.len() + 1 && c[1..=what.len()] == *what)
+            .count()
+    };
+    assert_eq!(
+        made(&["resource-policies", "create"]),
+        1,
+        "one workload policy for the region"
+    );
+    assert_eq!(made(&["instance-templates", "create"]), 1, "one template");
+    let lists = calls
+        .iter()
+        .filter(|c| c.len() > 3 && c[..4] == ["compute", "instance-groups", "managed", "list"])
+        .count();
+    let describes = calls
+        .iter()
+        .filter(|c| c.len() > 3 && c[..4] == ["compute", "instance-groups", "managed", "describe"])
+        .count();
+    eprintln!(
+        "pool figures (gcloud, Compute Engine): demand to first step {:.1}s with a stockout \
+         zone in front; 2 group creates (1 cancelled by its delete), 1 template and 1 policy, \
+         2 deletes; {lists} lists (one per tick for every zone) and {describes} group describes \
+         (the pool's watch and the slice's worker) over the {:.0}s run",
+        to_first_step.as_secs_f64(),
         submitted.elapsed().as_secs_f64(),
     );
 }

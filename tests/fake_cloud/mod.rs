@@ -70,6 +70,17 @@ fn seed_gcs(root: &Path) {
     .unwrap();
 }
 
+/// Loads the fake gcloud (argv[1]) as a module and prints its `fleet_groups` of the fleet
+/// at argv[2] as JSON: {name: [zone, group, [instance, ...]]}.
+const FLEET_GROUPS: &str = r#"
+import importlib.machinery, importlib.util, json, os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+loader = importlib.machinery.SourceFileLoader("fake_gcloud", sys.argv[1])
+fake = importlib.util.module_from_spec(importlib.util.spec_from_loader("fake_gcloud", loader))
+loader.exec_module(fake)
+print(json.dumps(fake.fleet_groups(sys.argv[2])))
+"#;
+
 fn hosts_script(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new("python3")
         .arg(Path::new(FAKE_DIR).join("hosts.py"))
@@ -194,6 +205,31 @@ impl FakeCloud {
             }
         }
         nodes
+    }
+
+    /// A fleet's managed instance groups that exist, by name: (zone, the group as describe
+    /// prints it without advancing it, its instances as stored (each with `labels`)).
+    ///
+    /// Read from slices/*/state.json (the `ce.migs` entry and the `ce.instances` whose `_mig`
+    /// is it, the fake's own `_` keys left out) by the fake's `fleet_groups`, which builds the
+    /// view with the code describe prints it with: no call is made or logged, nothing moves
+    /// on.
+    pub fn fleet_groups(&self) -> BTreeMap<String, (String, Value, Vec<Value>)> {
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(FLEET_GROUPS)
+            .arg(Path::new(FAKE_DIR).join("gcloud"))
+            .arg(self.root())
+            .env("FAKE_GCLOUD_ROOT", self.root())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run python3 for the fake's fleet_groups");
+        assert!(
+            out.status.success(),
+            "cannot read the fleet's groups: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("the fleet's groups as JSON")
     }
 
     /// The environment a process needs to find this fake as `gcloud`, with gcloud's ssh

@@ -36,6 +36,9 @@ use anyhow::{bail, Context};
 use async_trait::async_trait;
 use podq_api::Preflight;
 
+pub(crate) use compute::{
+    instance_rank, ErrorItem, GroupStatus, Place, SliceSpec as ComputeSliceSpec,
+};
 pub use compute::{ComputeSettings, ProvisioningModel};
 pub use node::{classify_health, classify_state, HealthClass, Node, StateClass};
 use runner::Output;

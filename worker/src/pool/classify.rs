@@ -207,6 +207,10 @@ const ROWS: &[Row] = &[
     row(Words("was denied"), Denied),
     row(Words("' denied"), Denied),
     row(Words("access denied"), Denied),
+    // Compute Engine's 403, as gcloud prints it: "Could not fetch resource: - Required
+    // 'compute.instances.create' permission for 'projects/P/zones/Z/instances/N'" (a
+    // gcloud transcript quoted in GoogleCloudPlatform's training labs and many issues).
+    row(Words("' permission for '"), Denied),
     // gcloud's "User [a@b.c] does not have permission to access projects instance [p] (or
     // it may not exist): The client is not authorized to make this request." (quoted from
     // `gcloud sql instances create`, `gcloud projects add-iam-policy-binding` and
@@ -544,6 +548,16 @@ mod tests {
                 Scope::Pool,
             ),
             ("IAM_PERMISSION_DENIED: Policy update access denied.", Denied, Scope::Pool),
+            (
+                "ERROR: (gcloud.compute.instance-groups.managed.create) Could not fetch resource:\n - Required 'compute.instanceGroupManagers.create' permission for 'projects/p/zones/us-east5-b/instanceGroupManagers/t-1'",
+                Denied,
+                Scope::Pool,
+            ),
+            (
+                "QUOTA_EXCEEDED: Quota 'PREEMPTIBLE_TPU_V6E_CHIPS' exceeded. Limit: 0.0 in region us-east5.",
+                Quota,
+                Scope::Region("us-east5".into()),
+            ),
             (
                 "ERROR: (gcloud.compute.tpus.tpu-vm.create) User [a@b.c] does not have permission to access projects instance [p] (or it may not exist)",
                 Denied,

@@ -671,6 +671,24 @@ pools:
     }
 
     #[test]
+    fn every_documented_example_loads() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/pools");
+        let mut apis = Vec::new();
+        for name in ["local.yaml", "gcloud.yaml", "compute.yaml"] {
+            let file = PoolFile::load(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            apis.extend(file.pools.iter().map(|p| (p.driver, p.api)));
+        }
+        assert!(
+            apis.contains(&(PoolDriver::Gcloud, PoolApi::Compute)),
+            "{apis:?}"
+        );
+        assert!(
+            apis.contains(&(PoolDriver::Gcloud, PoolApi::Tpu)),
+            "{apis:?}"
+        );
+    }
+
+    #[test]
     fn a_gcloud_pool_and_every_sim_script_load() {
         let text = "\
 pools:

@@ -12,8 +12,7 @@
 //!   gone because its zone did not answer;
 //! - delete: `gcloud compute tpus tpu-vm delete NAME --zone=Z --quiet`; `NOT_FOUND` is done.
 //!
-//! `api: compute` pools (a managed instance group per slice) are not built: a pool file that
-//! asks for one is refused when the pool starts.
+//! `api: compute` pools (a managed instance group per slice) are `compute.rs`'s.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

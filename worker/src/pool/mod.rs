@@ -4,13 +4,15 @@
 //! it makes runs the same worker loop, agents and recovery as a pod made by hand. These
 //! modules are its pure core: the pool file (`config`), what a failed create means
 //! (`classify`), and which zone to try next (`zones`). Around them: the cloud as a pool sees
-//! it (`cloud`; the local driver's scripted `sim`, and `gcloud`'s Cloud TPU VM nodes), the journal of what it asked for
+//! it (`cloud`; the local driver's scripted `sim`, `gcloud`'s Cloud TPU VM nodes and
+//! `compute`'s Compute Engine groups), the journal of what it asked for
 //! (`journal`), and the process that drives it (`run`), which reads the clock, calls the
 //! cloud and the server, and asks the core.
 
 pub mod classify;
 pub mod cli;
 pub mod cloud;
+pub mod compute;
 pub mod config;
 pub mod gcloud;
 pub mod journal;

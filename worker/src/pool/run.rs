@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::classify::{classify_create_error, ErrorKind};
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState};
+use super::compute::{self, ComputeCloud};
 use super::config::{Pool, PoolApi, PoolDriver, Provisioning};
 use super::gcloud::GcloudCloud;
 use super::journal::Journal;
@@ -172,7 +173,11 @@ impl PoolRun {
             .list(&self.pool.name)
             .await
             .map_err(anyhow::Error::msg)?;
-        self.reconcile(&listed, now).await?;
+        let strays = self.reconcile(&listed, now).await?;
+        self.start_ready_daemons(shutdown)?;
+        for (slice, why) in strays {
+            self.delete_in_cloud(&slice.name, &slice.zone, why).await;
+        }
         let report = self.report(now);
         let answer = match self.client.report_pool(&self.pool.name, &report).await {
             Ok(answer) => answer,
@@ -188,6 +193,13 @@ impl PoolRun {
         self.tend(&answer, now).await?;
         self.grow(&answer, now).await?;
         self.save_book()?;
+        Ok(())
+    }
+
+    /// Starts the worker daemon of every ready slice that has none. Done before anything
+    /// that may wait on the cloud (a create runs for minutes): a restarted pool's adopted
+    /// slices must heartbeat their leases again within the server's lease TTL.
+    fn start_ready_daemons(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
         let ready: Vec<String> = self
             .held
             .iter()
@@ -211,8 +223,14 @@ impl PoolRun {
     }
 
     /// Brings what the pool holds in line with what the cloud lists: adopts its own slices,
-    /// deletes any it does not know, and notes the ones that died or vanished.
-    async fn reconcile(&mut self, listed: &[CloudSlice], now: DateTime<Utc>) -> anyhow::Result<()> {
+    /// and notes the ones that died or vanished. Answers the listed slices it does not hold,
+    /// to delete (once the adopted slices' daemons run: a delete takes minutes).
+    async fn reconcile<'a>(
+        &mut self,
+        listed: &'a [CloudSlice],
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<Vec<(&'a CloudSlice, &'static str)>> {
+        let mut strays = Vec::new();
         let by_name: BTreeMap<&str, &CloudSlice> =
             listed.iter().map(|s| (s.name.as_str(), s)).collect();
         for slice in listed {
@@ -221,8 +239,7 @@ impl PoolRun {
             }
             if slice.state == SliceState::Deleting {
                 // A delete that a crash interrupted: deleting again is harmless.
-                self.delete_in_cloud(&slice.name, &slice.zone, "a delete left unfinished")
-                    .await;
+                strays.push((slice, "a delete left unfinished"));
                 continue;
             }
             if self.journal.held(&slice.name).is_some() {
@@ -232,8 +249,7 @@ impl PoolRun {
                 self.held.insert(slice.name.clone(), held_from(slice));
             } else {
                 // Labelled as this pool's, yet not asked for by it (or given up mid-delete).
-                self.delete_in_cloud(&slice.name, &slice.zone, "a slice this pool does not hold")
-                    .await;
+                strays.push((slice, "a slice this pool does not hold"));
                 self.retired.push(slice.name.clone());
             }
         }
@@ -277,7 +293,7 @@ impl PoolRun {
                 held.ready_since = Some(tokio::time::Instant::now());
             }
         }
-        Ok(())
+        Ok(strays)
     }
 
     /// Acts on what the server knows of each slice: idle ones go after `idle_after`, ones
@@ -620,12 +636,6 @@ fn slice_cloud(
             Ok((sim.clone(), SliceHosts::Local(sim)))
         }
         PoolDriver::Gcloud => {
-            if pool.api == PoolApi::Compute {
-                anyhow::bail!(
-                    "api: compute pools are not built yet; a gcloud pool makes Cloud TPU VM \
-                     nodes (api: tpu)"
-                );
-            }
             let daemon = &settings.daemon;
             if daemon.agent_listen.port() != 0 || daemon.agent_url.is_some() {
                 anyhow::bail!(
@@ -641,32 +651,47 @@ fn slice_cloud(
                 );
             }
             let gcloud = &settings.gcloud;
-            let Some(runtime) = gcloud.create.runtime_version.clone() else {
-                anyhow::bail!(
-                    "a gcloud pool's slices need a runtime version: set \
-                     gcloud.create.runtime_version in the worker config (e.g. \
-                     tpu-ubuntu2204-base)"
-                );
-            };
             let runner = Runner {
                 program: gcloud.binary.clone(),
                 retries: gcloud.retries,
                 backoff: Duration::try_from_secs_f64(gcloud.retry_backoff_s)
                     .context("gcloud.retry_backoff_s must be a number of seconds")?,
             };
-            let cloud = GcloudCloud {
-                runner,
-                project: pool.project.clone().or_else(|| gcloud.project.clone()),
-                zones: pool.zones.iter().map(|z| z.zone.clone()).collect(),
-                runtime_version: runtime,
-                provisioning: pool.provisioning,
-                extra_args: gcloud.create.extra_args.clone(),
-            }
-            .checked()?;
-            Ok((
-                Arc::new(cloud),
-                SliceHosts::Gcloud(Box::new(gcloud.clone())),
-            ))
+            let project = pool.project.clone().or_else(|| gcloud.project.clone());
+            let cloud: Arc<dyn SliceCloud> = match pool.api {
+                PoolApi::Tpu => {
+                    let Some(runtime) = gcloud.create.runtime_version.clone() else {
+                        anyhow::bail!(
+                            "a gcloud pool's slices need a runtime version: set \
+                             gcloud.create.runtime_version in the worker config (e.g. \
+                             tpu-ubuntu2204-base)"
+                        );
+                    };
+                    Arc::new(
+                        GcloudCloud {
+                            runner,
+                            project,
+                            zones: pool.zones.iter().map(|z| z.zone.clone()).collect(),
+                            runtime_version: runtime,
+                            provisioning: pool.provisioning,
+                            extra_args: gcloud.create.extra_args.clone(),
+                        }
+                        .checked()?,
+                    )
+                }
+                PoolApi::Compute => Arc::new(
+                    ComputeCloud::new(
+                        runner,
+                        project,
+                        gcloud.compute.clone(),
+                        pool,
+                        Duration::try_from_secs_f64(gcloud.poll_s)
+                            .context("gcloud.poll_s must be a number of seconds")?,
+                    )
+                    .with_context(|| format!("pool {}", pool.name))?,
+                ),
+            };
+            Ok((cloud, SliceHosts::Gcloud(Box::new(gcloud.clone()))))
         }
     }
 }
@@ -695,7 +720,11 @@ fn slice_driver(
             let mut gcloud = (**gcloud).clone();
             gcloud.zone = held.zone.clone();
             gcloud.project = pool.project.clone().or(gcloud.project);
-            gcloud.api = Api::Tpu;
+            gcloud.api = match pool.api {
+                PoolApi::Tpu => Api::Tpu,
+                PoolApi::Compute => Api::Compute,
+            };
+            gcloud.compute.provisioning_model = compute::model_of(pool.provisioning);
             gcloud.pool_owned = true;
             gcloud.capacity = match pool.provisioning {
                 Provisioning::Spot => Capacity::Spot,

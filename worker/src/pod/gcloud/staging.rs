@@ -49,13 +49,18 @@ impl GcloudPod {
             .into_iter()
             .filter(|p| !p.starts_with("gs://"))
             .collect();
-        let (binary, build_id) = self.agent_build()?;
+        let (binary, build_id) = self.agent_build().await?;
         // One ssh per host, all at once: place and check the config, start the agent.
         let outdated = self
             .stage_and_start(start, Some(&staged), &local_datasets, &build_id)
             .await?;
         if !outdated.is_empty() {
-            check_glibc(&binary, &outdated)?;
+            // Reads and scans the whole binary: off the runtime's threads, which carry every
+            // slice's heartbeats.
+            let (path, hosts) = (binary.clone(), outdated.clone());
+            tokio::task::spawn_blocking(move || check_glibc(&path, &hosts))
+                .await
+                .context("the glibc check of the agent binary panicked")??;
             let hosts: Vec<u32> = outdated.keys().copied().collect();
             self.install_agent(&binary, &hosts).await?;
             let still = self
@@ -72,14 +77,16 @@ impl GcloudPod {
     }
 
     /// The binary installed as the hosts' agent, and its build id.
-    fn agent_build(&self) -> anyhow::Result<(PathBuf, String)> {
+    /// Hashed off the runtime's threads: the first hash of a binary reads all of it.
+    async fn agent_build(&self) -> anyhow::Result<(PathBuf, String)> {
         let binary = match &self.settings.agent_binary {
             Some(path) => PathBuf::from(path),
             None => std::env::current_exe().context("cannot find this program's path")?,
         };
-        let id = self
-            .agent_build_id
-            .of_file(&binary)
+        let (cache, path) = (self.agent_build_id.clone(), binary.clone());
+        let id = tokio::task::spawn_blocking(move || cache.of_file(&path))
+            .await
+            .context("hashing the agent binary panicked")?
             .with_context(|| format!("cannot read the agent binary {}", binary.display()))?;
         Ok((binary, id))
     }

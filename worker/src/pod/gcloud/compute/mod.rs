@@ -21,5 +21,6 @@ mod settings;
 mod slice;
 
 pub(super) use look::ComputeSlice;
-pub(super) use settings::Place;
 pub use settings::{ComputeSettings, ProvisioningModel};
+pub(crate) use settings::{Place, SliceSpec};
+pub(crate) use slice::{rank as instance_rank, ErrorItem, GroupStatus};

@@ -98,6 +98,13 @@ impl GcloudPod {
                 if seen.group.is_none() {
                     self.release_quota_hold(slice);
                 }
+                if self.settings.pool_owned {
+                    // Its pool deletes the group and makes another where capacity is: a
+                    // worker that recreated it would make a second slice for one request.
+                    return Step::Held(format!(
+                        "slice {group} is {state}: its pool gives it back and makes another"
+                    ));
+                }
                 if let Some(why) = self.held() {
                     return Step::Held(why);
                 }

@@ -131,7 +131,7 @@ fn chips_of(topology: &str) -> Option<u32> {
 
 /// What a compute pod is, checked once at start.
 #[derive(Debug, Clone, PartialEq)]
-pub(in crate::pod::gcloud) struct SliceSpec {
+pub(crate) struct SliceSpec {
     pub group: String,
     pub template: String,
     pub policy: String,
@@ -155,7 +155,7 @@ fn short_hash(parts: &[String]) -> String {
 impl ComputeSettings {
     /// The slice of pod `pod` (accelerator type `accelerator`) in `zone`, or why these
     /// settings cannot make one.
-    pub(in crate::pod::gcloud) fn slice(
+    pub(crate) fn slice(
         &self,
         pod: &str,
         accelerator: &str,
@@ -364,7 +364,7 @@ impl SliceSpec {
 /// Where a resource lives: the MIG and its instances in a zone, the workload policy in a
 /// region, the template globally.
 #[derive(Debug, Clone, Copy)]
-pub(in crate::pod::gcloud) enum Place<'a> {
+pub(crate) enum Place<'a> {
     Zone(&'a str),
     Region,
     Global,

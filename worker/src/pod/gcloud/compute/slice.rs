@@ -235,7 +235,7 @@ pub struct Slice {
 /// How far along an instance is, least first: the slice is as far as its least instance.
 /// One instance being repaired makes the slice repairing (Compute Engine recovers a
 /// multi-host slice whole, and its other instances may read anything meanwhile).
-fn rank(status: &str) -> u8 {
+pub(crate) fn rank(status: &str) -> u8 {
     match status {
         "REPAIRING" => 0,
         "TERMINATED" | "STOPPED" | "SUSPENDING" | "SUSPENDED" | "DEPROVISIONING" => 1,
