@@ -169,7 +169,10 @@ pub fn store_failure(e: &StoreError) -> StoreFailure {
             tracing::error!(alarm = true, error = %e, "the store holds data podq cannot read");
             StoreFailure::Corrupt
         }
-        StoreError::WritePanicked | StoreError::Migrate(_) | StoreError::BadLocation(_) => {
+        StoreError::WritePanicked
+        | StoreError::Migrate(_)
+        | StoreError::BadLocation(_)
+        | StoreError::StateRefused { .. } => {
             tracing::error!(alarm = true, error = %e, "internal store failure");
             StoreFailure::Internal
         }

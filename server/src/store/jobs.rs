@@ -1,6 +1,7 @@
 //! SQL about jobs and their attempts, and what a job's page gathers from the other files.
 
 use super::db::{self, Builder, Conn};
+use super::job_state::{self, Change};
 use sqlx::AssertSqlSafe;
 use std::collections::BTreeMap;
 
@@ -266,32 +267,66 @@ pub async fn live_lease(conn: &mut Conn, id: &str) -> Result<Option<Uuid>, Store
 /// Marks the job cancelled and answers the lease its pod must be told to stop. A linked job
 /// only cancels its link: the run goes on for the others.
 pub async fn cancel(conn: &mut Conn, id: &str, by: &str) -> Result<Option<Uuid>, StoreError> {
-    let lease: Option<Option<String>> = db::query_scalar(
-        "UPDATE jobs SET state = 'cancelled', link_cancelled = CASE WHEN same_as IS NULL THEN 0 ELSE 1 END, \
+    let write = job_state::write(Change::Cancel);
+    let lease: Option<Option<String>> = db::query_scalar(AssertSqlSafe(format!(
+        "UPDATE jobs SET state = ?, link_cancelled = CASE WHEN same_as IS NULL THEN 0 ELSE 1 END, \
          cancel_requested = CASE WHEN lease_id IS NULL THEN 0 ELSE 1 END, message = ?, \
-         reserved_pod = NULL, reserved_until = NULL, updated_at = ? WHERE id = ? RETURNING lease_id",
-    )
+         reserved_pod = NULL, reserved_until = NULL, updated_at = ? WHERE id = ? AND {} \
+         RETURNING lease_id",
+        write.guard
+    )))
+    .bind(write.to)
     .bind(format!("cancelled by {by}"))
     .bind(now_ms())
     .bind(id)
-    .fetch_optional(conn)
+    .fetch_optional(&mut *conn)
     .await?;
-    lease.flatten().as_deref().map(parse_uuid).transpose()
+    let Some(lease) = lease else {
+        return Err(refused(conn, id, Change::Cancel).await);
+    };
+    lease.as_deref().map(parse_uuid).transpose()
+}
+
+/// Why a write of job `id`'s state through `job_state::write(change)` changed no row: the
+/// table refuses `change` from the job's state (or there is no such job).
+pub(super) async fn refused(conn: &mut Conn, id: &str, change: Change) -> StoreError {
+    let state: Result<Option<String>, _> = db::query_scalar("SELECT state FROM jobs WHERE id = ?")
+        .bind(id)
+        .fetch_optional(conn)
+        .await;
+    match state {
+        Ok(Some(state)) => match state.parse() {
+            Ok(from) => StoreError::StateRefused {
+                job: id.to_owned(),
+                refused: job_state::Refused { from, change },
+            },
+            Err(e) => StoreError::Corrupt(e),
+        },
+        Ok(None) => StoreError::Corrupt(format!("job {id} is gone")),
+        Err(e) => e.into(),
+    }
 }
 
 /// Puts the job back in the queue with a fresh failure budget; a linked job shares its run
 /// again, in the run's state.
 pub async fn requeue(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
-    db::query(
-        "UPDATE jobs SET state = COALESCE((SELECT r.state FROM jobs r WHERE r.id = jobs.same_as), 'queued'), \
+    // A linked job takes its run's state, which the mirror trigger keeps it in from then on.
+    let write = job_state::write(Change::Requeue);
+    let changed = db::query(AssertSqlSafe(format!(
+        "UPDATE jobs SET state = COALESCE((SELECT r.state FROM jobs r WHERE r.id = jobs.same_as), ?), \
          link_cancelled = 0, failures = 0, stalled_attempts = 0, not_before = NULL, \
          cancel_requested = 0, message = NULL, reserved_pod = NULL, reserved_until = NULL, \
-         queue_head = 0, updated_at = ? WHERE id = ?",
-    )
+         queue_head = 0, updated_at = ? WHERE id = ? AND {}",
+        write.guard
+    )))
+    .bind(write.to)
     .bind(now_ms())
     .bind(id)
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
+    if changed == 0 {
+        return Err(refused(conn, id, Change::Requeue).await);
+    }
     Ok(())
 }
 
@@ -362,28 +397,40 @@ pub async fn request_stop(
 
 /// Holds a queued job (a person's pause): no pod leases it until it is resumed.
 pub async fn hold(conn: &mut Conn, id: &str, why: &str) -> Result<(), StoreError> {
-    db::query(
-        "UPDATE jobs SET state = 'held', message = ?, reserved_pod = NULL, reserved_until = NULL, \
-         updated_at = ? WHERE id = ?",
-    )
+    let write = job_state::write(Change::Hold);
+    let changed = db::query(AssertSqlSafe(format!(
+        "UPDATE jobs SET state = ?, message = ?, reserved_pod = NULL, reserved_until = NULL, \
+         updated_at = ? WHERE id = ? AND {}",
+        write.guard
+    )))
+    .bind(write.to)
     .bind(why)
     .bind(now_ms())
     .bind(id)
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
+    if changed == 0 {
+        return Err(refused(conn, id, Change::Hold).await);
+    }
     Ok(())
 }
 
 /// Puts a suspended job back in the queue as it was: its failure budget is untouched.
 pub async fn resume(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
-    db::query(
-        "UPDATE jobs SET state = 'queued', message = NULL, not_before = NULL, \
-         reserved_pod = NULL, reserved_until = NULL, updated_at = ? WHERE id = ?",
-    )
+    let write = job_state::write(Change::Resume);
+    let changed = db::query(AssertSqlSafe(format!(
+        "UPDATE jobs SET state = ?, message = NULL, not_before = NULL, \
+         reserved_pod = NULL, reserved_until = NULL, updated_at = ? WHERE id = ? AND {}",
+        write.guard
+    )))
+    .bind(write.to)
     .bind(now_ms())
     .bind(id)
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
+    if changed == 0 {
+        return Err(refused(conn, id, Change::Resume).await);
+    }
     Ok(())
 }
 

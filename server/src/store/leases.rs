@@ -3,6 +3,9 @@
 //! caller's write; the scheduler decides what to write.
 
 use super::db::{self, Conn};
+use super::job_state::{self, Change};
+use podq_api::JobState;
+use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
 use super::events::{insert_event, Actor};
@@ -77,8 +80,9 @@ pub async fn claim(
     let now = now_ms();
     // A new attempt starts the divergence guard's count anew: the last attempt's streak of
     // non-finite reports says nothing of a run resumed from a checkpoint before it.
-    let claimed: Option<Claimed> = db::query_as(
-        "UPDATE jobs SET state = 'leased', lease_id = ?1, lease_pod = ?2, \
+    let write = job_state::write(Change::Lease);
+    let claimed: Option<Claimed> = db::query_as(AssertSqlSafe(format!(
+        "UPDATE jobs SET state = ?5, lease_id = ?1, lease_pod = ?2, \
          attempts = attempts + 1, cancel_requested = 0, not_before = NULL, updated_at = ?3, \
          reserved_pod = NULL, reserved_until = NULL, queue_head = 0, \
          diverged_reports = 0, diverged_step = NULL \
@@ -88,14 +92,17 @@ pub async fn claim(
            (SELECT id FROM jobs WHERE state = 'queued' AND same_as IS NULL \
              AND accelerator = ?4 AND (not_before IS NULL OR not_before <= ?3) \
              ORDER BY class_rank, queue_head DESC, priority DESC, seq LIMIT 1)) \
+         AND {} \
          AND NOT EXISTS (SELECT 1 FROM jobs WHERE lease_pod = ?2 AND state IN ('leased', 'running')) \
          RETURNING id, attempts, experiment, group_name, config_json, config_sha256, \
            checkpoint_dir, resume_from, resume_step",
-    )
+        write.guard
+    )))
     .bind(lease_id.to_string())
     .bind(pod)
     .bind(now)
     .bind(accelerator)
+    .bind(write.to)
     .fetch_optional(conn)
     .await?;
     let Some(mut claimed) = claimed else {
@@ -199,10 +206,12 @@ pub async fn mark_running(
 ) -> Result<bool, StoreError> {
     let now = now_ms();
     let lease = lease_id.to_string();
-    let changed = db::query(
-        "UPDATE jobs SET state = 'running', updated_at = ? \
-         WHERE id = ? AND lease_id = ? AND state = 'leased'",
-    )
+    let write = job_state::write(Change::Start);
+    let changed = db::query(AssertSqlSafe(format!(
+        "UPDATE jobs SET state = ?, updated_at = ? WHERE id = ? AND lease_id = ? AND {}",
+        write.guard
+    )))
+    .bind(write.to)
     .bind(now)
     .bind(job_id)
     .bind(&lease)
@@ -282,7 +291,8 @@ pub struct AttemptEnd<'a> {
 
 /// What the job becomes when its attempt ends.
 pub struct JobAfter<'a> {
-    pub state: &'a str,
+    /// As `lease/policy.rs` judged it.
+    pub state: JobState,
     pub failures: i64,
     pub stalled_attempts: i64,
     pub preemption: bool,
@@ -332,13 +342,17 @@ pub async fn end_attempt(
         .fetch_one(conn)
         .await?;
     super::pod_time::pod_ledger(conn, &pod, PodActivity::Between, now).await?;
-    db::query(
+    let change = Change::End(job.state);
+    let write = job_state::write(change);
+    let changed = db::query(AssertSqlSafe(format!(
         "UPDATE jobs SET state = ?, lease_id = NULL, lease_pod = NULL, cancel_requested = 0, \
          stop_request = NULL, stop_message = NULL, queue_head = ?, \
          failures = ?, stalled_attempts = ?, preemptions = preemptions + ?, not_before = ?, \
-         verify_checkpoints = ?, message = COALESCE(?, message), updated_at = ? WHERE id = ?",
-    )
-    .bind(job.state)
+         verify_checkpoints = ?, message = COALESCE(?, message), updated_at = ? \
+         WHERE id = ? AND {}",
+        write.guard
+    )))
+    .bind(write.to)
     .bind(job.queue_head)
     .bind(job.failures)
     .bind(job.stalled_attempts)
@@ -350,6 +364,10 @@ pub async fn end_attempt(
     .bind(job_id)
     .execute(conn)
     .await?;
+    if changed == 0 {
+        // The transaction rolls back: the attempt's end is not recorded either.
+        return Err(super::jobs::refused(conn, job_id, change).await);
+    }
     Ok(())
 }
 

@@ -24,6 +24,7 @@ pub mod goodput;
 pub mod grant;
 pub mod idempotency;
 mod index_checks;
+pub mod job_state;
 pub mod jobs;
 mod lead;
 pub mod leases;
@@ -72,6 +73,12 @@ pub enum StoreError {
     WritePanicked,
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A write of a job's state that `job_state`'s table refuses: nothing was changed.
+    #[error("job {job}: {refused}")]
+    StateRefused {
+        job: String,
+        refused: job_state::Refused,
+    },
     #[error("{0}")]
     BadLocation(String),
     /// Another server holds the database's lead: this one answers reads only.

@@ -157,7 +157,7 @@ impl Scheduler {
                             cause,
                         },
                         &JobAfter {
-                            state: decision.state.as_str(),
+                            state: decision.state,
                             failures: decision.failures,
                             stalled_attempts: decision.stalled_attempts,
                             preemption: decision.preemption,

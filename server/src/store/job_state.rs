@@ -1,0 +1,241 @@
+//! Which changes of a job's state are legal: one pure table, state × change → state, that
+//! docs/architecture.md's "Job states" table is tested against. The store's writes of
+//! `jobs.state` name their change, bind the state `next` answers, and guard their row with
+//! `sources`, so that a write the table refuses changes nothing.
+
+use podq_api::JobState::{self, *};
+
+/// What changes a job's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// A pod takes the job (`leases::claim`).
+    Lease,
+    /// Its attempt reported that it runs (`leases::mark_running`).
+    Start,
+    /// Its attempt ended, and `scheduler/lease/policy.rs` judged the job's next state.
+    End(JobState),
+    /// A person cancelled it. A job on a pod is cancelled at once and its lease stays live
+    /// until its worker ends the attempt.
+    Cancel,
+    /// A person released a failed, cancelled, held or stopped job.
+    Requeue,
+    /// A person suspended a queued job.
+    Hold,
+    /// A person resumed a held job.
+    Resume,
+}
+
+impl Change {
+    /// Every change, an attempt's end once per state it can end in.
+    pub const ALL: [Change; 12] = [
+        Change::Lease,
+        Change::Start,
+        Change::End(Queued),
+        Change::End(Succeeded),
+        Change::End(Failed),
+        Change::End(Cancelled),
+        Change::End(Held),
+        Change::End(Stopped),
+        Change::Cancel,
+        Change::Requeue,
+        Change::Hold,
+        Change::Resume,
+    ];
+
+    /// As docs/architecture.md names it.
+    pub fn name(self) -> String {
+        match self {
+            Change::Lease => "lease".into(),
+            Change::Start => "start".into(),
+            Change::End(to) => format!("end → {to}"),
+            Change::Cancel => "cancel".into(),
+            Change::Requeue => "requeue".into(),
+            Change::Hold => "suspend while queued".into(),
+            Change::Resume => "resume".into(),
+        }
+    }
+}
+
+/// A change the table does not allow from the job's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    pub from: JobState,
+    pub change: Change,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a {} job cannot {}", self.from, self.change.name())
+    }
+}
+
+/// The state a job in `from` is in after `change`, or why it cannot change so.
+pub fn next(from: JobState, change: Change) -> Result<JobState, Refused> {
+    let refused = Refused { from, change };
+    match (change, from) {
+        (Change::Lease, Queued) => Ok(Leased),
+        (Change::Start, Leased) => Ok(Running),
+        // An attempt ends in one of the states its judgement gives; never on a pod again.
+        (Change::End(Leased | Running), _) => Err(refused),
+        (Change::End(to), Leased | Running) => Ok(to),
+        // Cancelled while on its pod: the attempt's end keeps it cancelled, unless the run
+        // finished first (`policy::decide`).
+        (Change::End(to @ (Cancelled | Succeeded)), Cancelled) => Ok(to),
+        (Change::Cancel, Queued | Leased | Running | Held) => Ok(Cancelled),
+        (Change::Requeue, Failed | Cancelled | Held | Stopped) => Ok(Queued),
+        (Change::Hold, Queued) => Ok(Held),
+        (Change::Resume, Held) => Ok(Queued),
+        _ => Err(refused),
+    }
+}
+
+/// The states `change` may start from: a write's `WHERE state IN (...)`.
+pub fn sources(change: Change) -> Vec<JobState> {
+    JobState::ALL
+        .into_iter()
+        .filter(|from| next(*from, change).is_ok())
+        .collect()
+}
+
+/// `state IN ('a','b')` for `change`'s sources, for a statement's guard. The states are
+/// the enum's own names, never input.
+pub fn guard(change: Change) -> String {
+    let states: Vec<String> = sources(change)
+        .into_iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect();
+    format!("state IN ({})", states.join(","))
+}
+
+/// The door every write of `jobs.state` goes through: the state `change` sets, bound as
+/// the statement's `state = ?`, and the guard its `WHERE` adds, so that a row in a state the
+/// table refuses is not changed (the write answers no row).
+pub struct Write {
+    pub to: &'static str,
+    pub guard: String,
+}
+
+/// The write for `change`. Every change has one target state, whatever its source.
+pub fn write(change: Change) -> Write {
+    let to = sources(change)
+        .first()
+        .and_then(|from| next(*from, change).ok())
+        .expect("every change has a source state");
+    Write {
+        to: to.as_str(),
+        guard: guard(change),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_allows_what_the_scheduler_does_and_nothing_else() {
+        // (from, change, to or None for refused), every pair of note.
+        let rows: &[(JobState, Change, Option<JobState>)] = &[
+            (Queued, Change::Lease, Some(Leased)),
+            (Held, Change::Lease, None),
+            (Leased, Change::Lease, None),
+            (Leased, Change::Start, Some(Running)),
+            (Running, Change::Start, None),
+            (Queued, Change::Start, None),
+            (Running, Change::End(Succeeded), Some(Succeeded)),
+            (Leased, Change::End(Queued), Some(Queued)),
+            (Running, Change::End(Stopped), Some(Stopped)),
+            (Running, Change::End(Running), None),
+            (Queued, Change::End(Failed), None),
+            (Cancelled, Change::End(Cancelled), Some(Cancelled)),
+            (Cancelled, Change::End(Succeeded), Some(Succeeded)),
+            (Cancelled, Change::End(Queued), None),
+            (Running, Change::Cancel, Some(Cancelled)),
+            (Held, Change::Cancel, Some(Cancelled)),
+            (Succeeded, Change::Cancel, None),
+            (Stopped, Change::Cancel, None),
+            (Failed, Change::Requeue, Some(Queued)),
+            (Stopped, Change::Requeue, Some(Queued)),
+            (Succeeded, Change::Requeue, None),
+            (Running, Change::Requeue, None),
+            (Queued, Change::Hold, Some(Held)),
+            (Running, Change::Hold, None),
+            (Held, Change::Resume, Some(Queued)),
+            (Queued, Change::Resume, None),
+        ];
+        for (from, change, to) in rows {
+            assert_eq!(next(*from, *change).ok(), *to, "{from} × {}", change.name());
+        }
+        // A terminal state changes only by a requeue (or a cancelled run finishing).
+        for from in JobState::ALL.into_iter().filter(|s| s.is_terminal()) {
+            for change in Change::ALL {
+                if let Ok(to) = next(from, change) {
+                    assert!(
+                        change == Change::Requeue
+                            || (from == Cancelled && matches!(change, Change::End(_))),
+                        "{from} × {} → {to}",
+                        change.name()
+                    );
+                }
+            }
+        }
+        assert_eq!(sources(Change::Hold), [Queued]);
+        for change in Change::ALL {
+            let to = write(change).to;
+            for from in sources(change) {
+                assert_eq!(
+                    next(from, change).map(JobState::as_str),
+                    Ok(to),
+                    "{}",
+                    change.name()
+                );
+            }
+        }
+        assert_eq!(guard(Change::Start), "state IN ('leased')");
+        assert_eq!(
+            guard(Change::Cancel),
+            "state IN ('queued','leased','running','held')"
+        );
+    }
+
+    /// docs/architecture.md's table of job-state changes, `| change | from | to |`, row by
+    /// row, is this module's table.
+    #[test]
+    fn the_architecture_documents_this_table() {
+        let doc = include_str!("../../../docs/architecture.md");
+        let start = doc
+            .find("| change | from | to |")
+            .expect("docs/architecture.md has the job-state table");
+        let documented: Vec<String> = doc[start..]
+            .lines()
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .map(|line| line.trim().to_owned())
+            .collect();
+        let derived: Vec<String> = Change::ALL
+            .into_iter()
+            .map(|change| {
+                let from: Vec<String> = sources(change).iter().map(|s| format!("`{s}`")).collect();
+                let to: Vec<String> = sources(change)
+                    .iter()
+                    .filter_map(|s| next(*s, change).ok())
+                    .map(|s| format!("`{s}`"))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                format!(
+                    "| {} | {} | {} |",
+                    change.name(),
+                    from.join(", "),
+                    to.join(", ")
+                )
+            })
+            .collect();
+        assert_eq!(
+            documented,
+            derived,
+            "docs/architecture.md's job-state table differs from store/job_state.rs; the \
+             table the code allows:\n{}",
+            derived.join("\n")
+        );
+    }
+}
