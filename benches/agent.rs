@@ -13,11 +13,11 @@
 //!
 //! Nothing here is a pass/fail check: the figures are printed for the README.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use podq_testkit::{RunningServer, ServerLaunch};
 use serde_json::{json, Value};
 
 const PODQ: &str = env!("CARGO_BIN_EXE_podq");
@@ -41,29 +41,15 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[at.min(sorted.len() - 1)]
 }
 
-fn start_server(dir: &Path) -> Res<(Killed, String)> {
-    let mut child = Command::new(PODQ)
-        .args(["server", "--listen", "127.0.0.1:0", "--db"])
-        .arg(dir.join("podq.db"))
-        .arg("--experiments")
-        .arg(repo().join("experiments"))
-        .arg("--bucket")
-        .arg(dir.join("bucket"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
-    let url = line
-        .trim()
-        .rsplit(' ')
-        .next()
-        .ok_or("no server address")?
-        .to_owned();
-    Ok((Killed(child), url))
+fn start_server(dir: &Path) -> Res<(RunningServer, String)> {
+    let server = ServerLaunch::new(PODQ, dir)
+        .experiments(repo().join("experiments"))
+        .args(["--bucket", &dir.join("bucket").to_string_lossy()])
+        .start()?;
+    let url = server.url.clone();
+    Ok((server, url))
 }
 
-/// Submits one experiment; answers its job id.
 async fn submit(http: &reqwest::Client, api: &str, experiment: &str) -> Res<String> {
     let submitted: Value = http
         .post(format!("{api}/jobs"))

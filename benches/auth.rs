@@ -8,11 +8,11 @@
 //! The target (the check adds at most 10% to p99) is printed as a target. No assertion:
 //! these machines are shared and noisy.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::Instant;
 
+use podq_testkit::{RunningServer, ServerLaunch};
 use serde_json::{json, Value};
 
 const PODQ: &str = env!("CARGO_BIN_EXE_podq");
@@ -23,7 +23,7 @@ const PEOPLE: usize = 100;
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 struct ServerProc {
-    child: Child,
+    _running: RunningServer,
     base: String,
     _dir: tempfile::TempDir,
     /// The token a reader sends, and the worker's (None: the server checks none).
@@ -32,42 +32,14 @@ struct ServerProc {
     lease: String,
 }
 
-impl Drop for ServerProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(tokens: bool) -> Res<(Child, String, tempfile::TempDir)> {
+fn spawn(tokens: bool) -> Res<(RunningServer, tempfile::TempDir)> {
     let dir = tempfile::tempdir()?;
-    let experiments = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments");
-    let mut command = Command::new(PODQ);
-    command
-        .args(["server", "--listen", "127.0.0.1:0", "--db"])
-        .arg(dir.path().join("podq.db"))
-        .arg("--experiments")
-        .arg(&experiments)
-        .env_remove("PODQ_ADMIN_TOKEN")
-        .env_remove("PODQ_WORKER_TOKEN")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+    let mut launch = ServerLaunch::new(PODQ, dir.path())
+        .experiments(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments"));
     if tokens {
-        command
-            .env("PODQ_ADMIN_TOKEN", ADMIN)
-            .env("PODQ_WORKER_TOKEN", WORKER);
+        launch = launch.tokens(ADMIN, WORKER);
     }
-    let mut child = command.spawn()?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let url = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|line| {
-            line.strip_prefix("podq server listening on ")
-                .map(str::to_owned)
-        })
-        .ok_or("the server did not start")?;
-    Ok((child, format!("{url}/api/v1"), dir))
+    Ok((launch.start()?, dir))
 }
 
 fn with_token(request: reqwest::RequestBuilder, token: &Option<String>) -> reqwest::RequestBuilder {
@@ -80,7 +52,8 @@ fn with_token(request: reqwest::RequestBuilder, token: &Option<String>) -> reqwe
 impl ServerProc {
     /// A server with one job leased to pod `bench`, and (with `tokens`) 100 people.
     async fn start(http: &reqwest::Client, tokens: bool) -> Res<ServerProc> {
-        let (child, base, dir) = spawn(tokens)?;
+        let (running, dir) = spawn(tokens)?;
+        let base = running.base();
         let admin = tokens.then(|| ADMIN.to_owned());
         let mut reader = None;
         for i in 0..if tokens { PEOPLE } else { 0 } {
@@ -108,7 +81,7 @@ impl ServerProc {
             .json()
             .await?;
         Ok(ServerProc {
-            child,
+            _running: running,
             base,
             _dir: dir,
             reader,

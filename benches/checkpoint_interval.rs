@@ -15,11 +15,11 @@
 //! prediction, C/τ + (τ + C)/2M, for the interval it ran at. No assertion: these machines are
 //! shared and noisy; the configured run is the baseline measured in the same bench run.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use podq_testkit::ServerLaunch;
 use serde_json::{json, Value};
 
 const PODQ: &str = env!("CARGO_BIN_EXE_podq");
@@ -97,30 +97,15 @@ struct Measured {
 async fn one_run(http: &reqwest::Client, interval: &str) -> Res<Measured> {
     let dir = tempfile::tempdir()?;
     let experiments = catalog(dir.path(), interval)?;
-    let mut child = Command::new(PODQ)
-        .args(["server", "--listen", "127.0.0.1:0", "--db"])
-        .arg(dir.path().join("podq.db"))
-        .arg("--experiments")
-        .arg(&experiments)
-        .arg("--bucket")
-        .arg(dir.path().join("bucket"))
+    let server = ServerLaunch::new(PODQ, dir.path())
+        .experiments(&experiments)
+        .args(["--bucket", &dir.path().join("bucket").to_string_lossy()])
         .args([
             "--prior-mtbf-h",
             &(PREEMPT_EVERY.as_secs_f64() / 3600.0).to_string(),
         ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let base = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| {
-            l.strip_prefix("podq server listening on ")
-                .map(str::to_owned)
-        })
-        .ok_or("the server did not start")?;
-    let _server = Proc(child);
+        .start()?;
+    let base = server.url.clone();
     let api = |path: &str| format!("{base}/api/v1{path}");
     let submitted: Value = http
         .post(api("/jobs"))

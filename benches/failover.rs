@@ -18,6 +18,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
+
+use podq_testkit::ServerLaunch;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -80,23 +82,15 @@ impl ServerProcess {
     }
 
     fn start(&mut self, database: &str, dir: &Path) -> Res<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join(format!("server-{}.log", self.port)))?;
-        self.child = Some(
-            Command::new(PODQ)
-                .args(["server", "--listen", &format!("127.0.0.1:{}", self.port)])
-                .args(["--database", database])
-                .arg("--experiments")
-                .arg(repo().join("experiments"))
-                .arg("--bucket")
-                .arg(dir.join("bucket"))
-                .env("PODQ_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()?,
-        );
+        // Not waited for: the second server is a standby and says nothing until it leads.
+        let launch = ServerLaunch::new(PODQ, dir)
+            .port(self.port)
+            .log_file(&format!("server-{}.log", self.port))
+            .database(database)
+            .experiments(repo().join("experiments"))
+            .args(["--bucket", &dir.join("bucket").to_string_lossy()])
+            .env("PODQ_LOG", "warn");
+        self.child = Some(launch.spawn()?);
         Ok(())
     }
 

@@ -20,6 +20,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use podq_testkit::{RunningServer, ServerLaunch};
 use serde_json::{json, Value};
 
 const PODQ: &str = env!("CARGO_BIN_EXE_podq");
@@ -45,38 +46,22 @@ impl Drop for Proc {
 
 /// One run: a server with its own database, a worker on an 8-host simulated pod, one job.
 struct Run {
+    server: RunningServer,
     dir: tempfile::TempDir,
-    server: Proc,
     base: String,
 }
 
 impl Run {
     fn start() -> Res<Run> {
         let dir = tempfile::tempdir()?;
-        let experiments = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments");
-        let mut child = Command::new(PODQ)
-            .args(["server", "--listen", "127.0.0.1:0", "--db"])
-            .arg(dir.path().join("podq.db"))
-            .arg("--experiments")
-            .arg(&experiments)
-            .arg("--bucket")
-            .arg(dir.path().join("bucket"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let url = BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|l| {
-                l.strip_prefix("podq server listening on ")
-                    .map(str::to_owned)
-            })
-            .ok_or("the server did not start")?;
+        let server = ServerLaunch::new(PODQ, dir.path())
+            .experiments(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments"))
+            .args(["--bucket", &dir.path().join("bucket").to_string_lossy()])
+            .start()?;
         Ok(Run {
+            base: server.url.clone(),
             dir,
-            server: Proc(child),
-            base: url,
+            server,
         })
     }
 
@@ -133,11 +118,8 @@ impl Run {
     /// Stops the server cleanly (SQLite folds its WAL back in) and answers the database's
     /// size and its log line count.
     async fn stop(mut self) -> Res<(u64, i64)> {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.server.0.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )?;
-        self.server.0.wait()?;
+        // A clean stop, however long folding the WAL back in takes.
+        self.server.terminate(Duration::from_secs(3600));
         let db = self.dir.path().join("podq.db");
         let size = file_size(&db) + file_size(&db.with_extension("db-wal"));
         let url = format!("sqlite://{}?mode=ro", db.display());

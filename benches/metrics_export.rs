@@ -13,10 +13,11 @@
 //! (memory that does not grow with the series) is printed as a target. No assertion: these
 //! machines are shared and noisy.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+use podq_testkit::{RunningServer, ServerLaunch};
 
 use serde_json::{json, Value};
 use sqlx::{ConnectOptions, Connection};
@@ -32,7 +33,7 @@ const BATCH_STEPS: i64 = 2_000;
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 struct ServerProc {
-    child: Child,
+    running: RunningServer,
     base: String,
     dir: tempfile::TempDir,
 }
@@ -40,54 +41,27 @@ struct ServerProc {
 impl ServerProc {
     fn start() -> Res<ServerProc> {
         let dir = tempfile::tempdir()?;
-        let experiments = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments");
-        let mut child = Command::new(PODQ)
-            .args(["server", "--listen", "127.0.0.1:0", "--db"])
-            .arg(dir.path().join("podq.db"))
-            .arg("--experiments")
-            .arg(&experiments)
-            .env("PODQ_ADMIN_TOKEN", ADMIN)
-            .env("PODQ_WORKER_TOKEN", WORKER)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut url = None;
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(u) = line.strip_prefix("podq server listening on ") {
-                url = Some(u.to_owned());
-                break;
-            }
-        }
-        let url = url.ok_or("the server did not start")?;
+        let running = ServerLaunch::new(PODQ, dir.path())
+            .experiments(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments"))
+            .tokens(ADMIN, WORKER)
+            .start()?;
         Ok(ServerProc {
-            child,
-            base: format!("{url}/api/v1"),
+            base: running.base(),
+            running,
             dir,
         })
     }
 
     fn status_kb(&self, field: &str) -> Res<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
-        Ok(status
-            .lines()
-            .find(|l| l.starts_with(field))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .ok_or("no such field")?
-            .parse()?)
+        Ok(podq_testkit::proc_stats::status_kb(
+            self.running.pid(),
+            field,
+        )?)
     }
 
     /// Resets the peak RSS to the current RSS, and returns that.
     fn reset_peak(&self) -> Res<u64> {
-        std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5")?;
-        self.status_kb("VmRSS:")
-    }
-}
-
-impl Drop for ServerProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        Ok(self.running.reset_peak_kb()?)
     }
 }
 

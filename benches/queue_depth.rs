@@ -10,10 +10,11 @@
 //! ≤ 1.5 × the 1,000-job baseline, is printed as a target. No assertion: these machines are
 //! shared and noisy.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+use podq_testkit::{RunningServer, ServerLaunch};
 
 use serde_json::json;
 
@@ -24,7 +25,7 @@ const READS: usize = 200;
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 struct ServerProc {
-    child: Child,
+    _running: RunningServer,
     base: String,
     _dir: tempfile::TempDir,
 }
@@ -32,38 +33,15 @@ struct ServerProc {
 impl ServerProc {
     fn start() -> Res<ServerProc> {
         let dir = tempfile::tempdir()?;
-        let experiments = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments");
-        let mut child = Command::new(PODQ)
-            .args(["server", "--listen", "127.0.0.1:0", "--db"])
-            .arg(dir.path().join("podq.db"))
-            .arg("--experiments")
-            .arg(&experiments)
-            .env("PODQ_ADMIN_TOKEN", TOKEN)
-            .env("PODQ_WORKER_TOKEN", "bench-worker-token")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut url = None;
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(u) = line.strip_prefix("podq server listening on ") {
-                url = Some(u.to_owned());
-                break;
-            }
-        }
-        let url = url.ok_or("the server did not start")?;
+        let running = ServerLaunch::new(PODQ, dir.path())
+            .experiments(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments"))
+            .tokens(TOKEN, "bench-worker-token")
+            .start()?;
         Ok(ServerProc {
-            child,
-            base: format!("{url}/api/v1"),
+            base: running.base(),
+            _running: running,
             _dir: dir,
         })
-    }
-}
-
-impl Drop for ServerProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

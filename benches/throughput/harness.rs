@@ -3,13 +3,12 @@
 //! and memory figures, and the arithmetic of the report.
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use podq_api::{Lease, SubmitResponse};
+use podq_testkit::{RunningServer, ServerLaunch};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection, QueryBuilder, Sqlite};
 use tempfile::TempDir;
@@ -206,7 +205,7 @@ fn value(step: i64, i: usize) -> f64 {
 // The real server, as its own process
 
 pub struct ServerProc {
-    child: Child,
+    running: RunningServer,
     pub pid: u32,
     /// `http://127.0.0.1:<port>/api/v1`
     pub base: String,
@@ -224,81 +223,31 @@ impl ServerProc {
     /// As `start`, on the PostgreSQL database `database` when given.
     pub async fn start_on(database: Option<String>) -> Res<ServerProc> {
         let dir = tempfile::tempdir()?;
-        let db = dir.path().join("podq.db");
-        let log = std::fs::File::create(dir.path().join("server.log"))?;
-        let experiments = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments");
-        let mut child = Command::new(PODQ)
-            .arg("server")
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--db")
-            .arg(&db)
-            .args(database.iter().flat_map(|url| ["--database", url.as_str()]))
-            .arg("--experiments")
-            .arg(&experiments)
-            .arg("--bucket")
-            .arg("gs://bench")
-            .env("PODQ_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("PODQ_WORKER_TOKEN", WORKER_TOKEN)
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("cannot start {PODQ}: {e}"))?;
-        let pid = child.id();
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("podq server listening on ") {
-                    let _ = tx.send(url.to_owned());
-                }
-            }
-        });
-        let url = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60)))
-            .await?
-            .map_err(|_| {
-                format!(
-                    "the server did not start; its log: {}",
-                    std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default()
-                )
-            });
-        let url = match url {
-            Ok(url) => url,
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(e.into());
-            }
-        };
+        let mut launch = ServerLaunch::new(PODQ, dir.path())
+            .experiments(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments"))
+            .args(["--bucket", "gs://bench"])
+            .tokens(ADMIN_TOKEN, WORKER_TOKEN);
+        if let Some(url) = &database {
+            launch = launch.database(url);
+        }
+        let running = tokio::task::spawn_blocking(move || launch.start()).await??;
         Ok(ServerProc {
-            child,
-            pid,
-            base: format!("{url}/api/v1"),
-            db,
+            pid: running.pid(),
+            base: running.base(),
+            db: running.db(),
+            running,
             dir,
         })
     }
 
     /// User + system CPU seconds the server has used so far.
     pub fn cpu_s(&self) -> Res<f64> {
-        cpu_s_of(&format!("/proc/{}/stat", self.pid))
+        Ok(podq_testkit::proc_stats::cpu_time(self.pid)?.as_secs_f64())
     }
 
     /// (VmRSS, VmHWM) in kB.
     pub fn rss_kb(&self) -> Res<(u64, u64)> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
-        let field = |name: &str| -> Res<u64> {
-            let line = status
-                .lines()
-                .find(|l| l.starts_with(name))
-                .ok_or_else(|| format!("no {name} in /proc/{}/status", self.pid))?;
-            Ok(line
-                .split_whitespace()
-                .nth(1)
-                .ok_or("empty field")?
-                .parse()?)
-        };
-        Ok((field("VmRSS:")?, field("VmHWM:")?))
+        Ok(self.running.rss_kb()?)
     }
 
     /// Sizes of the database file and of its WAL.
@@ -308,29 +257,10 @@ impl ServerProc {
     }
 
     /// SIGTERM, then SIGKILL if it has not stopped within 5 s.
-    pub async fn stop(mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ServerProc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+    pub async fn stop(self) {
+        let mut running = self.running;
+        let _ =
+            tokio::task::spawn_blocking(move || running.terminate(Duration::from_secs(5))).await;
     }
 }
 

@@ -2,7 +2,6 @@
 //! temporary SQLite file (or a fresh PostgreSQL database), driven over HTTP.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -505,47 +504,20 @@ impl Worker {
 }
 
 fn spawn_server(dir: &Path, port: u16, options: &ServerOptions) -> (Process, String) {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("server.log"))
-        .expect("server log");
-    let mut child = Command::new(PODQ)
-        .arg("server")
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--db")
-        .arg(dir.join("podq.db"))
-        .arg("--experiments")
-        .arg(&options.experiments)
-        .arg("--bucket")
-        .arg(dir.join("bucket"))
+    let mut launch = podq_testkit::ServerLaunch::new(PODQ, dir)
+        .port(port)
+        .experiments(&options.experiments)
+        .args(["--bucket", &dir.join("bucket").to_string_lossy()])
         .args(&options.args)
-        .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("start the server");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(url) = line.strip_prefix("podq server listening on ") {
-                let _ = tx.send(url.to_owned());
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|_| {
-            panic!(
-                "the server did not start; its log: {}",
-                std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
-            )
-        });
+        .startup(Duration::from_secs(30));
+    for (key, value) in &options.env {
+        launch = launch.env(key, value);
+    }
+    let server = launch.start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url.clone();
     (
         Process {
-            child,
+            child: server.into_child(),
             name: "server".into(),
         },
         url,
