@@ -32,13 +32,6 @@
 //! window and the top of `perf report` is printed (`PODQ_FLEET_PERF_DATA=FILE` keeps the
 //! samples for `perf report -i FILE`). No assertion: these machines are shared and noisy.
 
-#[allow(dead_code)]
-#[path = "throughput/harness.rs"]
-mod harness;
-#[allow(dead_code)]
-#[path = "throughput/postgres.rs"]
-mod postgres;
-
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::{Command, ExitCode, Stdio};
@@ -46,9 +39,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use harness::{p50_p99, thousands, Api, Res, ServerProc, WorkerClient, ACCELERATOR};
-use postgres::PostgresServer;
+use podq_testkit::harness::{
+    self, p50_p99, thousands, Api, Res, ServerProc, WorkerClient, ACCELERATOR,
+};
+use podq_testkit::postgres::PostgresServer;
 
+/// The binary under test, built by cargo for this bench (release profile).
+const PODQ: &str = env!("CARGO_BIN_EXE_podq");
 const HOSTS: usize = 8;
 const STEPS_PER_BATCH: i64 = 10;
 const LOG_LINES_PER_HOST_S: f64 = 2.0;
@@ -411,7 +408,7 @@ async fn fleet(
         (Store::Postgres, Some(pg)) => Some(pg.create_database().await?),
         _ => None,
     };
-    let server = ServerProc::start_on(database.clone()).await?;
+    let server = ServerProc::start_on(PODQ, database.clone()).await?;
     let admin = Api::new(&server.base);
     let names = admin.experiment_names().await?;
     admin.submit_jobs(&names, pods).await?;

@@ -85,20 +85,16 @@
 //!
 //! Each section is a file of its own under `benches/throughput/`: `cycles.rs` (sections 1 and
 //! 5), `metrics.rs`, `submit.rs` and `history.rs`, with `postgres.rs` for the PostgreSQL server
-//! of section 5. They share `harness.rs`: the server as its own process, the simulated clients,
-//! the raw baselines, /proc's figures and percentiles. This file picks the sections, runs them
+//! of section 5. They share `podq_testkit::harness` with the fleet bench: the server as its
+//! own process, the simulated clients, the raw baselines, /proc's figures and percentiles. This file picks the sections, runs them
 //! and prints the table.
 
 #[path = "throughput/cycles.rs"]
 mod cycles;
-#[path = "throughput/harness.rs"]
-mod harness;
 #[path = "throughput/history.rs"]
 mod history;
 #[path = "throughput/metrics.rs"]
 mod metrics;
-#[path = "throughput/postgres.rs"]
-mod postgres;
 #[path = "throughput/submit.rs"]
 mod submit;
 
@@ -107,17 +103,20 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
+/// The binary under test, built by cargo for this bench (release profile).
+const PODQ: &str = env!("CARGO_BIN_EXE_podq");
+
 use crate::cycles::{
     lease_cycles, lease_cycles_on, CycleRun, CYCLE_WORKERS, MAIN_WORKERS, TARGET_CYCLE_RATIO,
 };
-use crate::harness::{mean, thousands, Res, ACCELERATOR, OTHER_ACCELERATOR, PODQ};
 use crate::history::{history, HistoryRun, DEFAULT_HISTORY, HELD_RUNNING, WALK_PAGE};
 use crate::metrics::{
     metric_ingestion, metrics_query, MetricRun, QueryRun, METRIC_SENDERS, TARGET_METRIC_RATIO,
     TARGET_QUERY_P99_MS,
 };
-use crate::postgres::PostgresServer;
 use crate::submit::{submit_rate, SubmitRun, IDLE_WINDOW, TARGET_IDLE_CPU_S, TARGET_SUBMIT_RATIO};
+use podq_testkit::harness::{mean, thousands, Res, ACCELERATOR, OTHER_ACCELERATOR};
+use podq_testkit::postgres::PostgresServer;
 
 fn main() -> ExitCode {
     // `cargo bench` passes `--bench`; nothing to parse.

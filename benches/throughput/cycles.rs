@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use crate::harness::{
+use podq_testkit::harness::{
     attempts_running, metrics_body, p50_p99, raw_commits_per_s, Api, Res, ServerProc, WorkerClient,
     ACCELERATOR, METRIC_NAMES,
 };
-use crate::postgres::{attempts_running_postgres, PostgresServer};
+use podq_testkit::postgres::{attempts_running_postgres, PostgresServer};
 
 /// Lease cycles.
 pub const CYCLE_WORKERS: [usize; 3] = [1, 8, 64];
@@ -178,7 +178,7 @@ pub async fn lease_cycles_on(workers: usize, postgres: Option<&PostgresServer>) 
         Some(postgres) => Some(postgres.create_database().await?),
         None => None,
     };
-    let server = ServerProc::start_on(database.clone()).await?;
+    let server = ServerProc::start_on(crate::PODQ, database.clone()).await?;
     let admin = Api::new(&server.base);
     let names = admin.experiment_names().await?;
     let ceiling = workers as f64 / RUNNING_FOR.as_secs_f64();

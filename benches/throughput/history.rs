@@ -12,11 +12,11 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::cycles::{cycle_metrics_body, run_cycle, CYCLE_END_STEP};
-use crate::harness::{
+use crate::Row;
+use podq_testkit::harness::{
     attempts_running, p50_p99, read_only, thousands, Api, Res, ServerProc, WorkerClient,
     ACCELERATOR, METRIC_NAMES,
 };
-use crate::Row;
 
 /// History and reads.
 pub const DEFAULT_HISTORY: [usize; 3] = [1000, 10_000, 100_000];
@@ -76,7 +76,7 @@ struct Held {
 
 impl History {
     async fn start() -> Res<History> {
-        let server = ServerProc::start().await?;
+        let server = ServerProc::start(crate::PODQ).await?;
         let admin = Api::new(&server.base);
         let names = Arc::new(admin.experiment_names().await?);
         let workers = (0..HISTORY_WORKERS)

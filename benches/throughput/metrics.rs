@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use podq_api::Lease;
 use sqlx::Connection;
 
-use crate::harness::{
+use podq_testkit::harness::{
     metrics_body, p50_p99, raw_batched_points_per_s, read_only, Api, Res, ServerProc, WorkerClient,
     ACCELERATOR, METRIC_NAMES,
 };
@@ -27,7 +27,7 @@ pub const TARGET_QUERY_P99_MS: f64 = 50.0;
 
 /// A fresh server with one submitted job leased to `pod` and running.
 async fn server_with_running_job(pod: &str) -> Res<(ServerProc, WorkerClient, Lease)> {
-    let server = ServerProc::start().await?;
+    let server = ServerProc::start(crate::PODQ).await?;
     let admin = Api::new(&server.base);
     let names = admin.experiment_names().await?;
     admin.submit_jobs(&names, 1).await?;

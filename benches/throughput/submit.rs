@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use podq_api::SubmitResponse;
 
-use crate::harness::{cpu_s_of, p50_p99, Api, Res, ServerProc, WorkerClient, ADMIN_TOKEN};
+use podq_testkit::harness::{cpu_s_of, p50_p99, Api, Res, ServerProc, WorkerClient, ADMIN_TOKEN};
 
 /// Submissions with waiting workers.
 const SUBMIT_WARMUP: Duration = Duration::from_millis(500);
@@ -103,7 +103,7 @@ async fn waiter(w: WorkerClient, accelerator: &'static str, counts: Arc<WaiterCo
 }
 
 pub async fn submit_rate(waiters: usize, accelerator: &'static str, idle: bool) -> Res<SubmitRun> {
-    let server = ServerProc::start().await?;
+    let server = ServerProc::start(crate::PODQ).await?;
     let admin = Api::new(&server.base);
     let names = admin.experiment_names().await?;
     let counts = Arc::new(WaiterCounts::default());

@@ -1,14 +1,14 @@
-//! What every section of the throughput bench shares: the real server as its own process,
-//! the simulated clients (the admin and the workers), the raw SQLite baselines, /proc's CPU
-//! and memory figures, and the arithmetic of the report.
+//! What the throughput and fleet benches share: the real server as its own process, the
+//! simulated clients (the admin and the workers), the raw SQLite baselines, /proc's CPU and
+//! memory figures, and the arithmetic of the report.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use crate::{RunningServer, ServerLaunch};
 use podq_api::{Lease, SubmitResponse};
-use podq_testkit::{RunningServer, ServerLaunch};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection, QueryBuilder, Sqlite};
 use tempfile::TempDir;
@@ -16,8 +16,6 @@ use uuid::Uuid;
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-/// The binary under test, built by cargo for this bench (release profile).
-pub const PODQ: &str = env!("CARGO_BIN_EXE_podq");
 /// The accelerator the server submits jobs for (`ServerConfig::accelerator`).
 pub const ACCELERATOR: &str = "v4-64";
 /// An accelerator no job is for.
@@ -214,17 +212,17 @@ pub struct ServerProc {
 }
 
 impl ServerProc {
-    /// `podq server` on port 0 with a fresh database, as a user runs it (default settings,
-    /// default logging, both tokens set).
-    pub async fn start() -> Res<ServerProc> {
-        ServerProc::start_on(None).await
+    /// `podq server` (the binary `podq`) on port 0 with a fresh database, as a user runs it
+    /// (default settings, default logging, both tokens set).
+    pub async fn start(podq: &str) -> Res<ServerProc> {
+        ServerProc::start_on(podq, None).await
     }
 
     /// As `start`, on the PostgreSQL database `database` when given.
-    pub async fn start_on(database: Option<String>) -> Res<ServerProc> {
+    pub async fn start_on(podq: &str, database: Option<String>) -> Res<ServerProc> {
         let dir = tempfile::tempdir()?;
-        let mut launch = ServerLaunch::new(PODQ, dir.path())
-            .experiments(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments"))
+        let mut launch = ServerLaunch::new(podq, dir.path())
+            .experiments(crate::repo().join("experiments"))
             .args(["--bucket", "gs://bench"])
             .tokens(ADMIN_TOKEN, WORKER_TOKEN);
         if let Some(url) = &database {
@@ -242,7 +240,7 @@ impl ServerProc {
 
     /// User + system CPU seconds the server has used so far.
     pub fn cpu_s(&self) -> Res<f64> {
-        Ok(podq_testkit::proc_stats::cpu_time(self.pid)?.as_secs_f64())
+        Ok(crate::proc_stats::cpu_time(self.pid)?.as_secs_f64())
     }
 
     /// (VmRSS, VmHWM) in kB.

@@ -9,6 +9,7 @@ use std::time::Instant;
 use uuid::Uuid;
 
 use crate::harness::{Res, RAW_WINDOW};
+use crate::repo;
 
 /// The PostgreSQL server the `cycles-postgres` section uses: `PODQ_BENCH_DATABASE_URL`, or a
 /// throwaway cluster on this machine (stopped when this is dropped).
@@ -23,7 +24,7 @@ impl PostgresServer {
             return Ok(PostgresServer { url, cluster: None });
         }
         let dir = PathBuf::from(format!("/tmp/podq-bench-postgres-{}", std::process::id()));
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres-cluster");
+        let script = repo().join("scripts/postgres-cluster");
         let output = Command::new(script)
             .arg("start")
             .arg(&dir)
@@ -89,7 +90,7 @@ impl PostgresServer {
 impl Drop for PostgresServer {
     fn drop(&mut self) {
         if let Some(dir) = &self.cluster {
-            let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres-cluster");
+            let script = repo().join("scripts/postgres-cluster");
             let _ = Command::new(script).arg("stop").arg(dir).status();
         }
     }
