@@ -601,7 +601,8 @@ fn a_gcloud_pool_that_cannot_work_is_refused_at_start_saying_why() {
         ),
         ("agent_listen: 10.9.9.9:0\n", "runtime_version"),
     ];
-    for (config, why) in cases {
+    // `podq pool` on the pool file with this worker config: whether it ran, and its stderr.
+    let run_pool = |config: &str| {
         let file = dir.path().join("worker.yaml");
         std::fs::write(&file, format!("server: http://127.0.0.1:9\n{config}")).unwrap();
         let output = Command::new(PODQ)
@@ -613,8 +614,14 @@ fn a_gcloud_pool_that_cannot_work_is_refused_at_start_saying_why() {
             .arg(&file)
             .output()
             .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "accepted {config}");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    for (config, why) in cases {
+        let (ran, stderr) = run_pool(config);
+        assert!(!ran, "accepted {config}");
         assert!(stderr.contains(why), "{config}: {stderr}");
     }
     // A Compute Engine pool is checked as its slices' workers would check it.
@@ -641,26 +648,8 @@ fn a_gcloud_pool_that_cannot_work_is_refused_at_start_saying_why() {
             ),
         )
         .unwrap();
-        let file = dir.path().join("worker.yaml");
-        std::fs::write(
-            &file,
-            format!("server: http://127.0.0.1:9\nagent_listen: 10.9.9.9:0\n{config}"),
-        )
-        .unwrap();
-        let output = Command::new(PODQ)
-            .args(["pool", "--pool-state"])
-            .arg(dir.path())
-            .arg("--pools")
-            .arg(&pools)
-            .arg("--config")
-            .arg(&file)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            !output.status.success(),
-            "accepted {accelerator} with {config}"
-        );
+        let (ran, stderr) = run_pool(&format!("agent_listen: 10.9.9.9:0\n{config}"));
+        assert!(!ran, "accepted {accelerator} with {config}");
         assert!(
             stderr.contains(why),
             "{accelerator} with {config}: {stderr}"

@@ -32,8 +32,8 @@ use serde::Deserialize;
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_LABEL};
 use super::config::{Pool, Provisioning};
 use crate::pod::gcloud::{
-    instance_rank, CallError, ComputeSettings, ComputeSliceSpec, ErrorItem, GroupStatus, Place,
-    ProvisioningModel, Retry, Runner,
+    instance_rank, CallError, ComputeSettings, ComputeSliceSpec, EnsureError, ErrorItem,
+    GroupStatus, Place, ProvisioningModel, Retry, Runner,
 };
 use crate::pod::state::{classify_compute, StateClass};
 
@@ -123,24 +123,18 @@ impl ComputeCloud {
     }
 
     /// Makes the resource `describe` does not find with `create`; one made meanwhile by
-    /// another call is as good.
+    /// another call is as good. `Err` carries gcloud's words, for `classify_create_error`.
     async fn ensure(&self, describe: Vec<String>, create: Vec<String>) -> Result<(), String> {
-        match self.runner.call(&describe, CALL_TIMEOUT, Retry::Api).await {
-            Ok(_) => Ok(()),
-            Err(CallError::NotFound(_)) => {
-                match self
-                    .runner
-                    .call(&create, OPERATION_TIMEOUT, Retry::Never)
-                    .await
-                {
-                    Ok(_) => Ok(()),
-                    Err(CallError::Failed { stderr, .. }) if exists(&stderr) => Ok(()),
-                    Err(CallError::Failed { stderr, .. }) => Err(stderr),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-            Err(CallError::Failed { stderr, .. }) => Err(stderr),
-            Err(e) => Err(e.to_string()),
+        match self
+            .runner
+            .ensure(&describe, &create, CALL_TIMEOUT, OPERATION_TIMEOUT)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(EnsureError::Describe(e) | EnsureError::Create(e)) => Err(match e {
+                CallError::Failed { stderr, .. } => stderr,
+                e => e.to_string(),
+            }),
         }
     }
 

@@ -43,6 +43,15 @@ impl CallError {
     }
 }
 
+/// Why `Runner::ensure` could not make sure a resource exists.
+#[derive(Debug)]
+pub enum EnsureError {
+    /// The resource could not be looked at.
+    Describe(CallError),
+    /// It was not there, and could not be made.
+    Create(CallError),
+}
+
 /// Which failures a call retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retry {
@@ -89,6 +98,31 @@ impl Runner {
             .process_group(0)
             .kill_on_drop(true);
         cmd
+    }
+
+    /// Makes with `create` the resource `describe` does not find (a workload policy, an
+    /// instance template); one that another call made meanwhile ("already exists") is as
+    /// good. `read` and `write` are the two calls' timeouts.
+    pub async fn ensure(
+        &self,
+        describe: &[String],
+        create: &[String],
+        read: Duration,
+        write: Duration,
+    ) -> Result<(), EnsureError> {
+        match self.call(describe, read, Retry::Api).await {
+            Ok(_) => Ok(()),
+            Err(CallError::NotFound(_)) => match self.call(create, write, Retry::Never).await {
+                Ok(_) => Ok(()),
+                Err(CallError::Failed { stderr, .. })
+                    if stderr.contains("already exists") || stderr.contains("ALREADY_EXISTS") =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(EnsureError::Create(e)),
+            },
+            Err(e) => Err(EnsureError::Describe(e)),
+        }
     }
 
     /// Runs `args` to completion within `timeout`, retrying as `retry` allows.

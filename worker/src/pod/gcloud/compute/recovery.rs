@@ -21,7 +21,7 @@ use super::settings::Place;
 use super::ComputeSlice;
 use crate::pod::gcloud::node::{classify_error, ErrorClass};
 use crate::pod::gcloud::recovery::{Episode, Refused, Step};
-use crate::pod::gcloud::runner::{CallError, Retry};
+use crate::pod::gcloud::runner::{CallError, EnsureError, Retry};
 use crate::pod::gcloud::{GcloudPod, StateClass};
 
 impl GcloudPod {
@@ -241,19 +241,12 @@ impl GcloudPod {
         create: Vec<String>,
         what: &str,
     ) -> Result<(), Refused> {
-        match self
-            .runner
-            .call(&describe, self.timing.api, Retry::Api)
+        self.runner
+            .ensure(&describe, &create, self.timing.api, self.timing.operation)
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(CallError::NotFound(_)) => self
-                .runner
-                .call(&create, self.timing.operation, Retry::Never)
-                .await
-                .map(|_| ())
-                .map_err(|e| self.refused(what, &e)),
-            Err(e) => Err(Refused::Failed(format!("cannot describe {what}: {e}"))),
-        }
+            .map_err(|e| match e {
+                EnsureError::Describe(e) => Refused::Failed(format!("cannot describe {what}: {e}")),
+                EnsureError::Create(e) => self.refused(what, &e),
+            })
     }
 }
