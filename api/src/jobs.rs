@@ -61,9 +61,10 @@ impl JobState {
     }
 }
 
+/// Padded as a string is, so that tables can align it (`{:<9}`).
 impl fmt::Display for JobState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -79,6 +80,61 @@ impl FromStr for JobState {
                     JobState::ALL.map(JobState::as_str).join(", ")
                 )
             })
+    }
+}
+
+/// Read from a store's text column (sqlx's `try_from`).
+impl TryFrom<String> for JobState {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+/// A catalog experiment's state where it may have no job yet (the plan, the study, the
+/// results): its job's state, or `not_submitted`. On the wire, one string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RunState {
+    Job(JobState),
+    NotSubmitted,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Job(state) => state.as_str(),
+            RunState::NotSubmitted => "not_submitted",
+        }
+    }
+}
+
+impl From<JobState> for RunState {
+    fn from(state: JobState) -> Self {
+        RunState::Job(state)
+    }
+}
+
+impl fmt::Display for RunState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for RunState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RunState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text == RunState::NotSubmitted.as_str() {
+            return Ok(RunState::NotSubmitted);
+        }
+        text.parse()
+            .map(RunState::Job)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -394,4 +450,36 @@ pub struct Event {
 
 fn podq() -> String {
     "podq".to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_state_is_one_string_on_the_wire() {
+        for state in JobState::ALL {
+            let run = RunState::from(state);
+            let json = serde_json::to_string(&run).unwrap();
+            assert_eq!(json, format!("\"{state}\""));
+            assert_eq!(serde_json::from_str::<RunState>(&json).unwrap(), run);
+        }
+        let json = serde_json::to_string(&RunState::NotSubmitted).unwrap();
+        assert_eq!(json, "\"not_submitted\"");
+        assert_eq!(
+            serde_json::from_str::<RunState>(&json).unwrap(),
+            RunState::NotSubmitted
+        );
+        assert!(serde_json::from_str::<RunState>("\"paused\"").is_err());
+        // Tables align states as they align strings.
+        assert_eq!(format!("[{:<9}]", JobState::Held), "[held     ]");
+        assert_eq!(
+            format!("[{:>5}]", RunState::Job(JobState::Failed)),
+            "[failed]"
+        );
+        assert_eq!(
+            JobState::try_from("stopped".to_owned()),
+            Ok(JobState::Stopped)
+        );
+    }
 }

@@ -148,7 +148,8 @@ pub struct PlannedRun {
     pub group: String,
     /// `running`, `leased`, `queued`, `succeeded`, `stopped`, `held`, `failed`, `cancelled`,
     /// or `not_submitted`.
-    pub state: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub state: crate::RunState,
     pub priority: Option<i64>,
     pub remaining_hours: f64,
     pub estimate: EstimateSource,

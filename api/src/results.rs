@@ -55,7 +55,8 @@ pub struct ResultRow {
     /// The run's newest step; null before its first.
     pub steps: Option<i64>,
     /// The job's state as `GET /jobs/{id}` gives it, or `not_submitted`.
-    pub state: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub state: crate::RunState,
     /// Pod-hours the run has used (every attempt, every cause).
     pub pod_hours: Option<f64>,
     /// The run's attempts; null when never submitted.
@@ -162,7 +163,7 @@ impl Results {
             cells.push(number(row.best.get(m)));
         }
         cells.push(row.steps.map_or(Cell::Empty, Cell::Int));
-        cells.push(Cell::Text(row.state.clone()));
+        cells.push(Cell::Text(row.state.to_string()));
         cells.push(row.pod_hours.map_or(Cell::Empty, Cell::Number));
         cells.push(row.attempts.map_or(Cell::Empty, Cell::Int));
         cells.push(

@@ -31,7 +31,8 @@ pub struct Status {
 pub struct RunningJob {
     pub job_id: Uuid,
     pub experiment: String,
-    pub state: String,
+    /// `leased` or `running`.
+    pub state: crate::JobState,
     pub pod: Option<String>,
     pub attempt: i64,
     pub step: Option<i64>,

@@ -28,7 +28,8 @@ pub struct StudyRow {
     /// The job whose run trains it (itself, or the run it shares).
     pub run_id: Option<Uuid>,
     /// A job state, or `not_submitted`.
-    pub state: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub state: crate::RunState,
     pub baseline: bool,
     /// Config keys (dotted) whose value differs from the baseline row's.
     pub params: BTreeMap<String, serde_json::Value>,

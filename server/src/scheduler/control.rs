@@ -154,7 +154,7 @@ impl Scheduler {
                 async move {
                     let id = id.to_string();
                     let job = owned(conn, &acting, &id, "suspend").await?;
-                    let state = job.state()?;
+                    let state = job.state;
                     let why = format!("suspended by {}", acting.caller.name);
                     let lease = match state {
                         JobState::Queued if job.same_as.is_none() => {
@@ -205,7 +205,7 @@ impl Scheduler {
                 async move {
                     let id = id.to_string();
                     let job = owned(conn, &acting, &id, "resume").await?;
-                    let state = job.state()?;
+                    let state = job.state;
                     if state != JobState::Held || job.same_as.is_some() {
                         return Err(SchedulerError::wrong_state(
                             &id,
@@ -240,7 +240,7 @@ impl Scheduler {
 
 async fn cancel(conn: &mut Conn, acting: &Acting, id: &str) -> Result<(JobRow, Option<Uuid>)> {
     let job = owned(conn, acting, id, "cancel").await?;
-    let state = job.state()?;
+    let state = job.state;
     if state.is_terminal() {
         return Err(SchedulerError::wrong_state(
             id,
@@ -267,7 +267,7 @@ async fn requeue(
     ignore_stop_rules: bool,
 ) -> Result<JobRow> {
     let job = owned(conn, acting, id, "requeue").await?;
-    let state = job.state()?;
+    let state = job.state;
     match state {
         JobState::Failed | JobState::Cancelled | JobState::Held | JobState::Stopped => {}
         JobState::Succeeded => {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use crate::store::events::{self, Actor};
 use crate::store::Conn;
 use crate::team::Acting;
-use podq_api::{CreatedJob, LinkedJob, SkippedExperiment, SubmitRequest, SubmitResponse};
+use podq_api::{CreatedJob, JobState, LinkedJob, SkippedExperiment, SubmitRequest, SubmitResponse};
 use uuid::Uuid;
 
 use futures::FutureExt;
@@ -229,7 +229,7 @@ pub async fn submit(
         let run = if req.force {
             None
         } else if let Some((id, experiment)) = runs_in_request.get(e.config_sha256.as_str()) {
-            Some((*id, experiment.to_string(), "queued".to_owned()))
+            Some((*id, experiment.to_string(), JobState::Queued))
         } else {
             jobs::live_or_succeeded_run_of_config(conn, &e.config_sha256)
                 .await?

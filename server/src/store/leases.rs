@@ -390,7 +390,8 @@ pub async fn ended_attempt(
 #[derive(sqlx::FromRow)]
 pub struct EndedAttempt {
     pub outcome: Option<String>,
-    pub job_state: String,
+    #[sqlx(try_from = "String")]
+    pub job_state: JobState,
     pub pod: String,
 }
 
@@ -402,7 +403,8 @@ pub struct LiveRow {
     pub pod: String,
     pub attempts: i64,
     pub cancel_requested: bool,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: JobState,
     pub stop_message: Option<String>,
 }
 

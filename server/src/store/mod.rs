@@ -64,7 +64,7 @@ pub use writer::{Changes, FromCommitFailure, WriterInstruments};
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("the store's writer has stopped")]
@@ -84,6 +84,19 @@ pub enum StoreError {
     /// Another server holds the database's lead: this one answers reads only.
     #[error("this server is a standby: another podq server is active on this database")]
     Standby,
+}
+
+/// A value the database holds that podq cannot read (a job state no release wrote) is
+/// corrupt data, for a person to look at, not an outage to retry.
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
+                StoreError::Corrupt(e.to_string())
+            }
+            e => StoreError::Database(e),
+        }
+    }
 }
 
 /// Handle to the database. Cheap to clone. Its methods live with what they use: writes in

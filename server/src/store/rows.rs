@@ -22,7 +22,8 @@ pub struct JobRow {
     pub seq: i64,
     pub experiment: String,
     pub group_name: String,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: api::JobState,
     pub priority: i64,
     pub submitted_at: i64,
     pub updated_at: i64,
@@ -58,14 +59,10 @@ pub fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
 }
 
 impl JobRow {
-    pub fn state(&self) -> Result<api::JobState, StoreError> {
-        api::JobState::from_str(&self.state).map_err(StoreError::Corrupt)
-    }
-
     pub fn into_api(self) -> Result<api::Job, StoreError> {
         Ok(api::Job {
             id: parse_uuid(&self.id)?,
-            state: self.state()?,
+            state: self.state,
             experiment: self.experiment,
             group: self.group_name,
             priority: self.priority,

@@ -4,6 +4,7 @@
 use super::backend::{active_run_select, dialect};
 use super::db::{self, Conn};
 use super::StoreError;
+use podq_api::JobState;
 
 /// A run that is on a pod or waiting for one, with its current attempt's progress.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -11,7 +12,8 @@ pub struct ActiveRun {
     pub id: String,
     pub experiment: String,
     pub group_name: String,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: JobState,
     pub priority: i64,
     pub attempts: i64,
     pub est_hours: f64,
@@ -53,7 +55,8 @@ pub struct PlanJob {
     pub seq: i64,
     pub experiment: String,
     pub group_name: String,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: JobState,
     pub priority: i64,
     pub class_rank: i64,
     pub queue_head: i64,

@@ -270,7 +270,7 @@ async fn already_finished(
     }
     match ended.outcome {
         Some(recorded) if recorded == outcome.as_str() => Ok(FinishResponse {
-            job_state: ended.job_state.parse().map_err(StoreError::Corrupt)?,
+            job_state: ended.job_state,
         }),
         _ => Err(SchedulerError::LeaseLost(lease_id)),
     }

@@ -53,7 +53,7 @@ impl LiveLeases {
         let leases = rows
             .into_iter()
             .map(|row| {
-                let running = row.state == "running";
+                let running = row.state == podq_api::JobState::Running;
                 Ok((
                     parse_uuid(&row.lease_id)?,
                     LiveLease {

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use podq_api::{
-    EstimateSource, GrantOutlook, Plan, PlanApplied, PlanScenario, PoolPlan, SubmitRequest,
+    EstimateSource, GrantOutlook, JobState, Plan, PlanApplied, PlanScenario, PoolPlan, RunState,
+    SubmitRequest,
 };
 
 use super::forecast;
@@ -235,7 +236,12 @@ impl Scheduler {
             .recommended
             .runs
             .iter()
-            .filter(|r| r.state == "queued" || r.state == "not_submitted")
+            .filter(|r| {
+                matches!(
+                    r.state,
+                    RunState::Job(JobState::Queued) | RunState::NotSubmitted
+                )
+            })
             .cloned()
             .collect();
         Ok((
@@ -346,7 +352,7 @@ impl Scheduler {
                             job_id: None,
                             experiment: e.name.clone(),
                             group: e.group.clone(),
-                            state: "not_submitted".into(),
+                            state: RunState::NotSubmitted,
                             phase: Phase::Waiting,
                             priority: None,
                             // After every queued job, in suite order.
@@ -386,12 +392,12 @@ impl Scheduler {
 }
 
 fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
-    let phase = match job.state.as_str() {
+    let phase = match job.state {
         // A stopped run needs no more hours: a rule judged it (issue 28).
-        "succeeded" | "stopped" => Phase::Done,
-        "leased" | "running" => Phase::OnPod,
-        "queued" => Phase::Waiting,
-        _ => Phase::Blocked,
+        JobState::Succeeded | JobState::Stopped => Phase::Done,
+        JobState::Leased | JobState::Running => Phase::OnPod,
+        JobState::Queued => Phase::Waiting,
+        JobState::Failed | JobState::Cancelled | JobState::Held => Phase::Blocked,
     };
     let (rate, to_go) = forecast::time_to_go(job, now);
     let remaining_hours = if phase == Phase::Done { 0.0 } else { to_go };
@@ -399,7 +405,7 @@ fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
         job_id: Some(parse_uuid(&job.id)?),
         experiment: job.experiment.clone(),
         group: job.group_name.clone(),
-        state: job.state.clone(),
+        state: job.state.into(),
         phase,
         priority: Some(job.priority),
         order: (

@@ -13,7 +13,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
-use podq_api::{EstimateSource, GroupPlan, PlannedRun, Projection};
+use podq_api::{EstimateSource, GroupPlan, PlannedRun, Projection, RunState};
 use uuid::Uuid;
 
 /// Up to this many groups the planner tries every subset.
@@ -41,7 +41,7 @@ pub struct Run {
     pub experiment: String,
     pub group: String,
     /// As shown: a job state, or `not_submitted`.
-    pub state: String,
+    pub state: RunState,
     pub phase: Phase,
     pub priority: Option<i64>,
     /// Its place in today's order among waiting runs, as the claim orders them: class rank,
@@ -296,7 +296,7 @@ fn planned_run(run: &Run, slot: Option<Slot>, limits: &Limits, has_deadline: boo
         job_id: run.job_id,
         experiment: run.experiment.clone(),
         group: run.group.clone(),
-        state: run.state.clone(),
+        state: run.state,
         priority: run.priority,
         remaining_hours: run.remaining_hours * limits.overhead_factor,
         estimate: run.estimate,
@@ -461,7 +461,7 @@ mod tests {
             job_id: None,
             experiment: experiment.into(),
             group: group.into(),
-            state: "not_submitted".into(),
+            state: RunState::NotSubmitted,
             phase: Phase::Waiting,
             priority: None,
             order: (1, Reverse(0), Reverse(0), order),

@@ -3,7 +3,7 @@
 //! the interval an attempt under `checkpoint_interval: auto` is given.
 
 use futures::FutureExt;
-use podq_api::{CheckpointAdvice, Goodput, JobState, PodTimeReport};
+use podq_api::{CheckpointAdvice, Goodput, PodTimeReport};
 
 use super::advice::{self, RunFacts};
 use crate::catalog::CheckpointInterval;
@@ -27,7 +27,7 @@ impl Scheduler {
         goodput: &Goodput,
         inputs: &AdviceInputs,
     ) -> Option<CheckpointAdvice> {
-        let state: JobState = job.state.parse().ok()?;
+        let state = job.state;
         if state.is_terminal() {
             return None;
         }

@@ -226,7 +226,7 @@ impl Scheduler {
         let row = jobs::get_job(&mut self.store.read().await?, &subject.job_id.to_string())
             .await?
             .ok_or_else(|| SchedulerError::UnknownJob(subject.job_id.to_string()))?;
-        Ok(!settled(row.state()?))
+        Ok(!settled(row.state))
     }
 
     /// Changes each time the store commits: a log follower waits on it.

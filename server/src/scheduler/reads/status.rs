@@ -45,7 +45,7 @@ impl Scheduler {
         let mut on_pods = Vec::new();
         let (_, mut queued_hours) = views::fresh_queue(&mut db).await?;
         for run in views::active_runs(&mut db).await? {
-            if run.state == "queued" {
+            if run.state == JobState::Queued {
                 let rate =
                     forecast::step_rate(run.first_step, run.first_step_at, run.end_step, now);
                 queued_hours += remaining(&run, run.end_step.or(run.last_step), rate);
@@ -85,7 +85,7 @@ impl Scheduler {
             running.push(RunningJob {
                 job_id: parse_uuid(&run.id)?,
                 experiment: run.experiment.clone(),
-                state: run.state.clone(),
+                state: run.state,
                 pod: lease.map(|l| l.pod.clone()),
                 attempt: run.attempts,
                 step,

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use podq_api::{GroupStudy, StudyRow};
+use podq_api::{GroupStudy, RunState, StudyRow};
 use serde_json::Value;
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};
@@ -76,7 +76,7 @@ impl Scheduler {
                 experiment: e.name.clone(),
                 job_id: job.as_ref().map(|j| parse_uuid(&j.id)).transpose()?,
                 run_id: run.as_ref().map(|r| parse_uuid(&r.id)).transpose()?,
-                state: job.map_or_else(|| "not_submitted".to_owned(), |j| j.state),
+                state: job.map_or(RunState::NotSubmitted, |j| j.state.into()),
                 baseline: e.docs.is_baseline_row,
                 params,
                 last,
