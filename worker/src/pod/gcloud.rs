@@ -42,7 +42,7 @@ pub(crate) use compute::{
 pub use compute::{ComputeSettings, ProvisioningModel};
 pub use node::{classify_health, classify_state, HealthClass, Node, StateClass};
 use runner::Output;
-pub use runner::{CallError, EnsureError, Retry, Runner};
+pub use runner::{already_exists, CallError, EnsureError, Retry, Runner};
 use settings::{secs, Timing};
 pub use settings::{Api, Capacity, CreateSettings, GcloudSettings};
 

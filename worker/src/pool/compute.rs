@@ -32,8 +32,8 @@ use serde::Deserialize;
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_LABEL};
 use super::config::{Pool, Provisioning};
 use crate::pod::gcloud::{
-    instance_rank, CallError, ComputeSettings, ComputeSliceSpec, EnsureError, ErrorItem,
-    GroupStatus, Place, ProvisioningModel, Retry, Runner,
+    already_exists, instance_rank, CallError, ComputeSettings, ComputeSliceSpec, EnsureError,
+    ErrorItem, GroupStatus, Place, ProvisioningModel, Retry, Runner,
 };
 use crate::pod::state::{classify_compute, StateClass};
 
@@ -195,10 +195,6 @@ fn mark(pool: &str) -> String {
     format!("{POOL_LABEL}={pool}")
 }
 
-fn exists(stderr: &str) -> bool {
-    stderr.contains("already exists") || stderr.contains("ALREADY_EXISTS")
-}
-
 pub(super) fn model_of(provisioning: Provisioning) -> ProvisioningModel {
     match provisioning {
         Provisioning::Spot => ProvisioningModel::Spot,
@@ -308,26 +304,10 @@ impl SliceCloud for ComputeCloud {
             .slice_spec(&slice.pool, &slice.accelerator, &slice.zone)
             .map_err(|e| format!("INVALID_ARGUMENT: {e:#}"))?;
         spec.group = slice.name.clone();
-        self.ensure(
-            spec.on(
-                &["resource-policies", "describe"],
-                &spec.policy,
-                Place::Region,
-                &["--format=json"],
-            ),
-            spec.create_policy(),
-        )
-        .await?;
-        self.ensure(
-            spec.on(
-                &["instance-templates", "describe"],
-                &spec.template,
-                Place::Global,
-                &["--format=json"],
-            ),
-            spec.create_template(),
-        )
-        .await?;
+        self.ensure(spec.describe_policy(), spec.create_policy())
+            .await?;
+        self.ensure(spec.describe_template(), spec.create_template())
+            .await?;
         let create = ComputeCloud::create_group_args(&spec, &slice.zone, &slice.pool);
         match self
             .runner
@@ -336,7 +316,7 @@ impl SliceCloud for ComputeCloud {
         {
             Ok(_) => {}
             // Asked for before a crash: the same request, watched again.
-            Err(CallError::Failed { stderr, .. }) if exists(&stderr) => {}
+            Err(CallError::Failed { stderr, .. }) if already_exists(&stderr) => {}
             Err(CallError::Failed { stderr, .. }) => return Err(stderr),
             Err(e) => return Err(e.to_string()),
         }

@@ -43,6 +43,12 @@ impl CallError {
     }
 }
 
+/// Whether gcloud refused a create because the resource exists: the Compute API's "The
+/// resource '...' already exists", the Cloud TPU API's `ALREADY_EXISTS`.
+pub fn already_exists(stderr: &str) -> bool {
+    stderr.contains("already exists") || stderr.contains("ALREADY_EXISTS")
+}
+
 /// Why `Runner::ensure` could not make sure a resource exists.
 #[derive(Debug)]
 pub enum EnsureError {
@@ -114,11 +120,7 @@ impl Runner {
             Ok(_) => Ok(()),
             Err(CallError::NotFound(_)) => match self.call(create, write, Retry::Never).await {
                 Ok(_) => Ok(()),
-                Err(CallError::Failed { stderr, .. })
-                    if stderr.contains("already exists") || stderr.contains("ALREADY_EXISTS") =>
-                {
-                    Ok(())
-                }
+                Err(CallError::Failed { stderr, .. }) if already_exists(&stderr) => Ok(()),
                 Err(e) => Err(EnsureError::Create(e)),
             },
             Err(e) => Err(EnsureError::Describe(e)),

@@ -176,23 +176,13 @@ impl GcloudPod {
             }
         }
         self.ensure(
-            spec.on(
-                &["resource-policies", "describe"],
-                &spec.policy,
-                Place::Region,
-                &["--format=json"],
-            ),
+            spec.describe_policy(),
             spec.create_policy(),
             &format!("workload policy {}", spec.policy),
         )
         .await?;
         self.ensure(
-            spec.on(
-                &["instance-templates", "describe"],
-                &spec.template,
-                Place::Global,
-                &["--format=json"],
-            ),
+            spec.describe_template(),
             spec.create_template(),
             &format!("instance template {}", spec.template),
         )

@@ -288,6 +288,26 @@ impl SliceSpec {
         args
     }
 
+    /// `resource-policies describe` of the slice's workload policy.
+    pub fn describe_policy(&self) -> Vec<String> {
+        self.on(
+            &["resource-policies", "describe"],
+            &self.policy,
+            Place::Region,
+            &["--format=json"],
+        )
+    }
+
+    /// `instance-templates describe` of the slice's template.
+    pub fn describe_template(&self) -> Vec<String> {
+        self.on(
+            &["instance-templates", "describe"],
+            &self.template,
+            Place::Global,
+            &["--format=json"],
+        )
+    }
+
     /// `gcloud compute instance-templates create`: Spot with `STOP`
     /// (https://docs.cloud.google.com/tpu/docs/spot-compute), flex-start with `DELETE` and
     /// its max run duration (https://docs.cloud.google.com/compute/docs/instance-groups/
