@@ -206,7 +206,8 @@ async fn store_bytes(server: &ServerProc, database: Option<&str>) -> Res<u64> {
 }
 
 /// Cumulative `(upper bound in seconds, count)` buckets of `podq_http_request_duration_seconds`,
-/// by route, summed over methods and statuses.
+/// by route, summed over methods and statuses; and of the writer's own histograms, under
+/// their names in [`WRITER`].
 #[derive(Default)]
 struct ServerSide(BTreeMap<String, Vec<(f64, f64)>>);
 
@@ -216,9 +217,22 @@ impl ServerSide {
         let text = String::from_utf8_lossy(&body);
         let mut routes: BTreeMap<String, BTreeMap<u64, (f64, f64)>> = BTreeMap::new();
         for line in text.lines() {
-            let Some(rest) = line.strip_prefix("podq_http_request_duration_seconds_bucket{") else {
-                continue;
+            let writer = WRITER
+                .iter()
+                .find_map(|(name, metric)| Some((*name, line.strip_prefix(metric)?)));
+            let rest = match (
+                writer,
+                line.strip_prefix("podq_http_request_duration_seconds_bucket{"),
+            ) {
+                (Some((name, rest)), _) => {
+                    // `name` stands in for a route: the same label parsing finds `le`.
+                    routes.entry(name.to_owned()).or_default();
+                    format!("route=\"{name}\",{rest}")
+                }
+                (None, Some(rest)) => rest.to_owned(),
+                (None, None) => continue,
             };
+            let rest = rest.as_str();
             let Some((labels, count)) = rest.rsplit_once("} ") else {
                 continue;
             };
@@ -276,6 +290,14 @@ impl ServerSide {
                 })
                 .collect(),
         )
+    }
+
+    /// How many the route's histogram counted.
+    fn count(&self, route: &str) -> f64 {
+        self.0
+            .get(route)
+            .and_then(|buckets| buckets.last())
+            .map_or(0.0, |b| b.1)
     }
 
     /// The bucket bound under which a share `q` of the route's requests were answered, in ms.
@@ -646,6 +668,15 @@ async fn fleet(
 const WARM_UP: &str = "warm-up";
 
 /// Each call kind's route as the server's histograms name it.
+/// The writer's histograms the bench reads: a name, and the start of its bucket lines.
+const WRITER: [(&str, &str); 2] = [
+    (
+        "write transaction",
+        "podq_store_write_transaction_seconds_bucket{",
+    ),
+    ("WAL restart", "podq_store_wal_restart_seconds_bucket{"),
+];
+
 const ROUTES: [(&str, &str); 5] = [
     ("metrics", "/api/v1/leases/{id}/metrics"),
     ("logs", "/api/v1/leases/{id}/logs"),
@@ -708,6 +739,21 @@ fn print_store(store: Store, raw_commits: f64, runs: &[Figures]) {
                     .map_or("-".to_owned(), |ms: f64| format!("{ms:.0}"))
             };
             let _ = write!(inside, " {kind} {} / {} ms;", ms(0.5), ms(0.99));
+        }
+        for (name, _) in WRITER {
+            let ms = |q| {
+                run.server_side
+                    .quantile_ms(name, q)
+                    .map_or("-".to_owned(), |ms: f64| format!("{ms:.0}"))
+            };
+            let count = run.server_side.count(name);
+            let _ = write!(
+                inside,
+                " {name} {} / {} ms ({} of them);",
+                ms(0.5),
+                ms(0.99),
+                thousands(count)
+            );
         }
         println!("{inside}");
         let (p50, p99) = p50_p99(&mut durations(&run.calls, WARM_UP));

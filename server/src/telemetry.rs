@@ -90,6 +90,8 @@ pub struct Telemetry {
     pub pool_demand: Family<PoolLabels, Gauge>,
     pub write_queue: Gauge,
     pub write_batch: Histogram,
+    pub write_transaction: Histogram,
+    pub wal_restart: Histogram,
     pub webhook_deliveries: Family<OutcomeLabel, Counter>,
 }
 
@@ -118,6 +120,8 @@ impl Telemetry {
             pool_demand: Family::default(),
             write_queue: store.queue,
             write_batch: store.batch,
+            write_transaction: store.transaction,
+            wal_restart: store.wal_restart,
             webhook_deliveries: Family::default(),
             registry: Registry::default(),
         };
@@ -202,6 +206,16 @@ impl Telemetry {
             "store_write_batch_size",
             "Writes committed together in one transaction",
             t.write_batch.clone(),
+        );
+        registry.register(
+            "store_write_transaction_seconds",
+            "Time from a write transaction's begin to its durable commit",
+            t.write_transaction.clone(),
+        );
+        registry.register(
+            "store_wal_restart_seconds",
+            "Time the writer spent starting SQLite's write-ahead log over (it writes nothing meanwhile)",
+            t.wal_restart.clone(),
         );
         registry.register(
             "webhook_deliveries",

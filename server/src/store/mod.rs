@@ -144,6 +144,7 @@ impl Store {
             lead: opened.lead,
             max_group_commit: opened.max_group_commit,
             confirmed: Arc::new(AtomicI64::new(opened.confirmed_at)),
+            wal: opened.wal,
         };
         let (tx, rx) = mpsc::channel(4096);
         let (any, commits) = watch::channel(0);

@@ -17,6 +17,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::backend::wal::WalLog;
 use super::backend::{dialect, Reconnect};
 use super::lead::{self, Role, STANDBY_RETRY};
 use super::{now_ms, Conn, Store, StoreError};
@@ -80,6 +81,10 @@ pub struct WriterInstruments {
     pub queue: prometheus_client::metrics::gauge::Gauge,
     /// Writes per committed transaction.
     pub batch: prometheus_client::metrics::histogram::Histogram,
+    /// Seconds from each transaction's begin to its durable commit.
+    pub transaction: prometheus_client::metrics::histogram::Histogram,
+    /// Seconds the writer spent starting SQLite's log over (`backend/wal.rs`).
+    pub wal_restart: prometheus_client::metrics::histogram::Histogram,
 }
 
 impl Default for WriterInstruments {
@@ -88,6 +93,13 @@ impl Default for WriterInstruments {
             queue: Default::default(),
             batch: prometheus_client::metrics::histogram::Histogram::new(
                 prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 10),
+            ),
+            // 1 ms to about 4 s, as both.
+            transaction: prometheus_client::metrics::histogram::Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 13),
+            ),
+            wal_restart: prometheus_client::metrics::histogram::Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 13),
             ),
         }
     }
@@ -113,6 +125,9 @@ pub(super) struct Writer {
     pub(super) max_group_commit: usize,
     /// When the writer last confirmed it holds the lead (see `lead.rs`).
     pub(super) confirmed: Arc<AtomicI64>,
+    /// SQLite's log, which the writer starts over when it grew past its bound
+    /// (`backend/wal.rs`).
+    pub(super) wal: Option<WalLog>,
 }
 
 impl Writer {
@@ -265,7 +280,11 @@ pub(super) async fn run_writer(
         instruments.queue.set(rx.len() as i64);
         instruments.batch.observe(batch.len() as f64);
         let changes_state = batch.iter().any(|op| op.changes == Changes::State);
+        let began = std::time::Instant::now();
         let (finishers, commit) = run_batch(&mut writer.conn, batch.drain(..)).await;
+        instruments
+            .transaction
+            .observe(began.elapsed().as_secs_f64());
         match &commit {
             Ok(()) => {
                 writer.confirm();
@@ -283,6 +302,23 @@ pub(super) async fn run_writer(
         }
         for finish in finishers {
             finish(commit.clone());
+        }
+        if let Some(wal) = writer.wal.as_mut() {
+            if wal.due() {
+                match wal.restart(&mut writer.conn).await {
+                    Ok(restarted) => {
+                        instruments
+                            .wal_restart
+                            .observe(restarted.took.as_secs_f64());
+                        tracing::info!(
+                            took = ?restarted.took,
+                            started_over = restarted.started_over,
+                            "the store's log grew past its bound: restarted it"
+                        );
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not restart the store's log"),
+                }
+            }
         }
     }
     let _ = writer.conn.close().await;

@@ -5,6 +5,7 @@
 
 pub(super) mod postgres;
 pub(super) mod sqlite;
+pub(super) mod wal;
 
 use futures::future::BoxFuture;
 
@@ -79,6 +80,9 @@ pub(super) struct Opened {
     pub max_group_commit: usize,
     /// Since when the lead counts as confirmed (ms since the epoch; `i64::MAX`: always).
     pub confirmed_at: i64,
+    /// SQLite's log, which the writer keeps from growing without bound (`wal.rs`); none on
+    /// PostgreSQL.
+    pub wal: Option<wal::WalLog>,
 }
 
 /// How the writer reaches its database again after the connection broke (PostgreSQL only:

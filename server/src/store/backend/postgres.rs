@@ -70,6 +70,7 @@ pub(in crate::store) async fn open(url: &str) -> Result<Opened, StoreError> {
         lead: Some(connect),
         max_group_commit: MAX_GROUP_COMMIT,
         confirmed_at: now_ms(),
+        wal: None,
     })
 }
 

@@ -11,13 +11,14 @@ use sqlx::sqlite::{
 };
 use sqlx::{ConnectOptions, Connection, Row, TypeInfo, ValueRef};
 
+use super::wal::{WalLog, RESTART_BYTES};
 use super::{progressed_queue, settle_history, Dialect, Opened, READERS};
 use crate::store::db::{Arg, Conn, Pool};
 use crate::store::StoreError;
 
 /// How many waiting writes one transaction takes at most.
 const MAX_GROUP_COMMIT: usize = 512;
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(super) static DIALECT: Dialect = Dialect {
     // `IMMEDIATE` takes the write lock at once, not at the first write.
@@ -51,7 +52,12 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
     // A migration may have edited a table's definition in place (0015): the connection that
     // ran them is replaced by one that parses the schema afresh.
     writer.close().await?;
-    let writer = base.clone().connect().await?;
+    let writer = base
+        .clone()
+        // The log's file is cut back to its bound after it starts over (`wal.rs`).
+        .pragma("journal_size_limit", RESTART_BYTES.to_string())
+        .connect()
+        .await?;
     let mut writer = Conn::Sqlite(writer);
     settle_history(&mut writer).await?;
     let readers = SqlitePoolOptions::new()
@@ -66,6 +72,7 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
         lead: None,
         max_group_commit: MAX_GROUP_COMMIT,
         confirmed_at: i64::MAX,
+        wal: Some(WalLog::of(path)),
     })
 }
 
