@@ -22,7 +22,8 @@
 //! asked), because what holds for 30 s says little about the hour after it (issue 41).
 //!
 //! Printed for each fleet size (`PODQ_FLEET_PODS`, default `10,1000`): p50 and p99 of each
-//! call kind over the window (and the server's own, from its request histograms), the server's
+//! call kind over the window (and the server's own, from its request histograms, with the
+//! writer's transaction times and SQLite log restarts from its store histograms), the server's
 //! CPU share of one core and its peak RSS, and the store's growth per pod-hour; then, minute
 //! by minute, each call kind's p99, the server's CPU share and RSS, and the store's size
 //! (SQLite: the file and its WAL apart), so that growth with time shows. Beside the baselines
@@ -667,7 +668,6 @@ async fn fleet(
 /// The calls before the window: each pod's first round, and those held up behind them.
 const WARM_UP: &str = "warm-up";
 
-/// Each call kind's route as the server's histograms name it.
 /// The writer's histograms the bench reads: a name, and the start of its bucket lines.
 const WRITER: [(&str, &str); 2] = [
     (
@@ -677,6 +677,7 @@ const WRITER: [(&str, &str); 2] = [
     ("WAL restart", "podq_store_wal_restart_seconds_bucket{"),
 ];
 
+/// Each call kind's route as the server's histograms name it.
 const ROUTES: [(&str, &str); 5] = [
     ("metrics", "/api/v1/leases/{id}/metrics"),
     ("logs", "/api/v1/leases/{id}/logs"),
