@@ -228,12 +228,12 @@ impl ServerSide {
                 (Some((name, rest)), _) => {
                     // `name` stands in for a route: the same label parsing finds `le`.
                     routes.entry(name.to_owned()).or_default();
-                    format!("route=\"{name}\",{rest}")
+                    std::borrow::Cow::Owned(format!("route=\"{name}\",{rest}"))
                 }
-                (None, Some(rest)) => rest.to_owned(),
+                (None, Some(rest)) => std::borrow::Cow::Borrowed(rest),
                 (None, None) => continue,
             };
-            let rest = rest.as_str();
+            let rest = rest.as_ref();
             let Some((labels, count)) = rest.rsplit_once("} ") else {
                 continue;
             };
