@@ -174,7 +174,7 @@ fn finished(outcome: AttemptOutcome) -> FinishRequest {
     }
 }
 
-async fn job_state(f: &Fixture, id: uuid::Uuid) -> String {
+async fn job_state(f: &Fixture, id: podq_api::JobId) -> String {
     db::query_scalar("SELECT state FROM jobs WHERE id = ?")
         .bind(id.to_string())
         .fetch_one(&mut f.store.read().await.unwrap())

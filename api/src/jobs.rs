@@ -1,12 +1,12 @@
 //! Jobs, their attempts, checkpoints and events: submitting, listing, reading and patching.
 
+use crate::ids::{JobId, LeaseId};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::{CheckpointAdvice, Goodput, MetricValue, PodTime};
 
@@ -217,7 +217,7 @@ pub struct SubmitRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreatedJob {
     /// The new job; null on a dry run, which creates nothing.
-    pub job_id: Option<Uuid>,
+    pub job_id: Option<JobId>,
     pub experiment: String,
     pub group: String,
 }
@@ -226,12 +226,12 @@ pub struct CreatedJob {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LinkedJob {
     /// The new job; null on a dry run, which creates nothing.
-    pub job_id: Option<Uuid>,
+    pub job_id: Option<JobId>,
     pub experiment: String,
     pub group: String,
     /// The job whose run this one shares; null on a dry run when that run's job would be
     /// created by the same request.
-    pub same_as: Option<Uuid>,
+    pub same_as: Option<JobId>,
     pub same_as_experiment: String,
     pub reason: String,
 }
@@ -240,7 +240,7 @@ pub struct LinkedJob {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SkippedExperiment {
     pub experiment: String,
-    pub existing_job: Uuid,
+    pub existing_job: JobId,
     pub reason: String,
 }
 
@@ -258,7 +258,7 @@ pub struct SubmitResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Job {
-    pub id: Uuid,
+    pub id: JobId,
     pub experiment: String,
     pub group: String,
     pub state: JobState,
@@ -275,7 +275,7 @@ pub struct Job {
     pub failures: i64,
     pub max_failures: i64,
     pub preemptions: i64,
-    pub same_as: Option<Uuid>,
+    pub same_as: Option<JobId>,
     /// While backing off after a failure: when the job becomes leasable again.
     pub not_before: Option<DateTime<Utc>>,
     /// Why the job is in its state, when there is something to say (held, failed, cancelled).
@@ -349,7 +349,7 @@ pub struct JobList {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Attempt {
     pub attempt: i64,
-    pub lease_id: Uuid,
+    pub lease_id: LeaseId,
     pub pod: String,
     pub started_at: DateTime<Utc>,
     pub running_at: Option<DateTime<Utc>>,
@@ -439,7 +439,7 @@ where
 pub struct Event {
     pub id: i64,
     pub at: DateTime<Utc>,
-    pub job_id: Option<Uuid>,
+    pub job_id: Option<JobId>,
     pub pod: Option<String>,
     pub kind: String,
     pub message: String,

@@ -6,6 +6,7 @@
 pub mod backoff;
 pub mod catalog;
 pub mod error;
+pub mod ids;
 pub mod jobs;
 pub mod links;
 pub mod logs;
@@ -28,6 +29,7 @@ pub mod worker;
 
 pub use catalog::*;
 pub use error::*;
+pub use ids::{JobId, LeaseId};
 pub use jobs::*;
 pub use links::*;
 pub use logs::*;

@@ -1,8 +1,8 @@
 //! `GET /api/v1/jobs/{id}/logs`: a job's log lines and what the server dropped of them.
 
+use crate::ids::JobId;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 /// One line of a job's log: which attempt and host printed it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -30,7 +30,7 @@ pub struct LogDropped {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobLogs {
-    pub job_id: Uuid,
+    pub job_id: JobId,
     pub lines: Vec<LogLine>,
     /// The cursor for the next page (the last line's id, or the `after` sent).
     pub next_after: i64,

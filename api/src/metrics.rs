@@ -1,7 +1,7 @@
 //! A job's metric series: single values and `GET /api/v1/jobs/{id}/metrics`.
 
+use crate::ids::JobId;
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -27,6 +27,6 @@ pub struct MetricSeries {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobMetrics {
-    pub job_id: Uuid,
+    pub job_id: JobId,
     pub series: Vec<MetricSeries>,
 }

@@ -1,11 +1,11 @@
 //! The compute grant and the plan: which runs and whole groups finish before the grant ends,
 //! under today's order and under the order podq recommends (docs/plan.md).
 
+use crate::ids::JobId;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 /// `PUT /api/v1/grant`: the compute grant the plan measures against.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -142,7 +142,7 @@ pub struct Projection {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PlannedRun {
     /// The run's job; null for an experiment not submitted yet.
-    pub job_id: Option<Uuid>,
+    pub job_id: Option<JobId>,
     /// The experiment whose job trains the run.
     pub experiment: String,
     pub group: String,

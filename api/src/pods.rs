@@ -1,6 +1,6 @@
+use crate::ids::{JobId, LeaseId};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 /// What a worker knows about its pod, sent with every lease request and pod report.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -54,6 +54,6 @@ pub struct Pod {
     pub recovery: Option<String>,
     pub last_seen_at: DateTime<Utc>,
     /// The job it holds a lease for, if any.
-    pub current_job: Option<Uuid>,
-    pub current_lease: Option<Uuid>,
+    pub current_job: Option<JobId>,
+    pub current_lease: Option<LeaseId>,
 }

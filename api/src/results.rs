@@ -6,10 +6,10 @@
 //! metric shares (which value is the best; how a non-finite value is written) live here, once,
 //! so the server's CSV, the CLI's JSON and the study view cannot disagree.
 
+use crate::ids::JobId;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 /// Whether a smaller value of the metric `name` is better: its name says it measures a loss,
 /// an error or a perplexity (`train/lm_loss`, `eval/error_rate`, `eval/perplexity`). Every
@@ -62,7 +62,7 @@ pub struct ResultRow {
     /// The run's attempts; null when never submitted.
     pub attempts: Option<i64>,
     /// The experiment's newest job; null when never submitted.
-    pub job_id: Option<Uuid>,
+    pub job_id: Option<JobId>,
 }
 
 /// An `f64` that survives JSON: finite values as numbers, the others as the strings `NaN`,

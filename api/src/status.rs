@@ -1,8 +1,8 @@
+use crate::ids::JobId;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::Pod;
 
@@ -29,7 +29,7 @@ pub struct Status {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunningJob {
-    pub job_id: Uuid,
+    pub job_id: JobId,
     pub experiment: String,
     /// `leased` or `running`.
     pub state: crate::JobState,

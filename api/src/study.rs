@@ -1,9 +1,9 @@
 //! `GET /api/v1/groups/{name}/study`: what a group's runs show, row by row.
 
+use crate::ids::JobId;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::MetricValue;
 
@@ -24,9 +24,9 @@ pub struct GroupStudy {
 pub struct StudyRow {
     pub experiment: String,
     /// The experiment's newest job; null if it was never submitted.
-    pub job_id: Option<Uuid>,
+    pub job_id: Option<JobId>,
     /// The job whose run trains it (itself, or the run it shares).
-    pub run_id: Option<Uuid>,
+    pub run_id: Option<JobId>,
     /// A job state, or `not_submitted`.
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub state: crate::RunState,

@@ -1,8 +1,8 @@
 //! A team's people, who is calling, and the audit trail (issue 27).
 
+use crate::ids::JobId;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 /// A person (or a worker's credential) as an admin sees them. The token is never shown
 /// again after `add` or `rotate`.
@@ -90,7 +90,7 @@ pub struct AuditEntry {
     /// What happened (the event's kind: `submitted`, `cancelled`, `priority`, `user_added`…).
     pub action: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_id: Option<Uuid>,
+    pub job_id: Option<JobId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
     /// What changed, in words.

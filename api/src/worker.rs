@@ -1,10 +1,10 @@
 //! The worker protocol (docs/architecture.md §3.2): lease, heartbeat, metrics, checkpoints, finish.
 
+use crate::ids::{JobId, LeaseId};
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::{AttemptOutcome, PodDescription};
 
@@ -23,8 +23,8 @@ pub struct LeaseRequest {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Lease {
-    pub lease_id: Uuid,
-    pub job_id: Uuid,
+    pub lease_id: LeaseId,
+    pub job_id: JobId,
     pub attempt: i64,
     pub experiment: String,
     pub group: String,

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use uuid::Uuid;
+use podq_api::JobId;
 
 use podq_testkit::harness::{
     attempts_running, metrics_body, p50_p99, raw_commits_per_s, Api, Res, ServerProc, WorkerClient,
@@ -48,7 +48,7 @@ pub struct CycleTimes {
 }
 
 /// One lease cycle as a real worker runs it; `None` when the lease call found no job.
-pub async fn run_cycle(w: &WorkerClient, wait_s: u64) -> Res<Option<(Uuid, CycleTimes)>> {
+pub async fn run_cycle(w: &WorkerClient, wait_s: u64) -> Res<Option<(JobId, CycleTimes)>> {
     let a = Instant::now();
     let Some(lease) = w.lease(ACCELERATOR, wait_s).await? else {
         return Ok(None);

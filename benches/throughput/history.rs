@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use podq_api::JobId;
 use podq_api::{JobDetail, JobList, Lease, Status};
 use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::cycles::{cycle_metrics_body, run_cycle, CYCLE_END_STEP};
 use crate::Row;
@@ -62,7 +62,7 @@ struct History {
     workers: Vec<WorkerClient>,
     holders: Vec<WorkerClient>,
     /// Jobs finished so far, in no particular order.
-    finished: Vec<Uuid>,
+    finished: Vec<JobId>,
     submitted: usize,
     held: Option<Held>,
 }

@@ -35,6 +35,7 @@ pub struct RouteLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JobLabels {
+    /// The job's id as text: a label value.
     pub job_id: String,
     pub experiment: String,
 }

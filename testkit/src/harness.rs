@@ -8,11 +8,10 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use crate::{RunningServer, ServerLaunch};
-use podq_api::{Lease, SubmitResponse};
+use podq_api::{JobId, Lease, LeaseId, SubmitResponse};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection, QueryBuilder, Sqlite};
 use tempfile::TempDir;
-use uuid::Uuid;
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -426,7 +425,7 @@ impl WorkerClient {
         ))
     }
 
-    pub async fn heartbeat(&self, lease: Uuid, step: i64) -> Res<()> {
+    pub async fn heartbeat(&self, lease: LeaseId, step: i64) -> Res<()> {
         let body = serde_json::json!({
             "phase": "running", "step": step, "hosts_alive": vec![true; HOSTS]
         });
@@ -440,14 +439,14 @@ impl WorkerClient {
         Ok(())
     }
 
-    pub async fn metrics(&self, lease: Uuid, body: String) -> Res<()> {
+    pub async fn metrics(&self, lease: LeaseId, body: String) -> Res<()> {
         self.api
             .post(&format!("/leases/{lease}/metrics"), WORKER_TOKEN, body)
             .await?;
         Ok(())
     }
 
-    pub async fn checkpoint(&self, lease: Uuid, job: Uuid, step: i64) -> Res<()> {
+    pub async fn checkpoint(&self, lease: LeaseId, job: JobId, step: i64) -> Res<()> {
         let body = serde_json::json!({"checkpoints": [{
             "step": step, "uri": format!("gs://bench/ckpt/{job}/{step}"), "committed": true
         }]});
@@ -461,7 +460,7 @@ impl WorkerClient {
         Ok(())
     }
 
-    pub async fn finish(&self, lease: Uuid, end_step: i64) -> Res<()> {
+    pub async fn finish(&self, lease: LeaseId, end_step: i64) -> Res<()> {
         let body = serde_json::json!({
             "outcome": "succeeded",
             "exit_codes": vec![0; HOSTS],

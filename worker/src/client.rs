@@ -1,6 +1,7 @@
 //! The worker's side of the worker protocol. Every call is retried with backoff while the
 //! server cannot be reached or answers 5xx, so a server restart costs nothing but time.
 
+use podq_api::LeaseId;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +15,6 @@ use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::trust::{explain, http_client, tls_error, CaFile};
 
@@ -221,7 +221,7 @@ impl ServerClient {
 
     pub async fn heartbeat(
         &self,
-        lease: Uuid,
+        lease: LeaseId,
         req: &HeartbeatRequest,
     ) -> Result<HeartbeatResponse, CallError> {
         self.post(
@@ -239,7 +239,7 @@ impl ServerClient {
     /// Sends a batch; answers the stop a rule ordered on it, if one fired.
     pub async fn metrics(
         &self,
-        lease: Uuid,
+        lease: LeaseId,
         batch: &MetricsBatch,
     ) -> Result<Option<podq_api::StopOrder>, CallError> {
         self.post::<_, podq_api::MetricsAck>(
@@ -251,7 +251,7 @@ impl ServerClient {
         .map(|ack| ack.and_then(|ack| ack.stop))
     }
 
-    pub async fn logs(&self, lease: Uuid, batch: &LogBatch) -> Result<(), CallError> {
+    pub async fn logs(&self, lease: LeaseId, batch: &LogBatch) -> Result<(), CallError> {
         self.post::<_, serde_json::Value>(
             &format!("/leases/{lease}/logs"),
             batch,
@@ -263,7 +263,7 @@ impl ServerClient {
 
     pub async fn checkpoints(
         &self,
-        lease: Uuid,
+        lease: LeaseId,
         batch: &CheckpointsBatch,
     ) -> Result<(), CallError> {
         self.post::<_, serde_json::Value>(
@@ -275,7 +275,7 @@ impl ServerClient {
         .map(|_| ())
     }
 
-    pub async fn links(&self, lease: Uuid, batch: &LinksBatch) -> Result<(), CallError> {
+    pub async fn links(&self, lease: LeaseId, batch: &LinksBatch) -> Result<(), CallError> {
         self.post::<_, serde_json::Value>(
             &format!("/leases/{lease}/links"),
             batch,
@@ -287,7 +287,7 @@ impl ServerClient {
 
     pub async fn event(
         &self,
-        lease: Uuid,
+        lease: LeaseId,
         kind: &str,
         message: impl Into<String>,
     ) -> Result<(), CallError> {
@@ -308,7 +308,7 @@ impl ServerClient {
 
     pub async fn finish(
         &self,
-        lease: Uuid,
+        lease: LeaseId,
         req: &FinishRequest,
     ) -> Result<FinishResponse, CallError> {
         self.post(

@@ -3,6 +3,7 @@
 //! checkpoints found in the store. Nothing is dropped while the server is away: unsent
 //! points stay buffered and calls are retried; log lines are held up to a cap.
 
+use podq_api::LeaseId;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
@@ -12,7 +13,6 @@ use podq_api::{
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::attempt::log_tail::LogTail;
 use crate::checkpoints::CheckpointStore;
@@ -58,7 +58,7 @@ pub struct Answers {
 /// Runs until `reports` closes, then flushes what is left and scans the store once more.
 pub async fn run(
     client: ServerClient,
-    lease: Uuid,
+    lease: LeaseId,
     store: Option<CheckpointStore>,
     log: LogTail,
     settings: ReporterSettings,
@@ -116,7 +116,7 @@ pub async fn run(
 /// host's log again) does not hold up metrics; the rest go at the next flush.
 async fn send_logs(
     client: &ServerClient,
-    lease: Uuid,
+    lease: LeaseId,
     log: &LogTail,
     lease_lost: &CancellationToken,
 ) {
@@ -163,7 +163,7 @@ struct Pending {
 
 async fn send_metrics(
     client: &ServerClient,
-    lease: Uuid,
+    lease: LeaseId,
     buffer: &mut Pending,
     points: &mut usize,
     lease_lost: &CancellationToken,
@@ -203,7 +203,7 @@ async fn send_metrics(
 /// stops a run.
 async fn send_link(
     client: &ServerClient,
-    lease: Uuid,
+    lease: LeaseId,
     link: JobLink,
     lease_lost: &CancellationToken,
 ) {
@@ -223,7 +223,7 @@ async fn send_link(
 
 async fn scan(
     client: &ServerClient,
-    lease: Uuid,
+    lease: LeaseId,
     store: Option<&CheckpointStore>,
     reported: &mut HashSet<(i64, bool)>,
     lease_lost: &CancellationToken,

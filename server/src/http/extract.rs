@@ -4,6 +4,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
+use podq_api::JobId;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -184,10 +185,10 @@ pub async fn refuse_declared_oversize(
     }
 }
 
-/// A uuid path segment (`/jobs/{id}`, `/leases/{id}`).
-pub struct PathUuid(pub Uuid);
+/// A uuid path segment (`/leases/{id}`, `/schedules/{id}`), as the id it names.
+pub struct PathId<T>(pub T);
 
-impl<S: Send + Sync> FromRequestParts<S> for PathUuid {
+impl<S: Send + Sync, T: From<Uuid>> FromRequestParts<S> for PathId<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
@@ -196,7 +197,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PathUuid {
                 .await
                 .map_err(|e| ApiError::bad_request("invalid_path", e.to_string()))?;
         Uuid::parse_str(&raw)
-            .map(PathUuid)
+            .map(|id| PathId(T::from(id)))
             .map_err(|_| ApiError::bad_request("invalid_id", format!("`{raw}` is not a uuid")))
     }
 }
@@ -204,7 +205,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PathUuid {
 /// The `{id}` of a job route: a job's uuid, or an experiment name, which means the newest job
 /// of that experiment (by submission order). The one place a person's name for a job is
 /// resolved; an unknown name is a 404 that says which experiment names are close.
-pub struct JobRef(pub Uuid);
+pub struct JobRef(pub JobId);
 
 impl FromRequestParts<AppState> for JobRef {
     type Rejection = ApiError;
@@ -223,7 +224,7 @@ impl FromRequestParts<AppState> for JobRef {
 
 impl JobRef {
     /// The job a uuid or an experiment name means (a query's `job=` too).
-    pub async fn resolve(state: &AppState, raw: &str) -> Result<Uuid, ApiError> {
+    pub async fn resolve(state: &AppState, raw: &str) -> Result<JobId, ApiError> {
         let raw = raw.to_owned();
         if let Some(id) = state.scheduler.job_id_of(&raw).await? {
             return Ok(id);

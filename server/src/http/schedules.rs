@@ -8,7 +8,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::ApiError;
-use super::extract::{JsonBody, PathUuid};
+use super::extract::{JsonBody, PathId};
 use crate::team::Acting;
 use crate::AppState;
 
@@ -73,7 +73,7 @@ async fn create(
 async fn remove(
     State(state): State<AppState>,
     acting: Acting,
-    PathUuid(id): PathUuid,
+    PathId(id): PathId<uuid::Uuid>,
 ) -> Result<StatusCode, ApiError> {
     state.scheduler.delete_schedule(&acting.actor, id).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -5,6 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use podq_api::LeaseId;
 use podq_api::{
     CheckpointsBatch, ErrorBody, FinishRequest, FinishResponse, HeartbeatRequest,
     HeartbeatResponse, Lease, LeaseRequest, LinksBatch, LogBatch, MetricsAck, MetricsBatch,
@@ -12,7 +13,7 @@ use podq_api::{
 };
 
 use super::error::ApiError;
-use super::extract::{JsonBody, PathUuid};
+use super::extract::{JsonBody, PathId};
 use crate::team::Acting;
 use crate::AppState;
 use utoipa_axum::router::OpenApiRouter;
@@ -113,7 +114,7 @@ async fn report(
 async fn heartbeat(
     State(state): State<AppState>,
     acting: Acting,
-    PathUuid(id): PathUuid,
+    PathId(id): PathId<LeaseId>,
     JsonBody(req, _): JsonBody<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     Ok(Json(state.scheduler.heartbeat(id, req, &acting)?))
@@ -136,7 +137,7 @@ async fn heartbeat(
 async fn metrics(
     State(state): State<AppState>,
     acting: Acting,
-    PathUuid(id): PathUuid,
+    PathId(id): PathId<LeaseId>,
     JsonBody(req, _): JsonBody<MetricsBatch>,
 ) -> Result<Json<MetricsAck>, ApiError> {
     Ok(Json(
@@ -161,7 +162,7 @@ async fn metrics(
 async fn logs(
     State(state): State<AppState>,
     acting: Acting,
-    PathUuid(id): PathUuid,
+    PathId(id): PathId<LeaseId>,
     JsonBody(req, _): JsonBody<LogBatch>,
 ) -> Result<Json<MetricsAck>, ApiError> {
     let accepted = state.scheduler.record_logs(id, req, &acting).await?;
@@ -187,7 +188,7 @@ async fn logs(
 async fn checkpoints(
     State(state): State<AppState>,
     acting: Acting,
-    PathUuid(id): PathUuid,
+    PathId(id): PathId<LeaseId>,
     JsonBody(req, _): JsonBody<CheckpointsBatch>,
 ) -> Result<StatusCode, ApiError> {
     state.scheduler.record_checkpoints(id, req, &acting).await?;
@@ -211,7 +212,7 @@ async fn checkpoints(
 async fn events(
     State(state): State<AppState>,
     acting: Acting,
-    PathUuid(id): PathUuid,
+    PathId(id): PathId<LeaseId>,
     JsonBody(req, _): JsonBody<WorkerEvents>,
 ) -> Result<StatusCode, ApiError> {
     state
@@ -239,7 +240,7 @@ async fn events(
 async fn links(
     State(state): State<AppState>,
     acting: Acting,
-    PathUuid(id): PathUuid,
+    PathId(id): PathId<LeaseId>,
     JsonBody(req, _): JsonBody<LinksBatch>,
 ) -> Result<StatusCode, ApiError> {
     state.scheduler.record_links(id, req, &acting).await?;
@@ -263,7 +264,7 @@ async fn links(
 async fn finish(
     State(state): State<AppState>,
     acting: Acting,
-    PathUuid(id): PathUuid,
+    PathId(id): PathId<LeaseId>,
     JsonBody(req, _): JsonBody<FinishRequest>,
 ) -> Result<Json<FinishResponse>, ApiError> {
     Ok(Json(state.scheduler.finish(id, req, &acting).await?))

@@ -6,20 +6,20 @@ use crate::store::{jobs, stop_rules, Conn, JobRow};
 use crate::team::Acting;
 use futures::FutureExt;
 use podq_api::{Job, JobState};
-use uuid::Uuid;
+use podq_api::{JobId, LeaseId};
 
 use super::lease::policy::StopRequest;
 use super::{IdempotencyKey, Result, Scheduler, SchedulerError};
 use crate::store::jobs::get_job;
 
-async fn existing(conn: &mut Conn, id: &str) -> Result<JobRow> {
+async fn existing(conn: &mut Conn, id: JobId) -> Result<JobRow> {
     get_job(&mut *conn, id)
         .await?
-        .ok_or_else(|| SchedulerError::UnknownJob(id.to_owned()))
+        .ok_or_else(|| SchedulerError::UnknownJob(id))
 }
 
 /// The job, if `acting` may `verb` it: a submitter only their own.
-async fn owned(conn: &mut Conn, acting: &Acting, id: &str, verb: &str) -> Result<JobRow> {
+async fn owned(conn: &mut Conn, acting: &Acting, id: JobId, verb: &str) -> Result<JobRow> {
     let job = existing(conn, id).await?;
     acting
         .may_act_on(id, job.submitted_by.as_deref(), verb)
@@ -40,14 +40,14 @@ impl Scheduler {
     pub async fn cancel(
         &self,
         acting: &Acting,
-        id: Uuid,
+        id: JobId,
         key: Option<IdempotencyKey>,
     ) -> Result<Job> {
         let acting = acting.clone();
         let (job, lease) = self
             .idempotent_write(key, move |conn| {
                 async move {
-                    let (row, lease) = cancel(conn, &acting, &id.to_string()).await?;
+                    let (row, lease) = cancel(conn, &acting, id).await?;
                     Ok((row.into_api()?, lease))
                 }
                 .boxed()
@@ -65,7 +65,7 @@ impl Scheduler {
     pub async fn requeue(
         &self,
         acting: &Acting,
-        id: Uuid,
+        id: JobId,
         ignore_stop_rules: bool,
         key: Option<IdempotencyKey>,
     ) -> Result<Job> {
@@ -73,8 +73,7 @@ impl Scheduler {
         let job = self
             .idempotent_write(key, move |conn| {
                 async move {
-                    let id = id.to_string();
-                    Ok(requeue(conn, &acting, &id, ignore_stop_rules)
+                    Ok(requeue(conn, &acting, id, ignore_stop_rules)
                         .await?
                         .into_api()?)
                 }
@@ -89,7 +88,7 @@ impl Scheduler {
 
     /// Changes a job's priority, its class, or both. A class may be changed while the job
     /// runs: it decides what the job may evict and what may evict it from then on.
-    pub async fn change_job(&self, acting: &Acting, id: Uuid, change: JobChange) -> Result<Job> {
+    pub async fn change_job(&self, acting: &Acting, id: JobId, change: JobChange) -> Result<Job> {
         let class = change
             .class
             .as_deref()
@@ -107,15 +106,14 @@ impl Scheduler {
             .store
             .write(move |conn| {
                 async move {
-                    let id = id.to_string();
-                    let job = owned(conn, &acting, &id, "reprioritise").await?;
+                    let job = owned(conn, &acting, id, "reprioritise").await?;
                     if let Some(priority) = change.priority.filter(|p| *p != job.priority) {
-                        jobs::set_priority(conn, &id, priority).await?;
+                        jobs::set_priority(conn, id, priority).await?;
                         let message = format!("priority {} -> {priority}", job.priority);
                         events::insert_event(
                             conn,
                             &acting.actor,
-                            Some(&id),
+                            Some(id),
                             None,
                             "priority",
                             &message,
@@ -123,19 +121,19 @@ impl Scheduler {
                         .await?;
                     }
                     if let Some((class, rank)) = class.filter(|(c, _)| *c != job.priority_class) {
-                        jobs::set_class(conn, &id, &class, rank).await?;
+                        jobs::set_class(conn, id, &class, rank).await?;
                         let message = format!("class {} -> {class}", job.priority_class);
                         events::insert_event(
                             conn,
                             &acting.actor,
-                            Some(&id),
+                            Some(id),
                             None,
                             "class",
                             &message,
                         )
                         .await?;
                     }
-                    Ok::<_, SchedulerError>(existing(conn, &id).await?.into_api()?)
+                    Ok::<_, SchedulerError>(existing(conn, id).await?.into_api()?)
                 }
                 .boxed()
             })
@@ -146,30 +144,29 @@ impl Scheduler {
 
     /// A person's pause. A queued job is held at once; a job on a pod is stopped with its
     /// full grace (the trainer saves), uncharged, and then held. `resume` undoes it.
-    pub async fn suspend(&self, acting: &Acting, id: Uuid) -> Result<Job> {
+    pub async fn suspend(&self, acting: &Acting, id: JobId) -> Result<Job> {
         let acting = acting.clone();
         let (job, lease) = self
             .store
             .write(move |conn| {
                 async move {
-                    let id = id.to_string();
-                    let job = owned(conn, &acting, &id, "suspend").await?;
+                    let job = owned(conn, &acting, id, "suspend").await?;
                     let state = job.state;
                     let why = format!("suspended by {}", acting.caller.name);
                     let lease = match state {
                         JobState::Queued if job.same_as.is_none() => {
-                            jobs::hold(conn, &id, &why).await?;
+                            jobs::hold(conn, id, &why).await?;
                             None
                         }
                         JobState::Leased | JobState::Running if job.same_as.is_none() => {
-                            let lease = jobs::live_lease(conn, &id).await?;
-                            jobs::request_stop(conn, &id, StopRequest::Suspended.as_str(), &why)
+                            let lease = jobs::live_lease(conn, id).await?;
+                            jobs::request_stop(conn, id, StopRequest::Suspended.as_str(), &why)
                                 .await?;
                             lease
                         }
                         _ => {
                             return Err(SchedulerError::wrong_state(
-                                &id,
+                                id,
                                 state,
                                 "not_suspendable",
                                 format!(
@@ -183,9 +180,9 @@ impl Scheduler {
                         Some(_) => format!("{why}; its pod saves and stops it"),
                         None => why.clone(),
                     };
-                    events::insert_event(conn, &acting.actor, Some(&id), None, "suspended", &message)
+                    events::insert_event(conn, &acting.actor, Some(id), None, "suspended", &message)
                         .await?;
-                    Ok((existing(conn, &id).await?.into_api()?, lease.map(|l| (l, why))))
+                    Ok((existing(conn, id).await?.into_api()?, lease.map(|l| (l, why))))
                 }
                 .boxed()
             })
@@ -197,18 +194,17 @@ impl Scheduler {
     }
 
     /// Puts a held job back in the queue with its failure budget as it was.
-    pub async fn resume(&self, acting: &Acting, id: Uuid) -> Result<Job> {
+    pub async fn resume(&self, acting: &Acting, id: JobId) -> Result<Job> {
         let acting = acting.clone();
         let job = self
             .store
             .write(move |conn| {
                 async move {
-                    let id = id.to_string();
-                    let job = owned(conn, &acting, &id, "resume").await?;
+                    let job = owned(conn, &acting, id, "resume").await?;
                     let state = job.state;
                     if state != JobState::Held || job.same_as.is_some() {
                         return Err(SchedulerError::wrong_state(
-                            &id,
+                            id,
                             state,
                             "not_held",
                             format!(
@@ -217,18 +213,18 @@ impl Scheduler {
                             ),
                         ));
                     }
-                    if jobs::live_lease(conn, &id).await?.is_some() {
+                    if jobs::live_lease(conn, id).await?.is_some() {
                         return Err(SchedulerError::wrong_state(
-                            &id,
+                            id,
                             state,
                             "job_stopping",
                             format!("job {id} is still stopping on its pod; resume it once the pod has let go"),
                         ));
                     }
-                    jobs::resume(conn, &id).await?;
-                    events::insert_event(conn, &acting.actor, Some(&id), None, "resumed", "resumed")
+                    jobs::resume(conn, id).await?;
+                    events::insert_event(conn, &acting.actor, Some(id), None, "resumed", "resumed")
                         .await?;
-                    Ok(existing(conn, &id).await?.into_api()?)
+                    Ok(existing(conn, id).await?.into_api()?)
                 }
                 .boxed()
             })
@@ -238,7 +234,7 @@ impl Scheduler {
     }
 }
 
-async fn cancel(conn: &mut Conn, acting: &Acting, id: &str) -> Result<(JobRow, Option<Uuid>)> {
+async fn cancel(conn: &mut Conn, acting: &Acting, id: JobId) -> Result<(JobRow, Option<LeaseId>)> {
     let job = owned(conn, acting, id, "cancel").await?;
     let state = job.state;
     if state.is_terminal() {
@@ -263,7 +259,7 @@ async fn cancel(conn: &mut Conn, acting: &Acting, id: &str) -> Result<(JobRow, O
 async fn requeue(
     conn: &mut Conn,
     acting: &Acting,
-    id: &str,
+    id: JobId,
     ignore_stop_rules: bool,
 ) -> Result<JobRow> {
     let job = owned(conn, acting, id, "requeue").await?;

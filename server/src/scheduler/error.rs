@@ -1,7 +1,7 @@
 //! Why a scheduler method refused or failed. The HTTP layer maps each kind to a status once
 //! (`http/error.rs`); the scheduler itself knows nothing of HTTP.
 
-use podq_api::JobState;
+use podq_api::{JobId, JobState, LeaseId};
 use uuid::Uuid;
 
 use crate::store::{FromCommitFailure, StoreError};
@@ -9,18 +9,18 @@ use crate::store::{FromCommitFailure, StoreError};
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {
     #[error("no job {0}")]
-    UnknownJob(String),
+    UnknownJob(JobId),
     #[error("no schedule {0}")]
     UnknownSchedule(Uuid),
     #[error("there is no group `{name}`")]
     UnknownGroup { name: String, known: Vec<String> },
     /// A worker call on a lease that is no longer the job's live lease (fencing).
     #[error("lease {0} is not the job's live lease: stop this attempt's processes")]
-    LeaseLost(Uuid),
+    LeaseLost(LeaseId),
     /// A person asked for something the job's state does not allow.
     #[error("{message}")]
     WrongState {
-        job: String,
+        job: JobId,
         state: JobState,
         code: &'static str,
         message: String,
@@ -121,13 +121,13 @@ impl SchedulerError {
     }
 
     pub fn wrong_state(
-        job: &str,
+        job: JobId,
         state: JobState,
         code: &'static str,
         message: impl Into<String>,
     ) -> Self {
         SchedulerError::WrongState {
-            job: job.to_owned(),
+            job,
             state,
             code,
             message: message.into(),

@@ -78,7 +78,7 @@ struct ReadCaches {
 /// A job reached `step`.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Progress {
-    pub job_id: uuid::Uuid,
+    pub job_id: podq_api::JobId,
     pub step: i64,
 }
 

@@ -1,13 +1,13 @@
 //! Submission: turning a request for experiments into jobs, without running any training
 //! config twice.
 
+use podq_api::JobId;
 use std::collections::HashMap;
 
 use crate::store::events::{self, Actor};
 use crate::store::Conn;
 use crate::team::Acting;
 use podq_api::{CreatedJob, JobState, LinkedJob, SkippedExperiment, SubmitRequest, SubmitResponse};
-use uuid::Uuid;
 
 use futures::FutureExt;
 
@@ -15,7 +15,7 @@ use super::{IdempotencyKey, Result, Scheduler, SchedulerError};
 use crate::catalog::{Catalog, Experiment};
 use crate::names;
 use crate::store::jobs::{self, NewJob};
-use crate::store::{parse_uuid, StoreError};
+use crate::store::StoreError;
 
 pub const DEFAULT_MAX_FAILURES: u32 = 3;
 pub const MAX_MAX_FAILURES: u32 = 100;
@@ -208,7 +208,7 @@ pub async fn submit(
     };
     // Runs decided in this request, by config hash, so a dry run links like a real one. A
     // dry run gives no job an id: its answer names no job that does not exist.
-    let mut runs_in_request: HashMap<&str, (Option<Uuid>, &str)> = HashMap::new();
+    let mut runs_in_request: HashMap<&str, (Option<JobId>, &str)> = HashMap::new();
     let priority = req.priority.unwrap_or(0);
     let max_failures = i64::from(req.max_failures.unwrap_or(DEFAULT_MAX_FAILURES));
     for e in experiments {
@@ -217,7 +217,7 @@ pub async fn submit(
             {
                 answer.skipped.push(SkippedExperiment {
                     experiment: e.name.clone(),
-                    existing_job: parse_uuid(&existing.id)?,
+                    existing_job: existing.id,
                     reason: format!(
                         "already has job {} in state {}; submit with \"force\": true to run it again",
                         existing.id, existing.state
@@ -233,15 +233,13 @@ pub async fn submit(
         } else {
             jobs::live_or_succeeded_run_of_config(conn, &e.config_sha256)
                 .await?
-                .map(|row| {
-                    Ok::<_, SchedulerError>((Some(parse_uuid(&row.id)?), row.experiment, row.state))
-                })
+                .map(|row| Ok::<_, SchedulerError>((Some(row.id), row.experiment, row.state)))
                 .transpose()?
         };
         let id = if req.dry_run {
             None
         } else {
-            let id = Uuid::new_v4();
+            let id = JobId::new_random();
             insert(
                 conn,
                 by,
@@ -293,9 +291,9 @@ struct Ordering<'a> {
 async fn insert(
     conn: &mut Conn,
     by: &Actor,
-    id: Uuid,
+    id: JobId,
     e: &Experiment,
-    run: Option<(Option<Uuid>, &str)>,
+    run: Option<(Option<JobId>, &str)>,
     ordering: Ordering<'_>,
 ) -> Result<()> {
     let Ordering {
@@ -305,7 +303,6 @@ async fn insert(
     } = ordering;
     let config_json = serde_json::to_string(&e.config)
         .map_err(|err| StoreError::Corrupt(format!("the config of {}: {err}", e.name)))?;
-    let id_text = id.to_string();
     // Outside a dry run every run has a job id: the run's own, or one made earlier in this
     // request.
     let run = run
@@ -315,11 +312,11 @@ async fn insert(
             })
         })
         .transpose()?;
-    let same_as = run.map(|(run_id, _)| run_id.to_string());
+    let same_as = run.map(|(run_id, _)| run_id);
     jobs::insert_job(
         conn,
         NewJob {
-            id: &id_text,
+            id,
             experiment: &e.name,
             group: &e.group,
             priority,
@@ -329,7 +326,7 @@ async fn insert(
             est_hours: e.est_hours,
             checkpoint_dir: &e.checkpoint_dir,
             max_failures,
-            same_as: same_as.as_deref(),
+            same_as,
             total_steps: podq_api::trainer::total_steps_of_config(&e.config)
                 .and_then(|s| i64::try_from(s).ok()),
             submitted_by: &by.by,
@@ -346,6 +343,6 @@ async fn insert(
         }
         None => format!("submitted with priority {priority}, class {}", class.name),
     };
-    events::insert_event(conn, by, Some(&id_text), None, "submitted", &message).await?;
+    events::insert_event(conn, by, Some(id), None, "submitted", &message).await?;
     Ok(())
 }

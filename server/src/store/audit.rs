@@ -4,6 +4,7 @@
 
 use super::db::{Builder, Conn};
 use super::StoreError;
+use podq_api::JobId;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct AuditRow {
@@ -11,7 +12,7 @@ pub struct AuditRow {
     pub at: i64,
     pub actor: String,
     pub kind: String,
-    pub job_id: Option<String>,
+    pub job_id: Option<JobId>,
     pub pod: Option<String>,
     pub message: String,
     pub address: Option<String>,
@@ -23,7 +24,7 @@ pub struct AuditRow {
 pub struct AuditFilter {
     /// Only changes made by this actor (a person's name, `worker:POD`, `schedule:ID`, `podq`).
     pub by: Option<String>,
-    pub job_id: Option<String>,
+    pub job_id: Option<JobId>,
     /// Only changes at or after this time (ms since the epoch).
     pub since_ms: Option<i64>,
     /// Only entries older than this id (the previous page's `next_before`).
@@ -42,7 +43,7 @@ pub async fn entries(db: &mut Conn, filter: &AuditFilter) -> Result<Vec<AuditRow
         q.push(" AND actor = ").push_bind(by.clone());
     }
     if let Some(job) = &filter.job_id {
-        q.push(" AND job_id = ").push_bind(job.clone());
+        q.push(" AND job_id = ").push_bind(*job);
     }
     if let Some(since) = filter.since_ms {
         q.push(" AND at >= ").push_bind(since);

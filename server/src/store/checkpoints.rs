@@ -2,6 +2,7 @@
 
 use super::db::{self, Conn};
 use podq_api::CheckpointReport;
+use podq_api::JobId;
 
 use super::events::{insert_event, Actor};
 use super::rows::CheckpointRow;
@@ -12,7 +13,7 @@ use super::{now_ms, StoreError};
 pub async fn record(
     conn: &mut Conn,
     actor: &Actor,
-    job_id: &str,
+    job_id: JobId,
     attempt: i64,
     checkpoints: &[CheckpointReport],
 ) -> Result<(), StoreError> {
@@ -67,7 +68,7 @@ pub async fn record(
     Ok(())
 }
 
-pub async fn of_job(db: &mut Conn, job_id: &str) -> Result<Vec<CheckpointRow>, StoreError> {
+pub async fn of_job(db: &mut Conn, job_id: JobId) -> Result<Vec<CheckpointRow>, StoreError> {
     Ok(db::query_as::<CheckpointRow>(
         "SELECT step, uri, (committed <> 0) AS committed, attempt, seen_at FROM checkpoints WHERE job_id = ? ORDER BY step",
     )

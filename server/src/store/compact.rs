@@ -180,6 +180,10 @@ async fn move_lines(conn: &mut Conn) -> Result<i64, StoreError> {
 
 #[cfg(test)]
 mod tests {
+    fn job() -> podq_api::JobId {
+        "6a000000-0000-4000-8000-000000000001".parse().unwrap()
+    }
+
     use futures::FutureExt;
     use sqlx::{ConnectOptions, Connection};
 
@@ -211,8 +215,8 @@ mod tests {
         old.run(&mut conn).await.unwrap();
         let job = "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, \
              config_json, config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, \
-             updated_at) VALUES ('j', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0); \
-             INSERT INTO metric_series (id, job_id, name) VALUES (1, 'j', 'loss');";
+             updated_at) VALUES ('6a000000-0000-4000-8000-000000000001', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0); \
+             INSERT INTO metric_series (id, job_id, name) VALUES (1, '6a000000-0000-4000-8000-000000000001', 'loss');";
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("{job} {rows}")))
             .execute(&mut conn)
             .await
@@ -229,22 +233,22 @@ mod tests {
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) \
              INSERT INTO metric_points SELECT 1, i * 10, i * 0.5, 1 FROM n; \
              INSERT INTO log_lines (job_id, attempt, host, \"offset\", at, text) VALUES \
-               ('j', 1, 0, 0, 100, 'first'), ('j', 1, 1, 0, 101, 'other host'), \
-               ('j', 1, 0, 6, 102, 'second'); \
-             INSERT INTO log_counts VALUES ('j', 1, 0, 2, 0, 0), ('j', 1, 1, 1, 0, 0);",
+               ('6a000000-0000-4000-8000-000000000001', 1, 0, 0, 100, 'first'), ('6a000000-0000-4000-8000-000000000001', 1, 1, 0, 101, 'other host'), \
+               ('6a000000-0000-4000-8000-000000000001', 1, 0, 6, 102, 'second'); \
+             INSERT INTO log_counts VALUES ('6a000000-0000-4000-8000-000000000001', 1, 0, 2, 0, 0), ('6a000000-0000-4000-8000-000000000001', 1, 1, 1, 0, 0);",
         )
         .await;
 
         let store = Store::open(&path).await.unwrap();
         let mut db = store.read().await.unwrap();
-        let series = metrics::series_id(&mut db, "j", "loss")
+        let series = metrics::series_id(&mut db, job(), "loss")
             .await
             .unwrap()
             .unwrap();
         let points = metrics::all_points(&mut db, series).await.unwrap();
         assert_eq!(points.len(), 2500);
         assert_eq!((points[0], points[2499]), ((10, 0.5), (25_000, 1250.0)));
-        let lines = logs::page(&mut db, "j", &LogFilter::default(), 0, 10)
+        let lines = logs::page(&mut db, job(), &LogFilter::default(), 0, 10)
             .await
             .unwrap();
         let texts: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
@@ -266,7 +270,7 @@ mod tests {
         .unwrap();
         let new = store
             .write(move |conn| {
-                async move { logs::insert_lines(conn, "j", 1, &resent, 100).await }.boxed()
+                async move { logs::insert_lines(conn, job(), 1, &resent, 100).await }.boxed()
             })
             .await
             .unwrap();

@@ -206,6 +206,26 @@ impl IntoArg for &String {
     }
 }
 
+/// Ids are kept as their uuid's text in both stores.
+macro_rules! id_arg {
+    ($($t:ty),*) => {$(
+        impl IntoArg for $t {
+            fn into_arg(self) -> Arg {
+                Arg::Text(Some(self.to_string()))
+            }
+            fn null() -> Arg {
+                Arg::Text(None)
+            }
+        }
+    )*};
+}
+id_arg!(
+    podq_api::JobId,
+    podq_api::LeaseId,
+    &podq_api::JobId,
+    &podq_api::LeaseId
+);
+
 impl IntoArg for Vec<u8> {
     fn into_arg(self) -> Arg {
         Arg::Blob(Some(self))

@@ -4,6 +4,7 @@
 use super::db::{self, Conn};
 use super::rows::EventRow;
 use super::{now_ms, StoreError};
+use podq_api::JobId;
 
 /// Who made a change, as the audit trail records it beside the change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +88,7 @@ impl Actor {
 pub async fn insert_event(
     conn: &mut Conn,
     actor: &Actor,
-    job_id: Option<&str>,
+    job_id: Option<JobId>,
     pod: Option<&str>,
     kind: &str,
     message: &str,
@@ -115,7 +116,7 @@ pub(crate) const JOB_EVENTS: &str = "SELECT id, at, job_id, pod, kind, message, 
 
 pub async fn job_events(
     db: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     after_id: i64,
     limit: i64,
 ) -> Result<Vec<EventRow>, StoreError> {

@@ -4,6 +4,7 @@
 use super::db::{self, Conn};
 use super::events::{insert_event, Actor};
 use super::{now_ms, StoreError};
+use podq_api::{JobId, LeaseId};
 
 /// The accelerators of the jobs on pods now.
 pub async fn live_accelerators(db: &mut Conn) -> Result<Vec<String>, StoreError> {
@@ -18,7 +19,7 @@ pub async fn live_accelerators(db: &mut Conn) -> Result<Vec<String>, StoreError>
 /// The job a freed pod of its accelerator would go to.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct QueueHead {
-    pub id: String,
+    pub id: JobId,
     pub experiment: String,
     pub priority_class: String,
     pub submitted_by: Option<String>,
@@ -43,10 +44,10 @@ pub async fn queue_head(db: &mut Conn, accelerator: &str) -> Result<Option<Queue
 /// A running job of `accelerator` an eviction could stop, with what stopping it would lose.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Running {
-    pub id: String,
+    pub id: JobId,
     pub experiment: String,
     pub priority_class: String,
-    pub lease_id: String,
+    pub lease_id: LeaseId,
     pub pod: String,
     /// When its attempt was leased, and when its trainer started (ms since the epoch).
     pub started_at: i64,
@@ -95,8 +96,8 @@ pub async fn evict(
     )
     .bind(why)
     .bind(now)
-    .bind(&victim.id)
-    .bind(&victim.lease_id)
+    .bind(victim.id)
+    .bind(victim.lease_id)
     .bind(&victim.priority_class)
     .execute(conn)
     .await?;
@@ -110,7 +111,7 @@ pub async fn evict(
     .bind(&victim.pod)
     .bind(reserved_until)
     .bind(now)
-    .bind(&evictor.id)
+    .bind(evictor.id)
     .bind(&evictor.priority_class)
     .execute(conn)
     .await?;
@@ -119,19 +120,19 @@ pub async fn evict(
         db::query(
             "UPDATE jobs SET stop_request = NULL, stop_message = NULL WHERE id = ? AND lease_id = ?",
         )
-        .bind(&victim.id)
-        .bind(&victim.lease_id)
+        .bind(victim.id)
+        .bind(victim.lease_id)
         .execute(conn)
         .await?;
         return Ok(false);
     }
     let podq = Actor::podq();
     let pod = Some(victim.pod.as_str());
-    insert_event(conn, &podq, Some(&victim.id), pod, "evicting", why).await?;
+    insert_event(conn, &podq, Some(victim.id), pod, "evicting", why).await?;
     let message = format!(
         "pod {} is held for this job while job {} ({}) saves and stops",
         victim.pod, victim.id, victim.experiment
     );
-    insert_event(conn, &podq, Some(&evictor.id), pod, "evicting", &message).await?;
+    insert_event(conn, &podq, Some(evictor.id), pod, "evicting", &message).await?;
     Ok(true)
 }

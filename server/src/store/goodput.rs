@@ -7,12 +7,13 @@
 
 use super::db::{self, Conn};
 use podq_api::Goodput;
+use podq_api::{JobId, LeaseId};
 
 use super::{now_ms, StoreError};
 
 #[derive(sqlx::FromRow)]
 struct AttemptTimes {
-    job_id: String,
+    job_id: JobId,
     attempt: i64,
     started_at: i64,
     first_step_at: Option<i64>,
@@ -30,7 +31,7 @@ pub(crate) const OPEN_ATTEMPTS: &str = "SELECT job_id, attempt, started_at, firs
 
 /// Computes and stores the goodput of the attempt `lease_id`, which has just ended. Called in
 /// the transaction that ends it.
-pub async fn settle_attempt(conn: &mut Conn, lease_id: &str) -> Result<(), StoreError> {
+pub async fn settle_attempt(conn: &mut Conn, lease_id: LeaseId) -> Result<(), StoreError> {
     let attempt: AttemptTimes = db::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {ATTEMPT_TIMES} FROM attempts WHERE lease_id = ?"
     )))
@@ -55,12 +56,12 @@ pub async fn settle_attempt(conn: &mut Conn, lease_id: &str) -> Result<(), Store
 /// Settles attempts that ended before goodput was stored per attempt (databases from before
 /// migration 0003). A no-op once done.
 pub async fn settle_unsettled(conn: &mut Conn) -> Result<u64, StoreError> {
-    let leases: Vec<String> = db::query_scalar(
+    let leases: Vec<LeaseId> = db::query_scalar(
         "SELECT lease_id FROM attempts WHERE ended_at IS NOT NULL AND kept_s IS NULL",
     )
     .fetch_all(conn)
     .await?;
-    for lease in &leases {
+    for &lease in &leases {
         settle_attempt(conn, lease).await?;
     }
     Ok(leases.len() as u64)
@@ -90,7 +91,7 @@ pub async fn total(db: &mut Conn) -> Result<Goodput, StoreError> {
 }
 
 /// Goodput of one run: its ended attempts as stored, its open one computed now.
-pub async fn of_run(db: &mut Conn, job_id: &str) -> Result<Goodput, StoreError> {
+pub async fn of_run(db: &mut Conn, job_id: JobId) -> Result<Goodput, StoreError> {
     let (kept_s, lost_s, overhead_s, kept_steps): (f64, f64, f64, i64) = db::query_as(
         "SELECT COALESCE(SUM(kept_s), 0.0), COALESCE(SUM(lost_s), 0.0), COALESCE(SUM(overhead_s), 0.0), \
          CAST(COALESCE(SUM(kept_steps), 0) AS BIGINT) FROM attempts WHERE job_id = ? AND ended_at IS NOT NULL",
@@ -130,7 +131,7 @@ async fn of_attempt(db: &mut Conn, a: &AttemptTimes, now: i64) -> Result<Goodput
         "SELECT step, seen_at FROM checkpoints WHERE job_id = ? AND attempt = ? AND committed = 1 \
          ORDER BY step DESC LIMIT 1",
     )
-    .bind(&a.job_id)
+    .bind(a.job_id)
     .bind(a.attempt)
     .fetch_optional(db)
     .await?;
@@ -175,7 +176,7 @@ mod tests {
 
     fn attempt(outcome: Option<&str>) -> AttemptTimes {
         AttemptTimes {
-            job_id: "j".into(),
+            job_id: "6a000000-0000-4000-8000-000000000001".parse().unwrap(),
             attempt: 1,
             started_at: 0,
             first_step_at: Some(10_000),

@@ -2,17 +2,18 @@
 
 use super::db::{self, Builder, Conn};
 use super::job_state::{self, Change};
+use podq_api::JobId;
+use podq_api::LeaseId;
 use sqlx::AssertSqlSafe;
 use std::collections::BTreeMap;
 
 use podq_api as api;
 
 use super::rows::{AttemptRow, JobRow, JOB_COLUMNS};
-use uuid::Uuid;
 
-use super::{now_ms, parse_uuid, StoreError};
+use super::{now_ms, StoreError};
 
-pub async fn get_job(db: &mut Conn, id: &str) -> Result<Option<JobRow>, StoreError> {
+pub async fn get_job(db: &mut Conn, id: JobId) -> Result<Option<JobRow>, StoreError> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM job_view WHERE id = ?");
     Ok(db::query_as::<JobRow>(AssertSqlSafe(sql))
         .bind(id)
@@ -28,7 +29,7 @@ pub(crate) const NEWEST_JOB_OF_EXPERIMENT: &str =
 pub async fn newest_job_of_experiment(
     db: &mut Conn,
     experiment: &str,
-) -> Result<Option<String>, StoreError> {
+) -> Result<Option<JobId>, StoreError> {
     Ok(db::query_scalar(NEWEST_JOB_OF_EXPERIMENT)
         .bind(experiment)
         .fetch_optional(db)
@@ -151,7 +152,7 @@ pub async fn live_or_succeeded_run_of_config(
 }
 
 pub struct NewJob<'a> {
-    pub id: &'a str,
+    pub id: JobId,
     pub experiment: &'a str,
     pub group: &'a str,
     pub priority: i64,
@@ -161,7 +162,7 @@ pub struct NewJob<'a> {
     pub est_hours: f64,
     pub checkpoint_dir: &'a str,
     pub max_failures: i64,
-    pub same_as: Option<&'a str>,
+    pub same_as: Option<JobId>,
     pub total_steps: Option<i64>,
     pub submitted_by: &'a str,
     pub priority_class: &'a str,
@@ -199,7 +200,7 @@ pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreErr
     Ok(())
 }
 
-pub async fn attempts(db: &mut Conn, job_id: &str) -> Result<Vec<AttemptRow>, StoreError> {
+pub async fn attempts(db: &mut Conn, job_id: JobId) -> Result<Vec<AttemptRow>, StoreError> {
     Ok(db::query_as::<AttemptRow>(
         "SELECT attempt, lease_id, pod, resume_from, started_at, running_at, ended_at, outcome, \
          start_step, end_step, exit_codes_json, log_tail, message, cause \
@@ -212,7 +213,7 @@ pub async fn attempts(db: &mut Conn, job_id: &str) -> Result<Vec<AttemptRow>, St
 
 pub async fn latest_metrics(
     db: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
 ) -> Result<BTreeMap<String, api::MetricValue>, StoreError> {
     // Each series' newest chunk, whose last point is its newest.
     let rows: Vec<(String, Vec<u8>)> = db::query_as(
@@ -255,20 +256,19 @@ pub async fn counts_by_state(db: &mut Conn) -> Result<Vec<(String, i64)>, StoreE
 }
 
 /// The job's live lease, if a pod holds it.
-pub async fn live_lease(conn: &mut Conn, id: &str) -> Result<Option<Uuid>, StoreError> {
-    let lease: Option<String> = db::query_scalar("SELECT lease_id FROM jobs WHERE id = ?")
+pub async fn live_lease(conn: &mut Conn, id: JobId) -> Result<Option<LeaseId>, StoreError> {
+    Ok(db::query_scalar("SELECT lease_id FROM jobs WHERE id = ?")
         .bind(id)
         .fetch_optional(conn)
         .await?
-        .flatten();
-    lease.as_deref().map(parse_uuid).transpose()
+        .flatten())
 }
 
 /// Marks the job cancelled and answers the lease its pod must be told to stop. A linked job
 /// only cancels its link: the run goes on for the others.
-pub async fn cancel(conn: &mut Conn, id: &str, by: &str) -> Result<Option<Uuid>, StoreError> {
+pub async fn cancel(conn: &mut Conn, id: JobId, by: &str) -> Result<Option<LeaseId>, StoreError> {
     let write = job_state::write(Change::Cancel);
-    let lease: Option<Option<String>> = db::query_scalar(AssertSqlSafe(format!(
+    let lease: Option<Option<LeaseId>> = db::query_scalar(AssertSqlSafe(format!(
         "UPDATE jobs SET state = ?, link_cancelled = CASE WHEN same_as IS NULL THEN 0 ELSE 1 END, \
          cancel_requested = CASE WHEN lease_id IS NULL THEN 0 ELSE 1 END, message = ?, \
          reserved_pod = NULL, reserved_until = NULL, updated_at = ? WHERE id = ? AND {} \
@@ -284,12 +284,12 @@ pub async fn cancel(conn: &mut Conn, id: &str, by: &str) -> Result<Option<Uuid>,
     let Some(lease) = lease else {
         return Err(refused(conn, id, Change::Cancel).await);
     };
-    lease.as_deref().map(parse_uuid).transpose()
+    Ok(lease)
 }
 
 /// Why a write of job `id`'s state through `job_state::write(change)` changed no row: the
 /// table refuses `change` from the job's state (or there is no such job).
-pub(super) async fn refused(conn: &mut Conn, id: &str, change: Change) -> StoreError {
+pub(super) async fn refused(conn: &mut Conn, id: JobId, change: Change) -> StoreError {
     let state: Result<Option<String>, _> = db::query_scalar("SELECT state FROM jobs WHERE id = ?")
         .bind(id)
         .fetch_optional(conn)
@@ -297,7 +297,7 @@ pub(super) async fn refused(conn: &mut Conn, id: &str, change: Change) -> StoreE
     match state {
         Ok(Some(state)) => match state.parse() {
             Ok(from) => StoreError::StateRefused {
-                job: id.to_owned(),
+                job: id,
                 refused: job_state::Refused { from, change },
             },
             Err(e) => StoreError::Corrupt(e),
@@ -309,7 +309,7 @@ pub(super) async fn refused(conn: &mut Conn, id: &str, change: Change) -> StoreE
 
 /// Puts the job back in the queue with a fresh failure budget; a linked job shares its run
 /// again, in the run's state.
-pub async fn requeue(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
+pub async fn requeue(conn: &mut Conn, id: JobId) -> Result<(), StoreError> {
     // A linked job takes its run's state, which the mirror trigger keeps it in from then on.
     let write = job_state::write(Change::Requeue);
     let changed = db::query(AssertSqlSafe(format!(
@@ -333,7 +333,7 @@ pub async fn requeue(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
 /// Moves a job to another priority class; `rank` is the class's place in the queue order.
 pub async fn set_class(
     conn: &mut Conn,
-    id: &str,
+    id: JobId,
     class: &str,
     rank: i64,
 ) -> Result<(), StoreError> {
@@ -378,7 +378,7 @@ pub async fn rerank_classes(
 /// A stop a rule asked for ('ruled') stays: the run ends `stopped` all the same.
 pub async fn request_stop(
     conn: &mut Conn,
-    id: &str,
+    id: JobId,
     request: &str,
     why: &str,
 ) -> Result<(), StoreError> {
@@ -396,7 +396,7 @@ pub async fn request_stop(
 }
 
 /// Holds a queued job (a person's pause): no pod leases it until it is resumed.
-pub async fn hold(conn: &mut Conn, id: &str, why: &str) -> Result<(), StoreError> {
+pub async fn hold(conn: &mut Conn, id: JobId, why: &str) -> Result<(), StoreError> {
     let write = job_state::write(Change::Hold);
     let changed = db::query(AssertSqlSafe(format!(
         "UPDATE jobs SET state = ?, message = ?, reserved_pod = NULL, reserved_until = NULL, \
@@ -416,7 +416,7 @@ pub async fn hold(conn: &mut Conn, id: &str, why: &str) -> Result<(), StoreError
 }
 
 /// Puts a suspended job back in the queue as it was: its failure budget is untouched.
-pub async fn resume(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
+pub async fn resume(conn: &mut Conn, id: JobId) -> Result<(), StoreError> {
     let write = job_state::write(Change::Resume);
     let changed = db::query(AssertSqlSafe(format!(
         "UPDATE jobs SET state = ?, message = NULL, not_before = NULL, \
@@ -434,7 +434,7 @@ pub async fn resume(conn: &mut Conn, id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-pub async fn set_priority(conn: &mut Conn, id: &str, priority: i64) -> Result<(), StoreError> {
+pub async fn set_priority(conn: &mut Conn, id: JobId, priority: i64) -> Result<(), StoreError> {
     db::query("UPDATE jobs SET priority = ?, updated_at = ? WHERE id = ?")
         .bind(priority)
         .bind(now_ms())
@@ -467,7 +467,7 @@ pub struct AdviceInputs {
 /// The advice inputs of `run` on `accelerator`.
 pub async fn advice_inputs(
     conn: &mut Conn,
-    run: &str,
+    run: JobId,
     accelerator: &str,
 ) -> Result<AdviceInputs, StoreError> {
     Ok(AdviceInputs {
@@ -479,18 +479,18 @@ pub async fn advice_inputs(
 /// Everything a job's detail shows. Run it in one read snapshot (`Store::read_snapshot`) so
 /// the parts are of one moment (an attempt ending between two reads would otherwise show in
 /// one and not the other).
-pub async fn detail(tx: &mut Conn, id: &str) -> Result<Option<DetailRows>, StoreError> {
+pub async fn detail(tx: &mut Conn, id: JobId) -> Result<Option<DetailRows>, StoreError> {
     let Some(job) = get_job(tx, id).await? else {
         return Ok(None);
     };
-    let run = job.run_id.clone();
-    let attempts = attempts(tx, &run).await?;
-    let checkpoints = super::checkpoints::of_job(tx, &run).await?;
-    let latest_metrics = latest_metrics(tx, &run).await?;
-    let goodput = super::goodput::of_run(tx, &run).await?;
-    let pod_time = super::pod_time::of_run(tx, &run).await?;
-    let advice = advice_inputs(tx, &run, &job.accelerator).await?;
-    let links = super::links::of_job(tx, &run).await?;
+    let run = job.run_id;
+    let attempts = attempts(tx, run).await?;
+    let checkpoints = super::checkpoints::of_job(tx, run).await?;
+    let latest_metrics = latest_metrics(tx, run).await?;
+    let goodput = super::goodput::of_run(tx, run).await?;
+    let pod_time = super::pod_time::of_run(tx, run).await?;
+    let advice = advice_inputs(tx, run, &job.accelerator).await?;
+    let links = super::links::of_job(tx, run).await?;
     Ok(Some(DetailRows {
         job,
         attempts,

@@ -5,8 +5,8 @@
 use super::db::{self, Conn};
 use super::job_state::{self, Change};
 use podq_api::JobState;
+use podq_api::{JobId, LeaseId};
 use sqlx::AssertSqlSafe;
-use uuid::Uuid;
 
 use super::events::{insert_event, Actor};
 use super::pod_time::PodActivity;
@@ -52,7 +52,7 @@ pub async fn backoff_ends(db: &mut Conn) -> Result<Vec<(String, i64)>, StoreErro
 /// A job claimed for a pod, as the lease needs it.
 #[derive(sqlx::FromRow)]
 pub struct Claimed {
-    pub id: String,
+    pub id: JobId,
     pub attempts: i64,
     pub experiment: String,
     pub group_name: String,
@@ -72,7 +72,7 @@ pub struct Claimed {
 /// holds a live lease: a pod runs one job at a time.
 pub async fn claim(
     conn: &mut Conn,
-    lease_id: Uuid,
+    lease_id: LeaseId,
     pod: &str,
     accelerator: &str,
     worker: &Actor,
@@ -98,7 +98,7 @@ pub async fn claim(
            checkpoint_dir, resume_from, resume_step",
         write.guard
     )))
-    .bind(lease_id.to_string())
+    .bind(lease_id)
     .bind(pod)
     .bind(now)
     .bind(accelerator)
@@ -112,9 +112,9 @@ pub async fn claim(
         "INSERT INTO attempts (job_id, attempt, lease_id, pod, resume_from, started_at, start_step) \
          VALUES (?, ?, ?, ?, ?, ?, ?)",
     )
-    .bind(&claimed.id)
+    .bind(claimed.id)
     .bind(claimed.attempts)
-    .bind(lease_id.to_string())
+    .bind(lease_id)
     .bind(pod)
     .bind(&claimed.resume_from)
     .bind(now)
@@ -127,7 +127,7 @@ pub async fn claim(
             "SELECT uri FROM checkpoints WHERE job_id = ? AND committed = 1 AND step < ? \
              ORDER BY step DESC LIMIT 3",
         )
-        .bind(&claimed.id)
+        .bind(claimed.id)
         .bind(resume_step)
         .fetch_all(conn)
         .await?;
@@ -140,7 +140,7 @@ pub async fn claim(
     insert_event(
         conn,
         worker,
-        Some(&claimed.id),
+        Some(claimed.id),
         Some(pod),
         "leased",
         &format!("attempt {} leased to pod {pod}{from}", claimed.attempts),
@@ -151,10 +151,10 @@ pub async fn claim(
 
 /// The job and attempt of `lease_id` if it is still the job's live lease: every worker call
 /// passes this check inside its write.
-pub async fn fence(conn: &mut Conn, lease_id: Uuid) -> Result<Option<(String, i64)>, StoreError> {
+pub async fn fence(conn: &mut Conn, lease_id: LeaseId) -> Result<Option<(JobId, i64)>, StoreError> {
     Ok(
         db::query_as("SELECT id, attempts FROM jobs WHERE lease_id = ?")
-            .bind(lease_id.to_string())
+            .bind(lease_id)
             .fetch_optional(conn)
             .await?,
     )
@@ -164,8 +164,8 @@ pub async fn fence(conn: &mut Conn, lease_id: Uuid) -> Result<Option<(String, i6
 /// job as the judge of a metrics batch needs it.
 #[derive(Debug, sqlx::FromRow)]
 pub struct FencedReport {
-    pub lease_id: String,
-    pub job_id: String,
+    pub lease_id: LeaseId,
+    pub job_id: JobId,
     pub attempt: i64,
     #[sqlx(flatten)]
     pub judged: super::stop_rules::Judged,
@@ -174,23 +174,21 @@ pub struct FencedReport {
 /// [`fence`] for many leases in one statement: those still their job's live lease, by id.
 pub async fn fence_many(
     conn: &mut Conn,
-    lease_ids: &[Uuid],
-) -> Result<std::collections::HashMap<Uuid, FencedReport>, StoreError> {
+    lease_ids: &[LeaseId],
+) -> Result<std::collections::HashMap<LeaseId, FencedReport>, StoreError> {
     let mut query = db::Builder::new(
         "SELECT lease_id, id AS job_id, attempts AS attempt, experiment, total_steps, \
          ignore_stop_rules, diverged_reports, diverged_step, stop_request, \
          (cancel_requested <> 0) AS cancel_requested FROM jobs WHERE lease_id IN ",
     );
-    query.push_list(lease_ids.iter().map(Uuid::to_string));
+    query.push_list(lease_ids.iter().map(LeaseId::to_string));
     let mut fenced = std::collections::HashMap::new();
     for row in query
         .build_query_as::<FencedReport>()
         .fetch_all(conn)
         .await?
     {
-        if let Ok(lease_id) = Uuid::parse_str(&row.lease_id) {
-            fenced.insert(lease_id, row);
-        }
+        fenced.insert(row.lease_id, row);
     }
     Ok(fenced)
 }
@@ -199,13 +197,12 @@ pub async fn fence_many(
 /// the job was already running.
 pub async fn mark_running(
     conn: &mut Conn,
-    lease_id: Uuid,
-    job_id: &str,
+    lease_id: LeaseId,
+    job_id: JobId,
     pod: &str,
     attempt: i64,
 ) -> Result<bool, StoreError> {
     let now = now_ms();
-    let lease = lease_id.to_string();
     let write = job_state::write(Change::Start);
     let changed = db::query(AssertSqlSafe(format!(
         "UPDATE jobs SET state = ?, updated_at = ? WHERE id = ? AND lease_id = ? AND {}",
@@ -214,7 +211,7 @@ pub async fn mark_running(
     .bind(write.to)
     .bind(now)
     .bind(job_id)
-    .bind(&lease)
+    .bind(lease_id)
     .execute(conn)
     .await?;
     if changed == 0 {
@@ -222,7 +219,7 @@ pub async fn mark_running(
     }
     db::query("UPDATE attempts SET running_at = COALESCE(running_at, ?) WHERE lease_id = ?")
         .bind(now)
-        .bind(&lease)
+        .bind(lease_id)
         .execute(conn)
         .await?;
     insert_event(
@@ -240,7 +237,7 @@ pub async fn mark_running(
 /// The job a live lease belongs to and what its attempt achieved, as ending it needs.
 #[derive(sqlx::FromRow)]
 pub struct LeaseHolder {
-    pub id: String,
+    pub id: JobId,
     pub attempts: i64,
     pub failures: i64,
     pub max_failures: i64,
@@ -260,7 +257,7 @@ pub struct LeaseHolder {
     pub stop_message: Option<String>,
 }
 
-pub async fn holder(conn: &mut Conn, lease_id: Uuid) -> Result<Option<LeaseHolder>, StoreError> {
+pub async fn holder(conn: &mut Conn, lease_id: LeaseId) -> Result<Option<LeaseHolder>, StoreError> {
     Ok(db::query_as(
         "SELECT j.id, j.attempts, j.failures, j.max_failures, j.stalled_attempts, \
          (j.cancel_requested <> 0) AS cancel_requested, j.resume_step, j.lease_pod, j.accelerator, \
@@ -270,7 +267,7 @@ pub async fn holder(conn: &mut Conn, lease_id: Uuid) -> Result<Option<LeaseHolde
          j.stop_request, j.stop_message \
          FROM jobs j JOIN attempts a ON a.lease_id = j.lease_id WHERE j.lease_id = ?",
     )
-    .bind(lease_id.to_string())
+    .bind(lease_id)
     .fetch_optional(conn)
     .await?)
 }
@@ -306,15 +303,14 @@ pub struct JobAfter<'a> {
 /// Ends the attempt of `lease_id`, settles its goodput and releases the job's lease.
 pub async fn end_attempt(
     conn: &mut Conn,
-    lease_id: Uuid,
-    job_id: &str,
+    lease_id: LeaseId,
+    job_id: JobId,
     end: &AttemptEnd<'_>,
     job: &JobAfter<'_>,
 ) -> Result<(), StoreError> {
     let now = now_ms();
-    let lease = lease_id.to_string();
     if let Some(phases) = &end.phases {
-        super::pod_time::record_phases(conn, &lease, phases).await?;
+        super::pod_time::record_phases(conn, lease_id, phases).await?;
     }
     db::query(
         "UPDATE attempts SET ended_at = ?, running_at = COALESCE(running_at, first_step_at), \
@@ -332,13 +328,13 @@ pub async fn end_attempt(
     .bind(end.message)
     .bind(end.stopping_s)
     .bind(end.cause)
-    .bind(&lease)
+    .bind(lease_id)
     .execute(conn)
     .await?;
-    super::goodput::settle_attempt(conn, &lease).await?;
-    super::pod_time::settle_attempt(conn, &lease).await?;
+    super::goodput::settle_attempt(conn, lease_id).await?;
+    super::pod_time::settle_attempt(conn, lease_id).await?;
     let pod: String = db::query_scalar("SELECT pod FROM attempts WHERE lease_id = ?")
-        .bind(&lease)
+        .bind(lease_id)
         .fetch_one(conn)
         .await?;
     super::pod_time::pod_ledger(conn, &pod, PodActivity::Between, now).await?;
@@ -375,13 +371,13 @@ pub async fn end_attempt(
 /// the pod it was held by.
 pub async fn ended_attempt(
     conn: &mut Conn,
-    lease_id: Uuid,
+    lease_id: LeaseId,
 ) -> Result<Option<EndedAttempt>, StoreError> {
     Ok(db::query_as(
         "SELECT a.outcome, j.state AS job_state, a.pod FROM attempts a \
          JOIN jobs j ON j.id = a.job_id WHERE a.lease_id = ?",
     )
-    .bind(lease_id.to_string())
+    .bind(lease_id)
     .fetch_optional(conn)
     .await?)
 }
@@ -398,8 +394,8 @@ pub struct EndedAttempt {
 /// The leases the database holds live, for the in-memory table after a restart.
 #[derive(sqlx::FromRow)]
 pub struct LiveRow {
-    pub lease_id: String,
-    pub id: String,
+    pub lease_id: LeaseId,
+    pub id: JobId,
     pub pod: String,
     pub attempts: i64,
     pub cancel_requested: bool,

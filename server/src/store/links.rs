@@ -1,13 +1,14 @@
 //! A job's links (`job_links`): where its run lives elsewhere, as its trainer reported. One
 //! row per job and name; the newest URL wins and outlives the attempt that reported it.
 
+use podq_api::JobId;
 use podq_api::JobLink;
 
 use super::db::{self, Conn};
 use super::{now_ms, StoreError};
 
 /// The links of `job_id`, by name.
-pub async fn of_job(db: &mut Conn, job_id: &str) -> Result<Vec<JobLink>, StoreError> {
+pub async fn of_job(db: &mut Conn, job_id: JobId) -> Result<Vec<JobLink>, StoreError> {
     let rows: Vec<(String, String)> =
         db::query_as("SELECT name, url FROM job_links WHERE job_id = ? ORDER BY name")
             .bind(job_id)
@@ -22,7 +23,7 @@ pub async fn of_job(db: &mut Conn, job_id: &str) -> Result<Vec<JobLink>, StoreEr
 /// Keeps `link` as the newest of its name for `job_id`, reported by `attempt`.
 pub async fn upsert(
     conn: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     attempt: i64,
     link: &JobLink,
 ) -> Result<(), StoreError> {

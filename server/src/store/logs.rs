@@ -6,6 +6,7 @@
 
 use super::chunks::{decode_lines, encode_lines, StoredLine};
 use super::db::{self, Builder, Conn};
+use podq_api::JobId;
 use std::collections::{BTreeMap, HashMap};
 
 use podq_api::HostLogLine;
@@ -25,7 +26,7 @@ pub const LINES_PER_BATCH: i64 = 1 << 16;
 #[cfg(test)]
 pub(crate) async fn insert_lines(
     conn: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     attempt: i64,
     lines: &[HostLogLine],
     cap: i64,
@@ -41,7 +42,7 @@ pub(crate) async fn insert_lines(
 
 /// One attempt's lines, as [`insert_lines_many`] takes them.
 pub struct Report<'a> {
-    pub job_id: &'a str,
+    pub job_id: JobId,
     pub attempt: i64,
     pub lines: &'a [HostLogLine],
 }
@@ -58,7 +59,7 @@ pub async fn insert_lines_many(
     if reports.is_empty() {
         return Ok(Vec::new());
     }
-    let index_of: HashMap<&str, usize> = reports
+    let index_of: HashMap<JobId, usize> = reports
         .iter()
         .enumerate()
         .map(|(index, report)| (report.job_id, index))
@@ -78,11 +79,11 @@ pub async fn insert_lines_many(
     );
     let mut tops: Vec<BTreeMap<i64, i64>> = vec![BTreeMap::new(); reports.len()];
     for (job_id, host, top) in read
-        .build_query_as::<(String, i64, i64)>()
+        .build_query_as::<(JobId, i64, i64)>()
         .fetch_all(conn)
         .await?
     {
-        tops[index_of[job_id.as_str()]].insert(host, top);
+        tops[index_of[&job_id]].insert(host, top);
     }
     // Per (report, batch, host), in each batch's order (the order the worker received
     // them in).
@@ -169,7 +170,7 @@ pub async fn insert_lines_many(
              RETURNING job_id, attempt, host, kept",
         );
         for (job_id, attempt, host, kept) in counts
-            .build_query_as::<(String, i64, i64, i64)>()
+            .build_query_as::<(JobId, i64, i64, i64)>()
             .fetch_all(conn)
             .await?
         {
@@ -179,7 +180,7 @@ pub async fn insert_lines_many(
         }
     }
     for (job_id, attempt, host, excess) in over_cap {
-        trim(conn, &job_id, attempt, host, excess).await?;
+        trim(conn, job_id, attempt, host, excess).await?;
     }
     Ok(new)
 }
@@ -188,7 +189,7 @@ pub async fn insert_lines_many(
 /// lines of the next, and raises the floor to the oldest offset kept.
 async fn trim(
     conn: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     attempt: i64,
     host: i64,
     excess: i64,
@@ -269,7 +270,7 @@ pub struct LogFilter {
 /// job's chunks by arrival (`log_chunks_by_arrival`); the filter narrows within them.
 pub async fn page(
     db: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     filter: &LogFilter,
     after: i64,
     limit: i64,
@@ -291,7 +292,7 @@ pub async fn page(
 /// The newest `limit` lines of `job_id`, newest first.
 pub async fn newest(
     db: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     filter: &LogFilter,
     limit: i64,
 ) -> Result<Vec<LogRow>, StoreError> {
@@ -322,7 +323,7 @@ const CHUNK_PAGE: i64 = 256;
 /// one leaves it to the next), so the caller can order its lines by id.
 async fn read_batches(
     db: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     filter: &LogFilter,
     order: Order,
     wanted: i64,
@@ -403,7 +404,7 @@ impl Chunk {
 /// order; without a limit, only batch `bound`'s.
 fn select_chunks(
     prefix: &str,
-    job_id: &str,
+    job_id: JobId,
     filter: &LogFilter,
     order: Order,
     bound: i64,
@@ -440,7 +441,7 @@ fn select_chunks(
 }
 
 /// (attempt, host, lines dropped) of `job_id`, where any were.
-pub async fn dropped(db: &mut Conn, job_id: &str) -> Result<Vec<(i64, i64, i64)>, StoreError> {
+pub async fn dropped(db: &mut Conn, job_id: JobId) -> Result<Vec<(i64, i64, i64)>, StoreError> {
     Ok(db::query_as(
         "SELECT attempt, host, dropped FROM log_counts WHERE job_id = ? AND dropped > 0 \
          ORDER BY attempt, host",
@@ -473,12 +474,18 @@ mod tests {
                 (Order::Forward(0), None),
             ] {
                 let after = (order, limit);
-                let plan: Vec<(i64, i64, i64, String)> =
-                    select_chunks("EXPLAIN QUERY PLAN ", "job", filter, order, 0, limit)
-                        .build_query_as()
-                        .fetch_all(&mut store.read().await.unwrap())
-                        .await
-                        .unwrap();
+                let plan: Vec<(i64, i64, i64, String)> = select_chunks(
+                    "EXPLAIN QUERY PLAN ",
+                    JobId::new_random(),
+                    filter,
+                    order,
+                    0,
+                    limit,
+                )
+                .build_query_as()
+                .fetch_all(&mut store.read().await.unwrap())
+                .await
+                .unwrap();
                 assert_uses_indexes(
                     &format!("log lines {filter:?} after {after:?}"),
                     &plan,

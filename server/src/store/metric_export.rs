@@ -5,12 +5,13 @@
 
 use super::db::{self, Conn};
 use super::StoreError;
+use podq_api::JobId;
 
 /// Points per page of an export.
 pub const PAGE_ROWS: i64 = 10_000;
 
 /// The job's series, `(id, name)`, by name.
-pub async fn series_of(db: &mut Conn, job_id: &str) -> Result<Vec<(i64, String)>, StoreError> {
+pub async fn series_of(db: &mut Conn, job_id: JobId) -> Result<Vec<(i64, String)>, StoreError> {
     Ok(
         db::query_as("SELECT id, name FROM metric_series WHERE job_id = ? ORDER BY name")
             .bind(job_id)

@@ -6,6 +6,7 @@
 
 use super::chunks::{decode_points, encode_points};
 use super::db::{self, Builder, Conn};
+use podq_api::JobId;
 use std::collections::{BTreeMap, HashMap};
 
 use podq_api::{MetricSeries, MetricValue, MetricsBatch};
@@ -18,7 +19,7 @@ use super::{now_ms, StoreError};
 #[cfg(test)]
 pub(crate) async fn insert_points(
     conn: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     attempt: i64,
     batch: &MetricsBatch,
 ) -> Result<(), StoreError> {
@@ -35,7 +36,7 @@ pub(crate) async fn insert_points(
 
 /// One attempt's batch, as [`insert_points_many`] takes it.
 pub struct Report<'a> {
-    pub job_id: &'a str,
+    pub job_id: JobId,
     pub attempt: i64,
     pub batch: &'a MetricsBatch,
 }
@@ -74,7 +75,7 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
     if marks.is_empty() {
         return Ok(());
     }
-    let index_of: HashMap<&str, usize> = marks
+    let index_of: HashMap<JobId, usize> = marks
         .iter()
         .enumerate()
         .map(|(index, (report, _))| (report.job_id, index))
@@ -100,11 +101,11 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
              RETURNING id, job_id, name, previous",
         );
         for (id, job_id, name, previous) in upsert
-            .build_query_as::<(i64, String, String, Option<i64>)>()
+            .build_query_as::<(i64, JobId, String, Option<i64>)>()
             .fetch_all(conn)
             .await?
         {
-            ids.insert((index_of[job_id.as_str()], name), (id, previous));
+            ids.insert((index_of[&job_id], name), (id, previous));
         }
     }
     let mut chunks: Vec<Chunk> = Vec::with_capacity(series.len());
@@ -336,7 +337,11 @@ pub async fn all_points(db: &mut Conn, series_id: i64) -> Result<Vec<(i64, f64)>
 }
 
 /// The id of `job_id`'s series `name`.
-pub async fn series_id(db: &mut Conn, job_id: &str, name: &str) -> Result<Option<i64>, StoreError> {
+pub async fn series_id(
+    db: &mut Conn,
+    job_id: JobId,
+    name: &str,
+) -> Result<Option<i64>, StoreError> {
     Ok(
         db::query_scalar("SELECT id FROM metric_series WHERE job_id = ? AND name = ?")
             .bind(job_id)
@@ -368,7 +373,7 @@ struct Series {
 /// stored step at or after each), decoded chunk by chunk as it is read.
 pub async fn downsampled(
     db: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     names: Option<&[String]>,
     max_points: i64,
 ) -> Result<Vec<MetricSeries>, StoreError> {
@@ -449,7 +454,7 @@ async fn sampled(
 /// whole series; a study reads a few series of a few runs.
 pub async fn final_and_best(
     db: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     wanted: impl Fn(&str) -> bool,
 ) -> Result<Vec<(String, MetricValue, MetricValue)>, StoreError> {
     let series: Vec<Series> =
@@ -491,13 +496,17 @@ pub async fn final_and_best(
 
 #[cfg(test)]
 mod tests {
+    fn job() -> podq_api::JobId {
+        "6a000000-0000-4000-8000-000000000001".parse().unwrap()
+    }
+
     use futures::FutureExt;
     use podq_api::MetricStep;
 
     /// The job `j` the series belong to.
     const A_JOB: &str = "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, \
         config_json, config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, \
-        updated_at) VALUES ('j', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)";
+        updated_at) VALUES ('6a000000-0000-4000-8000-000000000001', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)";
 
     use super::*;
     use crate::store::Store;
@@ -522,7 +531,7 @@ mod tests {
                             points: points.to_vec(),
                             phases: None,
                         };
-                        insert_points(conn, "j", 1, &batch).await?;
+                        insert_points(conn, job(), 1, &batch).await?;
                     }
                     let short = MetricsBatch {
                         points: vec![
@@ -537,14 +546,14 @@ mod tests {
                         ],
                         phases: None,
                     };
-                    insert_points(conn, "j", 1, &short).await?;
+                    insert_points(conn, job(), 1, &short).await?;
                     Ok::<_, StoreError>(())
                 }
                 .boxed()
             })
             .await
             .unwrap();
-        let series = downsampled(&mut store.read().await.unwrap(), "j", None, 100)
+        let series = downsampled(&mut store.read().await.unwrap(), job(), None, 100)
             .await
             .unwrap();
         let long = series.iter().find(|s| s.name == "long").unwrap();
@@ -594,7 +603,7 @@ mod tests {
                 async move {
                     db::query(A_JOB).execute(conn).await?;
                     for b in &batches {
-                        insert_points(conn, "j", 1, b).await?;
+                        insert_points(conn, job(), 1, b).await?;
                     }
                     Ok::<_, StoreError>(())
                 }
@@ -603,7 +612,7 @@ mod tests {
             .await
             .unwrap();
         let mut db = store.read().await.unwrap();
-        let id = series_id(&mut db, "j", "loss").await.unwrap().unwrap();
+        let id = series_id(&mut db, job(), "loss").await.unwrap().unwrap();
         let points = all_points(&mut db, id).await.unwrap();
         let steps: Vec<i64> = points.iter().map(|p| p.0).collect();
         assert_eq!(steps, [10, 20, 25, 30, 40, 50, 55, 60, 70, 80]);

@@ -46,6 +46,7 @@ pub mod views;
 pub mod webhooks;
 mod writer;
 
+use podq_api::JobId;
 use std::path::Path;
 use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
@@ -76,7 +77,7 @@ pub enum StoreError {
     /// A write of a job's state that `job_state`'s table refuses: nothing was changed.
     #[error("job {job}: {refused}")]
     StateRefused {
-        job: String,
+        job: JobId,
         refused: job_state::Refused,
     },
     #[error("{0}")]

@@ -10,6 +10,7 @@
 //! preemptions cost.
 
 use super::db::{self, Conn};
+use podq_api::{JobId, LeaseId};
 use std::collections::BTreeMap;
 
 use podq_api::{PodTime, TrainerPhases};
@@ -25,7 +26,7 @@ use super::{now_ms, StoreError};
 /// pod time once settled.
 #[derive(sqlx::FromRow)]
 struct ClockRow {
-    job_id: String,
+    job_id: JobId,
     attempt: i64,
     pod: String,
     started_at: i64,
@@ -76,7 +77,7 @@ impl ClockRow {
 
 async fn last_kept_at(
     db: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     attempt: i64,
 ) -> Result<Option<i64>, StoreError> {
     Ok(db::query_scalar(
@@ -94,7 +95,7 @@ async fn of_clock(conn: &mut Conn, clock: &ClockRow, now: i64) -> Result<PodTime
     if let Some(settled) = clock.settled()? {
         return Ok(settled);
     }
-    let kept = last_kept_at(&mut *conn, &clock.job_id, clock.attempt).await?;
+    let kept = last_kept_at(&mut *conn, clock.job_id, clock.attempt).await?;
     Ok(split(&clock.clock(), kept, now))
 }
 
@@ -103,7 +104,7 @@ async fn of_clock(conn: &mut Conn, clock: &ClockRow, now: i64) -> Result<PodTime
 /// before it reported (what it counts after the restart is lost up to the old figure).
 pub async fn record_phases(
     conn: &mut Conn,
-    lease_id: &str,
+    lease_id: LeaseId,
     phases: &TrainerPhases,
 ) -> Result<(), StoreError> {
     let before: Option<Option<String>> =
@@ -130,7 +131,7 @@ pub async fn record_phases(
 
 /// Settles the pod time of the attempt `lease_id`, which has just ended, in the transaction
 /// that ends it, and adds it to the running sums.
-pub async fn settle_attempt(conn: &mut Conn, lease_id: &str) -> Result<(), StoreError> {
+pub async fn settle_attempt(conn: &mut Conn, lease_id: LeaseId) -> Result<(), StoreError> {
     let clock: ClockRow = db::query_as(sqlx::AssertSqlSafe(format!(
         "{ATTEMPT_CLOCK} WHERE a.lease_id = ?"
     )))
@@ -140,7 +141,7 @@ pub async fn settle_attempt(conn: &mut Conn, lease_id: &str) -> Result<(), Store
     if clock.pod_time_json.is_some() {
         return Ok(());
     }
-    let kept = last_kept_at(&mut *conn, &clock.job_id, clock.attempt).await?;
+    let kept = last_kept_at(&mut *conn, clock.job_id, clock.attempt).await?;
     let time = split(&clock.clock(), kept, now_ms());
     db::query("UPDATE attempts SET pod_time_json = ? WHERE lease_id = ?")
         .bind(to_json(&time)?)
@@ -162,12 +163,12 @@ pub async fn settle_attempt(conn: &mut Conn, lease_id: &str) -> Result<(), Store
 /// Settles attempts that ended before pod time was kept (databases from before migration
 /// 0008). A no-op once done.
 pub async fn settle_unsettled(conn: &mut Conn) -> Result<u64, StoreError> {
-    let leases: Vec<String> = db::query_scalar(
+    let leases: Vec<LeaseId> = db::query_scalar(
         "SELECT lease_id FROM attempts WHERE ended_at IS NOT NULL AND pod_time_json IS NULL",
     )
     .fetch_all(conn)
     .await?;
-    for lease in &leases {
+    for &lease in &leases {
         settle_attempt(conn, lease).await?;
     }
     Ok(leases.len() as u64)
@@ -306,7 +307,7 @@ async fn charge_recovery(
 }
 
 /// The pod time of each attempt of the run `job_id`, by attempt number.
-pub async fn of_run(conn: &mut Conn, job_id: &str) -> Result<BTreeMap<i64, PodTime>, StoreError> {
+pub async fn of_run(conn: &mut Conn, job_id: JobId) -> Result<BTreeMap<i64, PodTime>, StoreError> {
     let clocks: Vec<ClockRow> = db::query_as(sqlx::AssertSqlSafe(format!(
         "{ATTEMPT_CLOCK} WHERE a.job_id = ? ORDER BY a.attempt"
     )))
@@ -387,7 +388,7 @@ pub async fn interruption_history(
 }
 
 /// The save cost the run's trainer reported: its total blocking save time over its saves.
-pub async fn reported_save_cost(db: &mut Conn, job_id: &str) -> Result<Option<f64>, StoreError> {
+pub async fn reported_save_cost(db: &mut Conn, job_id: JobId) -> Result<Option<f64>, StoreError> {
     let reports: Vec<Option<String>> =
         db::query_scalar("SELECT trainer_phases_json FROM attempts WHERE job_id = ?")
             .bind(job_id)

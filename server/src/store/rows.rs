@@ -4,6 +4,7 @@
 use std::str::FromStr;
 
 use podq_api as api;
+use podq_api::{JobId, LeaseId};
 use uuid::Uuid;
 
 use super::{ms_to_datetime, StoreError};
@@ -17,7 +18,7 @@ pub const JOB_COLUMNS: &str = "id, seq, experiment, group_name, state, priority,
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct JobRow {
-    pub id: String,
+    pub id: JobId,
     /// Submission order; the cursor of keyset pages.
     pub seq: i64,
     pub experiment: String,
@@ -36,11 +37,11 @@ pub struct JobRow {
     pub failures: i64,
     pub max_failures: i64,
     pub preemptions: i64,
-    pub same_as: Option<String>,
+    pub same_as: Option<JobId>,
     pub not_before: Option<i64>,
     pub message: Option<String>,
     /// The job whose attempts, metrics and checkpoints this job shows (itself unless linked).
-    pub run_id: String,
+    pub run_id: JobId,
     pub est_hours: f64,
     pub accelerator: String,
     pub submitted_by: Option<String>,
@@ -61,7 +62,7 @@ pub fn parse_uuid(text: &str) -> Result<Uuid, StoreError> {
 impl JobRow {
     pub fn into_api(self) -> Result<api::Job, StoreError> {
         Ok(api::Job {
-            id: parse_uuid(&self.id)?,
+            id: self.id,
             state: self.state,
             experiment: self.experiment,
             group: self.group_name,
@@ -77,7 +78,7 @@ impl JobRow {
             failures: self.failures,
             max_failures: self.max_failures,
             preemptions: self.preemptions,
-            same_as: self.same_as.as_deref().map(parse_uuid).transpose()?,
+            same_as: self.same_as,
             not_before: self.not_before.map(ms_to_datetime),
             message: self.message,
             accelerator: self.accelerator,
@@ -105,7 +106,7 @@ impl JobRow {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct AttemptRow {
     pub attempt: i64,
-    pub lease_id: String,
+    pub lease_id: LeaseId,
     pub pod: String,
     pub resume_from: Option<String>,
     pub started_at: i64,
@@ -124,7 +125,7 @@ impl AttemptRow {
     pub fn into_api(self, pod_time: api::PodTime) -> Result<api::Attempt, StoreError> {
         Ok(api::Attempt {
             attempt: self.attempt,
-            lease_id: parse_uuid(&self.lease_id)?,
+            lease_id: self.lease_id,
             pod: self.pod,
             started_at: ms_to_datetime(self.started_at),
             running_at: self.running_at.map(ms_to_datetime),
@@ -178,7 +179,7 @@ impl From<CheckpointRow> for api::Checkpoint {
 pub struct EventRow {
     pub id: i64,
     pub at: i64,
-    pub job_id: Option<String>,
+    pub job_id: Option<JobId>,
     pub pod: Option<String>,
     pub kind: String,
     pub message: String,
@@ -190,7 +191,7 @@ impl EventRow {
         Ok(api::Event {
             id: self.id,
             at: ms_to_datetime(self.at),
-            job_id: self.job_id.as_deref().map(parse_uuid).transpose()?,
+            job_id: self.job_id,
             pod: self.pod,
             kind: self.kind,
             message: self.message,

@@ -5,6 +5,7 @@
 use super::db::{self, Builder, Conn};
 use super::metrics;
 use super::{now_ms, StoreError};
+use podq_api::JobId;
 
 /// The job as the judge needs it, read by the fence of its metrics batch
 /// (`leases::fence_many`).
@@ -25,7 +26,7 @@ pub struct Judged {
 /// counted: the jobs of a merged write at once.
 pub async fn set_diverged_reports(
     conn: &mut Conn,
-    counts: &[(&str, i64, Option<i64>)],
+    counts: &[(JobId, i64, Option<i64>)],
 ) -> Result<(), StoreError> {
     // Three parameters a job: well under either store's limit per statement.
     for part in counts.chunks(8000) {
@@ -55,7 +56,7 @@ pub struct Fired<'a> {
 
 pub async fn record_fired(
     conn: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     fired: &Fired<'_>,
 ) -> Result<(), StoreError> {
     let now = now_ms();
@@ -77,7 +78,7 @@ pub async fn record_fired(
 }
 
 /// What stopping saved: the pod-hours the run would still have taken.
-pub async fn record_saved(conn: &mut Conn, job_id: &str, hours: f64) -> Result<(), StoreError> {
+pub async fn record_saved(conn: &mut Conn, job_id: JobId, hours: f64) -> Result<(), StoreError> {
     db::query("UPDATE jobs SET stop_saved_hours = ? WHERE id = ?")
         .bind(hours)
         .bind(job_id)
@@ -87,7 +88,7 @@ pub async fn record_saved(conn: &mut Conn, job_id: &str, hours: f64) -> Result<(
 }
 
 /// `requeue --ignore-stop-rules`; any requeue forgets the old verdict and the guard's count.
-pub async fn reset(conn: &mut Conn, job_id: &str, ignore_rules: bool) -> Result<(), StoreError> {
+pub async fn reset(conn: &mut Conn, job_id: JobId, ignore_rules: bool) -> Result<(), StoreError> {
     db::query(
         "UPDATE jobs SET stop_rule = NULL, stop_metric = NULL, stop_step = NULL, stop_value = NULL, \
          stop_at = NULL, stop_saved_hours = NULL, diverged_reports = 0, diverged_step = NULL, \
@@ -103,7 +104,7 @@ pub async fn reset(conn: &mut Conn, job_id: &str, ignore_rules: bool) -> Result<
 /// The first value of `metric` reported at or after `step`.
 pub async fn first_at_or_after(
     conn: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     metric: &str,
     step: i64,
 ) -> Result<Option<(i64, Option<f64>)>, StoreError> {
@@ -122,7 +123,7 @@ pub async fn first_at_or_after(
 /// The newest `n` values of `metric`, newest first.
 pub async fn newest(
     conn: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     metric: &str,
     n: i64,
 ) -> Result<Vec<(i64, Option<f64>)>, StoreError> {
@@ -144,7 +145,7 @@ pub async fn newest(
 /// values are no one's best.
 pub async fn best_before(
     conn: &mut Conn,
-    job_id: &str,
+    job_id: JobId,
     metric: &str,
     step: i64,
     lower_is_better: bool,

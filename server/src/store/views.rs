@@ -4,12 +4,12 @@
 use super::backend::{active_run_select, dialect};
 use super::db::{self, Conn};
 use super::StoreError;
-use podq_api::JobState;
+use podq_api::{JobId, JobState};
 
 /// A run that is on a pod or waiting for one, with its current attempt's progress.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ActiveRun {
-    pub id: String,
+    pub id: JobId,
     pub experiment: String,
     pub group_name: String,
     #[sqlx(try_from = "String")]
@@ -51,7 +51,7 @@ pub async fn fresh_queue(db: &mut Conn) -> Result<(i64, f64), StoreError> {
 /// A job as the grant plan needs it, with its latest attempt that reported steps.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct PlanJob {
-    pub id: String,
+    pub id: JobId,
     pub seq: i64,
     pub experiment: String,
     pub group_name: String,
@@ -60,7 +60,7 @@ pub struct PlanJob {
     pub priority: i64,
     pub class_rank: i64,
     pub queue_head: i64,
-    pub same_as: Option<String>,
+    pub same_as: Option<JobId>,
     pub est_hours: f64,
     pub last_step: Option<i64>,
     pub total_steps: Option<i64>,
@@ -89,7 +89,7 @@ pub async fn newest_job_of(db: &mut Conn, experiment: &str) -> Result<Option<Pla
     .await?)
 }
 
-pub async fn plan_job(db: &mut Conn, id: &str) -> Result<Option<PlanJob>, StoreError> {
+pub async fn plan_job(db: &mut Conn, id: JobId) -> Result<Option<PlanJob>, StoreError> {
     Ok(
         db::query_as(sqlx::AssertSqlSafe(format!("{PLAN_JOB} WHERE j.id = ?")))
             .bind(id)
@@ -101,7 +101,7 @@ pub async fn plan_job(db: &mut Conn, id: &str) -> Result<Option<PlanJob>, StoreE
 /// A run's attempts, preemptions and message.
 pub async fn attempt_counts(
     db: &mut Conn,
-    id: &str,
+    id: JobId,
 ) -> Result<(i64, i64, Option<String>), StoreError> {
     Ok(
         db::query_as("SELECT attempts, preemptions, message FROM jobs WHERE id = ?")

@@ -3,6 +3,7 @@
 use super::db::{self, Conn};
 use super::rows::EventRow;
 use super::{now_ms, StoreError};
+use podq_api::JobId;
 
 /// Makes the table match the configured receivers: adds new ones, updates their format and
 /// kinds, disables those no longer configured (their history stays). Answers each url's id.
@@ -49,7 +50,7 @@ pub async fn head(db: &mut Conn, webhook: i64) -> Result<Option<Pending>, StoreE
         i64,
         i64,
         i64,
-        Option<String>,
+        Option<JobId>,
         Option<String>,
         String,
         String,

@@ -153,7 +153,12 @@ impl Acting {
 
     /// Whether this caller may `verb` a job submitted by `owner`: an admin may act on any
     /// job, a submitter on their own. The refusal names the owner.
-    pub fn may_act_on(&self, job: &str, owner: Option<&str>, verb: &str) -> Result<(), String> {
+    pub fn may_act_on(
+        &self,
+        job: impl std::fmt::Display,
+        owner: Option<&str>,
+        verb: &str,
+    ) -> Result<(), String> {
         if self.caller.role.covers(Role::Admin) || owner == Some(self.caller.name.as_str()) {
             return Ok(());
         }

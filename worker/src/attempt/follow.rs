@@ -3,12 +3,12 @@
 //! to the watch, and keeps what else the attempt needs of it: the heartbeat's step and live
 //! hosts, the phase clock, new agents where one went silent. The decisions are the watch's.
 
+use podq_api::LeaseId;
 use std::time::Instant;
 
 use podq_api::TrainerPhases;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::lines::Progress;
 use super::outcome::Stop;
@@ -26,7 +26,7 @@ fn now() -> Instant {
 
 /// A running attempt, as its loop follows it.
 pub(super) struct Follow {
-    lease_id: Uuid,
+    lease_id: LeaseId,
     watch: Watch,
     phases: PhaseClock,
     progress: mpsc::UnboundedReceiver<Progress>,
@@ -45,7 +45,7 @@ pub(super) struct Seen {
 impl Follow {
     pub fn new(
         ctx: &Context<'_>,
-        lease_id: Uuid,
+        lease_id: LeaseId,
         reattached: bool,
         resume_step: Option<i64>,
         progress: mpsc::UnboundedReceiver<Progress>,
@@ -188,7 +188,7 @@ async fn poll_facts(ctx: &Context<'_>, hosts: &Hosts) -> (Fact, Vec<u32>) {
 /// tried again at the next poll.
 async fn tend_silent_agents(
     ctx: &Context<'_>,
-    lease_id: Uuid,
+    lease_id: LeaseId,
     hosts: &Hosts,
     start: Option<&AgentStart>,
     silent: &[u32],

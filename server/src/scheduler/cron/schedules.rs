@@ -140,7 +140,7 @@ impl Scheduler {
                         insert_event(
                             conn,
                             &actor,
-                            Some(&job_id.to_string()),
+                            Some(job_id),
                             None,
                             "scheduled",
                             &format!("submitted by schedule {id}"),

@@ -2,7 +2,7 @@
 //! lease is looked up, whatever spelling of the lease id the request's path used. A token
 //! limited to some pods (`podq users add --role worker --pods ...`) acts for those alone.
 
-use uuid::Uuid;
+use podq_api::LeaseId;
 
 use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
 use crate::store::events::Actor;
@@ -14,7 +14,7 @@ impl Scheduler {
     /// pod's.
     pub(in crate::scheduler) fn held_lease(
         &self,
-        lease_id: Uuid,
+        lease_id: LeaseId,
         acting: &Acting,
     ) -> Result<(LiveLease, Actor)> {
         let live = self.live_lease(lease_id)?;

@@ -107,7 +107,7 @@ impl Scheduler {
         );
         let until = now + i64::try_from(RESERVATION.as_millis()).unwrap_or(i64::MAX / 2);
         let write_why = why.clone();
-        let lease = victim.lease_id.clone();
+        let lease = victim.lease_id;
         let done = self
             .store
             .write(move |conn| {
@@ -116,7 +116,6 @@ impl Scheduler {
             })
             .await?;
         if done {
-            let lease = crate::store::parse_uuid(&lease)?;
             self.live.flag_stop(lease, why.clone());
             tracing::info!(%lease, "{why}");
         }
@@ -127,16 +126,17 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use podq_api::{JobId, LeaseId};
 
     const MIN: i64 = 60_000;
     const NOW: i64 = 1_000 * MIN;
 
     fn running(id: &str, class: &str, ran_min: i64, saved_min_ago: Option<i64>) -> Running {
         Running {
-            id: id.into(),
+            id: JobId::new_random(),
             experiment: id.into(),
             priority_class: class.into(),
-            lease_id: format!("lease-{id}"),
+            lease_id: LeaseId::new_random(),
             pod: format!("pod-{id}"),
             started_at: NOW - ran_min * MIN,
             running_at: Some(NOW - ran_min * MIN),
@@ -148,7 +148,7 @@ mod tests {
     fn pick(evictor: &str, jobs: &[Running], guards: &Guards) -> Option<String> {
         let classes = PriorityClasses::default();
         let evictor = classes.get(evictor).unwrap().1.clone();
-        choose(&evictor, &classes, guards, jobs, NOW).map(|j| j.id.clone())
+        choose(&evictor, &classes, guards, jobs, NOW).map(|j| j.experiment.clone())
     }
 
     const DEFAULTS: Guards = Guards { min_runtime: None };

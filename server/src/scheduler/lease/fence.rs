@@ -4,7 +4,7 @@
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use uuid::Uuid;
+use podq_api::{JobId, LeaseId};
 
 use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
 use crate::store::leases::{self as sql};
@@ -12,14 +12,14 @@ use crate::store::Conn;
 
 /// The job and attempt a lease holds, as its fence found them inside the write.
 pub(in crate::scheduler) struct Fenced {
-    pub job_id: String,
+    pub job_id: JobId,
     pub attempt: i64,
 }
 
 impl Scheduler {
     /// The live lease `lease_id`, or `LeaseLost`: the cheap check in memory every worker
     /// call makes before it touches the store.
-    pub(in crate::scheduler) fn live_lease(&self, lease_id: Uuid) -> Result<LiveLease> {
+    pub(in crate::scheduler) fn live_lease(&self, lease_id: LeaseId) -> Result<LiveLease> {
         self.live
             .get(lease_id)
             .ok_or(SchedulerError::LeaseLost(lease_id))
@@ -28,7 +28,11 @@ impl Scheduler {
     /// A write on behalf of the worker holding `lease_id`, in one transaction with its
     /// fence: unless the lease is still its job's live one in the database, nothing is
     /// written and the caller gets `LeaseLost`.
-    pub(in crate::scheduler) async fn write_fenced<T, F>(&self, lease_id: Uuid, op: F) -> Result<T>
+    pub(in crate::scheduler) async fn write_fenced<T, F>(
+        &self,
+        lease_id: LeaseId,
+        op: F,
+    ) -> Result<T>
     where
         T: Send + 'static,
         F: for<'c> FnOnce(&'c mut Conn, Fenced) -> BoxFuture<'c, Result<T>> + Send + 'static,

@@ -3,7 +3,7 @@
 
 use futures::FutureExt;
 use podq_api::{AttemptOutcome, FinishRequest, FinishResponse, JobState};
-use uuid::Uuid;
+use podq_api::{JobId, LeaseId};
 
 use super::authority::worker_for;
 use super::policy::{self, AttemptProgress, JobBudget, StopRequest};
@@ -21,7 +21,7 @@ impl Scheduler {
     /// applied answers the same and changes nothing.
     pub async fn finish(
         &self,
-        lease_id: Uuid,
+        lease_id: LeaseId,
         req: FinishRequest,
         acting: &Acting,
     ) -> Result<FinishResponse> {
@@ -46,7 +46,7 @@ impl Scheduler {
     /// must be allowed the lease's pod), or ended by podq or a person (`Caused::By`).
     pub(in crate::scheduler) async fn end_lease(
         &self,
-        lease_id: Uuid,
+        lease_id: LeaseId,
         req: FinishRequest,
         caused: Caused,
     ) -> Result<FinishResponse> {
@@ -144,7 +144,7 @@ impl Scheduler {
                     sql::end_attempt(
                         conn,
                         lease_id,
-                        &holder.id,
+                        holder.id,
                         &AttemptEnd {
                             outcome: req.outcome.as_str(),
                             start_step: req.start_step,
@@ -168,18 +168,18 @@ impl Scheduler {
                         },
                     )
                     .await?;
-                    let job = Some(holder.id.as_str());
+                    let job = Some(holder.id);
                     insert_event(conn, &actor, job, pod, req.outcome.as_str(), &summary).await?;
                     if requested != Some(StopRequest::Ruled)
                         && holder.stop_request.as_deref() == Some(StopRequest::Ruled.as_str())
                     {
                         // The run finished, or a person cancelled it, before the rule's stop
                         // ended it: the verdict did not stand.
-                        stop_rules::reset(conn, &holder.id, false).await?;
+                        stop_rules::reset(conn, holder.id, false).await?;
                     }
                     if decision.state == JobState::Stopped {
-                        let saved = stopped_early_saves(conn, &holder.id).await?;
-                        stop_rules::record_saved(conn, &holder.id, saved).await?;
+                        let saved = stopped_early_saves(conn, holder.id).await?;
+                        stop_rules::record_saved(conn, holder.id, saved).await?;
                         let why = holder.stop_message.as_deref().unwrap_or("stopped by a rule");
                         let message = format!("{why}; saved about {saved:.1} pod-hours");
                         insert_event(conn, &Actor::podq(), job, pod, "stopped", &message).await?;
@@ -189,7 +189,7 @@ impl Scheduler {
                             insert_event(
                                 conn,
                                 &Actor::podq(),
-                                Some(&holder.id),
+                                Some(holder.id),
                                 None,
                                 decision.state.as_str(),
                                 message,
@@ -257,7 +257,7 @@ fn tail(log: &str) -> &str {
 /// before; anything else is a worker that lost its lease.
 async fn already_finished(
     conn: &mut crate::store::Conn,
-    lease_id: Uuid,
+    lease_id: LeaseId,
     outcome: AttemptOutcome,
     caused: &Caused,
 ) -> Result<FinishResponse> {
@@ -287,7 +287,7 @@ pub(in crate::scheduler) enum Caused {
 
 /// The pod-hours a run a rule stopped would still have taken: the plan's time to go for it
 /// as it stood when it stopped (at its measured rate when there is one).
-async fn stopped_early_saves(conn: &mut Conn, job_id: &str) -> Result<f64> {
+async fn stopped_early_saves(conn: &mut Conn, job_id: JobId) -> Result<f64> {
     let job = crate::store::views::plan_job(conn, job_id).await?;
     Ok(job.map_or(0.0, |job| forecast::time_to_go(&job, now_ms()).1))
 }

@@ -1,9 +1,9 @@
 //! A lease's heartbeat: extended in memory, answered with whether to stop.
 
+use podq_api::LeaseId;
 use std::time::Instant;
 
 use podq_api::{HeartbeatRequest, HeartbeatResponse, LeasePhase};
-use uuid::Uuid;
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};
 use crate::team::Acting;
@@ -12,7 +12,7 @@ impl Scheduler {
     /// Extends the lease; answers whether to stop. Memory only: see `live.rs`.
     pub fn heartbeat(
         &self,
-        lease_id: Uuid,
+        lease_id: LeaseId,
         req: HeartbeatRequest,
         acting: &Acting,
     ) -> Result<HeartbeatResponse> {

@@ -4,6 +4,7 @@
 //! (`store/stop_rules.rs`). A verdict asks the worker to stop with the full grace, so the
 //! trainer saves; the retry policy then makes the job `stopped` (policy.rs).
 
+use podq_api::JobId;
 use podq_api::{lower_is_better, MetricStep, MetricsBatch};
 
 use crate::catalog::stop_rules::{DivergenceGuard, StopRule, Test};
@@ -49,7 +50,7 @@ pub struct Judgement {
 pub async fn judge(
     conn: &mut Conn,
     catalog: &Catalog,
-    job_id: &str,
+    job_id: JobId,
     job: &facts::Judged,
     batch: &MetricsBatch,
 ) -> Result<Judgement, StoreError> {
@@ -82,7 +83,7 @@ pub async fn judge(
 async fn judge_rules(
     conn: &mut Conn,
     catalog: &Catalog,
-    job_id: &str,
+    job_id: JobId,
     job: &facts::Judged,
     batch: &MetricsBatch,
 ) -> Result<Option<Verdict>, StoreError> {

@@ -1,11 +1,11 @@
 //! Handing whole-pod jobs to workers (docs/architecture.md §3.2): a worker's wait for a
 //! lease, the claim, and what a pod's worker says of its pod.
 
+use podq_api::LeaseId;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use podq_api::{Lease, LeaseRequest, PodReport};
-use uuid::Uuid;
 
 use super::authority::worker_for;
 use super::finish::{lost, Caused};
@@ -13,7 +13,7 @@ use super::progress::checked_event;
 use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
 use crate::store::events::{insert_event, Actor};
 use crate::store::leases::{self as sql};
-use crate::store::{parse_uuid, pods, StoreError};
+use crate::store::{pods, StoreError};
 use crate::team::Acting;
 
 const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -88,7 +88,7 @@ impl Scheduler {
     }
 
     async fn claim(&self, pod: &str, req: &LeaseRequest, worker: &Actor) -> Result<Option<Lease>> {
-        let lease_id = Uuid::new_v4();
+        let lease_id = LeaseId::new_random();
         let (pod_name, accelerator) = (pod.to_owned(), req.pod.accelerator.clone());
         let worker = worker.clone();
         let claimed = self
@@ -107,7 +107,7 @@ impl Scheduler {
         self.live.insert(
             lease_id,
             LiveLease {
-                job_id: claimed.id.clone(),
+                job_id: claimed.id,
                 pod: pod.to_owned(),
                 attempt: claimed.attempts,
                 expires_at: Instant::now() + self.live.ttl,
@@ -120,7 +120,7 @@ impl Scheduler {
         );
         // A failed read loses the advice, never the lease.
         let checkpoint_interval_steps = self
-            .interval_for_attempt(&claimed.id, &claimed.experiment)
+            .interval_for_attempt(claimed.id, &claimed.experiment)
             .await
             .unwrap_or_else(|e| {
                 tracing::warn!(job = %claimed.id, error = %e, "no checkpoint interval for this attempt");
@@ -128,7 +128,7 @@ impl Scheduler {
             });
         let lease = Lease {
             lease_id,
-            job_id: parse_uuid(&claimed.id)?,
+            job_id: claimed.id,
             attempt: claimed.attempts,
             config: serde_json::from_str(&claimed.config_json).map_err(|e| {
                 StoreError::Corrupt(format!("the config of job {}: {e}", claimed.id))

@@ -2,8 +2,8 @@
 //! the newest URL winning, across attempts; a new or changed URL goes on the job's timeline.
 
 use futures::FutureExt;
+use podq_api::LeaseId;
 use podq_api::{LinksBatch, MAX_LINKS_PER_JOB};
-use uuid::Uuid;
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};
 use crate::store::events::insert_event;
@@ -15,7 +15,7 @@ impl Scheduler {
     /// `MAX_LINKS_PER_JOB`, refuses the whole batch and stores nothing of it.
     pub async fn record_links(
         &self,
-        lease_id: Uuid,
+        lease_id: LeaseId,
         batch: LinksBatch,
         acting: &Acting,
     ) -> Result<()> {
@@ -26,7 +26,7 @@ impl Scheduler {
         }
         self.write_fenced(lease_id, move |conn, fenced| {
             async move {
-                let job = fenced.job_id.as_str();
+                let job = fenced.job_id;
                 let mut known = links::of_job(conn, job).await?;
                 for link in &batch.links {
                     let count = known.len();

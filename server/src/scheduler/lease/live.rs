@@ -7,20 +7,20 @@
 //! alive keeps its job and a dead one is reaped one TTL later. Likewise a pod's "last seen"
 //! is written only when its description changes, so waiting workers cost no writes.
 
+use podq_api::{JobId, LeaseId};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use podq_api::PodDescription;
-use uuid::Uuid;
 
 use crate::store::leases::LiveRow;
-use crate::store::{parse_uuid, StoreError};
+use crate::store::StoreError;
 
 #[derive(Debug, Clone)]
 pub struct LiveLease {
-    pub job_id: String,
+    pub job_id: JobId,
     pub pod: String,
     pub attempt: i64,
     pub expires_at: Instant,
@@ -37,7 +37,7 @@ pub struct LiveLease {
 /// The leases workers hold right now, with their expiry.
 pub struct LiveLeases {
     pub ttl: Duration,
-    leases: Mutex<HashMap<Uuid, LiveLease>>,
+    leases: Mutex<HashMap<LeaseId, LiveLease>>,
     pods: Mutex<HashMap<String, PodSeen>>,
 }
 
@@ -55,7 +55,7 @@ impl LiveLeases {
             .map(|row| {
                 let running = row.state == podq_api::JobState::Running;
                 Ok((
-                    parse_uuid(&row.lease_id)?,
+                    row.lease_id,
                     LiveLease {
                         job_id: row.id,
                         pod: row.pod,
@@ -87,39 +87,39 @@ impl LiveLeases {
         Ok(())
     }
 
-    pub(in crate::scheduler) fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, LiveLease>> {
+    pub(in crate::scheduler) fn lock(&self) -> MutexGuard<'_, HashMap<LeaseId, LiveLease>> {
         self.leases.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn get(&self, lease: Uuid) -> Option<LiveLease> {
+    pub fn get(&self, lease: LeaseId) -> Option<LiveLease> {
         self.lock().get(&lease).cloned()
     }
 
-    pub fn all(&self) -> Vec<(Uuid, LiveLease)> {
+    pub fn all(&self) -> Vec<(LeaseId, LiveLease)> {
         self.lock().iter().map(|(k, v)| (*k, v.clone())).collect()
     }
 
-    pub(in crate::scheduler) fn insert(&self, lease: Uuid, live: LiveLease) {
+    pub(in crate::scheduler) fn insert(&self, lease: LeaseId, live: LiveLease) {
         self.lock().insert(lease, live);
     }
 
-    pub(in crate::scheduler) fn remove(&self, lease: Uuid) {
+    pub(in crate::scheduler) fn remove(&self, lease: LeaseId) {
         self.lock().remove(&lease);
     }
 
-    pub(in crate::scheduler) fn flag_cancel(&self, lease: Uuid) {
+    pub(in crate::scheduler) fn flag_cancel(&self, lease: LeaseId) {
         if let Some(live) = self.lock().get_mut(&lease) {
             live.cancel = true;
         }
     }
 
-    pub(in crate::scheduler) fn flag_stop(&self, lease: Uuid, why: String) {
+    pub(in crate::scheduler) fn flag_stop(&self, lease: LeaseId, why: String) {
         if let Some(live) = self.lock().get_mut(&lease) {
             live.stop = Some(why);
         }
     }
 
-    pub(in crate::scheduler) fn of_pod(&self, pod: &str) -> Vec<Uuid> {
+    pub(in crate::scheduler) fn of_pod(&self, pod: &str) -> Vec<LeaseId> {
         self.lock()
             .iter()
             .filter(|(_, l)| l.pod == pod)
@@ -127,7 +127,7 @@ impl LiveLeases {
             .collect()
     }
 
-    pub(in crate::scheduler) fn expired(&self, now: Instant) -> Vec<Uuid> {
+    pub(in crate::scheduler) fn expired(&self, now: Instant) -> Vec<LeaseId> {
         self.lock()
             .iter()
             .filter(|(_, l)| l.expires_at <= now)
@@ -136,7 +136,7 @@ impl LiveLeases {
     }
 
     /// Notes that `lease` reached `step`.
-    pub(in crate::scheduler) fn advance(&self, lease: Uuid, step: i64) {
+    pub(in crate::scheduler) fn advance(&self, lease: LeaseId, step: i64) {
         if let Some(live) = self.lock().get_mut(&lease) {
             live.step = Some(live.step.map_or(step, |s| s.max(step)));
         }

@@ -1,7 +1,7 @@
 //! The hosts' log lines, as the worker holding a lease sends them.
 
+use podq_api::LeaseId;
 use podq_api::LogBatch;
-use uuid::Uuid;
 
 use super::reports::LogReport;
 use crate::scheduler::{Result, Scheduler};
@@ -11,7 +11,7 @@ impl Scheduler {
     /// Stores a batch of log lines of the lease's attempt; answers how many were new.
     pub async fn record_logs(
         &self,
-        lease_id: Uuid,
+        lease_id: LeaseId,
         mut batch: LogBatch,
         acting: &Acting,
     ) -> Result<u64> {

@@ -2,14 +2,14 @@
 //! the checkpoints it found, and the events it saw.
 
 use futures::FutureExt;
+use podq_api::LeaseId;
 use podq_api::{
     CheckpointsBatch, MetricsAck, MetricsBatch, WorkerEvent, WorkerEvents, WORKER_EVENT_KINDS,
 };
-use uuid::Uuid;
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};
+use crate::store::checkpoints;
 use crate::store::events::insert_event;
-use crate::store::{checkpoints, parse_uuid};
 use crate::team::Acting;
 
 impl Scheduler {
@@ -18,7 +18,7 @@ impl Scheduler {
     /// next heartbeat's. Answers how many values were accepted.
     pub async fn record_metrics(
         &self,
-        lease_id: Uuid,
+        lease_id: LeaseId,
         batch: MetricsBatch,
         acting: &Acting,
     ) -> Result<MetricsAck> {
@@ -48,7 +48,7 @@ impl Scheduler {
             if let Some(live) = self.live.get(lease_id) {
                 // No subscriber is not an error: nobody is watching.
                 let _ = self.progress.send(crate::scheduler::Progress {
-                    job_id: parse_uuid(&live.job_id)?,
+                    job_id: live.job_id,
                     step,
                 });
             }
@@ -65,7 +65,7 @@ impl Scheduler {
     /// checkpoint becomes where the next attempt resumes.
     pub async fn record_checkpoints(
         &self,
-        lease_id: Uuid,
+        lease_id: LeaseId,
         batch: CheckpointsBatch,
         acting: &Acting,
     ) -> Result<()> {
@@ -73,7 +73,8 @@ impl Scheduler {
         self.write_fenced(lease_id, move |conn, fenced| {
             async move {
                 let job = &fenced.job_id;
-                checkpoints::record(conn, &worker, job, fenced.attempt, &batch.checkpoints).await?;
+                checkpoints::record(conn, &worker, *job, fenced.attempt, &batch.checkpoints)
+                    .await?;
                 Ok(())
             }
             .boxed()
@@ -84,7 +85,7 @@ impl Scheduler {
     /// Things the worker saw, onto the job's timeline.
     pub async fn record_worker_events(
         &self,
-        lease_id: Uuid,
+        lease_id: LeaseId,
         events: WorkerEvents,
         acting: &Acting,
     ) -> Result<()> {
@@ -97,7 +98,7 @@ impl Scheduler {
             .collect::<Result<_>>()?;
         self.write_fenced(lease_id, move |conn, fenced| {
             async move {
-                let job = Some(fenced.job_id.as_str());
+                let job = Some(fenced.job_id);
                 for event in &events {
                     insert_event(conn, &worker, job, Some(&pod), &event.kind, &event.message)
                         .await?;

@@ -3,12 +3,12 @@
 //! evictions (`evict.rs`). A tick that finds
 //! nothing to do touches no table.
 
+use podq_api::LeaseId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::finish::{lost, Caused};
 use crate::scheduler::{LiveLease, Result, Scheduler, SchedulerError};
@@ -24,7 +24,7 @@ pub struct Reaped {
     /// Attempts newly recorded as running.
     pub running: usize,
     /// Leases ended as `lost`.
-    pub lost: Vec<Uuid>,
+    pub lost: Vec<LeaseId>,
 }
 
 impl Scheduler {
@@ -80,7 +80,7 @@ impl Scheduler {
     /// in one write. A heartbeat only notes the start in memory: heartbeats are the most
     /// frequent call, and `running` showing up a quarter second later costs nothing.
     async fn persist_running(&self) -> Result<usize> {
-        let started: Vec<(Uuid, LiveLease)> = self
+        let started: Vec<(LeaseId, LiveLease)> = self
             .live
             .all()
             .into_iter()
@@ -96,7 +96,7 @@ impl Scheduler {
                 async move {
                     let mut recorded = 0;
                     for (lease_id, live) in &rows {
-                        if sql::mark_running(conn, *lease_id, &live.job_id, &live.pod, live.attempt)
+                        if sql::mark_running(conn, *lease_id, live.job_id, &live.pod, live.attempt)
                             .await?
                         {
                             recorded += 1;

@@ -2,12 +2,12 @@
 //! report is fenced, stored and judged as it was alone, with a handful of statements for
 //! all of them.
 
+use podq_api::LeaseId;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::FutureExt;
 use podq_api::{HostLogLine, MetricsBatch};
-use uuid::Uuid;
 
 use super::judge;
 use super::merge::{Merger, StoreMany};
@@ -19,7 +19,7 @@ use crate::store::{logs, metrics, pod_time, stop_rules, Conn};
 
 /// A metrics batch from the worker holding `lease_id` on `pod`.
 pub(in crate::scheduler) struct MetricsReport {
-    pub lease_id: Uuid,
+    pub lease_id: LeaseId,
     pub pod: String,
     pub batch: MetricsBatch,
 }
@@ -29,7 +29,7 @@ pub(in crate::scheduler) type MetricsMerger = Merger<MetricsReport, Option<Strin
 
 /// Log lines from the worker holding `lease_id`.
 pub(in crate::scheduler) struct LogReport {
-    pub lease_id: Uuid,
+    pub lease_id: LeaseId,
     pub lines: Vec<HostLogLine>,
 }
 
@@ -52,9 +52,9 @@ pub(in crate::scheduler) fn log_merger(cap: i64) -> Arc<LogMerger> {
 
 /// The reports' indexes in rounds: a lease's k-th report goes in round k, so a round holds
 /// each lease (and job) once, and a lease's reports are stored in the order they came.
-fn rounds(leases: impl Iterator<Item = Uuid>) -> Vec<Vec<usize>> {
+fn rounds(leases: impl Iterator<Item = LeaseId>) -> Vec<Vec<usize>> {
     let mut rounds: Vec<Vec<usize>> = Vec::new();
-    let mut seen: HashMap<Uuid, usize> = HashMap::new();
+    let mut seen: HashMap<LeaseId, usize> = HashMap::new();
     for (index, lease) in leases.enumerate() {
         let round = seen.entry(lease).or_default();
         if rounds.len() <= *round {
@@ -71,10 +71,10 @@ fn rounds(leases: impl Iterator<Item = Uuid>) -> Vec<Vec<usize>> {
 async fn fence<A>(
     conn: &mut Conn,
     round: &[usize],
-    lease_of: impl Fn(usize) -> Uuid,
+    lease_of: impl Fn(usize) -> LeaseId,
     answers: &mut [Option<Result<A>>],
 ) -> Result<Vec<(usize, FencedReport)>> {
-    let leases: Vec<Uuid> = round.iter().map(|&i| lease_of(i)).collect();
+    let leases: Vec<LeaseId> = round.iter().map(|&i| lease_of(i)).collect();
     let mut fenced = fence_many(conn, &leases).await?;
     let mut live = Vec::with_capacity(round.len());
     for &index in round {
@@ -100,7 +100,7 @@ async fn store_metrics(
         let points: Vec<metrics::Report> = live
             .iter()
             .map(|(index, fenced)| metrics::Report {
-                job_id: &fenced.job_id,
+                job_id: fenced.job_id,
                 attempt: fenced.attempt,
                 batch: &reports[*index].batch,
             })
@@ -110,11 +110,11 @@ async fn store_metrics(
         for (index, fenced) in &live {
             let report = &reports[*index];
             if let Some(phases) = &report.batch.phases {
-                pod_time::record_phases(conn, &report.lease_id.to_string(), phases).await?;
+                pod_time::record_phases(conn, report.lease_id, phases).await?;
             }
             let (stop, streak) = judge_report(conn, catalog, report, fenced).await?;
             if let Some(streak) = streak {
-                streaks.push((fenced.job_id.as_str(), streak.reports, streak.step));
+                streaks.push((fenced.job_id, streak.reports, streak.step));
             }
             answers[*index] = Some(Ok(stop));
         }
@@ -138,7 +138,7 @@ async fn judge_report(
 ) -> Result<(Option<String>, Option<judge::Streak>)> {
     let job = &fenced.job_id;
     let judge::Judgement { verdict, streak } =
-        judge::judge(conn, catalog, job, &fenced.judged, &report.batch).await?;
+        judge::judge(conn, catalog, *job, &fenced.judged, &report.batch).await?;
     let Some(verdict) = verdict else {
         return Ok((None, streak));
     };
@@ -150,11 +150,11 @@ async fn judge_report(
         value: verdict.value,
         message: &message,
     };
-    stop_rules::record_fired(conn, job, &fired).await?;
+    stop_rules::record_fired(conn, *job, &fired).await?;
     insert_event(
         conn,
         &Actor::podq(),
-        Some(job),
+        Some(*job),
         Some(&report.pod),
         "stop_rule",
         &message,
@@ -172,7 +172,7 @@ async fn store_logs(conn: &mut Conn, reports: &[LogReport], cap: i64) -> Result<
         let lines: Vec<logs::Report> = live
             .iter()
             .map(|(index, fenced)| logs::Report {
-                job_id: &fenced.job_id,
+                job_id: fenced.job_id,
                 attempt: fenced.attempt,
                 lines: &reports[*index].lines,
             })
@@ -194,7 +194,7 @@ mod tests {
 
     #[test]
     fn a_round_holds_each_lease_once_and_a_leases_reports_keep_their_order() {
-        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let (a, b) = (LeaseId::new_random(), LeaseId::new_random());
         assert_eq!(
             rounds([a, b, a, a, b].into_iter()),
             vec![vec![0, 1], vec![2, 4], vec![3]]

@@ -18,7 +18,8 @@ use super::pod_time::ExpectedWaste;
 use crate::scheduler::{submit, Result, Scheduler};
 use crate::store::events::Actor;
 use crate::store::views::{self, PlanJob};
-use crate::store::{events, goodput, grant, jobs, now_ms, parse_uuid, pods};
+use crate::store::{events, goodput, grant, jobs, now_ms, pods};
+use podq_api::JobId;
 
 /// Runs and groups as the planner sees them, and the experiment each waiting run would be
 /// submitted as.
@@ -69,7 +70,7 @@ impl Scheduler {
         let (plan, order) = self.project(deadline, true).await?;
         // Per run: its job, or the experiments to submit for it (the run's own first, then
         // those that share its config, which submission links to it), and its priority.
-        let steps: Vec<(Option<String>, Vec<crate::catalog::Experiment>, i64)> = order
+        let steps: Vec<(Option<JobId>, Vec<crate::catalog::Experiment>, i64)> = order
             .iter()
             .enumerate()
             .map(|(position, run)| {
@@ -81,7 +82,7 @@ impl Scheduler {
                         .filter_map(|name| self.catalog.experiment(name).cloned())
                         .collect(),
                 };
-                (run.job_id.map(|id| id.to_string()), to_submit, priority)
+                (run.job_id, to_submit, priority)
             })
             .collect();
         let (submitted, reprioritised) = self
@@ -93,15 +94,15 @@ impl Scheduler {
                     for (job, experiments, priority) in steps {
                         match job {
                             Some(id) => {
-                                let Some(row) = jobs::get_job(&mut *conn, &id).await? else {
+                                let Some(row) = jobs::get_job(&mut *conn, id).await? else {
                                     continue;
                                 };
                                 if row.priority != priority {
-                                    jobs::set_priority(conn, &id, priority).await?;
+                                    jobs::set_priority(conn, id, priority).await?;
                                     events::insert_event(
                                         conn,
                                         &by,
-                                        Some(&id),
+                                        Some(id),
                                         None,
                                         "priority",
                                         &format!(
@@ -305,14 +306,14 @@ impl Scheduler {
     async fn gather(&self, now: i64) -> Result<Gathered> {
         let mut db = self.store.read().await?;
         let mut runs: Vec<Run> = Vec::new();
-        let mut run_of_job: HashMap<String, usize> = HashMap::new();
+        let mut run_of_job: HashMap<JobId, usize> = HashMap::new();
         let mut run_of_config: HashMap<String, usize> = HashMap::new();
         let mut group_runs: HashMap<&str, Vec<usize>> = HashMap::new();
         let mut jobs = Vec::with_capacity(self.catalog.experiments.len());
         for e in &self.catalog.experiments {
             jobs.push(match views::newest_job_of(&mut db, &e.name).await? {
                 Some(job) => match &job.same_as {
-                    Some(run) => views::plan_job(&mut db, run).await?,
+                    Some(run) => views::plan_job(&mut db, *run).await?,
                     None => Some(job),
                 },
                 None => None,
@@ -338,7 +339,7 @@ impl Scheduler {
                         let run = run_of(&job, now)?;
                         runs.push(run);
                         let i = runs.len() - 1;
-                        run_of_job.insert(job.id.clone(), i);
+                        run_of_job.insert(job.id, i);
                         if runs[i].phase != Phase::Blocked {
                             run_of_config.entry(job.config_sha256.clone()).or_insert(i);
                         }
@@ -402,7 +403,7 @@ fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
     let (rate, to_go) = forecast::time_to_go(job, now);
     let remaining_hours = if phase == Phase::Done { 0.0 } else { to_go };
     Ok(Run {
-        job_id: Some(parse_uuid(&job.id)?),
+        job_id: Some(job.id),
         experiment: job.experiment.clone(),
         group: job.group_name.clone(),
         state: job.state.into(),

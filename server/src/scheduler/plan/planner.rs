@@ -9,12 +9,12 @@
 //! capacity); above `EXACT_GROUPS` groups a greedy
 //! choice by smallest added cost is used and the plan says so in docs.
 
+use podq_api::JobId;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 use podq_api::{EstimateSource, GroupPlan, PlannedRun, Projection, RunState};
-use uuid::Uuid;
 
 /// Up to this many groups the planner tries every subset.
 pub const EXACT_GROUPS: usize = 16;
@@ -37,7 +37,7 @@ pub type QueueOrder = (i64, Reverse<i64>, Reverse<i64>, i64);
 
 #[derive(Debug, Clone)]
 pub struct Run {
-    pub job_id: Option<Uuid>,
+    pub job_id: Option<JobId>,
     pub experiment: String,
     pub group: String,
     /// As shown: a job state, or `not_submitted`.

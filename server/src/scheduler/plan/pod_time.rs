@@ -3,6 +3,7 @@
 //! the interval an attempt under `checkpoint_interval: auto` is given.
 
 use futures::FutureExt;
+use podq_api::JobId;
 use podq_api::{CheckpointAdvice, Goodput, PodTimeReport};
 
 use super::advice::{self, RunFacts};
@@ -57,7 +58,7 @@ impl Scheduler {
     /// set one under a number of steps, none when the trainer keeps its own.
     pub(in crate::scheduler) async fn interval_for_attempt(
         &self,
-        job_id: &str,
+        job_id: JobId,
         experiment: &str,
     ) -> Result<Option<u64>> {
         match self.interval_setting(experiment) {
@@ -66,11 +67,11 @@ impl Scheduler {
             CheckpointInterval::Auto => {
                 let id = job_id.to_owned();
                 let mut conn = self.store.read().await?;
-                let Some(job) = jobs::get_job(&mut conn, &id).await? else {
+                let Some(job) = jobs::get_job(&mut conn, id).await? else {
                     return Ok(None);
                 };
-                let run = goodput::of_run(&mut conn, &id).await?;
-                let inputs = jobs::advice_inputs(&mut conn, &id, &job.accelerator).await?;
+                let run = goodput::of_run(&mut conn, id).await?;
+                let inputs = jobs::advice_inputs(&mut conn, id, &job.accelerator).await?;
                 Ok(self
                     .advice(&job, &run, &inputs)
                     .map(|a| a.interval_steps_advised))
@@ -153,7 +154,7 @@ impl Scheduler {
                 }
             };
             let reported_save_cost_s = match run.job_id {
-                Some(id) => pod_time::reported_save_cost(&mut db, &id.to_string()).await?,
+                Some(id) => pod_time::reported_save_cost(&mut db, id).await?,
                 None => None,
             };
             let estimate_step_s = experiment.est_hours * 3600.0 / total as f64;

@@ -1,17 +1,17 @@
 //! The audit trail as people read it: every change, who made it, newest first.
 
+use podq_api::JobId;
 use podq_api::{AuditEntry, AuditPage};
-use uuid::Uuid;
 
 use crate::scheduler::{Result, Scheduler};
 use crate::store::audit::{self, AuditFilter};
-use crate::store::{ms_to_datetime, parse_uuid};
+use crate::store::ms_to_datetime;
 use crate::team::{Acting, Role};
 
 #[derive(Debug, Clone, Default)]
 pub struct AuditQuery {
     pub by: Option<String>,
-    pub job: Option<Uuid>,
+    pub job: Option<JobId>,
     pub since: Option<chrono::DateTime<chrono::Utc>>,
     pub before: Option<i64>,
     pub limit: i64,
@@ -23,7 +23,7 @@ impl Scheduler {
         let addresses = acting.caller.role.covers(Role::Admin);
         let filter = AuditFilter {
             by: q.by,
-            job_id: q.job.map(|j| j.to_string()),
+            job_id: q.job,
             since_ms: q.since.map(|t| t.timestamp_millis()),
             before: q.before,
             // One more than asked tells whether there is another page.
@@ -41,7 +41,7 @@ impl Scheduler {
                     at: ms_to_datetime(row.at),
                     by: row.actor,
                     action: row.kind,
-                    job_id: row.job_id.as_deref().map(parse_uuid).transpose()?,
+                    job_id: row.job_id,
                     pod: row.pod,
                     message: row.message,
                     address: row.address.filter(|_| addresses),

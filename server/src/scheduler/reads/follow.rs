@@ -2,14 +2,13 @@
 //! committed, until the job settles and every line is sent. `GET /jobs/{id}/logs/follow`
 //! shapes what this sends as text or NDJSON.
 
+use podq_api::JobId;
 use std::sync::Arc;
 use std::time::Duration;
 
 use podq_api::LogLine;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-
-use uuid::Uuid;
 
 use super::logs::LogQuery;
 use crate::scheduler::{Result, Scheduler};
@@ -27,7 +26,7 @@ impl Scheduler {
     /// the follower at once.
     pub async fn follow_logs(
         self: &Arc<Self>,
-        id: Uuid,
+        id: JobId,
         mut query: LogQuery,
         shutdown: CancellationToken,
     ) -> Result<mpsc::Receiver<Vec<LogLine>>> {

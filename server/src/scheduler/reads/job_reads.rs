@@ -1,6 +1,7 @@
 //! The read side for jobs and what hangs off them: the one door through which the HTTP
 //! layer reads them (it imports nothing of `store/`).
 
+use podq_api::JobId;
 use std::collections::BTreeMap;
 
 use futures::FutureExt;
@@ -9,13 +10,10 @@ use podq_api::{
     Checkpoint, Delivery, Event, GroupSummary, Job, JobDetail, JobList, JobMetrics, JobState,
     PodTime, Webhook,
 };
-use uuid::Uuid;
 
 use crate::scheduler::{submit, Result, Scheduler, SchedulerError};
 use crate::store::jobs::{self, JobFilter};
-use crate::store::{
-    checkpoints, events, metrics, ms_to_datetime, parse_uuid, webhooks, StoreError,
-};
+use crate::store::{checkpoints, events, metrics, ms_to_datetime, webhooks, StoreError};
 
 /// `GET /jobs`'s filters and page, as the HTTP layer parsed them.
 #[derive(Debug, Clone, Default)]
@@ -30,36 +28,28 @@ pub struct JobsQuery {
 
 impl Scheduler {
     /// The job `raw` names: its uuid, or an experiment's newest job. `None` when neither.
-    pub async fn job_id_of(&self, raw: &str) -> Result<Option<Uuid>> {
-        if let Ok(id) = Uuid::parse_str(raw) {
+    pub async fn job_id_of(&self, raw: &str) -> Result<Option<JobId>> {
+        if let Ok(id) = raw.parse::<JobId>() {
             return Ok(Some(id));
         }
-        Ok(
-            jobs::newest_job_of_experiment(&mut self.store.read().await?, raw)
-                .await?
-                .map(|id| parse_uuid(&id))
-                .transpose()?,
-        )
+        Ok(jobs::newest_job_of_experiment(&mut self.store.read().await?, raw).await?)
     }
 
-    pub async fn job(&self, id: Uuid) -> Result<Job> {
-        Ok(
-            jobs::get_job(&mut self.store.read().await?, &id.to_string())
-                .await?
-                .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?
-                .into_api()?,
-        )
+    pub async fn job(&self, id: JobId) -> Result<Job> {
+        Ok(jobs::get_job(&mut self.store.read().await?, id)
+            .await?
+            .ok_or_else(|| SchedulerError::UnknownJob(id))?
+            .into_api()?)
     }
 
     /// A job with its run's attempts, checkpoints, latest metrics and goodput, read in one
     /// transaction so the parts agree.
-    pub async fn job_detail(&self, id: Uuid) -> Result<JobDetail> {
-        let key = id.to_string();
+    pub async fn job_detail(&self, id: JobId) -> Result<JobDetail> {
         let detail = self
             .store
-            .read_snapshot(move |tx| async move { jobs::detail(tx, &key).await }.boxed())
+            .read_snapshot(move |tx| async move { jobs::detail(tx, id).await }.boxed())
             .await?
-            .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
+            .ok_or_else(|| SchedulerError::UnknownJob(id))?;
         let advice = self.advice(&detail.job, &detail.goodput, &detail.advice);
         let mut run_time = PodTime::default();
         for time in detail.pod_time.values() {
@@ -131,14 +121,14 @@ impl Scheduler {
     }
 
     /// The job's timeline after `after`; a linked job's includes the run it shares.
-    pub async fn job_events(&self, id: Uuid, after: i64, limit: i64) -> Result<Vec<Event>> {
+    pub async fn job_events(&self, id: JobId, after: i64, limit: i64) -> Result<Vec<Event>> {
         let mut db = self.store.read().await?;
-        let row = jobs::get_job(&mut db, &id.to_string())
+        let row = jobs::get_job(&mut db, id)
             .await?
-            .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
-        let mut rows = events::job_events(&mut db, &row.id, after, limit).await?;
+            .ok_or_else(|| SchedulerError::UnknownJob(id))?;
+        let mut rows = events::job_events(&mut db, row.id, after, limit).await?;
         if row.run_id != row.id {
-            rows.extend(events::job_events(&mut db, &row.run_id, after, limit).await?);
+            rows.extend(events::job_events(&mut db, row.run_id, after, limit).await?);
             rows.sort_by_key(|e| e.id);
             rows.truncate(usize::try_from(limit).unwrap_or(0));
         }
@@ -148,12 +138,12 @@ impl Scheduler {
             .collect::<std::result::Result<_, StoreError>>()?)
     }
 
-    pub async fn job_checkpoints(&self, id: Uuid) -> Result<Vec<Checkpoint>> {
+    pub async fn job_checkpoints(&self, id: JobId) -> Result<Vec<Checkpoint>> {
         let mut db = self.store.read().await?;
-        let row = jobs::get_job(&mut db, &id.to_string())
+        let row = jobs::get_job(&mut db, id)
             .await?
-            .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
-        Ok(checkpoints::of_job(&mut db, &row.run_id)
+            .ok_or_else(|| SchedulerError::UnknownJob(id))?;
+        Ok(checkpoints::of_job(&mut db, row.run_id)
             .await?
             .into_iter()
             .map(Checkpoint::from)
@@ -163,16 +153,16 @@ impl Scheduler {
     /// The run's metric series (`names`, or all), each downsampled to `max_points`.
     pub async fn job_metrics(
         &self,
-        id: Uuid,
+        id: JobId,
         names: Option<Vec<String>>,
         max_points: i64,
     ) -> Result<JobMetrics> {
         let mut db = self.store.read().await?;
-        let row = jobs::get_job(&mut db, &id.to_string())
+        let row = jobs::get_job(&mut db, id)
             .await?
-            .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
+            .ok_or_else(|| SchedulerError::UnknownJob(id))?;
         let series =
-            metrics::downsampled(&mut db, &row.run_id, names.as_deref(), max_points).await?;
+            metrics::downsampled(&mut db, row.run_id, names.as_deref(), max_points).await?;
         Ok(JobMetrics { job_id: id, series })
     }
 

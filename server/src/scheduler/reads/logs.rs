@@ -1,9 +1,9 @@
 //! Trainer logs: the lines workers forward from every host while an attempt runs, kept per
 //! attempt and host up to a cap, and read back by job with filters.
 
+use podq_api::JobId;
 use podq_api::{JobLogs, JobState, LogDropped, LogLine};
 use regex::Regex;
-use uuid::Uuid;
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};
 use crate::store::logs::{self, LogFilter};
@@ -34,8 +34,8 @@ pub struct LogQuery {
 /// The job a log read is about: the run whose attempts printed the lines.
 #[derive(Debug, Clone)]
 pub struct LogSubject {
-    pub job_id: Uuid,
-    pub run_id: String,
+    pub job_id: JobId,
+    pub run_id: JobId,
 }
 
 /// No attempt will start without a person: a follower stops once it has every line.
@@ -52,7 +52,7 @@ fn settled(state: JobState) -> bool {
 
 impl Scheduler {
     /// A page of the log of job `id`; the query's attempt and host must exist.
-    pub async fn job_logs(&self, id: Uuid, query: &LogQuery) -> Result<JobLogs> {
+    pub async fn job_logs(&self, id: JobId, query: &LogQuery) -> Result<JobLogs> {
         let subject = self.log_subject(id, query).await?;
         self.log_page(&subject, query).await
     }
@@ -60,14 +60,14 @@ impl Scheduler {
     /// The job `id` as its log sees it; checks that the query's attempt and host exist.
     pub(in crate::scheduler) async fn log_subject(
         &self,
-        id: Uuid,
+        id: JobId,
         query: &LogQuery,
     ) -> Result<LogSubject> {
         let mut db = self.store.read().await?;
-        let row = jobs::get_job(&mut db, &id.to_string())
+        let row = jobs::get_job(&mut db, id)
             .await?
-            .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
-        let attempts = jobs::attempts(&mut db, &row.run_id).await?;
+            .ok_or_else(|| SchedulerError::UnknownJob(id))?;
+        let attempts = jobs::attempts(&mut db, row.run_id).await?;
         if let Some(wanted) = query.attempt {
             if !attempts.iter().any(|a| a.attempt == wanted) {
                 let numbers: Vec<i64> = attempts.iter().map(|a| a.attempt).collect();
@@ -140,7 +140,7 @@ impl Scheduler {
                 } else {
                     limit
                 };
-                let newest = logs::newest(&mut db, &subject.run_id, &filter, read).await?;
+                let newest = logs::newest(&mut db, subject.run_id, &filter, read).await?;
                 let next_after = newest.first().map_or(0, |r| r.id);
                 let mut rows: Vec<logs::LogRow> = newest
                     .into_iter()
@@ -161,7 +161,7 @@ impl Scheduler {
                     } else {
                         limit + 1
                     };
-                    let page = logs::page(&mut db, &subject.run_id, &filter, after, step).await?;
+                    let page = logs::page(&mut db, subject.run_id, &filter, after, step).await?;
                     let exhausted = (page.len() as i64) < step;
                     scanned += page.len() as i64;
                     for row in page {
@@ -197,7 +197,7 @@ impl Scheduler {
                 text: row.text,
             })
             .collect();
-        let dropped = logs::dropped(&mut db, &subject.run_id)
+        let dropped = logs::dropped(&mut db, subject.run_id)
             .await?
             .into_iter()
             .filter(|(attempt, host, _)| {
@@ -223,9 +223,9 @@ impl Scheduler {
     /// Whether the job's run still may print: false once no attempt will start without a
     /// person. A follower reads once more after this turns false, then stops.
     pub async fn log_may_grow(&self, subject: &LogSubject) -> Result<bool> {
-        let row = jobs::get_job(&mut self.store.read().await?, &subject.job_id.to_string())
+        let row = jobs::get_job(&mut self.store.read().await?, subject.job_id)
             .await?
-            .ok_or_else(|| SchedulerError::UnknownJob(subject.job_id.to_string()))?;
+            .ok_or_else(|| SchedulerError::UnknownJob(subject.job_id))?;
         Ok(!settled(row.state))
     }
 

@@ -2,11 +2,11 @@
 //! rows (`study.rs`: the same experiments, runs, varied keys and metric values), and a run's
 //! metric series read whole, page by page, for a download.
 
+use podq_api::JobId;
 use std::collections::{BTreeMap, BTreeSet};
 
 use podq_api::{GroupStudy, JsonNumber, ResultRow, Results};
 use tokio::sync::mpsc;
-use uuid::Uuid;
 
 use super::study::flatten;
 use crate::names;
@@ -72,11 +72,9 @@ impl Scheduler {
                 let (last, best) = (eval(&row.last), eval(&row.best));
                 metrics.extend(last.keys().cloned());
                 let (mut steps, mut pod_hours) = (None, None);
-                if let Some(run) = row.run_id.map(|r| r.to_string()) {
-                    steps = jobs::get_job(&mut db, &run)
-                        .await?
-                        .and_then(|j| j.last_step);
-                    let seconds: f64 = pod_time::of_run(&mut db, &run)
+                if let Some(run) = row.run_id {
+                    steps = jobs::get_job(&mut db, run).await?.and_then(|j| j.last_step);
+                    let seconds: f64 = pod_time::of_run(&mut db, run)
                         .await?
                         .values()
                         .map(|t| t.total_s)
@@ -113,7 +111,7 @@ impl Scheduler {
     /// or range that is wrong is refused here, before anything is sent.
     pub async fn metrics_export(
         &self,
-        id: Uuid,
+        id: JobId,
         query: MetricsExportQuery,
     ) -> Result<MetricsExport> {
         let from = query.from_step.unwrap_or(i64::MIN);
@@ -126,10 +124,10 @@ impl Scheduler {
         }
         let (experiment, mut series) = {
             let mut db = self.store.read().await?;
-            let job = jobs::get_job(&mut db, &id.to_string())
+            let job = jobs::get_job(&mut db, id)
                 .await?
-                .ok_or_else(|| SchedulerError::UnknownJob(id.to_string()))?;
-            let series = metric_export::series_of(&mut db, &job.run_id).await?;
+                .ok_or_else(|| SchedulerError::UnknownJob(id))?;
+            let series = metric_export::series_of(&mut db, job.run_id).await?;
             (job.experiment, series)
         };
         if let Some(wanted) = &query.metrics {

@@ -4,12 +4,12 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{Duration as ChronoDuration, Utc};
-use podq_api::{JobState, Pod, RunningJob, Status};
+use podq_api::{JobId, JobState, Pod, RunningJob, Status};
 
 use crate::scheduler::plan::forecast::{self, Progress};
 use crate::scheduler::{LiveLease, Result, Scheduler};
 use crate::store::views::{self, ActiveRun};
-use crate::store::{goodput, jobs, ms_to_datetime, now_ms, parse_uuid, pods};
+use crate::store::{goodput, jobs, ms_to_datetime, now_ms, pods};
 
 /// What status reads from the database: made once per change of state (and at most once a
 /// second while reports pour in: `read_cache`), merged with the live leases on every read.
@@ -69,12 +69,12 @@ impl Scheduler {
         let live = self.live.all();
         // By job, not a search per job: a thousand running jobs made status quadratic
         // (benches/fleet.rs).
-        let lease_of: HashMap<&str, &LiveLease> =
-            live.iter().map(|(_, l)| (l.job_id.as_str(), l)).collect();
+        let lease_of: HashMap<JobId, &LiveLease> =
+            live.iter().map(|(_, l)| (l.job_id, l)).collect();
         let mut running = Vec::new();
         let mut queue_hours = view.queued_hours;
         for run in &view.on_pods {
-            let lease = lease_of.get(run.id.as_str()).copied();
+            let lease = lease_of.get(&run.id).copied();
             let step = lease
                 .and_then(|l| l.step)
                 .or(run.end_step)
@@ -83,7 +83,7 @@ impl Scheduler {
                 forecast::step_rate(run.first_step, run.first_step_at, run.end_step, now);
             queue_hours += remaining(run, step, steps_per_s);
             running.push(RunningJob {
-                job_id: parse_uuid(&run.id)?,
+                job_id: run.id,
                 experiment: run.experiment.clone(),
                 state: run.state,
                 pod: lease.map(|l| l.pod.clone()),
@@ -111,7 +111,7 @@ impl Scheduler {
     pub async fn pods(&self) -> Result<Vec<Pod>> {
         let rows = pods::serving(&mut self.store.read().await?).await?;
         let live = self.live.all();
-        let lease_on: HashMap<&str, (&uuid::Uuid, &LiveLease)> = live
+        let lease_on: HashMap<&str, (&podq_api::LeaseId, &LiveLease)> = live
             .iter()
             .map(|(id, l)| (l.pod.as_str(), (id, l)))
             .collect();
@@ -130,7 +130,7 @@ impl Scheduler {
                         .live
                         .pod_last_seen(&row.name)
                         .map_or(recorded, |seen| seen.max(recorded)),
-                    current_job: lease.map(|(_, l)| parse_uuid(&l.job_id)).transpose()?,
+                    current_job: lease.map(|(_, l)| l.job_id),
                     current_lease: lease.map(|(id, _)| *id),
                     name: row.name,
                 })

@@ -6,7 +6,7 @@ use podq_api::{GroupStudy, RunState, StudyRow};
 use serde_json::Value;
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};
-use crate::store::{metrics, parse_uuid, views};
+use crate::store::{metrics, views};
 
 /// Keys podq sets per experiment: they differ on every row and say nothing.
 const IDENTITY_KEYS: [&str; 4] = [
@@ -56,26 +56,26 @@ impl Scheduler {
             let job = views::newest_job_of(&mut db, &e.name).await?;
             let run = match &job {
                 Some(j) => match &j.same_as {
-                    Some(run) => views::plan_job(&mut db, run).await?,
+                    Some(run) => views::plan_job(&mut db, *run).await?,
                     None => Some(j.clone()),
                 },
                 None => None,
             };
             let (mut last, mut best) = (BTreeMap::new(), BTreeMap::new());
             if let Some(run) = &run {
-                for (name, l, b) in metrics::final_and_best(&mut db, &run.id, watched).await? {
+                for (name, l, b) in metrics::final_and_best(&mut db, run.id, watched).await? {
                     last.insert(name.clone(), l);
                     best.insert(name, b);
                 }
             }
             let counts = match &run {
-                Some(run) => views::attempt_counts(&mut db, &run.id).await?,
+                Some(run) => views::attempt_counts(&mut db, run.id).await?,
                 None => (0, 0, None),
             };
             rows.push(StudyRow {
                 experiment: e.name.clone(),
-                job_id: job.as_ref().map(|j| parse_uuid(&j.id)).transpose()?,
-                run_id: run.as_ref().map(|r| parse_uuid(&r.id)).transpose()?,
+                job_id: job.as_ref().map(|j| j.id),
+                run_id: run.as_ref().map(|r| r.id),
                 state: job.map_or(RunState::NotSubmitted, |j| j.state.into()),
                 baseline: e.docs.is_baseline_row,
                 params,
