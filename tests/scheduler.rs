@@ -446,7 +446,7 @@ async fn maintained_counts_match_the_rows_after_every_kind_of_transition(backend
     let total: i64 = status.jobs.values().sum();
     assert_eq!(total, 67, "{:?}", status.jobs);
     assert_eq!(
-        status.jobs[JobState::Succeeded.as_str()],
+        status.jobs[&JobState::Succeeded],
         1 + answer
             .linked
             .iter()

@@ -11,6 +11,40 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+/// A type kept in either store as its text (`FromStr` reads it back), so that rows and
+/// `query_scalar` decode it directly; a text that does not parse is an error of the row.
+#[cfg(feature = "sqlx")]
+macro_rules! text_column {
+    ($name:ty) => {
+        impl<DB: sqlx::Database> sqlx::Type<DB> for $name
+        where
+            str: sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <str as sqlx::Type<DB>>::type_info()
+            }
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <str as sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for $name
+        where
+            &'r str: sqlx::Decode<'r, DB>,
+        {
+            fn decode(value: DB::ValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                let text = <&'r str as sqlx::Decode<'r, DB>>::decode(value)?;
+                Ok(text.parse::<$name>()?)
+            }
+        }
+    };
+}
+#[cfg(not(feature = "sqlx"))]
+macro_rules! text_column {
+    ($name:ty) => {};
+}
+pub(crate) use text_column;
+
 macro_rules! uuid_id {
     ($(#[$doc:meta])* $name:ident, $what:literal) => {
         $(#[$doc])*
@@ -52,31 +86,7 @@ macro_rules! uuid_id {
             }
         }
 
-        /// Either store keeps an id as text.
-        #[cfg(feature = "sqlx")]
-        impl<DB: sqlx::Database> sqlx::Type<DB> for $name
-        where
-            str: sqlx::Type<DB>,
-        {
-            fn type_info() -> DB::TypeInfo {
-                <str as sqlx::Type<DB>>::type_info()
-            }
-            fn compatible(ty: &DB::TypeInfo) -> bool {
-                <str as sqlx::Type<DB>>::compatible(ty)
-            }
-        }
-
-        /// A row whose id is not a uuid is an error of the row, not a panic.
-        #[cfg(feature = "sqlx")]
-        impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for $name
-        where
-            &'r str: sqlx::Decode<'r, DB>,
-        {
-            fn decode(value: DB::ValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
-                let text = <&'r str as sqlx::Decode<'r, DB>>::decode(value)?;
-                Ok(text.parse::<$name>()?)
-            }
-        }
+        text_column!($name);
     };
 }
 

@@ -83,7 +83,9 @@ impl FromStr for JobState {
     }
 }
 
-/// Read from a store's text column (sqlx's `try_from`).
+// Rows and `query_scalar` read a state straight from the store's text column.
+crate::ids::text_column!(JobState);
+
 impl TryFrom<String> for JobState {
     type Error = String;
     fn try_from(s: String) -> Result<Self, Self::Error> {

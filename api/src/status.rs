@@ -1,10 +1,10 @@
-use crate::ids::JobId;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::Pod;
+use crate::ids::JobId;
+use crate::{JobState, Pod};
 
 /// `GET /api/v1/status` as JSON.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -12,7 +12,7 @@ use crate::Pod;
 pub struct Status {
     pub now: DateTime<Utc>,
     /// Jobs per state, every state present (zero when none).
-    pub jobs: BTreeMap<String, i64>,
+    pub jobs: BTreeMap<JobState, i64>,
     pub running: Vec<RunningJob>,
     pub pods: Vec<Pod>,
     /// Estimated pod-hours of the runnable queue (queued, leased and running jobs).

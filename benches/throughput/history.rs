@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use podq_api::JobId;
 use podq_api::{JobDetail, JobList, Lease, Status};
+use podq_api::{JobId, JobState};
 use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 
@@ -267,7 +267,7 @@ struct Phase {
     reads: Vec<(f64, f64, f64)>,
     /// The same reads of the control server (the smallest history), timed alongside.
     control_reads: Vec<(f64, f64, f64)>,
-    counts: BTreeMap<String, i64>,
+    counts: BTreeMap<JobState, i64>,
     rss_kb: u64,
     hwm_kb: u64,
     control_rss_kb: u64,
@@ -545,7 +545,7 @@ fn check_read(kind: usize, path: &str, body: &[u8]) -> Res<()> {
     match kind {
         0 => {
             let status: Status = serde_json::from_slice(body)?;
-            if status.jobs.get("queued") != Some(&(LIVE_QUEUE as i64)) {
+            if status.jobs.get(&JobState::Queued) != Some(&(LIVE_QUEUE as i64)) {
                 return bad(format!("{:?} jobs queued, not {LIVE_QUEUE}", status.jobs));
             }
         }

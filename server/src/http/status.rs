@@ -52,13 +52,7 @@ fn render_table(s: &Status) -> String {
     );
     let counts: Vec<String> = JobState::ALL
         .iter()
-        .map(|state| {
-            format!(
-                "{} {}",
-                state,
-                s.jobs.get(state.as_str()).copied().unwrap_or(0)
-            )
-        })
+        .map(|state| format!("{} {}", state, s.jobs.get(state).copied().unwrap_or(0)))
         .collect();
     let _ = writeln!(out, "jobs: {}", counts.join("  "));
     if let Some(g) = &s.grant {
@@ -126,7 +120,7 @@ fn render_table(s: &Status) -> String {
         );
     }
     let _ = writeln!(out);
-    let runs = s.jobs.get("queued").copied().unwrap_or(0);
+    let runs = s.jobs.get(&JobState::Queued).copied().unwrap_or(0);
     let eta = s
         .queue_eta
         .map(|t| {

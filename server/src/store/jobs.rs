@@ -247,7 +247,7 @@ pub async fn counts_by_group_and_state(
 }
 
 /// Job counts per state, from the maintained counts.
-pub async fn counts_by_state(db: &mut Conn) -> Result<Vec<(String, i64)>, StoreError> {
+pub async fn counts_by_state(db: &mut Conn) -> Result<Vec<(api::JobState, i64)>, StoreError> {
     Ok(
         db::query_as("SELECT state, CAST(SUM(n) AS BIGINT) FROM job_counts GROUP BY state")
             .fetch_all(db)

@@ -386,7 +386,6 @@ pub async fn ended_attempt(
 #[derive(sqlx::FromRow)]
 pub struct EndedAttempt {
     pub outcome: Option<String>,
-    #[sqlx(try_from = "String")]
     pub job_state: JobState,
     pub pod: String,
 }
@@ -399,7 +398,6 @@ pub struct LiveRow {
     pub pod: String,
     pub attempts: i64,
     pub cancel_requested: bool,
-    #[sqlx(try_from = "String")]
     pub state: JobState,
     pub stop_message: Option<String>,
 }

@@ -23,7 +23,6 @@ pub struct JobRow {
     pub seq: i64,
     pub experiment: String,
     pub group_name: String,
-    #[sqlx(try_from = "String")]
     pub state: api::JobState,
     pub priority: i64,
     pub submitted_at: i64,

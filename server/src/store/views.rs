@@ -12,7 +12,6 @@ pub struct ActiveRun {
     pub id: JobId,
     pub experiment: String,
     pub group_name: String,
-    #[sqlx(try_from = "String")]
     pub state: JobState,
     pub priority: i64,
     pub attempts: i64,
@@ -55,7 +54,6 @@ pub struct PlanJob {
     pub seq: i64,
     pub experiment: String,
     pub group_name: String,
-    #[sqlx(try_from = "String")]
     pub state: JobState,
     pub priority: i64,
     pub class_rank: i64,

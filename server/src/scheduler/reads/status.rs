@@ -15,7 +15,7 @@ use crate::store::{goodput, jobs, ms_to_datetime, now_ms, pods};
 /// second while reports pour in: `read_cache`), merged with the live leases on every read.
 #[derive(Clone)]
 pub(in crate::scheduler) struct QueueView {
-    counts: BTreeMap<String, i64>,
+    counts: BTreeMap<JobState, i64>,
     /// Runs on a pod (leased, running): few, and their step moves between commits.
     on_pods: Vec<ActiveRun>,
     /// The pod-hours the queued runs still need.
@@ -36,10 +36,7 @@ impl Scheduler {
 
     async fn queue_view(&self) -> Result<QueueView> {
         let mut db = self.store.read().await?;
-        let mut counts: BTreeMap<String, i64> = JobState::ALL
-            .iter()
-            .map(|s| (s.as_str().to_owned(), 0))
-            .collect();
+        let mut counts: BTreeMap<JobState, i64> = JobState::ALL.iter().map(|&s| (s, 0)).collect();
         counts.extend(jobs::counts_by_state(&mut db).await?);
         let now = now_ms();
         let mut on_pods = Vec::new();
@@ -165,7 +162,11 @@ impl Scheduler {
         // Its connection goes back before the calls below take theirs.
         let counts = jobs::counts_by_state(&mut self.store.read().await?).await?;
         for (state, n) in counts {
-            t.jobs.get_or_create(&StateLabel { state }).set(n);
+            t.jobs
+                .get_or_create(&StateLabel {
+                    state: state.as_str().to_owned(),
+                })
+                .set(n);
         }
         let status = self.status_without_grant().await?;
         t.job_step.clear();
