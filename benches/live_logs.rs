@@ -17,13 +17,16 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use podq_testkit::{RunningServer, ServerLaunch};
 use serde_json::{json, Value};
 
-const PODQ: &str = env!("CARGO_BIN_EXE_podq");
+/// Built by cargo for this bench, or `PODQ_BENCH_PROGRAM` (see
+/// `podq_testkit::program_under_test`).
+static PODQ: LazyLock<String> =
+    LazyLock::new(|| podq_testkit::program_under_test(env!("CARGO_BIN_EXE_podq")));
 const HOSTS: u32 = 8;
 const LINES_PER_S: u32 = 50;
 
@@ -54,7 +57,7 @@ struct Run {
 impl Run {
     fn start() -> Res<Run> {
         let dir = tempfile::tempdir()?;
-        let server = ServerLaunch::new(PODQ, dir.path())
+        let server = ServerLaunch::new(PODQ.as_str(), dir.path())
             .experiments(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments"))
             .args(["--bucket", &dir.path().join("bucket").to_string_lossy()])
             .start()?;
@@ -67,7 +70,7 @@ impl Run {
 
     fn worker(&self, chatter: u32, run_secs: u64) -> Res<Proc> {
         Ok(Proc(
-            Command::new(PODQ)
+            Command::new(PODQ.as_str())
                 .args([
                     "worker", "--server", &self.base, "--pod", "bench", "--hosts",
                 ])
@@ -188,7 +191,7 @@ async fn one_run(http: &reqwest::Client, chatter: u32, run_secs: u64) -> Res<Mea
     });
 
     // Log delivery: `podq logs --follow` from before the job starts.
-    let mut follower = Command::new(PODQ)
+    let mut follower = Command::new(PODQ.as_str())
         .args(["logs", &job, "--follow"])
         .env("PODQ_SERVER", &run.base)
         .stdout(Stdio::piped())

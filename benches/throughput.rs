@@ -101,10 +101,13 @@ mod submit;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::LazyLock;
 use std::time::Instant;
 
-/// The binary under test, built by cargo for this bench (release profile).
-const PODQ: &str = env!("CARGO_BIN_EXE_podq");
+/// The binary under test: built by cargo for this bench (release profile), or
+/// `PODQ_BENCH_PROGRAM` (see `podq_testkit::program_under_test`).
+static PODQ: LazyLock<String> =
+    LazyLock::new(|| podq_testkit::program_under_test(env!("CARGO_BIN_EXE_podq")));
 
 use crate::cycles::{
     lease_cycles, lease_cycles_on, CycleRun, CYCLE_WORKERS, MAIN_WORKERS, TARGET_CYCLE_RATIO,
@@ -152,11 +155,12 @@ async fn run() -> Res<bool> {
         .map(|s| s.split(',').map(|p| p.trim().to_owned()).collect());
     let wanted = |section: &str| only.as_ref().is_none_or(|o| o.iter().any(|s| s == section));
     let history_sizes = history_sizes()?;
-    if !Path::new(PODQ).exists() {
-        return Err(format!("{PODQ} is missing: build it with `cargo build --release`").into());
+    let podq = PODQ.as_str();
+    if !Path::new(podq).exists() {
+        return Err(format!("{podq} is missing: build it with `cargo build --release`").into());
     }
     println!(
-        "podq throughput bench: {} cores visible; server: {PODQ} (a process of its own); \
+        "podq throughput bench: {} cores visible; server: {podq} (a process of its own); \
          history {history_sizes:?}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );

@@ -178,7 +178,7 @@ pub async fn lease_cycles_on(workers: usize, postgres: Option<&PostgresServer>) 
         Some(postgres) => Some(postgres.create_database().await?),
         None => None,
     };
-    let server = ServerProc::start_on(crate::PODQ, database.clone()).await?;
+    let server = ServerProc::start_on(&crate::PODQ, database.clone()).await?;
     let admin = Api::new(&server.base);
     let names = admin.experiment_names().await?;
     let ceiling = workers as f64 / RUNNING_FOR.as_secs_f64();

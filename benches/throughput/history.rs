@@ -76,7 +76,7 @@ struct Held {
 
 impl History {
     async fn start() -> Res<History> {
-        let server = ServerProc::start(crate::PODQ).await?;
+        let server = ServerProc::start(&crate::PODQ).await?;
         let admin = Api::new(&server.base);
         let names = Arc::new(admin.experiment_names().await?);
         let workers = (0..HISTORY_WORKERS)

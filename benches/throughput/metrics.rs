@@ -27,7 +27,7 @@ pub const TARGET_QUERY_P99_MS: f64 = 50.0;
 
 /// A fresh server with one submitted job leased to `pod` and running.
 async fn server_with_running_job(pod: &str) -> Res<(ServerProc, WorkerClient, Lease)> {
-    let server = ServerProc::start(crate::PODQ).await?;
+    let server = ServerProc::start(&crate::PODQ).await?;
     let admin = Api::new(&server.base);
     let names = admin.experiment_names().await?;
     admin.submit_jobs(&names, 1).await?;

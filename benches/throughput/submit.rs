@@ -103,7 +103,7 @@ async fn waiter(w: WorkerClient, accelerator: &'static str, counts: Arc<WaiterCo
 }
 
 pub async fn submit_rate(waiters: usize, accelerator: &'static str, idle: bool) -> Res<SubmitRun> {
-    let server = ServerProc::start(crate::PODQ).await?;
+    let server = ServerProc::start(&crate::PODQ).await?;
     let admin = Api::new(&server.base);
     let names = admin.experiment_names().await?;
     let counts = Arc::new(WaiterCounts::default());

@@ -18,3 +18,11 @@ pub fn repo() -> std::path::PathBuf {
         .expect("testkit lives in the repository")
         .to_owned()
 }
+
+/// The `podq` a bench measures: the one cargo built for it (`built`, its
+/// `CARGO_BIN_EXE_podq`), or `PODQ_BENCH_PROGRAM` when that is set. Pointing it at a build
+/// of an earlier commit prints that commit's figures from this same bench and its same
+/// clients, so a change's before and after come from one sitting on one machine.
+pub fn program_under_test(built: &str) -> String {
+    std::env::var("PODQ_BENCH_PROGRAM").unwrap_or_else(|_| built.to_owned())
+}

@@ -41,7 +41,7 @@ impl Scheduler {
     }
 
     /// The status line: the grant's end and what fits under today's order.
-    pub async fn grant_outlook(&self) -> Result<Option<GrantOutlook>> {
+    pub(in crate::scheduler) async fn grant_outlook(&self) -> Result<Option<GrantOutlook>> {
         let Some(grant) = self.grant().await? else {
             return Ok(None);
         };

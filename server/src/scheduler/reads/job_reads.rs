@@ -196,7 +196,11 @@ impl Scheduler {
 
     /// Up to `limit` timeline events after the event id `after`, oldest first; a row that
     /// cannot be read is logged as an alarm and left out.
-    pub async fn events_after(&self, after: i64, limit: i64) -> Result<Vec<Event>> {
+    pub(in crate::scheduler) async fn events_after(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>> {
         let mut events = Vec::new();
         for row in events::recent_events(&mut self.store.read().await?, after, limit).await? {
             match row.into_api() {

@@ -222,7 +222,7 @@ impl Scheduler {
 
     /// Whether the job's run still may print: false once no attempt will start without a
     /// person. A follower reads once more after this turns false, then stops.
-    pub async fn log_may_grow(&self, subject: &LogSubject) -> Result<bool> {
+    pub(in crate::scheduler) async fn log_may_grow(&self, subject: &LogSubject) -> Result<bool> {
         let row = jobs::get_job(&mut self.store.read().await?, subject.job_id)
             .await?
             .ok_or_else(|| SchedulerError::UnknownJob(subject.job_id))?;
