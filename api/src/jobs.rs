@@ -1,6 +1,5 @@
 //! Jobs, their attempts, checkpoints and events: submitting, listing, reading and patching.
 
-use crate::ids::{JobId, LeaseId};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -8,6 +7,7 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{JobId, LeaseId};
 use crate::{CheckpointAdvice, Goodput, MetricValue, PodTime};
 
 /// The life of a job. See docs/architecture.md §2.

@@ -1,8 +1,9 @@
 //! `GET /api/v1/jobs/{id}/logs`: a job's log lines and what the server dropped of them.
 
-use crate::ids::JobId;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+use crate::ids::JobId;
 
 /// One line of a job's log: which attempt and host printed it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

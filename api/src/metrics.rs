@@ -1,7 +1,8 @@
 //! A job's metric series: single values and `GET /api/v1/jobs/{id}/metrics`.
 
-use crate::ids::JobId;
 use serde::{Deserialize, Serialize};
+
+use crate::ids::JobId;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

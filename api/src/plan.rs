@@ -1,11 +1,12 @@
 //! The compute grant and the plan: which runs and whole groups finish before the grant ends,
 //! under today's order and under the order podq recommends (docs/plan.md).
 
-use crate::ids::JobId;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+use crate::ids::JobId;
 
 /// `PUT /api/v1/grant`: the compute grant the plan measures against.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -1,6 +1,7 @@
-use crate::ids::{JobId, LeaseId};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+use crate::ids::{JobId, LeaseId};
 
 /// What a worker knows about its pod, sent with every lease request and pod report.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -6,10 +6,11 @@
 //! metric shares (which value is the best; how a non-finite value is written) live here, once,
 //! so the server's CSV, the CLI's JSON and the study view cannot disagree.
 
-use crate::ids::JobId;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use crate::ids::JobId;
 
 /// Whether a smaller value of the metric `name` is better: its name says it measures a loss,
 /// an error or a perplexity (`train/lm_loss`, `eval/error_rate`, `eval/perplexity`). Every

@@ -1,10 +1,10 @@
 //! `GET /api/v1/groups/{name}/study`: what a group's runs show, row by row.
 
-use crate::ids::JobId;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::JobId;
 use crate::MetricValue;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

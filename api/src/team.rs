@@ -1,8 +1,9 @@
 //! A team's people, who is calling, and the audit trail (issue 27).
 
-use crate::ids::JobId;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+use crate::ids::JobId;
 
 /// A person (or a worker's credential) as an admin sees them. The token is never shown
 /// again after `add` or `rotate`.

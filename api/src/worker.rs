@@ -1,11 +1,11 @@
 //! The worker protocol (docs/architecture.md §3.2): lease, heartbeat, metrics, checkpoints, finish.
 
-use crate::ids::{JobId, LeaseId};
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{JobId, LeaseId};
 use crate::{AttemptOutcome, PodDescription};
 
 /// `POST /api/v1/pods/{name}/lease`.

@@ -1,11 +1,11 @@
 //! The worker's side of the worker protocol. Every call is retried with backoff while the
 //! server cannot be reached or answers 5xx, so a server restart costs nothing but time.
 
-use podq_api::LeaseId;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use podq_api::LeaseId;
 use podq_api::{
     CheckpointsBatch, ErrorBody, FinishRequest, FinishResponse, HeartbeatRequest,
     HeartbeatResponse, Lease, LeaseRequest, LinksBatch, LogBatch, MetricsBatch, PodReport,

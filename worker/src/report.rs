@@ -3,10 +3,10 @@
 //! checkpoints found in the store. Nothing is dropped while the server is away: unsent
 //! points stay buffered and calls are retried; log lines are held up to a cap.
 
-use podq_api::LeaseId;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use podq_api::LeaseId;
 use podq_api::{
     CheckpointReport, CheckpointsBatch, JobLink, LinksBatch, LogBatch, MetricStep, MetricsBatch,
     TrainerPhases,

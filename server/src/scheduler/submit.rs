@@ -1,13 +1,14 @@
 //! Submission: turning a request for experiments into jobs, without running any training
 //! config twice.
 
-use podq_api::JobId;
 use std::collections::HashMap;
 
 use crate::store::events::{self, Actor};
 use crate::store::Conn;
 use crate::team::Acting;
-use podq_api::{CreatedJob, JobState, LinkedJob, SkippedExperiment, SubmitRequest, SubmitResponse};
+use podq_api::{
+    CreatedJob, JobId, JobState, LinkedJob, SkippedExperiment, SubmitRequest, SubmitResponse,
+};
 
 use futures::FutureExt;
 

@@ -2,12 +2,11 @@
 
 use super::db::{self, Builder, Conn};
 use super::job_state::{self, Change};
-use podq_api::JobId;
-use podq_api::LeaseId;
 use sqlx::AssertSqlSafe;
 use std::collections::BTreeMap;
 
 use podq_api as api;
+use podq_api::{JobId, LeaseId};
 
 use super::rows::{AttemptRow, JobRow, JOB_COLUMNS};
 

@@ -1,8 +1,7 @@
 //! A job's links (`job_links`): where its run lives elsewhere, as its trainer reported. One
 //! row per job and name; the newest URL wins and outlives the attempt that reported it.
 
-use podq_api::JobId;
-use podq_api::JobLink;
+use podq_api::{JobId, JobLink};
 
 use super::db::{self, Conn};
 use super::{now_ms, StoreError};

@@ -6,10 +6,9 @@
 
 use super::chunks::{decode_lines, encode_lines, StoredLine};
 use super::db::{self, Builder, Conn};
-use podq_api::JobId;
 use std::collections::{BTreeMap, HashMap};
 
-use podq_api::HostLogLine;
+use podq_api::{HostLogLine, JobId};
 
 use super::StoreError;
 

@@ -6,10 +6,9 @@
 
 use super::chunks::{decode_points, encode_points};
 use super::db::{self, Builder, Conn};
-use podq_api::JobId;
 use std::collections::{BTreeMap, HashMap};
 
-use podq_api::{MetricSeries, MetricValue, MetricsBatch};
+use podq_api::{JobId, MetricSeries, MetricValue, MetricsBatch};
 
 use super::{now_ms, StoreError};
 

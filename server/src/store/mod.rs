@@ -46,12 +46,12 @@ pub mod views;
 pub mod webhooks;
 mod writer;
 
-use podq_api::JobId;
 use std::path::Path;
 use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
 use futures::FutureExt;
+use podq_api::JobId;
 use tokio::sync::{mpsc, watch};
 
 pub use db::{Backend, Conn};

@@ -10,10 +10,9 @@
 //! preemptions cost.
 
 use super::db::{self, Conn};
-use podq_api::{JobId, LeaseId};
 use std::collections::BTreeMap;
 
-use podq_api::{PodTime, TrainerPhases};
+use podq_api::{JobId, LeaseId, PodTime, TrainerPhases};
 
 use super::pod_time_model::{
     interrupted, ledger_step, ledger_time, merge_phases, save_cost, split, with_total,

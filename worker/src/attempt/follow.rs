@@ -3,10 +3,9 @@
 //! to the watch, and keeps what else the attempt needs of it: the heartbeat's step and live
 //! hosts, the phase clock, new agents where one went silent. The decisions are the watch's.
 
-use podq_api::LeaseId;
 use std::time::Instant;
 
-use podq_api::TrainerPhases;
+use podq_api::{LeaseId, TrainerPhases};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

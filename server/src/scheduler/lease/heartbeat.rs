@@ -1,9 +1,8 @@
 //! A lease's heartbeat: extended in memory, answered with whether to stop.
 
-use podq_api::LeaseId;
 use std::time::Instant;
 
-use podq_api::{HeartbeatRequest, HeartbeatResponse, LeasePhase};
+use podq_api::{HeartbeatRequest, HeartbeatResponse, LeaseId, LeasePhase};
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};
 use crate::team::Acting;

@@ -4,8 +4,7 @@
 //! (`store/stop_rules.rs`). A verdict asks the worker to stop with the full grace, so the
 //! trainer saves; the retry policy then makes the job `stopped` (policy.rs).
 
-use podq_api::JobId;
-use podq_api::{lower_is_better, MetricStep, MetricsBatch};
+use podq_api::{lower_is_better, JobId, MetricStep, MetricsBatch};
 
 use crate::catalog::stop_rules::{DivergenceGuard, StopRule, Test};
 use crate::catalog::Catalog;

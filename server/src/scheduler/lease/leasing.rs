@@ -1,11 +1,10 @@
 //! Handing whole-pod jobs to workers (docs/architecture.md §3.2): a worker's wait for a
 //! lease, the claim, and what a pod's worker says of its pod.
 
-use podq_api::LeaseId;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use podq_api::{Lease, LeaseRequest, PodReport};
+use podq_api::{Lease, LeaseId, LeaseRequest, PodReport};
 
 use super::authority::worker_for;
 use super::finish::{lost, Caused};

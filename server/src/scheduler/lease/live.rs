@@ -7,13 +7,12 @@
 //! alive keeps its job and a dead one is reaped one TTL later. Likewise a pod's "last seen"
 //! is written only when its description changes, so waiting workers cost no writes.
 
-use podq_api::{JobId, LeaseId};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use podq_api::PodDescription;
+use podq_api::{JobId, LeaseId, PodDescription};
 
 use crate::store::leases::LiveRow;
 use crate::store::StoreError;

@@ -1,7 +1,6 @@
 //! The hosts' log lines, as the worker holding a lease sends them.
 
-use podq_api::LeaseId;
-use podq_api::LogBatch;
+use podq_api::{LeaseId, LogBatch};
 
 use super::reports::LogReport;
 use crate::scheduler::{Result, Scheduler};

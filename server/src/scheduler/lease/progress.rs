@@ -2,9 +2,9 @@
 //! the checkpoints it found, and the events it saw.
 
 use futures::FutureExt;
-use podq_api::LeaseId;
 use podq_api::{
-    CheckpointsBatch, MetricsAck, MetricsBatch, WorkerEvent, WorkerEvents, WORKER_EVENT_KINDS,
+    CheckpointsBatch, LeaseId, MetricsAck, MetricsBatch, WorkerEvent, WorkerEvents,
+    WORKER_EVENT_KINDS,
 };
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};

@@ -3,11 +3,11 @@
 //! evictions (`evict.rs`). A tick that finds
 //! nothing to do touches no table.
 
-use podq_api::LeaseId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+use podq_api::LeaseId;
 use tokio_util::sync::CancellationToken;
 
 use super::finish::{lost, Caused};

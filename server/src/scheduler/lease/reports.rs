@@ -2,12 +2,11 @@
 //! report is fenced, stored and judged as it was alone, with a handful of statements for
 //! all of them.
 
-use podq_api::LeaseId;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use podq_api::{HostLogLine, MetricsBatch};
+use podq_api::{HostLogLine, LeaseId, MetricsBatch};
 
 use super::judge;
 use super::merge::{Merger, StoreMany};

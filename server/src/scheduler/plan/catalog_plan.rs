@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use podq_api::{
-    EstimateSource, GrantOutlook, JobState, Plan, PlanApplied, PlanScenario, PoolPlan, RunState,
-    SubmitRequest,
+    EstimateSource, GrantOutlook, JobId, JobState, Plan, PlanApplied, PlanScenario, PoolPlan,
+    RunState, SubmitRequest,
 };
 
 use super::forecast;
@@ -19,7 +19,6 @@ use crate::scheduler::{submit, Result, Scheduler};
 use crate::store::events::Actor;
 use crate::store::views::{self, PlanJob};
 use crate::store::{events, goodput, grant, jobs, now_ms, pods};
-use podq_api::JobId;
 
 /// Runs and groups as the planner sees them, and the experiment each waiting run would be
 /// submitted as.

@@ -9,12 +9,11 @@
 //! capacity); above `EXACT_GROUPS` groups a greedy
 //! choice by smallest added cost is used and the plan says so in docs.
 
-use podq_api::JobId;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
-use podq_api::{EstimateSource, GroupPlan, PlannedRun, Projection, RunState};
+use podq_api::{EstimateSource, GroupPlan, JobId, PlannedRun, Projection, RunState};
 
 /// Up to this many groups the planner tries every subset.
 pub const EXACT_GROUPS: usize = 16;

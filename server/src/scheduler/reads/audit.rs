@@ -1,7 +1,6 @@
 //! The audit trail as people read it: every change, who made it, newest first.
 
-use podq_api::JobId;
-use podq_api::{AuditEntry, AuditPage};
+use podq_api::{AuditEntry, AuditPage, JobId};
 
 use crate::scheduler::{Result, Scheduler};
 use crate::store::audit::{self, AuditFilter};

@@ -2,11 +2,10 @@
 //! committed, until the job settles and every line is sent. `GET /jobs/{id}/logs/follow`
 //! shapes what this sends as text or NDJSON.
 
-use podq_api::JobId;
 use std::sync::Arc;
 use std::time::Duration;
 
-use podq_api::LogLine;
+use podq_api::{JobId, LogLine};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

@@ -1,10 +1,10 @@
 //! The read side for jobs and what hangs off them: the one door through which the HTTP
 //! layer reads them (it imports nothing of `store/`).
 
-use podq_api::JobId;
 use std::collections::BTreeMap;
 
 use futures::FutureExt;
+use podq_api::JobId;
 
 use podq_api::{
     Checkpoint, Delivery, Event, GroupSummary, Job, JobDetail, JobList, JobMetrics, JobState,

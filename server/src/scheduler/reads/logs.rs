@@ -1,8 +1,7 @@
 //! Trainer logs: the lines workers forward from every host while an attempt runs, kept per
 //! attempt and host up to a cap, and read back by job with filters.
 
-use podq_api::JobId;
-use podq_api::{JobLogs, JobState, LogDropped, LogLine};
+use podq_api::{JobId, JobLogs, JobState, LogDropped, LogLine};
 use regex::Regex;
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};

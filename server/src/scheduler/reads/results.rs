@@ -2,10 +2,9 @@
 //! rows (`study.rs`: the same experiments, runs, varied keys and metric values), and a run's
 //! metric series read whole, page by page, for a download.
 
-use podq_api::JobId;
 use std::collections::{BTreeMap, BTreeSet};
 
-use podq_api::{GroupStudy, JsonNumber, ResultRow, Results};
+use podq_api::{GroupStudy, JobId, JsonNumber, ResultRow, Results};
 use tokio::sync::mpsc;
 
 use super::study::flatten;
