@@ -5,11 +5,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use podq_api::LeaseId;
 use podq_api::{
     CheckpointsBatch, ErrorBody, FinishRequest, FinishResponse, HeartbeatRequest,
-    HeartbeatResponse, Lease, LeaseRequest, LinksBatch, LogBatch, MetricsAck, MetricsBatch,
-    PodReport, WorkerEvents,
+    HeartbeatResponse, Lease, LeaseId, LeaseRequest, LinksBatch, LogBatch, MetricsAck,
+    MetricsBatch, PodReport, WorkerEvents,
 };
 
 use super::error::ApiError;
