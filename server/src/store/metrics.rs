@@ -132,6 +132,13 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
              FROM reported WHERE jobs.id = reported.id",
         );
         update.build().execute(conn).await?;
+        // Apart, and only where it changes: `last_step` is in no index and no trigger's
+        // columns, so PostgreSQL updates it in place; `progressed` is in both, and changes
+        // once per run (migrations/sqlite/0016_progressed_flag.sql).
+        let mut first =
+            Builder::new("UPDATE jobs SET progressed = 1 WHERE progressed = 0 AND id IN ");
+        first.push_list(part.iter().map(|(report, _)| report.job_id));
+        first.build().execute(conn).await?;
     }
     let now = now_ms();
     for part in marks.chunks(6000) {

@@ -38,7 +38,7 @@ macro_rules! progressed_queue {
     ($index:literal) => {
         concat!(
             $crate::store::backend::active_run_select!($index),
-            "WHERE j.state = 'queued' AND j.same_as IS NULL AND j.last_step IS NOT NULL \
+            "WHERE j.state = 'queued' AND j.same_as IS NULL AND j.progressed = 1 \
              ORDER BY j.priority DESC, j.seq"
         )
     };

@@ -37,6 +37,9 @@ const PROGRESSED_QUEUE: &str = progressed_queue!("INDEXED BY jobs_progressed_que
 
 /// Opens (creating if needed) the SQLite file and applies migrations. Commits are durable
 /// (`synchronous=FULL`) and readers never wait for the writer (WAL).
+/// The migrations that edit a table's definition in place (`writable_schema`): 0015.
+const EDITS_IN_PLACE: &[i64] = &[15];
+
 pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
     let base = SqliteConnectOptions::from_str("sqlite:")?
         .filename(path)
@@ -46,11 +49,26 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
         .busy_timeout(BUSY_TIMEOUT)
         .disable_statement_logging();
     let mut writer = base.clone().create_if_missing(true).connect().await?;
+    // A migration that edits a table's definition in place leaves the connection that ran it
+    // with the definition it parsed before: a later `ALTER TABLE … ADD COLUMN` there would
+    // splice the column in at the old text's offsets. So the migrations up to each such edit
+    // run on a connection of their own.
+    for &edit in EDITS_IN_PLACE {
+        let mut upto = sqlx::migrate!("../migrations/sqlite");
+        upto.migrations = upto
+            .migrations
+            .iter()
+            .filter(|m| m.version <= edit)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into();
+        upto.set_ignore_missing(true).run(&mut writer).await?;
+        writer.close().await?;
+        writer = base.clone().connect().await?;
+    }
     sqlx::migrate!("../migrations/sqlite")
         .run(&mut writer)
         .await?;
-    // A migration may have edited a table's definition in place (0015): the connection that
-    // ran them is replaced by one that parses the schema afresh.
     writer.close().await?;
     let writer = base
         .clone()
