@@ -35,11 +35,11 @@ pub(super) static DIALECT: Dialect = Dialect {
 /// 0 ms through this index, measured on the bench's database).
 const PROGRESSED_QUEUE: &str = progressed_queue!("INDEXED BY jobs_progressed_queue");
 
-/// Opens (creating if needed) the SQLite file and applies migrations. Commits are durable
-/// (`synchronous=FULL`) and readers never wait for the writer (WAL).
 /// The migrations that edit a table's definition in place (`writable_schema`): 0015.
 const EDITS_IN_PLACE: &[i64] = &[15];
 
+/// Opens (creating if needed) the SQLite file and applies migrations. Commits are durable
+/// (`synchronous=FULL`) and readers never wait for the writer (WAL).
 pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
     let base = SqliteConnectOptions::from_str("sqlite:")?
         .filename(path)
@@ -69,6 +69,7 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
     sqlx::migrate!("../migrations/sqlite")
         .run(&mut writer)
         .await?;
+    // The writer proper parses the schema the migrations left, with its own settings.
     writer.close().await?;
     let writer = base
         .clone()
