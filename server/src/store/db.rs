@@ -219,12 +219,7 @@ macro_rules! id_arg {
         }
     )*};
 }
-id_arg!(
-    podq_api::JobId,
-    podq_api::LeaseId,
-    &podq_api::JobId,
-    &podq_api::LeaseId
-);
+id_arg!(podq_api::JobId, podq_api::LeaseId);
 
 impl IntoArg for Vec<u8> {
     fn into_arg(self) -> Arg {
