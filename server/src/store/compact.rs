@@ -148,8 +148,8 @@ async fn move_lines(conn: &mut Conn) -> Result<i64, StoreError> {
                 (job_id.clone(), 1)
             };
             db::query(
-                "INSERT INTO log_chunks (job_id, batch, attempt, host, first_offset, lines, \
-                 last_at, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO log_chunks (job_seq, batch, attempt, host, first_offset, lines, \
+                 last_at, data) VALUES ((SELECT seq FROM jobs WHERE id = ?), ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&job_id)
             .bind(batch.1)

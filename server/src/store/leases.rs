@@ -166,6 +166,7 @@ pub async fn fence(conn: &mut Conn, lease_id: LeaseId) -> Result<Option<(JobId, 
 pub struct FencedReport {
     pub lease_id: LeaseId,
     pub job_id: JobId,
+    pub job_seq: i64,
     pub attempt: i64,
     #[sqlx(flatten)]
     pub judged: super::stop_rules::Judged,
@@ -177,8 +178,8 @@ pub async fn fence_many(
     lease_ids: &[LeaseId],
 ) -> Result<std::collections::HashMap<LeaseId, FencedReport>, StoreError> {
     let mut query = db::Builder::new(
-        "SELECT lease_id, id AS job_id, attempts AS attempt, experiment, total_steps, \
-         ignore_stop_rules, diverged_reports, diverged_step, stop_request, \
+        "SELECT lease_id, id AS job_id, seq AS job_seq, attempts AS attempt, experiment, \
+         total_steps, ignore_stop_rules, diverged_reports, diverged_step, stop_request, \
          (cancel_requested <> 0) AS cancel_requested FROM jobs WHERE lease_id IN ",
     );
     query.push_list(lease_ids.iter().map(LeaseId::to_string));

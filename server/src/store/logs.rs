@@ -30,8 +30,13 @@ pub(crate) async fn insert_lines(
     lines: &[HostLogLine],
     cap: i64,
 ) -> Result<u64, StoreError> {
+    let job_seq = db::query_scalar("SELECT seq FROM jobs WHERE id = ?")
+        .bind(job_id)
+        .fetch_one(&mut *conn)
+        .await?;
     let report = Report {
         job_id,
+        job_seq,
         attempt,
         lines,
     };
@@ -42,6 +47,8 @@ pub(crate) async fn insert_lines(
 /// One attempt's lines, as [`insert_lines_many`] takes them.
 pub struct Report<'a> {
     pub job_id: JobId,
+    /// The job's `seq`, which its chunks are keyed by (migration 0017).
+    pub job_seq: i64,
     pub attempt: i64,
     pub lines: &'a [HostLogLine],
 }
@@ -65,15 +72,17 @@ pub async fn insert_lines_many(
         .collect();
     debug_assert_eq!(index_of.len(), reports.len(), "each job at most once");
     // Per report: each host's highest offset, and the job's last batch number (host -1).
-    let mut read = Builder::new("WITH reported (job_id, attempt) AS (");
+    let mut read = Builder::new("WITH reported (job_id, job_seq, attempt) AS (");
     read.push_values(reports, |mut row, report| {
-        row.push_bind(report.job_id).push_bind(report.attempt);
+        row.push_bind(report.job_id)
+            .push_bind(report.job_seq)
+            .push_bind(report.attempt);
     });
     read.push(
         ") SELECT c.job_id, c.host, c.top FROM log_counts c JOIN reported r \
          ON c.job_id = r.job_id AND c.attempt = r.attempt \
          UNION ALL SELECT r.job_id, -1, \
-           COALESCE((SELECT MAX(batch) FROM log_chunks WHERE job_id = r.job_id), 0) \
+           COALESCE((SELECT MAX(batch) FROM log_chunks WHERE job_seq = r.job_seq), 0) \
          FROM reported r",
     );
     let mut tops: Vec<BTreeMap<i64, i64>> = vec![BTreeMap::new(); reports.len()];
@@ -123,12 +132,12 @@ pub async fn insert_lines_many(
     // 8 variables a row; SQLite allows 32766 per statement.
     for part in chunks.chunks(4000) {
         let mut insert = Builder::new(
-            "INSERT INTO log_chunks (job_id, batch, attempt, host, first_offset, lines, last_at, \
+            "INSERT INTO log_chunks (job_seq, batch, attempt, host, first_offset, lines, last_at, \
              data) ",
         );
         insert.push_values(part, |mut row, ((index, batch, host), kept)| {
             let report = &reports[*index];
-            row.push_bind(report.job_id)
+            row.push_bind(report.job_seq)
                 .push_bind(*batch)
                 .push_bind(report.attempt)
                 .push_bind(*host)
@@ -174,12 +183,13 @@ pub async fn insert_lines_many(
             .await?
         {
             if kept > cap {
-                over_cap.push((job_id, attempt, host, kept - cap));
+                let job_seq = reports[index_of[&job_id]].job_seq;
+                over_cap.push((job_id, job_seq, attempt, host, kept - cap));
             }
         }
     }
-    for (job_id, attempt, host, excess) in over_cap {
-        trim(conn, job_id, attempt, host, excess).await?;
+    for (job_id, job_seq, attempt, host, excess) in over_cap {
+        trim(conn, job_id, job_seq, attempt, host, excess).await?;
     }
     Ok(new)
 }
@@ -189,6 +199,7 @@ pub async fn insert_lines_many(
 async fn trim(
     conn: &mut Conn,
     job_id: JobId,
+    job_seq: i64,
     attempt: i64,
     host: i64,
     excess: i64,
@@ -197,9 +208,9 @@ async fn trim(
     while left > 0 {
         let oldest: Vec<(i64, i64, Vec<u8>)> = db::query_as(
             "SELECT id, lines, data FROM log_chunks \
-             WHERE job_id = ? AND attempt = ? AND host = ? ORDER BY first_offset LIMIT 64",
+             WHERE job_seq = ? AND attempt = ? AND host = ? ORDER BY first_offset LIMIT 64",
         )
-        .bind(job_id)
+        .bind(job_seq)
         .bind(attempt)
         .bind(host)
         .fetch_all(conn)
@@ -235,13 +246,14 @@ async fn trim(
     db::query(
         "UPDATE log_counts SET kept = kept - ?4, dropped = dropped + ?4, \
          floor = COALESCE((SELECT MIN(first_offset) FROM log_chunks \
-           WHERE job_id = ?1 AND attempt = ?2 AND host = ?3), floor) \
+           WHERE job_seq = ?5 AND attempt = ?2 AND host = ?3), floor) \
          WHERE job_id = ?1 AND attempt = ?2 AND host = ?3",
     )
     .bind(job_id)
     .bind(attempt)
     .bind(host)
     .bind(excess)
+    .bind(job_seq)
     .execute(conn)
     .await?;
     Ok(())
@@ -410,9 +422,11 @@ fn select_chunks(
     limit: Option<i64>,
 ) -> Builder {
     let mut query = Builder::new(format!(
-        "{prefix}SELECT batch, attempt, host, data FROM log_chunks WHERE job_id = "
+        "{prefix}SELECT batch, attempt, host, data FROM log_chunks \
+         WHERE job_seq = (SELECT seq FROM jobs WHERE id = "
     ));
     query.push_bind(job_id.to_owned());
+    query.push(")");
     query.push(match (limit, order) {
         (None, _) => " AND batch = ",
         (Some(_), Order::Forward(_)) => " AND batch >= ",

@@ -172,6 +172,7 @@ async fn store_logs(conn: &mut Conn, reports: &[LogReport], cap: i64) -> Result<
             .iter()
             .map(|(index, fenced)| logs::Report {
                 job_id: fenced.job_id,
+                job_seq: fenced.job_seq,
                 attempt: fenced.attempt,
                 lines: &reports[*index].lines,
             })

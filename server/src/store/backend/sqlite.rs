@@ -215,4 +215,81 @@ mod tests {
             .await
             .unwrap();
     }
+
+    /// Log chunks stored by the job's id before migration 0017 are read back by its `seq`
+    /// after it.
+    #[tokio::test]
+    async fn log_chunks_stored_before_they_were_keyed_by_seq_read_back_after_it() {
+        use crate::store::chunks::{encode_lines, StoredLine};
+        use crate::store::logs::{self, LogFilter};
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true);
+        // Through 0016, the migrations up to 0015's in-place edit on a connection of their
+        // own, as `open` runs them.
+        for upto in [15, 16] {
+            let mut migrator = sqlx::migrate!("../migrations/sqlite");
+            migrator.migrations = migrator
+                .migrations
+                .iter()
+                .filter(|m| m.version <= upto)
+                .cloned()
+                .collect::<Vec<_>>()
+                .into();
+            let mut conn = options.clone().connect().await.unwrap();
+            migrator
+                .set_ignore_missing(true)
+                .run(&mut conn)
+                .await
+                .unwrap();
+            conn.close().await.unwrap();
+        }
+        let job = podq_api::JobId::new_random();
+        let mut conn = options.connect().await.unwrap();
+        sqlx::query(
+            "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, config_json, \
+             config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, updated_at) \
+             VALUES (?, 7, 'e', 'g', 'running', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)",
+        )
+        .bind(job.to_string())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let line = StoredLine {
+            position: 0,
+            offset: 0,
+            at: 5,
+            text: "step 1".into(),
+        };
+        sqlx::query(
+            "INSERT INTO log_chunks (job_id, batch, attempt, host, first_offset, lines, \
+             last_at, data) VALUES (?, 1, 1, 3, 0, 1, 5, ?)",
+        )
+        .bind(job.to_string())
+        .bind(encode_lines([&line]))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+
+        let store = Store::open(&path).await.unwrap();
+        let mut reader = store.read().await.unwrap();
+        let rows = logs::page(&mut reader, job, &LogFilter::default(), -1, 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            rows.iter()
+                .map(|row| (row.host, row.text.as_str()))
+                .collect::<Vec<_>>(),
+            [(3, "step 1")]
+        );
+        let keyed: i64 = crate::store::db::query_scalar("SELECT job_seq FROM log_chunks")
+            .fetch_one(&mut reader)
+            .await
+            .unwrap();
+        assert_eq!(keyed, 7);
+    }
 }
