@@ -75,6 +75,13 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
         .clone()
         // The log's file is cut back to its bound after it starts over (`wal.rs`).
         .pragma("journal_size_limit", RESTART_BYTES.to_string())
+        // Each write's savepoint and each statement that changes many rows journal the
+        // pages they change, to undo them alone (https://www.sqlite.org/tempfiles.html,
+        // "Statement Journal Files"). Past 64 KiB that journal went to a temporary file:
+        // 2% of the server's time under a thousand pods went to writing it (`perf`,
+        // benches/fleet.rs). With `temp_store` in memory it never spills
+        // (`openSubJournal` in sqlite3.c); it holds one transaction's pages at most.
+        .pragma("temp_store", "memory")
         .connect()
         .await?;
     let mut writer = Conn::Sqlite(writer);
