@@ -31,13 +31,15 @@
 //! a second. The targets are printed as targets.
 //! With `PODQ_FLEET_PERF=1`, `perf record` samples the server during the largest fleet's
 //! window and the top of `perf report` is printed (`PODQ_FLEET_PERF_DATA=FILE` keeps the
-//! samples for `perf report -i FILE`). No assertion: these machines are shared and noisy.
+//! samples for `perf report -i FILE`). `PODQ_BENCH_PROGRAM=PATH` measures that `podq` binary
+//! instead, so that a change's before and after come from one sitting. No assertion: these
+//! machines are shared and noisy.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use podq_testkit::harness::{
@@ -45,8 +47,10 @@ use podq_testkit::harness::{
 };
 use podq_testkit::postgres::PostgresServer;
 
-/// The binary under test, built by cargo for this bench (release profile).
-const PODQ: &str = env!("CARGO_BIN_EXE_podq");
+/// The binary under test: built by cargo for this bench (release profile), or
+/// `PODQ_BENCH_PROGRAM` (see `podq_testkit::program_under_test`).
+static PODQ: LazyLock<String> =
+    LazyLock::new(|| podq_testkit::program_under_test(env!("CARGO_BIN_EXE_podq")));
 const HOSTS: usize = 8;
 const STEPS_PER_BATCH: i64 = 10;
 const LOG_LINES_PER_HOST_S: f64 = 2.0;
@@ -432,7 +436,7 @@ async fn fleet(
         (Store::Postgres, Some(pg)) => Some(pg.create_database().await?),
         _ => None,
     };
-    let server = ServerProc::start_on(PODQ, database.clone()).await?;
+    let server = ServerProc::start_on(&PODQ, database.clone()).await?;
     let admin = Api::new(&server.base);
     let names = admin.experiment_names().await?;
     admin.submit_jobs(&names, pods).await?;
