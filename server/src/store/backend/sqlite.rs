@@ -54,15 +54,7 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
     // splice the column in at the old text's offsets. So the migrations up to each such edit
     // run on a connection of their own.
     for &edit in EDITS_IN_PLACE {
-        let mut upto = sqlx::migrate!("../migrations/sqlite");
-        upto.migrations = upto
-            .migrations
-            .iter()
-            .filter(|m| m.version <= edit)
-            .cloned()
-            .collect::<Vec<_>>()
-            .into();
-        upto.set_ignore_missing(true).run(&mut writer).await?;
+        migrations_through(edit).run(&mut writer).await?;
         writer.close().await?;
         writer = base.clone().connect().await?;
     }
@@ -100,6 +92,21 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
         confirmed_at: i64::MAX,
         wal: Some(WalLog::of(path)),
     })
+}
+
+/// The SQLite migrations up to and including `version`, to run on a store that may have
+/// more applied already.
+fn migrations_through(version: i64) -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate!("../migrations/sqlite");
+    migrator.migrations = migrator
+        .migrations
+        .iter()
+        .filter(|m| m.version <= version)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    migrator.set_ignore_missing(true);
+    migrator
 }
 
 /// A SQLite file opened read-only with the driver's own connection, as `podq migrate` reads
@@ -175,14 +182,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (old, fresh) = (dir.path().join("old.db"), dir.path().join("fresh.db"));
         // The first release's file: migration 0001 only, with a job in it.
-        let mut first = sqlx::migrate!("../migrations/sqlite");
-        first.migrations = first
-            .migrations
-            .iter()
-            .filter(|m| m.version == 1)
-            .cloned()
-            .collect::<Vec<_>>()
-            .into();
+        let first = migrations_through(1);
         let mut conn = SqliteConnectOptions::new()
             .filename(&old)
             .create_if_missing(true)
@@ -237,21 +237,9 @@ mod tests {
             .create_if_missing(true);
         // Through 0016, the migrations up to 0015's in-place edit on a connection of their
         // own, as `open` runs them.
-        for upto in [15, 16] {
-            let mut migrator = sqlx::migrate!("../migrations/sqlite");
-            migrator.migrations = migrator
-                .migrations
-                .iter()
-                .filter(|m| m.version <= upto)
-                .cloned()
-                .collect::<Vec<_>>()
-                .into();
+        for through in [15, 16] {
             let mut conn = options.clone().connect().await.unwrap();
-            migrator
-                .set_ignore_missing(true)
-                .run(&mut conn)
-                .await
-                .unwrap();
+            migrations_through(through).run(&mut conn).await.unwrap();
             conn.close().await.unwrap();
         }
         let job = podq_api::JobId::new_random();
