@@ -53,6 +53,12 @@ impl<T: Clone> ReadCache<T> {
         ReadCache::new(store.state_commits(), store.commits())
     }
 
+    /// A cache over `store`'s changes of state alone, for a view that reports' progress
+    /// never changes (the pod rows): kept until a change of state, or `MAX_AGE`.
+    pub fn over_state(store: &crate::store::Store) -> Self {
+        ReadCache::new(store.state_commits(), store.state_commits())
+    }
+
     /// The kept view if no change of state was committed since it was made and it is fresh
     /// enough; otherwise `make`'s, kept for the next read. The counters are read before
     /// `make` runs, so a commit during `make` makes the next read compute again.

@@ -2,6 +2,7 @@
 //! pods' last contact): status and pods.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use chrono::{Duration as ChronoDuration, Utc};
 use podq_api::{JobId, JobState, Pod, RunningJob, Status};
@@ -106,16 +107,35 @@ impl Scheduler {
 
     /// Every pod, with its live lease and when it was last heard from.
     pub async fn pods(&self) -> Result<Vec<Pod>> {
-        let rows = pods::serving(&mut self.store.read().await?).await?;
+        let stored = self.read_cache.pods.get_or(|| self.stored_pods()).await?;
         let live = self.live.all();
         let lease_on: HashMap<&str, (&podq_api::LeaseId, &LiveLease)> = live
             .iter()
             .map(|(id, l)| (l.pod.as_str(), (id, l)))
             .collect();
-        rows.into_iter()
+        Ok(stored
+            .iter()
+            .map(|pod| {
+                let lease = lease_on.get(pod.name.as_str()).copied();
+                Pod {
+                    last_seen_at: self
+                        .live
+                        .pod_last_seen(&pod.name)
+                        .map_or(pod.last_seen_at, |seen| seen.max(pod.last_seen_at)),
+                    current_job: lease.map(|(_, l)| l.job_id),
+                    current_lease: lease.map(|(id, _)| *id),
+                    ..pod.clone()
+                }
+            })
+            .collect())
+    }
+
+    /// The serving pods as the store holds them, without what lives only in memory.
+    async fn stored_pods(&self) -> Result<Arc<Vec<Pod>>> {
+        let rows = pods::serving(&mut self.store.read().await?).await?;
+        let pods = rows
+            .into_iter()
             .map(|row| {
-                let lease = lease_on.get(row.name.as_str()).copied();
-                let recorded = ms_to_datetime(row.last_seen_at);
                 Ok(Pod {
                     preflight: row.preflight()?,
                     accelerator: row.accelerator,
@@ -123,16 +143,14 @@ impl Scheduler {
                     state: row.state,
                     health: row.health,
                     recovery: row.recovery,
-                    last_seen_at: self
-                        .live
-                        .pod_last_seen(&row.name)
-                        .map_or(recorded, |seen| seen.max(recorded)),
-                    current_job: lease.map(|(_, l)| l.job_id),
-                    current_lease: lease.map(|(id, _)| *id),
+                    last_seen_at: ms_to_datetime(row.last_seen_at),
+                    current_job: None,
+                    current_lease: None,
                     name: row.name,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<Pod>>>()?;
+        Ok(Arc::new(pods))
     }
 }
 
