@@ -37,13 +37,7 @@ const TABLES: [&str; 19] = [
 ];
 
 /// Tables whose ids are generated: their sequences continue after the copied ids.
-const IDENTITY_TABLES: [&str; 5] = [
-    "metric_series",
-    "events",
-    "webhooks",
-    "webhook_outbox",
-    "log_chunks",
-];
+const IDENTITY_TABLES: [&str; 4] = ["metric_series", "events", "webhooks", "webhook_outbox"];
 
 /// What a migration copied: (table, rows in the source, rows in the destination).
 pub type Counts = Vec<(String, i64, i64)>;

@@ -148,115 +148,180 @@ pub async fn insert_lines_many(
         });
         insert.build().execute(conn).await?;
     }
-    // Per (report, host): lines stored, and the highest offset.
-    let mut hosts: BTreeMap<(usize, i64), (i64, i64)> = BTreeMap::new();
-    for ((index, _, host), kept) in &chunks {
-        let entry = hosts.entry((*index, *host)).or_default();
-        entry.0 += kept.len() as i64;
-        entry.1 = kept[kept.len() - 1].offset;
+    // Per (report, host): lines stored, the highest offset, and the first batch.
+    let mut hosts: BTreeMap<(usize, i64), HostCounts> = BTreeMap::new();
+    for ((index, batch, host), kept) in &chunks {
+        let entry = hosts.entry((*index, *host)).or_insert(HostCounts {
+            kept: 0,
+            top: 0,
+            first_batch: *batch,
+        });
+        entry.kept += kept.len() as i64;
+        entry.top = kept[kept.len() - 1].offset;
     }
-    let hosts: Vec<((usize, i64), (i64, i64))> = hosts.into_iter().collect();
+    let hosts: Vec<((usize, i64), HostCounts)> = hosts.into_iter().collect();
     let mut over_cap = Vec::new();
-    // 7 variables a row.
+    // 8 variables a row.
     for part in hosts.chunks(4000) {
         let mut counts = Builder::new(
-            "INSERT INTO log_counts (job_id, attempt, host, kept, dropped, floor, top) ",
+            "INSERT INTO log_counts (job_id, attempt, host, kept, dropped, floor, top, \
+             floor_batch) ",
         );
-        counts.push_values(part, |mut row, ((index, host), (kept, top))| {
+        counts.push_values(part, |mut row, ((index, host), counts)| {
             let report = &reports[*index];
             row.push_bind(report.job_id)
                 .push_bind(report.attempt)
                 .push_bind(*host)
-                .push_bind(*kept)
+                .push_bind(counts.kept)
                 .push_bind(0_i64)
                 .push_bind(0_i64)
-                .push_bind(*top);
+                .push_bind(counts.top)
+                .push_bind(counts.first_batch);
         });
         counts.push(
             " ON CONFLICT (job_id, attempt, host) DO UPDATE SET \
              kept = log_counts.kept + excluded.kept, top = excluded.top \
-             RETURNING job_id, attempt, host, kept",
+             RETURNING job_id, attempt, host, kept, floor_batch",
         );
-        for (job_id, attempt, host, kept) in counts
-            .build_query_as::<(JobId, i64, i64, i64)>()
+        for (job_id, attempt, host, kept, floor_batch) in counts
+            .build_query_as::<(JobId, i64, i64, i64, i64)>()
             .fetch_all(conn)
             .await?
         {
             if kept > cap {
                 let job_seq = reports[index_of[&job_id]].job_seq;
-                over_cap.push((job_id, job_seq, attempt, host, kept - cap));
+                over_cap.push(Trim {
+                    job_id,
+                    job_seq,
+                    attempt,
+                    host,
+                    floor_batch,
+                    excess: kept - cap,
+                });
             }
         }
     }
-    for (job_id, job_seq, attempt, host, excess) in over_cap {
-        trim(conn, job_id, job_seq, attempt, host, excess).await?;
+    for trim in over_cap {
+        trim.run(conn).await?;
     }
     Ok(new)
 }
 
-/// Drops the `excess` oldest lines of one attempt and host: whole chunks, then the oldest
-/// lines of the next, and raises the floor to the oldest offset kept.
-async fn trim(
-    conn: &mut Conn,
+/// What one report stored of one host.
+struct HostCounts {
+    kept: i64,
+    /// The highest offset stored.
+    top: i64,
+    /// The batch of the host's first chunk in the report.
+    first_batch: i64,
+}
+
+/// The `excess` oldest lines of one attempt and host, to drop.
+struct Trim {
     job_id: JobId,
     job_seq: i64,
     attempt: i64,
     host: i64,
+    /// No chunk of the attempt and host is older than this batch (`log_counts.floor_batch`,
+    /// migration 0018): the job's chunks are found by batch, and the seek starts here, not
+    /// at the job's first.
+    floor_batch: i64,
     excess: i64,
-) -> Result<(), StoreError> {
-    let mut left = excess;
-    while left > 0 {
-        let oldest: Vec<(i64, i64, Vec<u8>)> = db::query_as(
-            "SELECT id, lines, data FROM log_chunks \
-             WHERE job_seq = ? AND attempt = ? AND host = ? ORDER BY first_offset LIMIT 64",
-        )
-        .bind(job_seq)
-        .bind(attempt)
-        .bind(host)
-        .fetch_all(conn)
-        .await?;
-        if oldest.is_empty() {
-            break;
-        }
-        for (id, lines, data) in oldest {
-            if lines <= left {
-                db::query("DELETE FROM log_chunks WHERE id = ?")
-                    .bind(id)
-                    .execute(conn)
-                    .await?;
-                left -= lines;
-            } else {
-                let rest = decode_lines(&data)?.split_off(left as usize);
-                db::query(
-                    "UPDATE log_chunks SET first_offset = ?, lines = ?, data = ? WHERE id = ?",
-                )
-                .bind(rest[0].offset)
-                .bind(lines - left)
-                .bind(encode_lines(rest.iter()))
-                .bind(id)
-                .execute(conn)
+}
+
+/// Chunks a trim reads at a time: one report's lines over the cap are about one chunk.
+const TRIM_PAGE: i64 = 8;
+
+/// The oldest `TRIM_PAGE` chunks of one attempt and host, from a batch on.
+const TRIM_OLDEST: &str = "SELECT batch, lines, data FROM log_chunks \
+    WHERE job_seq = ? AND batch >= ? AND attempt = ? AND host = ? ORDER BY batch LIMIT ?";
+
+/// The oldest chunk of one attempt and host, from a batch on.
+const TRIM_KEPT_FROM: &str = "SELECT batch, first_offset FROM log_chunks \
+    WHERE job_seq = ? AND batch >= ? AND attempt = ? AND host = ? ORDER BY batch LIMIT 1";
+
+impl Trim {
+    /// Drops whole chunks, then the oldest lines of the next, and raises the floor to the
+    /// oldest line kept.
+    async fn run(self, conn: &mut Conn) -> Result<(), StoreError> {
+        let Trim {
+            job_id,
+            job_seq,
+            attempt,
+            host,
+            floor_batch,
+            excess,
+        } = self;
+        let mut left = excess;
+        let mut from = floor_batch;
+        while left > 0 {
+            let oldest: Vec<(i64, i64, Vec<u8>)> = db::query_as(TRIM_OLDEST)
+                .bind(job_seq)
+                .bind(from)
+                .bind(attempt)
+                .bind(host)
+                .bind(TRIM_PAGE)
+                .fetch_all(&mut *conn)
                 .await?;
-                left = 0;
-            }
-            if left == 0 {
+            if oldest.is_empty() {
                 break;
             }
+            for (batch, lines, data) in oldest {
+                from = batch;
+                if lines <= left {
+                    db::query(
+                        "DELETE FROM log_chunks WHERE job_seq = ? AND batch = ? AND host = ?",
+                    )
+                    .bind(job_seq)
+                    .bind(batch)
+                    .bind(host)
+                    .execute(&mut *conn)
+                    .await?;
+                    left -= lines;
+                } else {
+                    let rest = decode_lines(&data)?.split_off(left as usize);
+                    db::query(
+                        "UPDATE log_chunks SET first_offset = ?, lines = ?, data = ? \
+                         WHERE job_seq = ? AND batch = ? AND host = ?",
+                    )
+                    .bind(rest[0].offset)
+                    .bind(lines - left)
+                    .bind(encode_lines(rest.iter()))
+                    .bind(job_seq)
+                    .bind(batch)
+                    .bind(host)
+                    .execute(&mut *conn)
+                    .await?;
+                    left = 0;
+                }
+                if left == 0 {
+                    break;
+                }
+            }
         }
+        let kept_from: Option<(i64, i64)> = db::query_as(TRIM_KEPT_FROM)
+            .bind(job_seq)
+            .bind(from)
+            .bind(attempt)
+            .bind(host)
+            .fetch_optional(&mut *conn)
+            .await?;
+        db::query(
+            "UPDATE log_counts SET kept = kept - ?, dropped = dropped + ?, \
+             floor_batch = COALESCE(?, floor_batch), floor = COALESCE(?, floor) \
+             WHERE job_id = ? AND attempt = ? AND host = ?",
+        )
+        .bind(excess)
+        .bind(excess)
+        .bind(kept_from.map(|(batch, _)| batch))
+        .bind(kept_from.map(|(_, offset)| offset))
+        .bind(job_id)
+        .bind(attempt)
+        .bind(host)
+        .execute(conn)
+        .await?;
+        Ok(())
     }
-    db::query(
-        "UPDATE log_counts SET kept = kept - ?4, dropped = dropped + ?4, \
-         floor = COALESCE((SELECT MIN(first_offset) FROM log_chunks \
-           WHERE job_seq = ?5 AND attempt = ?2 AND host = ?3), floor) \
-         WHERE job_id = ?1 AND attempt = ?2 AND host = ?3",
-    )
-    .bind(job_id)
-    .bind(attempt)
-    .bind(host)
-    .bind(excess)
-    .bind(job_seq)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -278,7 +343,7 @@ pub struct LogFilter {
 }
 
 /// Up to `limit` lines of `job_id` after the cursor `after`, in arrival order. Seeks the
-/// job's chunks by arrival (`log_chunks_by_arrival`); the filter narrows within them.
+/// job's chunks by batch (the table's key, migration 0018); the filter narrows within them.
 pub async fn page(
     db: &mut Conn,
     job_id: JobId,
@@ -444,8 +509,8 @@ fn select_chunks(
         query.push(" AND last_at >= ").push_bind(since);
     }
     query.push(match order {
-        Order::Forward(_) => " ORDER BY batch, id",
-        Order::Backward => " ORDER BY batch DESC, id DESC",
+        Order::Forward(_) => " ORDER BY batch, host",
+        Order::Backward => " ORDER BY batch DESC, host DESC",
     });
     if let Some(limit) = limit {
         query.push(" LIMIT ").push_bind(limit);
@@ -468,6 +533,113 @@ pub async fn dropped(db: &mut Conn, job_id: JobId) -> Result<Vec<(i64, i64, i64)
 mod tests {
     use super::*;
     use crate::store::test_support::{assert_uses_indexes, scratch_store};
+    use futures::FutureExt;
+
+    /// Trimming one attempt's host drops its oldest lines only: not another host's of the
+    /// same batches, not an earlier attempt's. And the host's floor moves up to its oldest
+    /// chunk kept, where the next trim's seek starts.
+    #[tokio::test]
+    async fn a_trim_drops_one_hosts_oldest_lines_and_moves_its_floor_up() {
+        let (store, _dir) = scratch_store().await;
+        let job = JobId::new_random();
+        store
+            .write(move |conn| {
+                async move {
+                    db::query(
+                        "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, \
+                         config_json, config_sha256, est_hours, checkpoint_dir, max_failures, \
+                         submitted_at, updated_at) VALUES (?, 1, 'e', 'g', 'running', 'v4-64', \
+                         '{}', 's', 1, 'd', 3, 0, 0)",
+                    )
+                    .bind(job)
+                    .execute(&mut *conn)
+                    .await?;
+                    // Each report: three lines of hosts 0 and 1. Attempt 1 stays under its
+                    // cap; attempt 2 goes far over it.
+                    for (attempt, reports, cap) in [(1, 10, 100), (2, 30, 10)] {
+                        for report in 0..reports {
+                            let lines: Vec<HostLogLine> = (0..3)
+                                .flat_map(|i| {
+                                    [0, 1].map(|host| {
+                                        serde_json::from_value(serde_json::json!({
+                                            "host": host, "offset": report * 3 + i,
+                                            "at": "2026-11-28T00:00:00Z",
+                                            "text": format!("{attempt}/{host}/{}", report * 3 + i),
+                                        }))
+                                        .unwrap()
+                                    })
+                                })
+                                .collect();
+                            insert_lines(conn, job, attempt, &lines, cap).await?;
+                        }
+                    }
+                    Ok::<_, StoreError>(())
+                }
+                .boxed()
+            })
+            .await
+            .unwrap();
+        let mut db = store.read().await.unwrap();
+        for (attempt, host, first, kept) in
+            [(1, 0, 0, 30), (1, 1, 0, 30), (2, 0, 80, 10), (2, 1, 80, 10)]
+        {
+            let filter = LogFilter {
+                attempt: Some(attempt),
+                host: Some(host),
+                since_ms: None,
+            };
+            let texts: Vec<String> = page(&mut db, job, &filter, -1, 1000)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|row| row.text)
+                .collect();
+            let expected: Vec<String> = (first..first + kept)
+                .map(|offset| format!("{attempt}/{host}/{offset}"))
+                .collect();
+            assert_eq!(texts, expected, "attempt {attempt} host {host}");
+        }
+        let counts: Vec<(i64, i64, i64, i64, i64, i64)> = db::query_as(
+            "SELECT attempt, host, kept, dropped, floor, floor_batch FROM log_counts \
+             ORDER BY attempt, host",
+        )
+        .fetch_all(&mut db)
+        .await
+        .unwrap();
+        let oldest_kept: i64 =
+            db::query_scalar("SELECT MIN(batch) FROM log_chunks WHERE attempt = 2 AND host = 0")
+                .fetch_one(&mut db)
+                .await
+                .unwrap();
+        // Attempt 1 took batches 1 to 10; attempt 2's lines from offset 80 came in its
+        // 27th report.
+        assert_eq!(oldest_kept, 10 + 27);
+        assert_eq!(
+            counts,
+            [
+                (1, 0, 30, 0, 0, 1),
+                (1, 1, 30, 0, 0, 1),
+                (2, 0, 10, 80, 80, oldest_kept),
+                (2, 1, 10, 80, 80, oldest_kept),
+            ]
+        );
+    }
+
+    /// A trim seeks the host's chunks by the table's key, from its floor.
+    #[tokio::test]
+    async fn a_trim_seeks_the_chunks_by_key() {
+        let (store, _dir) = scratch_store().await;
+        let mut db = store.read().await.unwrap();
+        for query in [TRIM_OLDEST, TRIM_KEPT_FROM] {
+            let explain = format!("EXPLAIN QUERY PLAN {query}");
+            let mut plan_query = db::query_as(sqlx::AssertSqlSafe(explain));
+            for _ in 0..query.matches('?').count() {
+                plan_query = plan_query.bind(1_i64);
+            }
+            let plan: Vec<(i64, i64, i64, String)> = plan_query.fetch_all(&mut db).await.unwrap();
+            assert_uses_indexes(query, &plan, true);
+        }
+    }
 
     #[tokio::test]
     async fn every_log_read_seeks_the_jobs_lines_in_arrival_order() {
