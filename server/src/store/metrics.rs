@@ -515,12 +515,10 @@ mod tests {
         updated_at) VALUES ('6a000000-0000-4000-8000-000000000001', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)";
 
     use super::*;
-    use crate::store::Store;
 
     #[tokio::test]
     async fn long_series_are_sampled_short_ones_returned_whole() {
-        let path = std::env::temp_dir().join(format!("podq-metrics-{}.db", uuid::Uuid::new_v4()));
-        let store = Store::open(&path).await.unwrap();
+        let (store, _dir) = crate::store::test_support::scratch_store().await;
         store
             .write(|conn| {
                 async move {
@@ -578,7 +576,6 @@ mod tests {
         assert!(long.points.windows(2).all(|w| w[0].step < w[1].step));
         let short = series.iter().find(|s| s.name == "short").unwrap();
         assert_eq!((short.total_points, short.points.len()), (Some(2), 2));
-        let _ = std::fs::remove_file(path);
     }
 
     #[tokio::test]
