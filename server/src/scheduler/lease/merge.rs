@@ -11,14 +11,24 @@
 //! answer, after the commit that made it durable. If the merged write fails (a bad row, say),
 //! each of its reports is written again on its own, so one bad report fails alone.
 //!
+//! A write is queued at once when none of its kind was queued in the last `GATHER`, and
+//! otherwise `GATHER` after the previous one: a busy server stores reports in fewer, larger
+//! writes. Taken as they came, a thousand pods' reports met a writer whose transactions
+//! took a millisecond or two, so each write held one or two of them and every report still
+//! paid for the statements, savepoints and thread hand-offs of a write of its own
+//! (benches/fleet.rs, issue 41). A quiet server stores a report at once.
+//!
 //! The writes are progress (`Changes::Progress`): views made from the state, such as
 //! status, are not made again for each of them (`reads/read_cache.rs`).
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::sync::oneshot;
+// tokio's clock, which a test can advance.
+use tokio::time::Instant;
 
 use crate::scheduler::{Result, SchedulerError};
 use crate::store::{Changes, Conn, FromCommitFailure, Store, StoreError};
@@ -37,8 +47,30 @@ pub(in crate::scheduler) struct Merger<I, O> {
 
 struct Waiting<I, O> {
     reports: Vec<(I, oneshot::Sender<Result<O>>)>,
-    /// A write that will take what is waiting is queued.
+    /// A write that will take what is waiting is queued, or will be.
     queued: bool,
+    pace: Pace,
+}
+
+/// The least time between two writes of one kind. Reports wait at most this long more;
+/// the workers send one of each kind every 2 s (`--metrics-flush-s`).
+const GATHER: Duration = Duration::from_millis(10);
+
+/// When the writes of one kind are queued: at most one per `GATHER`.
+#[derive(Default)]
+struct Pace {
+    last_queued: Option<Instant>,
+}
+
+impl Pace {
+    /// How long a write due `now` waits before it is queued; its queueing is counted.
+    fn delay(&mut self, now: Instant) -> Duration {
+        let at = self
+            .last_queued
+            .map_or(now, |last| (last + GATHER).max(now));
+        self.last_queued = Some(at);
+        at - now
+    }
 }
 
 type Taken<I, O> = (Vec<I>, Vec<oneshot::Sender<Result<O>>>);
@@ -49,6 +81,7 @@ impl<I: Send + Sync + 'static, O: Send + 'static> Merger<I, O> {
             waiting: Mutex::new(Waiting {
                 reports: Vec::new(),
                 queued: false,
+                pace: Pace::default(),
             }),
             store_many,
         })
@@ -57,14 +90,22 @@ impl<I: Send + Sync + 'static, O: Send + 'static> Merger<I, O> {
     /// Stores `report` with whatever else is waiting; answers once it is durable.
     pub async fn submit(self: &Arc<Self>, store: &Store, report: I) -> Result<O> {
         let (answer, answered) = oneshot::channel();
-        let queue = {
+        let delay = {
             let mut waiting = self.waiting.lock().expect("merger lock");
             waiting.reports.push((report, answer));
-            !std::mem::replace(&mut waiting.queued, true)
+            let queue = !std::mem::replace(&mut waiting.queued, true);
+            queue.then(|| waiting.pace.delay(Instant::now()))
         };
-        if queue {
+        if let Some(delay) = delay {
+            let merger = Arc::clone(self);
+            let store = store.clone();
             // Its own task: a caller that goes away must not take the others' write with it.
-            tokio::spawn(Arc::clone(self).write(store.clone()));
+            tokio::spawn(async move {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                merger.write(store).await;
+            });
         }
         answered
             .await
@@ -166,5 +207,30 @@ fn same_failure(e: &SchedulerError) -> SchedulerError {
             SchedulerError::Store(StoreError::WriterStopped)
         }
         other => SchedulerError::commit_failed(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_waits_only_when_one_of_its_kind_was_queued_in_the_last_gather() {
+        let mut pace = Pace::default();
+        let start = Instant::now();
+        assert_eq!(pace.delay(start), Duration::ZERO, "a quiet server: at once");
+        let soon = start + GATHER / 4;
+        assert_eq!(
+            pace.delay(soon),
+            GATHER * 3 / 4,
+            "one GATHER after the last"
+        );
+        assert_eq!(
+            pace.delay(soon),
+            GATHER * 7 / 4,
+            "and the next one GATHER after that"
+        );
+        let later = start + GATHER * 10;
+        assert_eq!(pace.delay(later), Duration::ZERO, "quiet again: at once");
     }
 }
