@@ -16,13 +16,6 @@ use podq_server::catalog::CatalogOptions;
 use podq_server::ServerConfig;
 use tokio_util::sync::CancellationToken;
 
-/// mimalloc instead of glibc's malloc: under a thousand pods 14% of the server's samples were
-/// glibc's allocator (`_int_malloc`, `malloc_consolidate`, `unlink_chunk`; `perf`,
-/// benches/fleet.rs). With mimalloc the server used 83-84% of a core where glibc's took
-/// 86-90%, for some 40 MiB more RSS (issue 41, stop 50).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "podq",
