@@ -26,7 +26,9 @@
 //! writer's transaction times and SQLite log restarts from its store histograms), the server's
 //! CPU share of one core and its peak RSS, and the store's growth per pod-hour; then, minute
 //! by minute, each call kind's p99, the server's CPU share and RSS, and the store's size
-//! (SQLite: the file and its WAL apart), so that growth with time shows. Beside the baselines
+//! (SQLite: the file and its WAL apart), so that growth with time shows; and the seconds in
+//! which most calls over the target started, in UTC, to line a stall up with the store's own
+//! log (a PostgreSQL checkpoint or autovacuum) or `vmstat -t 1`. Beside the baselines
 //! measured in the same run: the first (smallest) fleet, and the store's raw durable commits
 //! a second. The issue's targets are printed as targets.
 //! With `PODQ_FLEET_PERF=1`, `perf record` samples the server during the largest fleet's
@@ -40,7 +42,7 @@ use std::fmt::Write as _;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use podq_testkit::harness::{
     self, p50_p99, thousands, Api, Res, ServerProc, WorkerClient, ACCELERATOR,
@@ -96,8 +98,9 @@ struct Settings {
 /// What one fleet measured.
 struct Figures {
     pods: usize,
-    /// Each call's duration in ms, by kind, with the minute of the window it started in.
-    calls: BTreeMap<&'static str, Vec<(usize, f64)>>,
+    /// Each call by kind: the minute of the window it started in, its duration in ms, and
+    /// the second (Unix time) it started in.
+    calls: BTreeMap<&'static str, Vec<Call>>,
     rounds_done: u64,
     rounds_due: u64,
     errors: u64,
@@ -140,8 +143,12 @@ struct Minute {
     wal_mb: f64,
 }
 
-/// Each call's duration in ms, by kind, with the minute of the window it started in.
-type Samples = Arc<Mutex<BTreeMap<&'static str, Vec<(usize, f64)>>>>;
+/// A call: the minute of the window it started in, its duration in ms, and the second (Unix
+/// time) it started in, to line its stalls up with the store's own log.
+type Call = (usize, f64, u64);
+
+/// Each call, by kind.
+type Samples = Arc<Mutex<BTreeMap<&'static str, Vec<Call>>>>;
 
 /// The minute of the window `at` falls in (0 before it: the warm-up is a kind of its own).
 fn minute_of(bounds: Option<(Instant, Instant)>, at: Instant) -> usize {
@@ -151,18 +158,21 @@ fn minute_of(bounds: Option<(Instant, Instant)>, at: Instant) -> usize {
 }
 
 fn record(samples: &Samples, kind: &'static str, minute: usize, took: Duration) {
+    let started = (SystemTime::now() - took)
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let mut samples = samples.lock().unwrap_or_else(|e| e.into_inner());
     samples
         .entry(kind)
         .or_default()
-        .push((minute, took.as_secs_f64() * 1000.0));
+        .push((minute, took.as_secs_f64() * 1000.0, started));
 }
 
 /// The durations of `kind`, in ms, over the whole window.
-fn durations(calls: &BTreeMap<&'static str, Vec<(usize, f64)>>, kind: &str) -> Vec<f64> {
+fn durations(calls: &BTreeMap<&'static str, Vec<Call>>, kind: &str) -> Vec<f64> {
     calls
         .get(kind)
-        .map(|v| v.iter().map(|(_, ms)| *ms).collect())
+        .map(|v| v.iter().map(|(_, ms, _)| *ms).collect())
         .unwrap_or_default()
 }
 
@@ -640,8 +650,8 @@ async fn fleet(
                 .get(kind)
                 .map(|v| {
                     v.iter()
-                        .filter(|(m, _)| *m == i)
-                        .map(|(_, ms)| *ms)
+                        .filter(|(m, _, _)| *m == i)
+                        .map(|(_, ms, _)| *ms)
                         .collect()
                 })
                 .unwrap_or_default();
@@ -850,6 +860,44 @@ fn print_minutes(run: &Figures) {
     if run.minutes.iter().any(|m| m.wal_mb > 0.0) {
         row("WAL MB", series(|m| m.wal_mb, |v| format!("{v:>5.0}")));
     }
+    print_stalls(run);
+}
+
+/// The seconds in which the most calls over the p99 target started, in UTC, to line up with
+/// the store's log (a PostgreSQL checkpoint, a vacuum) or the machine's.
+fn print_stalls(run: &Figures) {
+    const SHOWN: usize = 8;
+    let mut over_by_second: BTreeMap<u64, usize> = BTreeMap::new();
+    for (kind, _) in ROUTES {
+        for (_, ms, second) in run.calls.get(kind).into_iter().flatten() {
+            if *ms > TARGET_P99_MS {
+                *over_by_second.entry(*second).or_default() += 1;
+            }
+        }
+    }
+    let over: usize = over_by_second.values().sum();
+    let calls: usize = ROUTES
+        .iter()
+        .map(|(kind, _)| run.calls.get(kind).map_or(0, Vec::len))
+        .sum();
+    let mut busiest: Vec<(u64, usize)> = over_by_second.into_iter().collect();
+    busiest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    busiest.truncate(SHOWN);
+    busiest.sort();
+    let seconds: Vec<String> = busiest
+        .iter()
+        .map(|(second, calls)| {
+            let at = chrono::DateTime::from_timestamp(*second as i64, 0)
+                .map_or_else(|| second.to_string(), |t| t.format("%H:%M:%S").to_string());
+            format!("{at} ({calls})")
+        })
+        .collect();
+    println!(
+        "   calls over {TARGET_P99_MS:.0} ms: {over} of {calls} ({:.2}%); the {SHOWN} seconds most of \
+         them started in (UTC, calls): {}",
+        over as f64 * 100.0 / calls.max(1) as f64,
+        if seconds.is_empty() { "none".to_string() } else { seconds.join(", ") }
+    );
 }
 
 async fn run() -> Res<()> {
