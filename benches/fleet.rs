@@ -886,10 +886,10 @@ fn print_stalls(run: &Figures) {
     busiest.sort();
     let seconds: Vec<String> = busiest
         .iter()
-        .map(|(second, calls)| {
+        .map(|(second, slow)| {
             let at = chrono::DateTime::from_timestamp(*second as i64, 0)
                 .map_or_else(|| second.to_string(), |t| t.format("%H:%M:%S").to_string());
-            format!("{at} ({calls})")
+            format!("{at} ({slow})")
         })
         .collect();
     println!(
