@@ -8,7 +8,9 @@ use futures::FutureExt;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::ConnectOptions;
 
-use super::{progressed_queue, settle_history, Dialect, Opened, Reconnect, READERS};
+use super::{
+    progressed_queue, settle_history, Dialect, Opened, Reconnect, READERS, WRITER_STATEMENTS,
+};
 use crate::store::db::{self, Conn, Pool};
 use crate::store::{now_ms, StoreError};
 
@@ -17,15 +19,6 @@ use crate::store::{now_ms, StoreError};
 /// `PGPROC_MAX_CACHED_SUBXIDS`); past that, every snapshot taken meanwhile must read
 /// `pg_subtrans` (<https://www.postgresql.org/docs/current/subxacts.html>).
 const MAX_GROUP_COMMIT: usize = 64;
-
-/// How many prepared statements the writer's connection keeps (sqlx's default is 100). A
-/// merged write's statement has one row per report it merged (`scheduler/lease/merge.rs`),
-/// so each kind comes in as many shapes as merges have sizes: 641 statement texts in 2
-/// minutes at 1,000 pods (`pg_stat_statements`). With 100 kept, a shape the cache had
-/// dropped cost a `Parse` and a `Close` round trip before it ran. In one sitting at 1,000
-/// pods for 10 minutes, 0.42% of calls took over 100 ms with 100 kept and 0.11% with 1,000
-/// (benches/fleet.rs, issue 41). A `statement-cache-capacity` in the URL still wins.
-const WRITER_STATEMENTS: usize = 1000;
 
 pub(super) static DIALECT: Dialect = Dialect {
     begin_write: "BEGIN; SAVEPOINT op",

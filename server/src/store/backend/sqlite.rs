@@ -12,7 +12,7 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection, Row, TypeInfo, ValueRef};
 
 use super::wal::{WalLog, RESTART_BYTES};
-use super::{progressed_queue, settle_history, Dialect, Opened, READERS};
+use super::{progressed_queue, settle_history, Dialect, Opened, READERS, WRITER_STATEMENTS};
 use crate::store::db::{Arg, Conn, Pool};
 use crate::store::StoreError;
 
@@ -74,6 +74,7 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
         // benches/fleet.rs). With `temp_store` in memory it never spills
         // (`openSubJournal` in sqlite3.c); it holds one transaction's pages at most.
         .pragma("temp_store", "memory")
+        .statement_cache_capacity(WRITER_STATEMENTS)
         .connect()
         .await?;
     let mut writer = Conn::Sqlite(writer);
