@@ -49,7 +49,13 @@ pub(in crate::store) fn check_url(url: &str) -> Result<(), sqlx::Error> {
 pub(in crate::store) async fn open(url: &str) -> Result<Opened, StoreError> {
     let base = PgConnectOptions::from_str(url)?.disable_statement_logging();
     let mut writer_options = base.clone().options([("synchronous_commit", "on")]);
-    if !url.contains("statement-cache-capacity=") {
+    // The URL's own setting, if it has one, is already in `base`.
+    let url_sets_cache = reqwest::Url::parse(url).is_ok_and(|parsed| {
+        parsed
+            .query_pairs()
+            .any(|(key, _)| key == "statement-cache-capacity")
+    });
+    if !url_sets_cache {
         writer_options = writer_options.statement_cache_capacity(WRITER_STATEMENTS);
     }
     let mut writer = Conn::Postgres(writer_options.clone().connect().await?);
