@@ -3,15 +3,15 @@
 use std::fmt::Write;
 
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use podq_api::{ErrorBody, JobState, Pod, Status};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::ApiError;
-use super::negotiate::{json_or_table, Table};
+use super::negotiate::{json_or_table, wants_json, Table};
 use crate::AppState;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -34,6 +34,10 @@ pub fn routes() -> OpenApiRouter<AppState> {
     )),
 )]
 async fn status(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    if wants_json(&headers) {
+        let json = state.scheduler.status_json().await?;
+        return Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response());
+    }
     Ok(json_or_table(&headers, &state.scheduler.status().await?))
 }
 

@@ -70,12 +70,15 @@ pub struct Scheduler {
 }
 
 struct ReadCaches {
-    queue: read_cache::ReadCache<status::QueueView>,
+    /// Shared, not copied, by each status read: a thousand running jobs.
+    queue: read_cache::ReadCache<Arc<status::QueueView>>,
     grant: read_cache::ReadCache<Option<podq_api::GrantOutlook>>,
     plan: read_cache::ReadCache<podq_api::Plan>,
     /// The serving pods as the store holds them. A thousand pods' `/status` read and
     /// decoded every pod row on each call: 5% of the server's CPU (benches/fleet.rs).
     pods: read_cache::ReadCache<Arc<Vec<podq_api::Pod>>>,
+    /// `/status` as JSON, kept whole only while the server is busy (`read_cache::Keep`).
+    status_json: read_cache::ReadCache<axum::body::Bytes>,
 }
 
 /// A job reached `step`.
@@ -101,6 +104,7 @@ impl Scheduler {
             grant: read_cache::ReadCache::over(&store),
             plan: read_cache::ReadCache::over(&store),
             pods: read_cache::ReadCache::over_state(&store),
+            status_json: read_cache::ReadCache::answers(&store),
         };
         let scheduler = Scheduler {
             metrics_reports: lease::reports::metrics_merger(Arc::clone(&catalog)),

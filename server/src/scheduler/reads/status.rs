@@ -10,7 +10,7 @@ use podq_api::{JobId, JobState, Pod, RunningJob, Status};
 use crate::scheduler::plan::forecast::{self, Progress};
 use crate::scheduler::{LiveLease, Result, Scheduler};
 use crate::store::views::{self, ActiveRun};
-use crate::store::{goodput, jobs, ms_to_datetime, now_ms, pods};
+use crate::store::{goodput, jobs, ms_to_datetime, now_ms, pods, StoreError};
 
 /// What status reads from the database: made once per change of state (and at most once a
 /// second while reports pour in: `read_cache`), merged with the live leases on every read.
@@ -35,7 +35,21 @@ impl Scheduler {
         Ok(status)
     }
 
-    async fn queue_view(&self) -> Result<QueueView> {
+    /// [`Scheduler::status`] as JSON. While a fleet reports, readers share one answer for
+    /// up to half a second (`read_cache.rs`); a quiet server answers each afresh.
+    pub async fn status_json(&self) -> Result<axum::body::Bytes> {
+        self.read_cache
+            .status_json
+            .get_or(|| async {
+                let status = self.status().await?;
+                let json = serde_json::to_vec(&status)
+                    .map_err(|e| StoreError::Corrupt(format!("status as JSON: {e}")))?;
+                Ok(json.into())
+            })
+            .await
+    }
+
+    async fn queue_view(&self) -> Result<Arc<QueueView>> {
         let mut db = self.store.read().await?;
         let mut counts: BTreeMap<JobState, i64> = JobState::ALL.iter().map(|&s| (s, 0)).collect();
         counts.extend(jobs::counts_by_state(&mut db).await?);
@@ -51,12 +65,12 @@ impl Scheduler {
                 on_pods.push(run);
             }
         }
-        Ok(QueueView {
+        Ok(Arc::new(QueueView {
             counts,
             on_pods,
             queued_hours,
             goodput: goodput::total(&mut db).await?,
-        })
+        }))
     }
 
     /// Status without the grant line, which projects the whole catalog: `/metrics` scrapes
@@ -95,7 +109,7 @@ impl Scheduler {
             .then(|| Utc::now() + ChronoDuration::seconds((queue_hours * 3600.0) as i64));
         Ok(Status {
             now: Utc::now(),
-            jobs: view.counts,
+            jobs: view.counts.clone(),
             running,
             pods: self.pods().await?,
             queue_hours,
