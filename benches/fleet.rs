@@ -25,7 +25,8 @@
 //! call kind over the window (and the server's own, from its request histograms, with the
 //! writer's transaction times and SQLite log restarts from its store histograms), the server's
 //! CPU share of one core and its peak RSS, and the store's growth per pod-hour; then, minute
-//! by minute, each call kind's p99, the server's CPU share and RSS, and the store's size
+//! by minute, each call kind's p99, the server's CPU share, the share of the minute its
+//! writer spent in transactions (near 100% it is saturated), its RSS, and the store's size
 //! (SQLite: the file and its WAL apart), so that growth with time shows; and the seconds in
 //! which most calls over the target started, in UTC, to line a stall up with the store's own
 //! log (a PostgreSQL checkpoint or autovacuum) or `vmstat -t 1`. Beside the baselines
@@ -141,6 +142,9 @@ struct Minute {
     /// The store's size as the minute ended; SQLite's WAL apart (0 on PostgreSQL).
     store_mb: f64,
     wal_mb: f64,
+    /// The share of the minute the writer spent in transactions: near 100% it is saturated,
+    /// and every report queues behind it.
+    writer_busy: f64,
 }
 
 /// A call: the minute of the window it started in, its duration in ms, and the second (Unix
@@ -611,11 +615,13 @@ async fn fleet(
     // The server and the store as each minute ends (the last, partial minute at the end).
     let mut minutes = Vec::new();
     let mut cpu_at = cpu_before;
+    let mut writer_at = writer_seconds(&root).await?;
     let mut minute_start = started;
     while minute_start < end {
         let minute_end = (minute_start + Duration::from_secs(60)).min(end);
         tokio::time::sleep_until(minute_end.into()).await;
         let cpu = server.cpu_s()?;
+        let writer = writer_seconds(&root).await?;
         let (db, wal) = match database.as_deref() {
             None => server.db_bytes(),
             Some(_) => (store_bytes(&server, database.as_deref()).await?, 0),
@@ -625,9 +631,11 @@ async fn fleet(
             rss_mb: server.rss_kb()?.0 as f64 / 1024.0,
             store_mb: db as f64 / 1e6,
             wal_mb: wal as f64 / 1e6,
+            writer_busy: (writer - writer_at) / (minute_end - minute_start).as_secs_f64(),
             ..Minute::default()
         });
         cpu_at = cpu;
+        writer_at = writer;
         minute_start = minute_end;
     }
     for task in tasks {
@@ -690,6 +698,19 @@ const WRITER: [(&str, &str); 2] = [
     ),
     ("WAL restart", "podq_store_wal_restart_seconds_bucket{"),
 ];
+
+/// The seconds the writer has spent in transactions since the server started (the sum of
+/// its transaction histogram).
+async fn writer_seconds(root: &Api) -> Res<f64> {
+    const SUM: &str = "podq_store_write_transaction_seconds_sum ";
+    let (_, body) = root.get_timed("/metrics").await?;
+    let text = String::from_utf8_lossy(&body);
+    let line = text
+        .lines()
+        .find_map(|line| line.strip_prefix(SUM))
+        .ok_or("no podq_store_write_transaction_seconds_sum in /metrics")?;
+    Ok(line.trim().parse()?)
+}
 
 /// Each call kind's route as the server's histograms name it.
 const ROUTES: [(&str, &str); 5] = [
@@ -851,6 +872,10 @@ fn print_minutes(run: &Figures) {
     row(
         "server CPU %",
         series(|m| m.cpu_share * 100.0, |v| format!("{v:>5.0}")),
+    );
+    row(
+        "writer busy %",
+        series(|m| m.writer_busy * 100.0, |v| format!("{v:>5.0}")),
     );
     row(
         "server RSS MiB",
