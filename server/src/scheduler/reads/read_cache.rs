@@ -16,8 +16,8 @@
 //! A whole answer merged with what lives only in memory (`/status` as JSON: the live leases'
 //! steps, the pods' last contact) moves with every heartbeat, which commits nothing, so it is
 //! kept only while the server is busy: made while progress was committed at
-//! `BUSY_PROGRESS` a second or faster, for `ANSWER_AGE` at most, and never across a change of
-//! state. A fleet's readers then share one answer a few times a second instead of each
+//! `BUSY_PROGRESS` a second or faster (judged over a second or more, changes of state not
+//! counted), for `ANSWER_AGE` at most, and never across a change of state. A fleet's readers then share one answer a few times a second instead of each
 //! merging and encoding a thousand running jobs and pods (14% of a core for ten readers at
 //! 1,000 pods, benches/fleet.rs); a quiet server answers every read afresh.
 
@@ -58,32 +58,37 @@ struct Kept<T> {
     value: T,
 }
 
-/// Whether commits come fast, judged over a second or more (`Keep::Answers`).
+/// Whether progress is committed fast, judged over a second or more (`Keep::Answers`).
 #[derive(Clone, Copy)]
 struct Busy {
-    /// The commit count and the time the rate is measured from.
-    since: (u64, Instant),
+    /// The commit counters and the time the rate is measured from.
+    since: (MadeAt, Instant),
     fast: bool,
 }
 
 impl Busy {
-    fn start(commits: u64) -> Busy {
+    fn start(counters: MadeAt) -> Busy {
         Busy {
-            since: (commits, Instant::now()),
+            since: (counters, Instant::now()),
             fast: false,
         }
     }
 
-    /// The judgement at `commits`: made again once its window is a second long.
-    fn at(self, commits: u64) -> Busy {
+    /// The judgement at `counters`: made again once its window is a second long. Changes of
+    /// state do not count: a burst of submissions is no fleet reporting.
+    fn at(self, counters: MadeAt) -> Busy {
         let window = self.since.1.elapsed();
         if window < PROGRESS_AGE {
             return self;
         }
-        let progress = commits.wrapping_sub(self.since.0) as f64;
+        let (state, all) = self.since.0;
+        let progress = counters
+            .1
+            .wrapping_sub(all)
+            .saturating_sub(counters.0.wrapping_sub(state));
         Busy {
-            fast: progress >= BUSY_PROGRESS as f64 * window.as_secs_f64(),
-            ..Busy::start(commits)
+            fast: progress as f64 >= BUSY_PROGRESS as f64 * window.as_secs_f64(),
+            ..Busy::start(counters)
         }
     }
 }
@@ -136,7 +141,7 @@ impl<T: Clone> ReadCache<T> {
         Fut: std::future::Future<Output = Result<T, E>>,
     {
         let now_at = (*self.state_commits.borrow(), *self.commits.borrow());
-        let mut busy = Busy::start(now_at.1);
+        let mut busy = Busy::start(now_at);
         if let Some(kept) = &*self.lock() {
             let age = kept.made.elapsed();
             let progress = now_at.1.wrapping_sub(kept.made_at.1);
@@ -150,7 +155,7 @@ impl<T: Clone> ReadCache<T> {
             if kept.made_at.0 == now_at.0 && fresh {
                 return Ok(kept.value.clone());
             }
-            busy = kept.busy.at(now_at.1);
+            busy = kept.busy.at(now_at);
         }
         let value = make().await?;
         *self.lock() = Some(Kept {
@@ -224,7 +229,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_answer_is_kept_only_while_commits_come_fast() {
+    async fn an_answer_is_kept_only_while_progress_is_committed_fast() {
         let (state, state_commits) = watch::channel(0u64);
         let (any, commits) = watch::channel(0u64);
         let cache = ReadCache {
@@ -245,31 +250,41 @@ mod tests {
         any.send_modify(|n| *n += 2);
         assert_eq!(cache.get_or(make).await, Ok(3), "slow commits: quiet");
         assert_eq!(cache.get_or(make).await, Ok(4));
+        // A burst of changes of state (submissions) is no fleet.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        state.send_modify(|n| *n += 3 * BUSY_PROGRESS);
+        any.send_modify(|n| *n += 3 * BUSY_PROGRESS);
+        assert_eq!(
+            cache.get_or(make).await,
+            Ok(5),
+            "changes of state: made again"
+        );
+        assert_eq!(cache.get_or(make).await, Ok(6), "and not busy");
         // A fleet's: many a second.
         tokio::time::advance(Duration::from_secs(1)).await;
         any.send_modify(|n| *n += 3 * BUSY_PROGRESS);
-        assert_eq!(cache.get_or(make).await, Ok(5), "made once more, now busy");
+        assert_eq!(cache.get_or(make).await, Ok(7), "made once more, now busy");
         any.send_modify(|n| *n += BUSY_PROGRESS);
-        assert_eq!(cache.get_or(make).await, Ok(5), "busy: kept while young");
+        assert_eq!(cache.get_or(make).await, Ok(7), "busy: kept while young");
         tokio::time::advance(ANSWER_AGE).await;
         assert_eq!(
             cache.get_or(make).await,
-            Ok(6),
+            Ok(8),
             "busy, then its age: made again"
         );
-        assert_eq!(cache.get_or(make).await, Ok(6));
+        assert_eq!(cache.get_or(make).await, Ok(8));
         state.send_modify(|n| *n += 1);
         assert_eq!(
             cache.get_or(make).await,
-            Ok(7),
+            Ok(9),
             "a change of state: made again at once, busy or not"
         );
         // The fleet stops: judged again once a second has passed.
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(cache.get_or(make).await, Ok(8));
+        assert_eq!(cache.get_or(make).await, Ok(10));
         assert_eq!(
             cache.get_or(make).await,
-            Ok(9),
+            Ok(11),
             "quiet again: made every read"
         );
     }

@@ -13,7 +13,9 @@ use crate::store::views::{self, ActiveRun};
 use crate::store::{goodput, jobs, ms_to_datetime, now_ms, pods, StoreError};
 
 /// What status reads from the database: made once per change of state (and at most once a
-/// second while reports pour in: `read_cache`), merged with the live leases on every read.
+/// second while reports pour in: `read_cache`), merged with the live leases on every read
+/// (while reports pour in, `/status`'s JSON is kept whole for up to half a second:
+/// [`Scheduler::status_json`]).
 #[derive(Clone)]
 pub(in crate::scheduler) struct QueueView {
     counts: BTreeMap<JobState, i64>,
