@@ -17,9 +17,10 @@
 //! steps, the pods' last contact) moves with every heartbeat, which commits nothing, so it is
 //! kept only while the server is busy: made while progress was committed at
 //! `BUSY_PROGRESS` a second or faster (judged over a second or more, changes of state not
-//! counted), for `ANSWER_AGE` at most, and never across a change of state. A fleet's readers then share one answer a few times a second instead of each
-//! merging and encoding a thousand running jobs and pods (14% of a core for ten readers at
-//! 1,000 pods, benches/fleet.rs); a quiet server answers every read afresh.
+//! counted), for `ANSWER_AGE` at most, and never across a change of state. A fleet's
+//! readers then share one answer a few times a second instead of each merging and encoding
+//! a thousand running jobs and pods (14% of a core for ten readers at 1,000 pods,
+//! benches/fleet.rs); a quiet server answers every read afresh.
 
 use std::sync::Mutex;
 use std::time::Duration;
