@@ -186,8 +186,11 @@ async fn raw_select(server: &ServerProc, job_id: &str) -> Res<Download> {
         .await?;
     let started = Instant::now();
     let chunks: Vec<(String, Vec<u8>)> = sqlx::query_as(
-        "SELECT s.name, c.data FROM metric_series s \
-         JOIN metric_chunks c ON c.series_id = s.id WHERE s.job_id = ? ORDER BY s.name, c.last_step",
+        "SELECT name, data FROM (SELECT s.name, c.last_step, c.data FROM metric_series s \
+         JOIN metric_chunks c ON c.series_id = s.id WHERE s.job_id = ?1 \
+         UNION ALL SELECT s.name, t.last_step, t.data FROM metric_series s \
+         JOIN metric_tail t ON t.series_id = s.id JOIN jobs j ON j.seq = t.job_seq \
+         WHERE s.job_id = ?1) ORDER BY name, last_step",
     )
     .bind(job_id)
     .fetch_all(&mut conn)

@@ -18,6 +18,7 @@ async fn table_counts(server: &Server) -> Vec<(String, i64)> {
         "attempts",
         "checkpoints",
         "metric_chunks",
+        "metric_tail",
         "events",
         "pods",
         "schedules",

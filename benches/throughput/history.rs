@@ -398,10 +398,12 @@ pub async fn history(sizes: &[usize]) -> Res<HistoryRun> {
     control.release().await?;
     tokio::time::sleep(Duration::from_millis(600)).await;
     let mut conn = read_only(&main.server.db).await?;
-    let (metric_points,): (i64,) =
-        sqlx::query_as("SELECT CAST(COALESCE(SUM(points), 0) AS INTEGER) FROM metric_chunks")
-            .fetch_one(&mut conn)
-            .await?;
+    let (metric_points,): (i64,) = sqlx::query_as(
+        "SELECT CAST(COALESCE((SELECT SUM(points) FROM metric_chunks), 0) \
+             + COALESCE((SELECT SUM(points) FROM metric_tail), 0) AS INTEGER)",
+    )
+    .fetch_one(&mut conn)
+    .await?;
     let (metric_series,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM metric_series")
         .fetch_one(&mut conn)
         .await?;

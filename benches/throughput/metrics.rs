@@ -190,8 +190,11 @@ pub async fn metrics_query() -> Res<QueryRun> {
     let mut conn = read_only(&server.db).await?;
     let started = Instant::now();
     let chunks: Vec<Vec<u8>> = sqlx::query_scalar(
-        "SELECT c.data FROM metric_chunks c JOIN metric_series s ON s.id = c.series_id \
-         WHERE s.job_id = ? AND s.name = ? ORDER BY c.last_step",
+        "SELECT data FROM (SELECT c.last_step, c.data FROM metric_chunks c \
+         JOIN metric_series s ON s.id = c.series_id WHERE s.job_id = ?1 AND s.name = ?2 \
+         UNION ALL SELECT t.last_step, t.data FROM metric_tail t \
+         JOIN metric_series s ON s.id = t.series_id JOIN jobs j ON j.seq = t.job_seq \
+         WHERE j.id = ?1 AND s.name = ?2) ORDER BY last_step",
     )
     .bind(lease.job_id.to_string())
     .bind(NAME)

@@ -14,13 +14,14 @@ use super::{Backend, Location, Store, StoreError};
 /// copied: the destination's triggers count the rows as they arrive, and the check below
 /// compares them with the source's. `webhook_outbox` comes after `events`, `webhooks` after
 /// both: the outbox trigger must not queue old events again.
-const TABLES: [&str; 19] = [
+const TABLES: [&str; 20] = [
     "experiments",
     "jobs",
     "attempts",
     "checkpoints",
     "metric_series",
     "metric_chunks",
+    "metric_tail",
     "events",
     "webhooks",
     "webhook_outbox",

@@ -214,12 +214,15 @@ pub async fn latest_metrics(
     db: &mut Conn,
     job_id: JobId,
 ) -> Result<BTreeMap<String, api::MetricValue>, StoreError> {
-    // Each series' newest chunk, whose last point is its newest.
+    // Each series' newest chunk or tail row, the one that ends at the series' newest step.
     let rows: Vec<(String, Vec<u8>)> = db::query_as(
         "SELECT s.name, c.data FROM metric_series s \
-         JOIN metric_chunks c ON c.series_id = s.id \
-         WHERE s.job_id = ? AND c.last_step = \
-           (SELECT MAX(last_step) FROM metric_chunks WHERE series_id = s.id)",
+         JOIN metric_chunks c ON c.series_id = s.id AND c.last_step = s.last_step \
+         WHERE s.job_id = ?1 \
+         UNION ALL SELECT s.name, t.data FROM metric_series s \
+         JOIN metric_tail t ON t.job_seq = (SELECT seq FROM jobs WHERE id = ?1) \
+           AND t.last_step = s.last_step AND t.series_id = s.id \
+         WHERE s.job_id = ?1",
     )
     .bind(job_id)
     .fetch_all(db)

@@ -1,8 +1,11 @@
 //! Metric series: points as workers report them, and downsampled for charts.
 //!
-//! A series' points are stored a chunk per reported batch (`metric_chunks`, see
-//! `chunks.rs`), and a series' chunks cover disjoint step ranges, so every read is a seek on
-//! `(series_id, last_step)` followed by decoding the chunks it needs.
+//! A report's points are stored first in its job's tail (`metric_tail`, keyed by job and
+//! step, so a report's series share a B-tree leaf), a row per series; every
+//! [`TAIL_REPORTS`]th report of a series folds the series' tail into one chunk of its own
+//! (`metric_chunks`, keyed by series and step; encoded as `chunks.rs` says). A series' chunks
+//! and tail rows cover disjoint step ranges, its tail's after all its chunks', so every read
+//! is a seek on each key followed by decoding the rows it needs.
 
 use super::chunks::{decode_points, encode_points};
 use super::db::{self, Builder, Conn};
@@ -41,10 +44,12 @@ pub struct Report<'a> {
 }
 
 /// Stores the batches of many jobs (each job at most once) in a handful of statements,
-/// whatever their number: one upsert of every series, one insert of a chunk per series, one
-/// update of the jobs' and one of the attempts' step marks. Only a batch that reaches back
-/// into stored steps (a resumed run redoing the steps since its checkpoint, a batch resent
-/// after its answer was lost) reads and rewrites the chunks its range overlaps.
+/// whatever their number: one upsert of every series, one update of the jobs' and one of the
+/// attempts' step marks, one insert of a tail row per series, and, for the series whose
+/// tail is full, one read and one delete of their tails and one insert of their chunks. Only
+/// a batch that reaches back into stored steps (a resumed run redoing the steps since its
+/// checkpoint, a batch resent after its answer was lost) reads and rewrites the chunks its
+/// range overlaps.
 pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Result<(), StoreError> {
     struct Marks {
         first: i64,
@@ -80,47 +85,42 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
         .map(|(index, (report, _))| (report.job_id, index))
         .collect();
     // Every series in one statement per 8,000 (4 variables a row; SQLite allows 32766),
-    // answering the newest step each held before: SQLite and PostgreSQL both evaluate every
-    // SET expression on the row as it was.
+    // answering the newest step each held before (SQLite and PostgreSQL both evaluate every
+    // SET expression on the row as it was) and the reports its tail now counts, 0 when this
+    // one fills it.
     let rows: Vec<(&(usize, &str), &Points)> = series.iter().collect();
-    let mut ids: HashMap<(usize, String), (i64, Option<i64>)> = HashMap::new();
+    let mut ids: HashMap<(usize, String), SeriesMarks> = HashMap::new();
     for part in rows.chunks(8000) {
-        let mut upsert =
-            Builder::new("INSERT INTO metric_series (job_id, name, last_step, previous) ");
+        let mut upsert = Builder::new("INSERT INTO metric_series (job_id, name, last_step, tail) ");
         upsert.push_values(part, |mut row, ((index, name), points)| {
             row.push_bind(marks[*index].0.job_id)
                 .push_bind(*name)
                 .push_bind(points.keys().next_back().copied())
-                .push_bind(None::<i64>);
+                .push_bind(1_i64);
         });
-        upsert.push(
+        upsert.push(&format!(
             " ON CONFLICT (job_id, name) DO UPDATE SET previous = metric_series.last_step, \
              last_step = CASE WHEN metric_series.last_step > excluded.last_step \
-             THEN metric_series.last_step ELSE excluded.last_step END \
-             RETURNING id, job_id, name, previous",
-        );
-        for (id, job_id, name, previous) in upsert
-            .build_query_as::<(i64, JobId, String, Option<i64>)>()
+             THEN metric_series.last_step ELSE excluded.last_step END, \
+             tail = CASE WHEN metric_series.tail + 1 >= {TAIL_REPORTS} THEN 0 \
+             ELSE metric_series.tail + 1 END \
+             RETURNING id, job_id, name, previous, tail"
+        ));
+        for (id, job_id, name, previous, tail) in upsert
+            .build_query_as::<(i64, JobId, String, Option<i64>, i64)>()
             .fetch_all(conn)
             .await?
         {
-            ids.insert((index_of[&job_id], name), (id, previous));
+            let marks = SeriesMarks {
+                id,
+                previous,
+                tail_full: tail == 0,
+            };
+            ids.insert((index_of[&job_id], name), marks);
         }
     }
-    let mut chunks: Vec<Chunk> = Vec::with_capacity(series.len());
-    for ((index, name), points) in series {
-        let (series_id, previous) = ids[&(index, name.to_owned())];
-        let report = marks[index].0;
-        let points: Vec<(i64, f64)> = points.into_iter().collect();
-        // The series' own range: a series that lags the others is not merged needlessly.
-        let range = (points[0].0, points[points.len() - 1].0);
-        if previous.is_some_and(|last| last >= range.0) {
-            merge_overlapping(conn, series_id, report.attempt, range, points).await?;
-        } else {
-            chunks.push((series_id, report.attempt, points));
-        }
-    }
-    insert_chunks(conn, &chunks).await?;
+    // The jobs' marks, answering each job's `seq`: the tail's key.
+    let mut seq_of: HashMap<JobId, i64> = HashMap::with_capacity(marks.len());
     for part in marks.chunks(8000) {
         let mut update = Builder::new("WITH reported (id, step) AS (");
         update.push_values(part, |mut row, (report, range)| {
@@ -129,9 +129,14 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
         update.push(
             ") UPDATE jobs SET last_step = CASE WHEN COALESCE(jobs.last_step, 0) > reported.step \
              THEN COALESCE(jobs.last_step, 0) ELSE reported.step END \
-             FROM reported WHERE jobs.id = reported.id",
+             FROM reported WHERE jobs.id = reported.id RETURNING jobs.id, jobs.seq",
         );
-        update.build().execute(conn).await?;
+        seq_of.extend(
+            update
+                .build_query_as::<(JobId, i64)>()
+                .fetch_all(conn)
+                .await?,
+        );
         // Apart, and only where it changes: `last_step` is in no index and no trigger's
         // columns, so PostgreSQL updates it in place; `progressed` is in both, and changes
         // once per run (migrations/sqlite/0016_progressed_flag.sql).
@@ -139,6 +144,45 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
             Builder::new("UPDATE jobs SET progressed = 1 WHERE progressed = 0 AND id IN ");
         first.push_list(part.iter().map(|(report, _)| report.job_id));
         first.build().execute(conn).await?;
+    }
+    let mut tail: Vec<TailRow> = Vec::with_capacity(series.len());
+    let mut folds: Vec<Fold> = Vec::new();
+    let mut merges = Vec::new();
+    for ((index, name), points) in series {
+        let marks_of_series = &ids[&(index, name.to_owned())];
+        let report = marks[index].0;
+        let job_seq = *seq_of.get(&report.job_id).ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "metrics of job {}, which has no row",
+                report.job_id
+            ))
+        })?;
+        let points: Vec<(i64, f64)> = points.into_iter().collect();
+        // The series' own range: a series that lags the others is not merged needlessly.
+        let range = (points[0].0, points[points.len() - 1].0);
+        let series_id = marks_of_series.id;
+        if marks_of_series.previous.is_some_and(|last| last >= range.0) {
+            // The tail first, so that the merge finds every stored step among the chunks.
+            folds.push(Fold {
+                job_seq,
+                series_id,
+                last: None,
+            });
+            merges.push((series_id, report.attempt, range, points));
+        } else if marks_of_series.tail_full {
+            folds.push(Fold {
+                job_seq,
+                series_id,
+                last: Some((report.attempt, points)),
+            });
+        } else {
+            tail.push((job_seq, series_id, report.attempt, points));
+        }
+    }
+    fold_tails(conn, folds).await?;
+    insert_tail(conn, &tail).await?;
+    for (series_id, attempt, range, points) in merges {
+        merge_overlapping(conn, series_id, attempt, range, points).await?;
     }
     let now = now_ms();
     for part in marks.chunks(6000) {
@@ -160,6 +204,108 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
         update.build().execute(conn).await?;
     }
     Ok(())
+}
+
+/// Reports a series' tail holds before the next one folds them into a chunk of the series'
+/// own (migrations/sqlite/0019_metric_tail_by_job.sql): the series' chunk leaf is written
+/// once per this many reports, and a read of the series' newest steps decodes at most this
+/// many tail rows beside its chunks.
+pub(super) const TAIL_REPORTS: i64 = 16;
+
+/// What the series upsert answers of one series.
+struct SeriesMarks {
+    id: i64,
+    /// The newest step the series held before this report.
+    previous: Option<i64>,
+    /// This report fills the series' tail: it is folded into a chunk with the tail.
+    tail_full: bool,
+}
+
+/// A series' points to keep in its job's tail: `(job_seq, series_id, attempt, points)`.
+type TailRow = (i64, i64, i64, Vec<(i64, f64)>);
+
+/// A series whose tail becomes chunks, and the points of this report that join them (none
+/// when the report is merged into the chunks afterwards).
+struct Fold {
+    job_seq: i64,
+    series_id: i64,
+    last: Option<(i64, Vec<(i64, f64)>)>,
+}
+
+/// One tail row per series, in one statement per 4,000 (7 variables a row).
+async fn insert_tail(conn: &mut Conn, rows: &[TailRow]) -> Result<(), StoreError> {
+    for part in rows.chunks(4000) {
+        let mut insert = Builder::new(
+            "INSERT INTO metric_tail \
+             (job_seq, last_step, series_id, first_step, points, attempt, data) ",
+        );
+        insert.push_values(part, |mut row, (job_seq, series_id, attempt, points)| {
+            row.push_bind(*job_seq)
+                .push_bind(points[points.len() - 1].0)
+                .push_bind(*series_id)
+                .push_bind(points[0].0)
+                .push_bind(points.len() as i64)
+                .push_bind(*attempt)
+                .push_bind(encode_points(points));
+        });
+        insert.build().execute(conn).await?;
+    }
+    Ok(())
+}
+
+/// Moves each fold's series' tail, and the points that join it, into chunks: one per run of
+/// rows reported by the same attempt, whose steps follow each other, the tail's steps being
+/// after all the series' chunks.
+async fn fold_tails(conn: &mut Conn, folds: Vec<Fold>) -> Result<(), StoreError> {
+    let mut held: HashMap<i64, Vec<(i64, Vec<u8>)>> = HashMap::new();
+    // 2 variables a fold at most; a series is one job's, so the two lists select exactly
+    // the folds' rows.
+    for part in folds.chunks(8000) {
+        let jobs: std::collections::BTreeSet<i64> = part.iter().map(|f| f.job_seq).collect();
+        let where_folded = |sql: &str| {
+            let mut query = Builder::new(sql);
+            query.push(" WHERE job_seq IN ");
+            query.push_list(jobs.iter().copied());
+            query.push(" AND series_id IN ");
+            query.push_list(part.iter().map(|f| f.series_id));
+            query
+        };
+        let mut select = where_folded("SELECT series_id, attempt, data FROM metric_tail");
+        select.push(" ORDER BY job_seq, last_step, series_id");
+        for (series_id, attempt, data) in select
+            .build_query_as::<(i64, i64, Vec<u8>)>()
+            .fetch_all(conn)
+            .await?
+        {
+            held.entry(series_id).or_default().push((attempt, data));
+        }
+        where_folded("DELETE FROM metric_tail")
+            .build()
+            .execute(conn)
+            .await?;
+    }
+    let mut chunks: Vec<Chunk> = Vec::new();
+    for fold in folds {
+        let mut run: Option<(i64, Vec<(i64, f64)>)> = None;
+        let mut add = |attempt: i64, points: Vec<(i64, f64)>| match &mut run {
+            Some((held_by, held)) if *held_by == attempt => held.extend(points),
+            _ => {
+                if let Some((held_by, held)) = run.replace((attempt, points)) {
+                    chunks.push((fold.series_id, held_by, held));
+                }
+            }
+        };
+        for (attempt, data) in held.remove(&fold.series_id).unwrap_or_default() {
+            add(attempt, decode_points(&data)?);
+        }
+        if let Some((attempt, points)) = fold.last {
+            add(attempt, points);
+        }
+        if let Some((attempt, points)) = run {
+            chunks.push((fold.series_id, attempt, points));
+        }
+    }
+    insert_chunks(conn, &chunks).await
 }
 
 /// A series' points to store as one chunk, and the attempt that reported them.
@@ -323,13 +469,42 @@ pub async fn scan_backward(
 /// Chunks read per query of a scan: a few hundred KiB.
 const SCAN_PAGE: i64 = 256;
 
-/// A page of a series' chunks from a step on: a range of the primary key, read in order.
-pub(super) const SCAN_FORWARD: &str = "SELECT last_step, data FROM metric_chunks \
-    WHERE series_id = ? AND last_step >= ? ORDER BY last_step LIMIT ?";
+/// The `seq` of the job of series `?1`: the prefix of the series' tail rows' keys.
+macro_rules! job_seq_of_series {
+    () => {
+        "(SELECT j.seq FROM metric_series s JOIN jobs j ON j.id = s.job_id WHERE s.id = ?1)"
+    };
+}
 
-/// A page of a series' chunks up to a step, newest first.
-pub(super) const SCAN_BACKWARD: &str = "SELECT last_step, first_step, data FROM metric_chunks \
-    WHERE series_id = ? AND last_step <= ? ORDER BY last_step DESC LIMIT ?";
+/// A page of series `?1`'s stored points from step `?2` on, its chunks then its tail: two
+/// ranges of primary keys merged in order, read in one statement so that a fold committed
+/// between two pages moves no point out of sight.
+pub(super) const SCAN_FORWARD: &str = concat!(
+    "SELECT last_step, data FROM metric_chunks WHERE series_id = ?1 AND last_step >= ?2 \
+     UNION ALL SELECT last_step, data FROM metric_tail WHERE job_seq = ",
+    job_seq_of_series!(),
+    " AND series_id = ?1 AND last_step >= ?2 ORDER BY last_step LIMIT ?3"
+);
+
+/// A page of series `?1`'s stored points up to step `?2`, newest first.
+pub(super) const SCAN_BACKWARD: &str = concat!(
+    "SELECT last_step, first_step, data FROM metric_chunks \
+     WHERE series_id = ?1 AND last_step <= ?2 \
+     UNION ALL SELECT last_step, first_step, data FROM metric_tail WHERE job_seq = ",
+    job_seq_of_series!(),
+    " AND series_id = ?1 AND last_step <= ?2 ORDER BY last_step DESC LIMIT ?3"
+);
+
+/// How many points series `?1` stores, and its first and last steps: a row for its chunks
+/// and one for its tail, read in one statement.
+const EXTENT: &str = concat!(
+    "SELECT CAST(SUM(points) AS BIGINT), MIN(first_step), MAX(last_step) FROM metric_chunks \
+     WHERE series_id = ?1 \
+     UNION ALL SELECT CAST(SUM(points) AS BIGINT), MIN(first_step), MAX(last_step) \
+     FROM metric_tail WHERE job_seq = ",
+    job_seq_of_series!(),
+    " AND series_id = ?1"
+);
 
 /// Every point of `series_id`, in step order.
 pub async fn all_points(db: &mut Conn, series_id: i64) -> Result<Vec<(i64, f64)>, StoreError> {
@@ -393,13 +568,14 @@ pub async fn downsampled(
         if names.is_some_and(|wanted| !wanted.contains(&name)) {
             continue;
         }
-        let (stored, first, last): (Option<i64>, Option<i64>, Option<i64>) = db::query_as(
-            "SELECT CAST(SUM(points) AS BIGINT), MIN(first_step), MAX(last_step) \
-             FROM metric_chunks WHERE series_id = ?",
-        )
-        .bind(id)
-        .fetch_one(db)
-        .await?;
+        let parts: Vec<(Option<i64>, Option<i64>, Option<i64>)> =
+            db::query_as(EXTENT).bind(id).fetch_all(db).await?;
+        let (mut stored, mut first, mut last) = (None, None, None);
+        for (points, from, to) in parts {
+            stored = [stored, points].into_iter().flatten().reduce(|a, b| a + b);
+            first = [first, from].into_iter().flatten().min();
+            last = [last, to].into_iter().flatten().max();
+        }
         let (Some(stored), Some(first), Some(last)) = (stored, first, last) else {
             continue;
         };
@@ -576,6 +752,89 @@ mod tests {
         assert!(long.points.windows(2).all(|w| w[0].step < w[1].step));
         let short = series.iter().find(|s| s.name == "short").unwrap();
         assert_eq!((short.total_points, short.points.len()), (Some(2), 2));
+    }
+
+    #[tokio::test]
+    async fn a_series_tail_is_folded_into_a_chunk_every_sixteenth_report() {
+        let (store, _dir) = crate::store::test_support::scratch_store().await;
+        // 40 reports of two series, a step each; attempt 2 takes over at report 20 without
+        // reaching back (its checkpoint was the last step reported).
+        store
+            .write(|conn| {
+                async move {
+                    db::query(A_JOB).execute(conn).await?;
+                    for report in 1..=40_i64 {
+                        let batch = MetricsBatch {
+                            points: vec![MetricStep {
+                                step: report * 10,
+                                values: [
+                                    ("loss".to_owned(), report as f64),
+                                    ("lr".to_owned(), -(report as f64)),
+                                ]
+                                .into(),
+                            }],
+                            phases: None,
+                        };
+                        let attempt = if report < 20 { 1 } else { 2 };
+                        insert_points(conn, job(), attempt, &batch).await?;
+                    }
+                    Ok::<_, StoreError>(())
+                }
+                .boxed()
+            })
+            .await
+            .unwrap();
+        let mut db = store.read().await.unwrap();
+        let loss = series_id(&mut db, job(), "loss").await.unwrap().unwrap();
+        let stored = |table: &'static str| {
+            let sql = format!(
+                "SELECT attempt, first_step, last_step FROM {table} \
+                 WHERE series_id = ? ORDER BY last_step"
+            );
+            db::query_as::<(i64, i64, i64)>(sqlx::AssertSqlSafe(sql)).bind(loss)
+        };
+        // Reports 1-16 fold at the 16th; 17-32 at the 32nd, split where attempt 2 began.
+        assert_eq!(
+            stored("metric_chunks").fetch_all(&mut db).await.unwrap(),
+            [(1, 10, 160), (1, 170, 190), (2, 200, 320)]
+        );
+        let tail = stored("metric_tail").fetch_all(&mut db).await.unwrap();
+        assert_eq!(tail.len(), 8, "{tail:?}");
+        assert_eq!((tail[0].1, tail[7].2), (330, 400));
+        let points = all_points(&mut db, loss).await.unwrap();
+        let expected: Vec<(i64, f64)> = (1..=40).map(|r| (r * 10, r as f64)).collect();
+        assert_eq!(points, expected);
+        let mut newest = Vec::new();
+        scan_backward(&mut db, loss, |step, _| {
+            newest.push(step);
+            newest.len() < 10
+        })
+        .await
+        .unwrap();
+        assert_eq!(newest, (31..=40).rev().map(|r| r * 10).collect::<Vec<_>>());
+        let latest = crate::store::jobs::latest_metrics(&mut db, job())
+            .await
+            .unwrap();
+        assert_eq!((latest["loss"].step, latest["lr"].value), (400, -40.0));
+        let series = downsampled(&mut db, job(), None, 100).await.unwrap();
+        assert_eq!(series[0].total_points, Some(40));
+    }
+
+    #[tokio::test]
+    async fn a_series_extent_and_a_fold_seek_their_keys() {
+        let (store, _dir) = crate::store::test_support::scratch_store().await;
+        let fold = "SELECT series_id, attempt, data FROM metric_tail \
+            WHERE job_seq IN (?1, ?1) AND series_id IN (?1, ?1) \
+            ORDER BY job_seq, last_step, series_id";
+        for (what, sql, ordered) in [("a series' extent", EXTENT, false), ("a fold", fold, true)] {
+            let plan: Vec<(i64, i64, i64, String)> =
+                db::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                    .bind(1_i64)
+                    .fetch_all(&mut store.read().await.unwrap())
+                    .await
+                    .unwrap();
+            crate::store::test_support::assert_uses_indexes(what, &plan, ordered);
+        }
     }
 
     #[tokio::test]
