@@ -253,9 +253,18 @@ async fn insert_tail(conn: &mut Conn, rows: &[TailRow]) -> Result<(), StoreError
     Ok(())
 }
 
+/// A fold's chunk holds tail rows whose encoded points come to at most this many bytes (or
+/// one row, if larger). A row of a WITHOUT ROWID table is an index B-tree cell: on 4 KiB
+/// pages, one of more than 1,002 bytes keeps 489 of them in its leaf and puts the rest on an
+/// overflow page of its own, 4 KiB for what may be a few hundred bytes
+/// (https://www.sqlite.org/fileformat2.html, "B-tree Pages": X = ((U-12)*64/255)-23 for an
+/// index B-tree's leaf, M = ((U-12)*32/255)-23). With its key and header a row of 900 bytes
+/// of points stays inside its leaf.
+const CHUNK_BYTES: usize = 900;
+
 /// Moves each fold's series' tail, and the points that join it, into chunks: one per run of
 /// rows reported by the same attempt, whose steps follow each other, the tail's steps being
-/// after all the series' chunks.
+/// after all the series' chunks, cut where a run would pass [`CHUNK_BYTES`].
 async fn fold_tails(conn: &mut Conn, folds: Vec<Fold>) -> Result<(), StoreError> {
     let mut held: HashMap<i64, Vec<(i64, Vec<u8>)>> = HashMap::new();
     // 2 variables a fold at most; a series is one job's, so the two lists select exactly
@@ -286,22 +295,26 @@ async fn fold_tails(conn: &mut Conn, folds: Vec<Fold>) -> Result<(), StoreError>
     }
     let mut chunks: Vec<Chunk> = Vec::new();
     for fold in folds {
-        let mut run: Option<(i64, Vec<(i64, f64)>)> = None;
-        let mut add = |attempt: i64, points: Vec<(i64, f64)>| match &mut run {
-            Some((held_by, held)) if *held_by == attempt => held.extend(points),
+        // The run being gathered: its attempt, its rows' bytes and its points.
+        let mut run: Option<(i64, usize, Vec<(i64, f64)>)> = None;
+        let mut add = |attempt: i64, bytes: usize, points: Vec<(i64, f64)>| match &mut run {
+            Some((held_by, size, held)) if *held_by == attempt && *size + bytes <= CHUNK_BYTES => {
+                *size += bytes;
+                held.extend(points);
+            }
             _ => {
-                if let Some((held_by, held)) = run.replace((attempt, points)) {
+                if let Some((held_by, _, held)) = run.replace((attempt, bytes, points)) {
                     chunks.push((fold.series_id, held_by, held));
                 }
             }
         };
         for (attempt, data) in held.remove(&fold.series_id).unwrap_or_default() {
-            add(attempt, decode_points(&data)?);
+            add(attempt, data.len(), decode_points(&data)?);
         }
         if let Some((attempt, points)) = fold.last {
-            add(attempt, points);
+            add(attempt, encode_points(&points).len(), points);
         }
-        if let Some((attempt, points)) = run {
+        if let Some((attempt, _, points)) = run {
             chunks.push((fold.series_id, attempt, points));
         }
     }
@@ -818,6 +831,60 @@ mod tests {
         assert_eq!((latest["loss"].step, latest["lr"].value), (400, -40.0));
         let series = downsampled(&mut db, job(), None, 100).await.unwrap();
         assert_eq!(series[0].total_points, Some(40));
+    }
+
+    #[tokio::test]
+    async fn a_fold_cuts_its_chunks_before_they_would_overflow_a_leaf() {
+        let (store, _dir) = crate::store::test_support::scratch_store().await;
+        // 16 reports of 40 steps whose values need a double each: some 300 bytes a report.
+        store
+            .write(|conn| {
+                async move {
+                    db::query(A_JOB).execute(conn).await?;
+                    for report in 0..TAIL_REPORTS {
+                        let points = (1..=40)
+                            .map(|i| {
+                                let step = report * 40 + i;
+                                MetricStep {
+                                    step,
+                                    values: [("loss".to_owned(), step as f64 * 0.1)].into(),
+                                }
+                            })
+                            .collect();
+                        let batch = MetricsBatch {
+                            points,
+                            phases: None,
+                        };
+                        insert_points(conn, job(), 1, &batch).await?;
+                    }
+                    Ok::<_, StoreError>(())
+                }
+                .boxed()
+            })
+            .await
+            .unwrap();
+        let mut db = store.read().await.unwrap();
+        let sizes: Vec<(i64, i64)> = db::query_as(
+            "SELECT points, LENGTH(data) FROM metric_chunks ORDER BY series_id, last_step",
+        )
+        .fetch_all(&mut db)
+        .await
+        .unwrap();
+        assert!(sizes.len() > 1, "{sizes:?}");
+        assert!(
+            sizes
+                .iter()
+                .all(|&(_, bytes)| bytes as usize <= CHUNK_BYTES),
+            "{sizes:?}"
+        );
+        assert_eq!(sizes.iter().map(|s| s.0).sum::<i64>(), 16 * 40);
+        let tail: i64 = db::query_scalar("SELECT COUNT(*) FROM metric_tail")
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+        assert_eq!(tail, 0);
+        let loss = series_id(&mut db, job(), "loss").await.unwrap().unwrap();
+        assert_eq!(all_points(&mut db, loss).await.unwrap().len(), 640);
     }
 
     #[tokio::test]
