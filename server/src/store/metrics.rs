@@ -262,6 +262,10 @@ async fn insert_tail(conn: &mut Conn, rows: &[TailRow]) -> Result<(), StoreError
 /// of points stays inside its leaf.
 const CHUNK_BYTES: usize = 900;
 
+/// Tail rows gathered into one chunk: the attempt that reported them, their encoded bytes
+/// and their points.
+type Run = (i64, usize, Vec<(i64, f64)>);
+
 /// Moves each fold's series' tail, and the points that join it, into chunks: one per run of
 /// rows reported by the same attempt, whose steps follow each other, the tail's steps being
 /// after all the series' chunks, cut where a run would pass [`CHUNK_BYTES`].
@@ -296,7 +300,7 @@ async fn fold_tails(conn: &mut Conn, folds: Vec<Fold>) -> Result<(), StoreError>
     let mut chunks: Vec<Chunk> = Vec::new();
     for fold in folds {
         // The run being gathered: its attempt, its rows' bytes and its points.
-        let mut run: Option<(i64, usize, Vec<(i64, f64)>)> = None;
+        let mut run: Option<Run> = None;
         let mut add = |attempt: i64, bytes: usize, points: Vec<(i64, f64)>| match &mut run {
             Some((held_by, size, held)) if *held_by == attempt && *size + bytes <= CHUNK_BYTES => {
                 *size += bytes;
