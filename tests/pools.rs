@@ -42,6 +42,23 @@ async fn server_with_admin(admin: &str) -> (Server, String) {
     (server, format!("Bearer {admin}"))
 }
 
+/// A server whose leases outlive a pool's restart on a loaded machine. The daemons of a
+/// pool's slices run in its process, so a killed pool's leases go silent until the
+/// restarted one has listed the cloud, adopted its slices and started their daemons; under
+/// the whole suite on 2 cores that once took longer than the other tests' 5 s lease
+/// (2026-12-01), and the job's one attempt was declared lost. 30 s is still half the
+/// server's default lease (`--lease-ttl-s`, 60 s).
+async fn server_outliving_a_restart() -> Server {
+    let mut options = common::ServerOptions::default();
+    let ttl = 1 + options
+        .args
+        .iter()
+        .position(|a| a == "--lease-ttl-s")
+        .expect("the tests' lease TTL");
+    options.args[ttl] = "30".into();
+    Server::start_with(options).await
+}
+
 fn attempts(job: &Value) -> Vec<Value> {
     job["attempts"].as_array().cloned().unwrap_or_default()
 }
@@ -681,7 +698,7 @@ async fn a_gcloud_pool_waterfalls_to_a_labelled_node_survives_a_kill_and_leaks_n
         }),
         HOSTS,
     );
-    let server = Server::start().await;
+    let server = server_outliving_a_restart().await;
     let config = cloud.worker_config(
         &server.url,
         json!({"create": {"runtime_version": "tpu-ubuntu2204-base"}}),
