@@ -189,7 +189,8 @@ async fn raw_select(server: &ServerProc, job_id: &str) -> Res<Download> {
         "SELECT name, data FROM (SELECT s.name, c.last_step, c.data FROM metric_series s \
          JOIN metric_chunks c ON c.series_id = s.id WHERE s.job_id = ?1 \
          UNION ALL SELECT s.name, t.last_step, t.data FROM metric_series s \
-         JOIN metric_tail t ON t.series_id = s.id JOIN jobs j ON j.seq = t.job_seq \
+         JOIN jobs j ON j.id = s.job_id \
+         JOIN metric_tail t ON t.job_seq = j.seq AND t.series_id = s.id \
          WHERE s.job_id = ?1) ORDER BY name, last_step",
     )
     .bind(job_id)

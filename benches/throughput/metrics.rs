@@ -192,9 +192,10 @@ pub async fn metrics_query() -> Res<QueryRun> {
     let chunks: Vec<Vec<u8>> = sqlx::query_scalar(
         "SELECT data FROM (SELECT c.last_step, c.data FROM metric_chunks c \
          JOIN metric_series s ON s.id = c.series_id WHERE s.job_id = ?1 AND s.name = ?2 \
-         UNION ALL SELECT t.last_step, t.data FROM metric_tail t \
-         JOIN metric_series s ON s.id = t.series_id JOIN jobs j ON j.seq = t.job_seq \
-         WHERE j.id = ?1 AND s.name = ?2) ORDER BY last_step",
+         UNION ALL SELECT t.last_step, t.data FROM metric_series s \
+         JOIN jobs j ON j.id = s.job_id \
+         JOIN metric_tail t ON t.job_seq = j.seq AND t.series_id = s.id \
+         WHERE s.job_id = ?1 AND s.name = ?2) ORDER BY last_step",
     )
     .bind(lease.job_id.to_string())
     .bind(NAME)

@@ -3,8 +3,9 @@
 //! A worker reports a batch every few seconds: ten steps of a dozen metrics, a few lines of
 //! each host's output. Stored a row per value and a row per line, with their indexes, each
 //! batch cost a hundred B-tree inserts and most of the store's growth. Stored as it arrives,
-//! a batch is one row per series (`metric_chunks`) and one per host (`log_chunks`), and every
-//! read decodes what it needs.
+//! a batch is one row per series (in its job's `metric_tail`, folded into `metric_chunks`
+//! every 16th report, `metrics.rs`) and one per host (`log_chunks`), and every read decodes
+//! what it needs.
 //!
 //! The encoding is postcard's (serde, varints): steps and offsets as deltas from the previous
 //! one, so a chunk of ten steps costs a few bytes of steps. A chunk's values are stored as

@@ -1,7 +1,8 @@
 //! A run's metric series read whole, page by page, for `metrics.csv` and `metrics.ndjson`:
 //! each page is a few short queries on the `(series_id, last_step)` key of `metric_chunks`
-//! (a keyset page, an index range scan whatever the series' length), so an export of a
-//! million points never holds a connection, a transaction or more than one page.
+//! and the `(job_seq, last_step)` key of `metric_tail` (a keyset page, an index range scan
+//! whatever the series' length), so an export of a million points never holds a
+//! connection, a transaction or more than one page.
 
 use super::db::{self, Conn};
 use super::StoreError;

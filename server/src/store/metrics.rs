@@ -164,14 +164,12 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
         if marks_of_series.previous.is_some_and(|last| last >= range.0) {
             // The tail first, so that the merge finds every stored step among the chunks.
             folds.push(Fold {
-                job_seq,
                 series_id,
                 last: None,
             });
             merges.push((series_id, report.attempt, range, points));
         } else if marks_of_series.tail_full {
             folds.push(Fold {
-                job_seq,
                 series_id,
                 last: Some((report.attempt, points)),
             });
@@ -227,7 +225,6 @@ type TailRow = (i64, i64, i64, Vec<(i64, f64)>);
 /// A series whose tail becomes chunks, and the points of this report that join them (none
 /// when the report is merged into the chunks afterwards).
 struct Fold {
-    job_seq: i64,
     series_id: i64,
     last: Option<(i64, Vec<(i64, f64)>)>,
 }
@@ -253,33 +250,37 @@ async fn insert_tail(conn: &mut Conn, rows: &[TailRow]) -> Result<(), StoreError
     Ok(())
 }
 
-/// A fold's chunk holds tail rows whose encoded points come to at most this many bytes (or
-/// one row, if larger). A row of a WITHOUT ROWID table is an index B-tree cell: on 4 KiB
-/// pages, one of more than 1,002 bytes keeps 489 of them in its leaf and puts the rest on an
-/// overflow page of its own, 4 KiB for what may be a few hundred bytes
-/// (https://www.sqlite.org/fileformat2.html, "B-tree Pages": X = ((U-12)*64/255)-23 for an
-/// index B-tree's leaf, M = ((U-12)*32/255)-23). With its key and header a row of 900 bytes
-/// of points stays inside its leaf.
+/// A fold's chunk holds tail rows whose points, encoded together, take at most this many
+/// bytes (a single row larger than that stays whole). A row of a WITHOUT ROWID table is an
+/// index B-tree cell: on 4 KiB pages, one of more than 1,002 bytes keeps 489 of them in its
+/// leaf and puts the rest on an overflow page of its own, 4 KiB for what may be a few
+/// hundred bytes (https://www.sqlite.org/fileformat2.html, "B-tree Pages": X =
+/// ((U-12)*64/255)-23 for an index B-tree's leaf, M = ((U-12)*32/255)-23). With its key and
+/// header a row of 900 bytes of points stays inside its leaf.
 const CHUNK_BYTES: usize = 900;
 
-/// Tail rows gathered into one chunk: the attempt that reported them, their encoded bytes
-/// and their points.
-type Run = (i64, usize, Vec<(i64, f64)>);
+/// Tail rows gathered into one chunk: the attempt that reported them and their points.
+type Run = (i64, Vec<(i64, f64)>);
 
 /// Moves each fold's series' tail, and the points that join it, into chunks: one per run of
 /// rows reported by the same attempt, whose steps follow each other, the tail's steps being
 /// after all the series' chunks, cut where a run would pass [`CHUNK_BYTES`].
 async fn fold_tails(conn: &mut Conn, folds: Vec<Fold>) -> Result<(), StoreError> {
     let mut held: HashMap<i64, Vec<(i64, Vec<u8>)>> = HashMap::new();
-    // 2 variables a fold at most; a series is one job's, so the two lists select exactly
-    // the folds' rows.
+    // 2 variables a fold; a series is one job's, so the two conditions select exactly the
+    // folds' rows.
     for part in folds.chunks(8000) {
-        let jobs: std::collections::BTreeSet<i64> = part.iter().map(|f| f.job_seq).collect();
+        // The jobs are the series' own, found by the statement, not listed: a statement's
+        // shape then varies with one list's length, not two, and the writer's statement
+        // cache keeps fewer of them.
         let where_folded = |sql: &str| {
             let mut query = Builder::new(sql);
-            query.push(" WHERE job_seq IN ");
-            query.push_list(jobs.iter().copied());
-            query.push(" AND series_id IN ");
+            query.push(
+                " WHERE job_seq IN (SELECT j.seq FROM metric_series s \
+                 JOIN jobs j ON j.id = s.job_id WHERE s.id IN ",
+            );
+            query.push_list(part.iter().map(|f| f.series_id));
+            query.push(") AND series_id IN ");
             query.push_list(part.iter().map(|f| f.series_id));
             query
         };
@@ -299,26 +300,31 @@ async fn fold_tails(conn: &mut Conn, folds: Vec<Fold>) -> Result<(), StoreError>
     }
     let mut chunks: Vec<Chunk> = Vec::new();
     for fold in folds {
-        // The run being gathered: its attempt, its rows' bytes and its points.
         let mut run: Option<Run> = None;
-        let mut add = |attempt: i64, bytes: usize, points: Vec<(i64, f64)>| match &mut run {
-            Some((held_by, size, held)) if *held_by == attempt && *size + bytes <= CHUNK_BYTES => {
-                *size += bytes;
-                held.extend(points);
-            }
-            _ => {
-                if let Some((held_by, _, held)) = run.replace((attempt, bytes, points)) {
-                    chunks.push((fold.series_id, held_by, held));
+        // A row joins the run if the run, encoded with it, still fits: not by the rows' own
+        // sizes, as a run is stored as `f64`s once any of its values needs one.
+        let mut add = |attempt: i64, points: Vec<(i64, f64)>| {
+            if let Some((held_by, held)) = &mut run {
+                if *held_by == attempt {
+                    let kept = held.len();
+                    held.extend_from_slice(&points);
+                    if encode_points(held).len() <= CHUNK_BYTES {
+                        return;
+                    }
+                    held.truncate(kept);
                 }
+            }
+            if let Some((held_by, held)) = run.replace((attempt, points)) {
+                chunks.push((fold.series_id, held_by, held));
             }
         };
         for (attempt, data) in held.remove(&fold.series_id).unwrap_or_default() {
-            add(attempt, data.len(), decode_points(&data)?);
+            add(attempt, decode_points(&data)?);
         }
         if let Some((attempt, points)) = fold.last {
-            add(attempt, encode_points(&points).len(), points);
+            add(attempt, points);
         }
-        if let Some((attempt, _, points)) = run {
+        if let Some((attempt, points)) = run {
             chunks.push((fold.series_id, attempt, points));
         }
     }
@@ -709,47 +715,61 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test]
-    async fn long_series_are_sampled_short_ones_returned_whole() {
-        let (store, _dir) = crate::store::test_support::scratch_store().await;
+    /// A scratch store holding the job [`A_JOB`] and each `(attempt, batch)`, stored in order.
+    async fn a_job_reporting(
+        batches: Vec<(i64, MetricsBatch)>,
+    ) -> (crate::store::Store, tempfile::TempDir) {
+        let (store, dir) = crate::store::test_support::scratch_store().await;
         store
-            .write(|conn| {
+            .write(move |conn| {
                 async move {
                     db::query(A_JOB).execute(conn).await?;
-                    // The long series in batches of ten steps, as a worker reports them.
-                    let long: Vec<MetricStep> = (1..=10007)
-                        .map(|i| MetricStep {
-                            step: i * 10,
-                            values: [("long".to_owned(), i as f64)].into(),
-                        })
-                        .collect();
-                    for points in long.chunks(10) {
-                        let batch = MetricsBatch {
-                            points: points.to_vec(),
-                            phases: None,
-                        };
-                        insert_points(conn, job(), 1, &batch).await?;
+                    for (attempt, batch) in &batches {
+                        insert_points(conn, job(), *attempt, batch).await?;
                     }
-                    let short = MetricsBatch {
-                        points: vec![
-                            MetricStep {
-                                step: 10,
-                                values: [("short".to_owned(), 1.0)].into(),
-                            },
-                            MetricStep {
-                                step: 20,
-                                values: [("short".to_owned(), 2.0)].into(),
-                            },
-                        ],
-                        phases: None,
-                    };
-                    insert_points(conn, job(), 1, &short).await?;
                     Ok::<_, StoreError>(())
                 }
                 .boxed()
             })
             .await
             .unwrap();
+        (store, dir)
+    }
+
+    #[tokio::test]
+    async fn long_series_are_sampled_short_ones_returned_whole() {
+        // The long series in batches of ten steps, as a worker reports them.
+        let long: Vec<MetricStep> = (1..=10007)
+            .map(|i| MetricStep {
+                step: i * 10,
+                values: [("long".to_owned(), i as f64)].into(),
+            })
+            .collect();
+        let mut batches: Vec<(i64, MetricsBatch)> = long
+            .chunks(10)
+            .map(|points| {
+                let batch = MetricsBatch {
+                    points: points.to_vec(),
+                    phases: None,
+                };
+                (1, batch)
+            })
+            .collect();
+        let short = MetricsBatch {
+            points: vec![
+                MetricStep {
+                    step: 10,
+                    values: [("short".to_owned(), 1.0)].into(),
+                },
+                MetricStep {
+                    step: 20,
+                    values: [("short".to_owned(), 2.0)].into(),
+                },
+            ],
+            phases: None,
+        };
+        batches.push((1, short));
+        let (store, _dir) = a_job_reporting(batches).await;
         let series = downsampled(&mut store.read().await.unwrap(), job(), None, 100)
             .await
             .unwrap();
@@ -773,34 +793,25 @@ mod tests {
 
     #[tokio::test]
     async fn a_series_tail_is_folded_into_a_chunk_every_sixteenth_report() {
-        let (store, _dir) = crate::store::test_support::scratch_store().await;
         // 40 reports of two series, a step each; attempt 2 takes over at report 20 without
         // reaching back (its checkpoint was the last step reported).
-        store
-            .write(|conn| {
-                async move {
-                    db::query(A_JOB).execute(conn).await?;
-                    for report in 1..=40_i64 {
-                        let batch = MetricsBatch {
-                            points: vec![MetricStep {
-                                step: report * 10,
-                                values: [
-                                    ("loss".to_owned(), report as f64),
-                                    ("lr".to_owned(), -(report as f64)),
-                                ]
-                                .into(),
-                            }],
-                            phases: None,
-                        };
-                        let attempt = if report < 20 { 1 } else { 2 };
-                        insert_points(conn, job(), attempt, &batch).await?;
-                    }
-                    Ok::<_, StoreError>(())
-                }
-                .boxed()
+        let batches = (1..=40_i64)
+            .map(|report| {
+                let batch = MetricsBatch {
+                    points: vec![MetricStep {
+                        step: report * 10,
+                        values: [
+                            ("loss".to_owned(), report as f64),
+                            ("lr".to_owned(), -(report as f64)),
+                        ]
+                        .into(),
+                    }],
+                    phases: None,
+                };
+                (if report < 20 { 1 } else { 2 }, batch)
             })
-            .await
-            .unwrap();
+            .collect();
+        let (store, _dir) = a_job_reporting(batches).await;
         let mut db = store.read().await.unwrap();
         let loss = series_id(&mut db, job(), "loss").await.unwrap().unwrap();
         let stored = |table: &'static str| {
@@ -839,34 +850,31 @@ mod tests {
 
     #[tokio::test]
     async fn a_fold_cuts_its_chunks_before_they_would_overflow_a_leaf() {
-        let (store, _dir) = crate::store::test_support::scratch_store().await;
-        // 16 reports of 40 steps whose values need a double each: some 300 bytes a report.
-        store
-            .write(|conn| {
-                async move {
-                    db::query(A_JOB).execute(conn).await?;
-                    for report in 0..TAIL_REPORTS {
-                        let points = (1..=40)
-                            .map(|i| {
-                                let step = report * 40 + i;
-                                MetricStep {
-                                    step,
-                                    values: [("loss".to_owned(), step as f64 * 0.1)].into(),
-                                }
-                            })
-                            .collect();
-                        let batch = MetricsBatch {
-                            points,
-                            phases: None,
-                        };
-                        insert_points(conn, job(), 1, &batch).await?;
-                    }
-                    Ok::<_, StoreError>(())
-                }
-                .boxed()
+        // 16 reports of 40 steps, every other one's values needing a double each (some 300
+        // bytes a report), the others' a float: a run that mixes them is stored as doubles.
+        let batches = (0..TAIL_REPORTS)
+            .map(|report| {
+                let points = (1..=40)
+                    .map(|i| {
+                        let step = report * 40 + i;
+                        MetricStep {
+                            step,
+                            values: [(
+                                "loss".to_owned(),
+                                step as f64 * (1.0 + (report % 2) as f64 * 0.1),
+                            )]
+                            .into(),
+                        }
+                    })
+                    .collect();
+                let batch = MetricsBatch {
+                    points,
+                    phases: None,
+                };
+                (1, batch)
             })
-            .await
-            .unwrap();
+            .collect();
+        let (store, _dir) = a_job_reporting(batches).await;
         let mut db = store.read().await.unwrap();
         let sizes: Vec<(i64, i64)> = db::query_as(
             "SELECT points, LENGTH(data) FROM metric_chunks ORDER BY series_id, last_step",
@@ -895,7 +903,8 @@ mod tests {
     async fn a_series_extent_and_a_fold_seek_their_keys() {
         let (store, _dir) = crate::store::test_support::scratch_store().await;
         let fold = "SELECT series_id, attempt, data FROM metric_tail \
-            WHERE job_seq IN (?1, ?1) AND series_id IN (?1, ?1) \
+            WHERE job_seq IN (SELECT j.seq FROM metric_series s \
+            JOIN jobs j ON j.id = s.job_id WHERE s.id IN (?1, ?1)) AND series_id IN (?1, ?1) \
             ORDER BY job_seq, last_step, series_id";
         for (what, sql, ordered) in [("a series' extent", EXTENT, false), ("a fold", fold, true)] {
             let plan: Vec<(i64, i64, i64, String)> =
@@ -910,7 +919,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_step_reported_again_keeps_its_last_value_and_chunks_stay_disjoint() {
-        let (store, _dir) = crate::store::test_support::scratch_store().await;
         let batch = |steps: &[(i64, f64)]| MetricsBatch {
             points: steps
                 .iter()
@@ -931,19 +939,7 @@ mod tests {
             batch(&[(25, 25.5), (30, 30.5), (50, 50.5), (55, 55.5)]),
             batch(&[(70, f64::NAN), (80, 8.0)]),
         ];
-        store
-            .write(move |conn| {
-                async move {
-                    db::query(A_JOB).execute(conn).await?;
-                    for b in &batches {
-                        insert_points(conn, job(), 1, b).await?;
-                    }
-                    Ok::<_, StoreError>(())
-                }
-                .boxed()
-            })
-            .await
-            .unwrap();
+        let (store, _dir) = a_job_reporting(batches.into_iter().map(|b| (1, b)).collect()).await;
         let mut db = store.read().await.unwrap();
         let id = series_id(&mut db, job(), "loss").await.unwrap().unwrap();
         let points = all_points(&mut db, id).await.unwrap();
