@@ -8,7 +8,7 @@
 //! is a seek on each key followed by decoding the rows it needs.
 
 use super::chunks::{decode_points, encode_points};
-use super::db::{self, Builder, Conn};
+use super::db::{self, Builder, Conn, Separated};
 use std::collections::{BTreeMap, HashMap};
 
 use podq_api::{JobId, MetricSeries, MetricValue, MetricsBatch};
@@ -234,16 +234,11 @@ async fn insert_tail(conn: &mut Conn, rows: &[TailRow]) -> Result<(), StoreError
     for part in rows.chunks(4000) {
         let mut insert = Builder::new(
             "INSERT INTO metric_tail \
-             (job_seq, last_step, series_id, first_step, points, attempt, data) ",
+             (job_seq, series_id, last_step, first_step, points, attempt, data) ",
         );
         insert.push_values(part, |mut row, (job_seq, series_id, attempt, points)| {
-            row.push_bind(*job_seq)
-                .push_bind(points[points.len() - 1].0)
-                .push_bind(*series_id)
-                .push_bind(points[0].0)
-                .push_bind(points.len() as i64)
-                .push_bind(*attempt)
-                .push_bind(encode_points(points));
+            row.push_bind(*job_seq).push_bind(*series_id);
+            bind_stored_points(&mut row, *attempt, points);
         });
         insert.build().execute(conn).await?;
     }
@@ -343,16 +338,22 @@ pub(super) async fn insert_chunks(conn: &mut Conn, chunks: &[Chunk]) -> Result<(
             "INSERT INTO metric_chunks (series_id, last_step, first_step, points, attempt, data) ",
         );
         insert.push_values(part, |mut row, (series_id, attempt, points)| {
-            row.push_bind(*series_id)
-                .push_bind(points[points.len() - 1].0)
-                .push_bind(points[0].0)
-                .push_bind(points.len() as i64)
-                .push_bind(*attempt)
-                .push_bind(encode_points(points));
+            row.push_bind(*series_id);
+            bind_stored_points(&mut row, *attempt, points);
         });
         insert.build().execute(conn).await?;
     }
     Ok(())
+}
+
+/// The columns a chunk and a tail row share after their series' key, in their INSERTs'
+/// order: `last_step, first_step, points, attempt, data`.
+fn bind_stored_points(row: &mut Separated<'_>, attempt: i64, points: &[(i64, f64)]) {
+    row.push_bind(points[points.len() - 1].0)
+        .push_bind(points[0].0)
+        .push_bind(points.len() as i64)
+        .push_bind(attempt)
+        .push_bind(encode_points(points));
 }
 
 /// Stores `points` (in step order, within `range`) of a series whose chunks reach into
