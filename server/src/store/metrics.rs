@@ -2,7 +2,7 @@
 //!
 //! A report's points are stored first in its job's tail (`metric_tail`, keyed by job and
 //! step, so a report's series share a B-tree leaf), a row per series; every
-//! [`TAIL_REPORTS`]th report of a series folds the series' tail into one chunk of its own
+//! [`TAIL_REPORTS`]th report of a series folds the series' tail into chunks of its own
 //! (`metric_chunks`, keyed by series and step; encoded as `chunks.rs` says). A series' chunks
 //! and tail rows cover disjoint step ranges, its tail's after all its chunks', so every read
 //! is a seek on each key followed by decoding the rows it needs.
@@ -204,7 +204,7 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
     Ok(())
 }
 
-/// Reports a series' tail holds before the next one folds them into a chunk of the series'
+/// Reports a series' tail holds before the next one folds them into chunks of the series'
 /// own (migrations/sqlite/0019_metric_tail_by_job.sql): the series' chunk leaf is written
 /// once per this many reports, and a read of the series' newest steps decodes at most this
 /// many tail rows beside its chunks.
@@ -215,7 +215,7 @@ struct SeriesMarks {
     id: i64,
     /// The newest step the series held before this report.
     previous: Option<i64>,
-    /// This report fills the series' tail: it is folded into a chunk with the tail.
+    /// This report fills the series' tail: it is folded into chunks with the tail.
     tail_full: bool,
 }
 
