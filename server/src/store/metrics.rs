@@ -25,20 +25,24 @@ pub(crate) async fn insert_points(
     attempt: i64,
     batch: &MetricsBatch,
 ) -> Result<(), StoreError> {
-    insert_points_many(
-        conn,
-        &[Report {
-            job_id,
-            attempt,
-            batch,
-        }],
-    )
-    .await
+    let job_seq: i64 = db::query_scalar("SELECT seq FROM jobs WHERE id = ?")
+        .bind(job_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    let report = Report {
+        job_id,
+        job_seq,
+        attempt,
+        batch,
+    };
+    insert_points_many(conn, &[report]).await
 }
 
 /// One attempt's batch, as [`insert_points_many`] takes it.
 pub struct Report<'a> {
     pub job_id: JobId,
+    /// The job's `seq`, as its fence read it: the tail's key.
+    pub job_seq: i64,
     pub attempt: i64,
     pub batch: &'a MetricsBatch,
 }
@@ -96,7 +100,7 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
             row.push_bind(marks[*index].0.job_id)
                 .push_bind(*name)
                 .push_bind(points.keys().next_back().copied())
-                .push_bind(1_i64);
+                .push_bind(first_tail_count(marks[*index].0.job_seq));
         });
         upsert.push(&format!(
             " ON CONFLICT (job_id, name) DO UPDATE SET previous = metric_series.last_step, \
@@ -119,8 +123,6 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
             ids.insert((index_of[&job_id], name), marks);
         }
     }
-    // The jobs' marks, answering each job's `seq`: the tail's key.
-    let mut seq_of: HashMap<JobId, i64> = HashMap::with_capacity(marks.len());
     for part in marks.chunks(8000) {
         let mut update = Builder::new("WITH reported (id, step) AS (");
         update.push_values(part, |mut row, (report, range)| {
@@ -129,14 +131,9 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
         update.push(
             ") UPDATE jobs SET last_step = CASE WHEN COALESCE(jobs.last_step, 0) > reported.step \
              THEN COALESCE(jobs.last_step, 0) ELSE reported.step END \
-             FROM reported WHERE jobs.id = reported.id RETURNING jobs.id, jobs.seq",
+             FROM reported WHERE jobs.id = reported.id",
         );
-        seq_of.extend(
-            update
-                .build_query_as::<(JobId, i64)>()
-                .fetch_all(conn)
-                .await?,
-        );
+        update.build().execute(conn).await?;
         // Apart, and only where it changes: `last_step` is in no index and no trigger's
         // columns, so PostgreSQL updates it in place; `progressed` is in both, and changes
         // once per run (migrations/sqlite/0016_progressed_flag.sql).
@@ -151,12 +148,6 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
     for ((index, name), points) in series {
         let marks_of_series = &ids[&(index, name.to_owned())];
         let report = marks[index].0;
-        let job_seq = *seq_of.get(&report.job_id).ok_or_else(|| {
-            StoreError::Corrupt(format!(
-                "metrics of job {}, which has no row",
-                report.job_id
-            ))
-        })?;
         let points: Vec<(i64, f64)> = points.into_iter().collect();
         // The series' own range: a series that lags the others is not merged needlessly.
         let range = (points[0].0, points[points.len() - 1].0);
@@ -174,7 +165,7 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
                 last: Some((report.attempt, points)),
             });
         } else {
-            tail.push((job_seq, series_id, report.attempt, points));
+            tail.push((report.job_seq, series_id, report.attempt, points));
         }
     }
     fold_tails(conn, folds).await?;
@@ -209,6 +200,16 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
 /// once per this many reports, and a read of the series' newest steps decodes at most this
 /// many tail rows beside its chunks.
 pub(super) const TAIL_REPORTS: i64 = 16;
+
+/// The count a new series' tail starts at: 1 (its first report) plus an offset of its
+/// job's, so that jobs started together fold their tails in different rounds. With the
+/// same count, the 1,000 pods of a fleet started at once folded all their series in the
+/// same 2 s every 32 s, and most of the reports slower than 100 ms started in those
+/// seconds (`cargo bench --bench fleet` prints them). A job's own series fold together,
+/// as their tail rows share its leaves.
+fn first_tail_count(job_seq: i64) -> i64 {
+    1 + job_seq.rem_euclid(TAIL_REPORTS - 1)
+}
 
 /// What the series upsert answers of one series.
 struct SeriesMarks {
@@ -709,10 +710,11 @@ mod tests {
     use futures::FutureExt;
     use podq_api::MetricStep;
 
-    /// The job `j` the series belong to.
+    /// The job `j` the series belong to, whose seq makes its series' tails start counting
+    /// at 1 ([`first_tail_count`]): the tests' folds come at every 16th report.
     const A_JOB: &str = "INSERT INTO jobs (id, seq, experiment, group_name, state, accelerator, \
         config_json, config_sha256, est_hours, checkpoint_dir, max_failures, submitted_at, \
-        updated_at) VALUES ('6a000000-0000-4000-8000-000000000001', 1, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)";
+        updated_at) VALUES ('6a000000-0000-4000-8000-000000000001', 15, 'e', 'g', 'queued', 'v4-64', '{}', 's', 1, 'd', 3, 0, 0)";
 
     use super::*;
 
@@ -724,7 +726,7 @@ mod tests {
         store
             .write(move |conn| {
                 async move {
-                    db::query(A_JOB).execute(conn).await?;
+                    db::query(A_JOB).execute(&mut *conn).await?;
                     for (attempt, batch) in &batches {
                         insert_points(conn, job(), *attempt, batch).await?;
                     }
@@ -970,5 +972,18 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(newest, [80, 70, 60]);
+    }
+
+    #[test]
+    fn jobs_started_together_fold_their_tails_in_different_rounds() {
+        // Jobs by the report that first folds their tails (1-based).
+        let mut jobs_by_report = [0_usize; TAIL_REPORTS as usize + 1];
+        for seq in 1..=1000 {
+            jobs_by_report[(TAIL_REPORTS + 1 - first_tail_count(seq)) as usize] += 1;
+        }
+        // The 2nd report to the 16th, 66 or 67 jobs each.
+        assert_eq!(jobs_by_report[..2], [0, 0]);
+        let busiest = jobs_by_report.iter().max().unwrap();
+        assert!(*busiest <= 67, "{jobs_by_report:?}");
     }
 }

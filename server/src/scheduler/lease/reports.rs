@@ -100,6 +100,7 @@ async fn store_metrics(
             .iter()
             .map(|(index, fenced)| metrics::Report {
                 job_id: fenced.job_id,
+                job_seq: fenced.job_seq,
                 attempt: fenced.attempt,
                 batch: &reports[*index].batch,
             })
