@@ -10,6 +10,7 @@
 use super::chunks::{decode_points, encode_points};
 use super::db::{self, Builder, Conn, Separated};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 
 use podq_api::{JobId, MetricSeries, MetricValue, MetricsBatch};
 
@@ -21,6 +22,7 @@ use super::{now_ms, StoreError};
 #[cfg(test)]
 pub(crate) async fn insert_points(
     conn: &mut Conn,
+    known: &SeriesIds,
     job_id: JobId,
     attempt: i64,
     batch: &MetricsBatch,
@@ -35,7 +37,7 @@ pub(crate) async fn insert_points(
         attempt,
         batch,
     };
-    insert_points_many(conn, &[report]).await
+    insert_points_many(conn, known, &[report]).await
 }
 
 /// One attempt's batch, as [`insert_points_many`] takes it.
@@ -47,14 +49,59 @@ pub struct Report<'a> {
     pub batch: &'a MetricsBatch,
 }
 
+/// The ids of the series the reports named, by job and name, kept by the writer that
+/// stores reports. A series' row is then updated by its id, and the update answers integers
+/// only: matched by name, the upsert answered two strings a series, and copying every
+/// value of every row it answered was a tenth of the writer's samples at 1,000 pods
+/// (`SqliteRow::current`, `sqlite3_value_dup`). A kept id is a hint, checked against the
+/// row's job and name where it is used: one that is gone or was never committed (its
+/// transaction rolled back, and SQLite gave the id to another series since) is found
+/// again by name.
+#[derive(Default)]
+pub struct SeriesIds(Mutex<HashMap<JobId, HashMap<String, i64>>>);
+
+impl SeriesIds {
+    /// Jobs whose series are kept: a fleet of this many reporting pods, and more. Past it
+    /// the map starts over, so that ended jobs' series are not kept for ever; the next
+    /// report of each running job finds its series by name again.
+    const JOBS: usize = 4096;
+
+    fn ids_of<'a>(&self, series: impl Iterator<Item = (JobId, &'a str)>) -> Vec<Option<i64>> {
+        let known = self
+            .0
+            .lock()
+            .expect("no thread panics holding the series ids");
+        series
+            .map(|(job, name)| known.get(&job).and_then(|names| names.get(name)).copied())
+            .collect()
+    }
+
+    fn keep(&self, found: Vec<(JobId, String, i64)>) {
+        let mut known = self
+            .0
+            .lock()
+            .expect("no thread panics holding the series ids");
+        for (job, name, id) in found {
+            if known.len() >= Self::JOBS && !known.contains_key(&job) {
+                known.clear();
+            }
+            known.entry(job).or_default().insert(name, id);
+        }
+    }
+}
+
 /// Stores the batches of many jobs (each job at most once) in a handful of statements,
-/// whatever their number: one upsert of every series, one update of the jobs' and one of the
-/// attempts' step marks, one insert of a tail row per series, and, for the series whose
-/// tail is full, one read and one delete of their tails and one insert of their chunks. Only
-/// a batch that reaches back into stored steps (a resumed run redoing the steps since its
-/// checkpoint, a batch resent after its answer was lost) reads and rewrites the chunks its
-/// range overlaps.
-pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Result<(), StoreError> {
+/// whatever their number: one update of the series named before (by id) and one upsert of
+/// the others, one update of the jobs' and one of the attempts' step marks, one insert of
+/// a tail row per series, and, for the series whose tail is full, one read and one delete
+/// of their tails and one insert of their chunks. Only a batch that reaches back into
+/// stored steps (a resumed run redoing the steps since its checkpoint, a batch resent after
+/// its answer was lost) reads and rewrites the chunks its range overlaps.
+pub async fn insert_points_many(
+    conn: &mut Conn,
+    known: &SeriesIds,
+    reports: &[Report<'_>],
+) -> Result<(), StoreError> {
     struct Marks {
         first: i64,
         last: i64,
@@ -83,46 +130,17 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
     if marks.is_empty() {
         return Ok(());
     }
-    let index_of: HashMap<JobId, usize> = marks
+    let rows: Vec<SeriesRow> = series
         .iter()
-        .enumerate()
-        .map(|(index, (report, _))| (report.job_id, index))
+        .map(|(&(index, name), points)| SeriesRow {
+            index,
+            job_id: marks[index].0.job_id,
+            job_seq: marks[index].0.job_seq,
+            name,
+            last_step: *points.keys().next_back().expect("a series has a point"),
+        })
         .collect();
-    // Every series in one statement per 8,000 (4 variables a row; SQLite allows 32766),
-    // answering the newest step each held before (SQLite and PostgreSQL both evaluate every
-    // SET expression on the row as it was) and the reports its tail now counts, 0 when this
-    // one fills it.
-    let rows: Vec<(&(usize, &str), &Points)> = series.iter().collect();
-    let mut ids: HashMap<(usize, String), SeriesMarks> = HashMap::new();
-    for part in rows.chunks(8000) {
-        let mut upsert = Builder::new("INSERT INTO metric_series (job_id, name, last_step, tail) ");
-        upsert.push_values(part, |mut row, ((index, name), points)| {
-            row.push_bind(marks[*index].0.job_id)
-                .push_bind(*name)
-                .push_bind(points.keys().next_back().copied())
-                .push_bind(first_tail_count(marks[*index].0.job_seq));
-        });
-        upsert.push(&format!(
-            " ON CONFLICT (job_id, name) DO UPDATE SET previous = metric_series.last_step, \
-             last_step = CASE WHEN metric_series.last_step > excluded.last_step \
-             THEN metric_series.last_step ELSE excluded.last_step END, \
-             tail = CASE WHEN metric_series.tail + 1 >= {TAIL_REPORTS} THEN 0 \
-             ELSE metric_series.tail + 1 END \
-             RETURNING id, job_id, name, previous, tail"
-        ));
-        for (id, job_id, name, previous, tail) in upsert
-            .build_query_as::<(i64, JobId, String, Option<i64>, i64)>()
-            .fetch_all(conn)
-            .await?
-        {
-            let marks = SeriesMarks {
-                id,
-                previous,
-                tail_full: tail == 0,
-            };
-            ids.insert((index_of[&job_id], name), marks);
-        }
-    }
+    let found = update_series_marks(conn, known, &rows).await?;
     for part in marks.chunks(8000) {
         let mut update = Builder::new("WITH reported (id, step) AS (");
         update.push_values(part, |mut row, (report, range)| {
@@ -145,8 +163,7 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
     let mut tail: Vec<TailRow> = Vec::with_capacity(series.len());
     let mut folds: Vec<Fold> = Vec::new();
     let mut merges = Vec::new();
-    for ((index, name), points) in series {
-        let marks_of_series = &ids[&(index, name.to_owned())];
+    for (((index, _), points), marks_of_series) in series.into_iter().zip(found) {
         let report = marks[index].0;
         let points: Vec<(i64, f64)> = points.into_iter().collect();
         // The series' own range: a series that lags the others is not merged needlessly.
@@ -195,6 +212,117 @@ pub async fn insert_points_many(conn: &mut Conn, reports: &[Report<'_>]) -> Resu
     Ok(())
 }
 
+/// One series a report names, and the newest step the report brings it.
+struct SeriesRow<'a> {
+    /// The report's place among the reports stored together.
+    index: usize,
+    job_id: JobId,
+    job_seq: i64,
+    name: &'a str,
+    last_step: i64,
+}
+
+/// The `SET` of both series statements: the newest step each held before (SQLite and
+/// PostgreSQL both evaluate every `SET` expression on the row as it was), the newest step
+/// now, and the reports its tail counts, 0 when this one fills it.
+fn set_series_marks(reported: &str) -> String {
+    format!(
+        "previous = metric_series.last_step, \
+         last_step = CASE WHEN metric_series.last_step > {reported}.last_step \
+         THEN metric_series.last_step ELSE {reported}.last_step END, \
+         tail = CASE WHEN metric_series.tail + 1 >= {TAIL_REPORTS} THEN 0 \
+         ELSE metric_series.tail + 1 END"
+    )
+}
+
+/// Moves every series' marks to its report (creating the series a report names first) and
+/// answers them, in `rows`' order: those whose id is known by id, the others by job and
+/// name, in one statement per 8,000 of either (4 variables a row; SQLite allows 32,766).
+async fn update_series_marks(
+    conn: &mut Conn,
+    known: &SeriesIds,
+    rows: &[SeriesRow<'_>],
+) -> Result<Vec<SeriesMarks>, StoreError> {
+    let ids = known.ids_of(rows.iter().map(|row| (row.job_id, row.name)));
+    let mut found: Vec<Option<SeriesMarks>> =
+        std::iter::repeat_with(|| None).take(rows.len()).collect();
+    // An id kept for two series (one whose row was rolled back, one given its id since) is
+    // asked by name for all but the first: an answered id then names one series.
+    let mut at_of: HashMap<i64, usize> = HashMap::new();
+    let mut by_id: Vec<(usize, i64)> = Vec::new();
+    for (at, id) in ids.iter().enumerate() {
+        if let Some(id) = *id {
+            if let std::collections::hash_map::Entry::Vacant(entry) = at_of.entry(id) {
+                entry.insert(at);
+                by_id.push((at, id));
+            }
+        }
+    }
+    for part in by_id.chunks(8000) {
+        let mut update = Builder::new("WITH reported (id, job_id, name, last_step) AS (");
+        update.push_values(part, |mut row, &(at, id)| {
+            row.push_bind(id)
+                .push_bind(rows[at].job_id)
+                .push_bind(rows[at].name)
+                .push_bind(rows[at].last_step);
+        });
+        update.push(&format!(
+            ") UPDATE metric_series SET {} FROM reported WHERE metric_series.id = reported.id \
+             AND metric_series.job_id = reported.job_id AND metric_series.name = reported.name \
+             RETURNING metric_series.id, metric_series.previous, metric_series.tail",
+            set_series_marks("reported")
+        ));
+        for (id, previous, tail) in update
+            .build_query_as::<(i64, Option<i64>, i64)>()
+            .fetch_all(&mut *conn)
+            .await?
+        {
+            found[at_of[&id]] = Some(SeriesMarks::new(id, previous, tail));
+        }
+    }
+    // New series, and those whose kept id proved wrong or was kept twice.
+    let by_name: Vec<usize> = (0..rows.len()).filter(|&at| found[at].is_none()).collect();
+    let at_of: HashMap<(usize, &str), usize> = by_name
+        .iter()
+        .map(|&at| ((rows[at].index, rows[at].name), at))
+        .collect();
+    let mut index_of: HashMap<JobId, usize> = HashMap::new();
+    for &at in &by_name {
+        index_of.insert(rows[at].job_id, rows[at].index);
+    }
+    let mut learned = Vec::with_capacity(by_name.len());
+    for part in by_name.chunks(8000) {
+        let mut upsert = Builder::new("INSERT INTO metric_series (job_id, name, last_step, tail) ");
+        upsert.push_values(part, |mut row, &at| {
+            row.push_bind(rows[at].job_id)
+                .push_bind(rows[at].name)
+                .push_bind(rows[at].last_step)
+                .push_bind(first_tail_count(rows[at].job_seq));
+        });
+        upsert.push(&format!(
+            " ON CONFLICT (job_id, name) DO UPDATE SET {} \
+             RETURNING id, job_id, name, previous, tail",
+            set_series_marks("excluded")
+        ));
+        for (id, job_id, name, previous, tail) in upsert
+            .build_query_as::<(i64, JobId, String, Option<i64>, i64)>()
+            .fetch_all(&mut *conn)
+            .await?
+        {
+            found[at_of[&(index_of[&job_id], name.as_str())]] =
+                Some(SeriesMarks::new(id, previous, tail));
+            learned.push((job_id, name, id));
+        }
+    }
+    known.keep(learned);
+    found
+        .into_iter()
+        .map(|marks| {
+            marks.ok_or_else(|| StoreError::Corrupt("a series the upsert did not answer".into()))
+        })
+        .collect()
+}
+
 /// Reports a series' tail holds before the next one folds them into chunks of the series'
 /// own (migrations/sqlite/0019_metric_tail_by_job.sql): the series' chunk leaf is written
 /// once per this many reports, and a read of the series' newest steps decodes at most this
@@ -211,13 +339,23 @@ fn first_tail_count(job_seq: i64) -> i64 {
     1 + job_seq.rem_euclid(TAIL_REPORTS - 1)
 }
 
-/// What the series upsert answers of one series.
+/// What the series statements answer of one series.
 struct SeriesMarks {
     id: i64,
     /// The newest step the series held before this report.
     previous: Option<i64>,
     /// This report fills the series' tail: it is folded into chunks with the tail.
     tail_full: bool,
+}
+
+impl SeriesMarks {
+    fn new(id: i64, previous: Option<i64>, tail: i64) -> Self {
+        SeriesMarks {
+            id,
+            previous,
+            tail_full: tail == 0,
+        }
+    }
 }
 
 /// A series' points to keep in its job's tail: `(job_seq, series_id, attempt, points)`.
@@ -727,8 +865,9 @@ mod tests {
             .write(move |conn| {
                 async move {
                     db::query(A_JOB).execute(&mut *conn).await?;
+                    let known = SeriesIds::default();
                     for (attempt, batch) in &batches {
-                        insert_points(conn, job(), *attempt, batch).await?;
+                        insert_points(conn, &known, job(), *attempt, batch).await?;
                     }
                     Ok::<_, StoreError>(())
                 }
@@ -985,5 +1124,49 @@ mod tests {
         assert_eq!(jobs_by_report[..2], [0, 0]);
         let busiest = jobs_by_report.iter().max().unwrap();
         assert!(*busiest <= 67, "{jobs_by_report:?}");
+    }
+
+    #[tokio::test]
+    async fn a_wrong_kept_series_id_is_found_again_by_name() {
+        let batch = |step: i64| MetricsBatch {
+            points: vec![MetricStep {
+                step,
+                values: [
+                    ("a".to_owned(), step as f64),
+                    ("b".to_owned(), -step as f64),
+                ]
+                .into(),
+            }],
+            phases: None,
+        };
+        let (store, _dir) = a_job_reporting(vec![(1, batch(10))]).await;
+        let mut db = store.read().await.unwrap();
+        let a = series_id(&mut db, job(), "a").await.unwrap().unwrap();
+        let b = series_id(&mut db, job(), "b").await.unwrap().unwrap();
+        drop(db);
+        // As after a rolled-back transaction: `a` kept with the id SQLite then gave `b`, and
+        // `b` with it too.
+        let known = SeriesIds::default();
+        known.keep(vec![(job(), "a".into(), b), (job(), "b".into(), b)]);
+        store
+            .write(move |conn| {
+                async move { insert_points(conn, &known, job(), 1, &batch(20)).await }.boxed()
+            })
+            .await
+            .unwrap();
+        let mut db = store.read().await.unwrap();
+        assert_eq!(
+            all_points(&mut db, a).await.unwrap(),
+            [(10, 10.0), (20, 20.0)]
+        );
+        assert_eq!(
+            all_points(&mut db, b).await.unwrap(),
+            [(10, -10.0), (20, -20.0)]
+        );
+        let series: i64 = db::query_scalar("SELECT count(*) FROM metric_series")
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+        assert_eq!(series, 2);
     }
 }

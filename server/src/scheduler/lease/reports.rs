@@ -36,9 +36,11 @@ pub(in crate::scheduler) struct LogReport {
 pub(in crate::scheduler) type LogMerger = Merger<LogReport, u64>;
 
 pub(in crate::scheduler) fn metrics_merger(catalog: Arc<Catalog>) -> Arc<MetricsMerger> {
+    let series_ids = Arc::new(metrics::SeriesIds::default());
     let store_many: StoreMany<MetricsReport, Option<String>> = Arc::new(move |conn, reports| {
         let catalog = Arc::clone(&catalog);
-        async move { store_metrics(conn, &catalog, reports).await }.boxed()
+        let series_ids = Arc::clone(&series_ids);
+        async move { store_metrics(conn, &catalog, &series_ids, reports).await }.boxed()
     });
     Merger::new(store_many)
 }
@@ -89,6 +91,7 @@ async fn fence<A>(
 async fn store_metrics(
     conn: &mut Conn,
     catalog: &Catalog,
+    series_ids: &metrics::SeriesIds,
     reports: &[MetricsReport],
 ) -> Result<Vec<Result<Option<String>>>> {
     let mut answers: Vec<Option<Result<Option<String>>>> = std::iter::repeat_with(|| None)
@@ -105,7 +108,7 @@ async fn store_metrics(
                 batch: &reports[*index].batch,
             })
             .collect();
-        metrics::insert_points_many(conn, &points).await?;
+        metrics::insert_points_many(conn, series_ids, &points).await?;
         let mut streaks = Vec::new();
         for (index, fenced) in &live {
             let report = &reports[*index];
