@@ -30,13 +30,9 @@ pub(crate) async fn insert_lines(
     lines: &[HostLogLine],
     cap: i64,
 ) -> Result<u64, StoreError> {
-    let job_seq = db::query_scalar("SELECT seq FROM jobs WHERE id = ?")
-        .bind(job_id)
-        .fetch_one(&mut *conn)
-        .await?;
     let report = Report {
         job_id,
-        job_seq,
+        job_seq: super::test_support::job_seq(conn, job_id).await?,
         attempt,
         lines,
     };

@@ -2,10 +2,11 @@
 //!
 //! A report's points are stored first in its job's tail (`metric_tail`, keyed by job and
 //! step, so a report's series share a B-tree leaf), a row per series; every
-//! [`TAIL_REPORTS`]th report of a series folds the series' tail into chunks of its own
-//! (`metric_chunks`, keyed by series and step; encoded as `chunks.rs` says). A series' chunks
-//! and tail rows cover disjoint step ranges, its tail's after all its chunks', so every read
-//! is a seek on each key followed by decoding the rows it needs.
+//! [`TAIL_REPORTS`]th report of a series (the first sooner: [`first_tail_count`]) folds the
+//! series' tail into chunks of its own (`metric_chunks`, keyed by series and step; encoded
+//! as `chunks.rs` says). A series' chunks and tail rows cover disjoint step ranges, its
+//! tail's after all its chunks', so every read is a seek on each key followed by decoding
+//! the rows it needs.
 
 use super::chunks::{decode_points, encode_points};
 use super::db::{self, Builder, Conn, Separated};
@@ -27,13 +28,9 @@ pub(crate) async fn insert_points(
     attempt: i64,
     batch: &MetricsBatch,
 ) -> Result<(), StoreError> {
-    let job_seq: i64 = db::query_scalar("SELECT seq FROM jobs WHERE id = ?")
-        .bind(job_id)
-        .fetch_one(&mut *conn)
-        .await?;
     let report = Report {
         job_id,
-        job_seq,
+        job_seq: super::test_support::job_seq(conn, job_id).await?,
         attempt,
         batch,
     };

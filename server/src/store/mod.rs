@@ -230,4 +230,16 @@ pub(crate) mod test_support {
             .expect("open store");
         (store, dir)
     }
+
+    /// The `seq` of `job_id`, which a report's fence reads in the server: the one-attempt
+    /// forms of the report writers look it up.
+    pub async fn job_seq(
+        conn: &mut super::Conn,
+        job_id: podq_api::JobId,
+    ) -> Result<i64, super::StoreError> {
+        Ok(super::db::query_scalar("SELECT seq FROM jobs WHERE id = ?")
+            .bind(job_id)
+            .fetch_one(conn)
+            .await?)
+    }
 }
