@@ -566,15 +566,9 @@ async fn no_secret_is_in_a_command_line_or_the_gcloud_log() {
         json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "20", "WANDB_API_KEY": token}}),
     )
     .await;
-    no_secret_on_a_command_line(
-        &run.cloud,
-        &run.server,
-        &run.id,
-        &run.log,
-        "stable-1",
-        token,
-    )
-    .await;
+    no_secret_on_a_command_line(&run.cloud, "stable-1", token);
+    let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
+    assert_eq!(job["failures"], 0, "{job}");
 }
 
 /// The binary podq installs as the hosts' agent by default (the worker's own) runs on the
