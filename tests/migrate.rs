@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::postgres::PostgresDatabase;
 use common::{Server, PODQ};
 use serde_json::{json, Value};
+use sqlx::Connection;
 
 const RUN: Duration = Duration::from_secs(120);
 
@@ -60,6 +61,9 @@ async fn a_study_copied_from_sqlite_is_served_from_postgresql_as_it_was() {
     assert_eq!(status, 200, "{answer}");
     let before = view(&sqlite).await;
     let detail_before = sqlite.job(&done).await;
+    let every_point = format!("/jobs/{done}/metrics?max_points=100000");
+    let (status, metrics_before) = sqlite.get(&every_point).await;
+    assert_eq!(status, 200, "{metrics_before}");
     sqlite.crash();
 
     let database = PostgresDatabase::create().await;
@@ -98,6 +102,25 @@ async fn a_study_copied_from_sqlite_is_served_from_postgresql_as_it_was() {
     assert_eq!(after.1["jobs"]["cancelled"], 1, "{}", after.1);
     assert_eq!(after.1["jobs"]["succeeded"], 1, "{}", after.1);
     let detail_after = postgres.job(&done).await;
+    // PostgreSQL keeps no tails: the copied ones were folded into chunks at its start, and
+    // every point reads as it did.
+    let (status, metrics_after) = postgres.get(&every_point).await;
+    assert_eq!(status, 200, "{metrics_after}");
+    assert_eq!(metrics_before, metrics_after, "the metrics");
+    assert!(
+        !metrics_before["series"][0]["points"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{metrics_before}"
+    );
+    let mut direct = sqlx::PgConnection::connect(&database.url).await.unwrap();
+    let tail: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM metric_tail")
+        .fetch_one(&mut direct)
+        .await
+        .unwrap();
+    assert_eq!(tail, 0, "tail rows left on PostgreSQL");
+    direct.close().await.unwrap();
     assert_eq!(
         detail_before["links"][0]["name"], "wandb",
         "{detail_before}"

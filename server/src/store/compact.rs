@@ -5,11 +5,16 @@
 //! active server, on PostgreSQL), in one transaction: a crash part way leaves the old rows
 //! as they were, and the next start does it again. The old rows are read a page at a time
 //! by their keys, so a store of millions of points is never held in memory at once.
+//!
+//! Likewise, once, the metric tails a PostgreSQL store kept under the versions that kept
+//! them there (at most 16 reports of each series, read at once).
 
 use super::chunks::{encode_lines, StoredLine};
 use super::db::{self, Conn};
 use super::metrics::{self, insert_chunks};
 use super::StoreError;
+use futures::future::BoxFuture;
+use futures::FutureExt;
 
 /// Points a converted chunk holds at most.
 const POINTS_PER_CHUNK: i64 = 1024;
@@ -24,24 +29,50 @@ pub async fn compact_old_rows(conn: &mut Conn) -> Result<(i64, i64), StoreError>
     if !points_table && !lines_table {
         return Ok((0, 0));
     }
-    conn.batch("BEGIN").await?;
-    let moved = async {
-        let mut moved = (0, 0);
-        if points_table {
-            moved.0 = move_points(conn).await?;
-            conn.batch("DROP TABLE metric_points").await?;
-        }
-        if lines_table {
-            moved.1 = move_lines(conn).await?;
-            conn.batch("DROP TABLE log_lines").await?;
-        }
-        Ok::<_, StoreError>(moved)
-    }
-    .await;
-    match moved {
-        Ok(moved) => {
-            conn.batch("COMMIT").await?;
+    in_one_transaction(conn, |conn| {
+        async move {
+            let mut moved = (0, 0);
+            if points_table {
+                moved.0 = move_points(conn).await?;
+                conn.batch("DROP TABLE metric_points").await?;
+            }
+            if lines_table {
+                moved.1 = move_lines(conn).await?;
+                conn.batch("DROP TABLE log_lines").await?;
+            }
             Ok(moved)
+        }
+        .boxed()
+    })
+    .await
+}
+
+/// Folds the metric tails a store kept under older versions into chunks, where this
+/// version keeps none (PostgreSQL: [`metrics::keeps_tail`]); answers the series folded.
+pub async fn fold_old_tails(conn: &mut Conn) -> Result<usize, StoreError> {
+    if metrics::keeps_tail(conn.backend()) {
+        return Ok(0);
+    }
+    let held: Option<i64> = db::query_scalar("SELECT series_id FROM metric_tail LIMIT 1")
+        .fetch_optional(&mut *conn)
+        .await?;
+    if held.is_none() {
+        return Ok(0);
+    }
+    in_one_transaction(conn, |conn| metrics::fold_every_tail(conn).boxed()).await
+}
+
+/// Runs `work` in a transaction of its own: a crash or an error part way leaves the store
+/// as it was, and the next start does the work again.
+async fn in_one_transaction<T>(
+    conn: &mut Conn,
+    work: impl for<'c> FnOnce(&'c mut Conn) -> BoxFuture<'c, Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    conn.batch("BEGIN").await?;
+    match work(&mut *conn).await {
+        Ok(done) => {
+            conn.batch("COMMIT").await?;
+            Ok(done)
         }
         Err(e) => {
             let _ = conn.batch("ROLLBACK").await;

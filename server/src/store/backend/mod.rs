@@ -120,6 +120,13 @@ pub(super) async fn settle_history(writer: &mut Conn) -> Result<(), StoreError> 
             "moved metric points and log lines stored a row each into chunks"
         );
     }
+    let folded = compact::fold_old_tails(writer).await?;
+    if folded > 0 {
+        tracing::info!(
+            series = folded,
+            "folded the metric tails an older version kept into chunks"
+        );
+    }
     let settled = pod_time::settle_unsettled(writer).await?;
     if settled > 0 {
         tracing::info!(
