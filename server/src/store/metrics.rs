@@ -337,7 +337,8 @@ async fn update_series_marks(
 /// tail row costs a heap tuple and an index entry as a chunk does, and each fold adds a
 /// delete (dead tuples and index entries for autovacuum) and the rewrite. At 1,000 pods on
 /// PostgreSQL the tail took a report's p50 from 99 to 968 ms and sent 95% of reports, not
-/// all (README, "Fleet": 150 s at 1,000 pods, 21605fb against dc84911, one sitting).
+/// all (README, "A fleet of pods on one server": 150 s at 1,000 pods, 21605fb against
+/// dc84911, one sitting).
 pub(super) fn keeps_tail(backend: Backend) -> bool {
     backend == Backend::Sqlite
 }
