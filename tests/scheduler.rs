@@ -68,6 +68,7 @@ on_both_stores!(
     a_restarted_server_wakes_a_waiting_pod_for_every_backoff_that_ends,
     a_pods_time_between_attempts_goes_to_recovery_or_idleness_once,
     a_metrics_batch_that_repeats_a_step_keeps_its_last_value,
+    a_pod_whose_cancelled_job_still_holds_its_lease_claims_nothing,
 );
 
 async fn fixture(backend: Backend) -> Fixture {
@@ -203,6 +204,41 @@ async fn two_pods_asking_at_once_get_one_job_once(backend: Backend) {
     assert_eq!(granted.len(), 1, "one job, one lease");
     assert_eq!(Some(granted[0].job_id), created[0].job_id);
     assert_eq!(job_state(&f, created[0].job_id.unwrap()).await, "leased");
+}
+
+/// A cancelled job keeps its lease until its worker has stopped every host: until then the
+/// pod runs it, and the claim (the guard every lease call ends in, whatever the in-memory
+/// table saw) gives that pod nothing else.
+async fn a_pod_whose_cancelled_job_still_holds_its_lease_claims_nothing(backend: Backend) {
+    use futures::FutureExt;
+    let f = fixture(backend).await;
+    let body = serde_json::json!({"experiments": ["exp07a", "exp07b"]});
+    f.scheduler.submit(&podq(), submit(body), None).await.unwrap();
+    let lease = f
+        .scheduler
+        .lease("p", ask(0), &PODQ)
+        .await
+        .unwrap()
+        .expect("a lease");
+    f.scheduler.cancel(&podq(), lease.job_id, None).await.unwrap();
+    assert_eq!(job_state(&f, lease.job_id).await, "cancelled");
+    let claim = |pod: &'static str| {
+        f.store.write(move |conn| {
+            async move {
+                let worker = podq_server::store::events::Actor::podq();
+                let lease_id = podq_api::LeaseId::new_random();
+                podq_server::store::leases::claim(conn, lease_id, pod, "v4-64", &worker).await
+            }
+            .boxed()
+        })
+    };
+    let second: Option<_> = claim("p").await.unwrap();
+    assert!(
+        second.is_none(),
+        "pod p was granted a second live lease while its cancelled job's lease lived"
+    );
+    let other: Option<_> = claim("q").await.unwrap();
+    assert!(other.is_some(), "another pod still gets the queued job");
 }
 
 async fn a_waiting_pod_is_woken_by_a_submission(backend: Backend) {

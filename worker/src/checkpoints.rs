@@ -24,7 +24,6 @@ use anyhow::Context;
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
-use podq_api::orbax::parse_step_dir;
 use url::Url;
 
 /// How to reach the store, beyond what the URI and the environment say.
@@ -124,9 +123,18 @@ impl CheckpointStore {
         let mut found = Vec::new();
         for dir in listing.common_prefixes {
             let Some(name) = dir.filename() else { continue };
-            let Some((step, tmp)) = parse_step_dir(name) else {
+            // A name a shell would read (`x$(...)_814`) is no checkpoint of podq's: the
+            // server refuses it, and it never becomes a resume point.
+            let uri = format!("{}/{name}", self.base_uri);
+            let Ok(podq_api::orbax::StepDir {
+                step,
+                committed_name,
+                ..
+            }) = podq_api::orbax::step_dir_in(&self.base_uri, &uri)
+            else {
                 continue;
             };
+            let tmp = !committed_name;
             let committed = if tmp {
                 false
             } else if self.commits_by_rename {
@@ -139,7 +147,7 @@ impl CheckpointStore {
             };
             found.push(FoundCheckpoint {
                 step,
-                uri: format!("{}/{name}", self.base_uri),
+                uri,
                 committed,
             });
         }
@@ -154,22 +162,30 @@ impl CheckpointStore {
 
     /// Whether `uri` is a committed, complete checkpoint: one a trainer can resume from.
     pub async fn verify(&self, uri: &str) -> anyhow::Result<bool> {
-        let Some(name) = uri.trim_end_matches('/').rsplit('/').next() else {
-            return Ok(false);
+        Ok(self.resume_point(uri).await?.is_some())
+    }
+
+    /// The committed, complete checkpoint `uri` names, as this store names it (its own root
+    /// joined with the step directory's name, never `uri` itself): `uri` must be a plainly
+    /// named step directory directly under the root (`podq_api::orbax::resume_point_in`).
+    pub async fn resume_point(&self, uri: &str) -> anyhow::Result<Option<FoundCheckpoint>> {
+        let Ok(found) = podq_api::orbax::resume_point_in(&self.base_uri, uri) else {
+            return Ok(None);
         };
-        let Some((_, tmp)) = parse_step_dir(name) else {
-            return Ok(false);
-        };
-        if tmp {
-            return Ok(false);
-        }
-        let dir = self.root.clone().join(name);
+        let dir = self.root.clone().join(found.name.as_str());
         let marker = if self.commits_by_rename {
             "_CHECKPOINT_METADATA"
         } else {
             COMMIT_MARKER
         };
-        Ok(self.store.head(&dir.join(marker)).await.is_ok())
+        if self.store.head(&dir.join(marker)).await.is_err() {
+            return Ok(None);
+        }
+        Ok(Some(FoundCheckpoint {
+            step: found.step,
+            uri: format!("{}/{}", self.base_uri, found.name),
+            committed: true,
+        }))
     }
 }
 

@@ -60,12 +60,25 @@ pub async fn record(
                 Some(job_id),
                 None,
                 "checkpoint",
-                &format!("committed checkpoint at step {}: {}", cp.step, cp.uri),
+                &podq_api::bounded_event_message(&format!(
+                    "committed checkpoint at step {}: {}",
+                    cp.step, cp.uri
+                )),
             )
             .await?;
         }
     }
     Ok(())
+}
+
+/// The job's own checkpoint directory: every checkpoint of it lies directly in it.
+pub async fn dir_of(conn: &mut Conn, job_id: JobId) -> Result<String, StoreError> {
+    Ok(
+        db::query_scalar("SELECT checkpoint_dir FROM jobs WHERE id = ?")
+            .bind(job_id)
+            .fetch_one(conn)
+            .await?,
+    )
 }
 
 pub async fn of_job(db: &mut Conn, job_id: JobId) -> Result<Vec<CheckpointRow>, StoreError> {

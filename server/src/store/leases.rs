@@ -69,7 +69,8 @@ pub struct Claimed {
 /// Claims the job an eviction reserved `pod` for, else the first leasable job for
 /// `accelerator` (class, an evicted job at the head of its class, priority, then submission
 /// order) for `pod`, starts its attempt and notes it on the timeline. Claims nothing while the pod
-/// holds a live lease: a pod runs one job at a time.
+/// holds a live lease, whatever its job's state (a cancelled job's lease lives until its
+/// worker ends the attempt): a pod runs one job at a time.
 pub async fn claim(
     conn: &mut Conn,
     lease_id: LeaseId,
@@ -93,7 +94,7 @@ pub async fn claim(
              AND accelerator = ?4 AND (not_before IS NULL OR not_before <= ?3) \
              ORDER BY class_rank, queue_head DESC, priority DESC, seq LIMIT 1)) \
          AND {} \
-         AND NOT EXISTS (SELECT 1 FROM jobs WHERE lease_pod = ?2 AND state IN ('leased', 'running')) \
+         AND NOT EXISTS (SELECT 1 FROM jobs WHERE lease_pod = ?2) \
          RETURNING id, attempts, experiment, group_name, config_json, config_sha256, \
            checkpoint_dir, resume_from, resume_step",
         write.guard
@@ -108,6 +109,7 @@ pub async fn claim(
     let Some(mut claimed) = claimed else {
         return Ok(None);
     };
+    offer_resume_points(conn, &mut claimed).await?;
     db::query(
         "INSERT INTO attempts (job_id, attempt, lease_id, pod, resume_from, started_at, start_step) \
          VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -122,16 +124,6 @@ pub async fn claim(
     .execute(conn)
     .await?;
     super::pod_time::pod_ledger(conn, pod, PodActivity::Leased, now).await?;
-    if let Some(resume_step) = claimed.resume_step {
-        claimed.fallback_checkpoints = db::query_scalar(
-            "SELECT uri FROM checkpoints WHERE job_id = ? AND committed = 1 AND step < ? \
-             ORDER BY step DESC LIMIT 3",
-        )
-        .bind(claimed.id)
-        .bind(resume_step)
-        .fetch_all(conn)
-        .await?;
-    }
     let from = claimed
         .resume_from
         .as_deref()
@@ -147,6 +139,40 @@ pub async fn claim(
     )
     .await?;
     Ok(Some(claimed))
+}
+
+/// Sets where the claimed attempt resumes, and the older checkpoints it may fall back to,
+/// from the job's committed checkpoints that are plainly step directories of its own
+/// `checkpoint_dir` (`podq_api::orbax::resume_point_in`): a URI stored by an older release
+/// that fails this is never offered, since a trainer's command names the resume point.
+async fn offer_resume_points(conn: &mut Conn, claimed: &mut Claimed) -> Result<(), StoreError> {
+    let Some(resume_step) = claimed.resume_step else {
+        claimed.resume_from = None;
+        return Ok(());
+    };
+    let older: Vec<(String, i64)> = db::query_as(
+        "SELECT uri, step FROM checkpoints WHERE job_id = ? AND committed = 1 AND step < ? \
+         ORDER BY step DESC LIMIT 16",
+    )
+    .bind(claimed.id)
+    .bind(resume_step)
+    .fetch_all(&mut *conn)
+    .await?;
+    let dir = claimed.checkpoint_dir.clone();
+    let mut points = claimed
+        .resume_from
+        .take()
+        .map(|uri| (uri, resume_step))
+        .into_iter()
+        .chain(older)
+        .filter(|(uri, step)| {
+            podq_api::orbax::resume_point_in(&dir, uri).is_ok_and(|found| found.step == *step)
+        });
+    let newest = points.next();
+    claimed.fallback_checkpoints = points.take(3).map(|(uri, _)| uri).collect();
+    claimed.resume_step = newest.as_ref().map(|(_, step)| *step);
+    claimed.resume_from = newest.map(|(uri, _)| uri);
+    Ok(())
 }
 
 /// The job and attempt of `lease_id` if it is still the job's live lease: every worker call

@@ -128,29 +128,39 @@ pub(super) async fn choose_resume(
         return (None, None);
     };
     let Some(store) = store else {
-        return (Some(wanted), lease.resume_step);
+        // Unverifiable, yet still only ever a plain step directory of the job's own.
+        return match podq_api::orbax::resume_point_in(&lease.checkpoint_dir, &wanted) {
+            Ok(found) => (Some(wanted), Some(found.step)),
+            Err(why) => {
+                let _ = client
+                    .event(
+                        lease.lease_id,
+                        "resume_fallback",
+                        format!("{wanted} is no resume point ({why}); starting from step 0"),
+                    )
+                    .await;
+                (None, None)
+            }
+        };
     };
     let candidates =
         std::iter::once(wanted.clone()).chain(lease.fallback_checkpoints.iter().cloned());
     for candidate in candidates {
-        if store.verify(&candidate).await.unwrap_or(false) {
+        // The store's own name for the step directory, never the server's string.
+        if let Ok(Some(found)) = store.resume_point(&candidate).await {
             if candidate != wanted {
                 let _ = client
                     .event(
                         lease.lease_id,
                         "resume_fallback",
                         format!(
-                            "{wanted} is missing or incomplete; resuming from {candidate} instead"
+                            "{wanted} is missing or incomplete; resuming from {} instead",
+                            found.uri
                         ),
                     )
                     .await;
             }
-            let step = candidate
-                .rsplit('/')
-                .next()
-                .and_then(podq_api::orbax::parse_step_dir)
-                .map(|(step, _)| step);
-            return (Some(candidate), step);
+            return (Some(found.uri), Some(found.step));
         }
     }
     let _ = client
@@ -165,6 +175,8 @@ pub(super) async fn choose_resume(
     (None, None)
 }
 
+/// The trainer command for `host`: every placeholder's value shell-quoted, so that no
+/// value (a name, a path, a URI) is ever read by the shell as more than one word of data.
 fn fill_template(
     template: &str,
     driver: &dyn PodDriver,
@@ -172,16 +184,42 @@ fn fill_template(
     lease: &Lease,
     resume: Option<&str>,
 ) -> String {
-    template
-        .replace(
-            "{config_dir}",
-            &driver.config_dir(host).display().to_string(),
-        )
-        .replace("{experiment}", &lease.experiment)
-        .replace("{checkpoint_dir}", &lease.checkpoint_dir)
-        .replace("{resume_from}", resume.unwrap_or("null"))
-        .replace("{host_index}", &host.to_string())
-        .replace("{host_count}", &driver.hosts().to_string())
+    let config_dir = driver.config_dir(host).display().to_string();
+    let values = [
+        ("{config_dir}", config_dir.as_str()),
+        ("{experiment}", lease.experiment.as_str()),
+        ("{checkpoint_dir}", lease.checkpoint_dir.as_str()),
+        ("{resume_from}", resume.unwrap_or("null")),
+        ("{host_index}", &host.to_string()),
+        ("{host_count}", &driver.hosts().to_string()),
+    ];
+    fill_quoted(template, &values)
+}
+
+/// `template` with each placeholder replaced by its value, shell-quoted, in one pass: a
+/// value that holds another placeholder's name is not filled in again.
+fn fill_quoted(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    'scan: while !rest.is_empty() {
+        for (name, value) in values {
+            if let Some(after) = rest.strip_prefix(name) {
+                out.push_str(&quote(value));
+                rest = after;
+                continue 'scan;
+            }
+        }
+        let c = rest.chars().next().expect("not empty");
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// `value` as one shell word. A value with a NUL byte cannot be one, and no path, name or
+/// URI podq hands a trainer has one; it becomes an empty word.
+fn quote(value: &str) -> std::borrow::Cow<'_, str> {
+    shlex::try_quote(value).unwrap_or(std::borrow::Cow::Borrowed("''"))
 }
 
 fn trainer_env(
@@ -218,4 +256,32 @@ fn trainer_env(
         );
     }
     env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_placeholder_is_one_shell_word_of_data() {
+        let filled = fill_quoted(
+            "run --name {experiment} load={resume_from} to={checkpoint_dir}",
+            &[
+                ("{experiment}", "exp01"),
+                ("{resume_from}", "gs://b/x$(touch /tmp/m)/814"),
+                ("{checkpoint_dir}", "/data/it's {experiment}"),
+            ],
+        );
+        let words = shlex::split(&filled).unwrap();
+        assert_eq!(
+            words,
+            [
+                "run",
+                "--name",
+                "exp01",
+                "load=gs://b/x$(touch /tmp/m)/814",
+                "to=/data/it's {experiment}"
+            ]
+        );
+    }
 }

@@ -33,6 +33,11 @@ impl Scheduler {
             ));
         }
         let knows_stopped = req.knows_stopped;
+        // Bounded and escaped as a worker's event is: it goes onto the timeline.
+        let req = FinishRequest {
+            message: req.message.as_deref().map(podq_api::bounded_event_message),
+            ..req
+        };
         let mut answer = self
             .end_lease(lease_id, req, Caused::Worker(acting.clone()))
             .await?;

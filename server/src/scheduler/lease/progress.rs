@@ -3,7 +3,7 @@
 
 use futures::FutureExt;
 use podq_api::{
-    CheckpointsBatch, LeaseId, MetricsAck, MetricsBatch, WorkerEvent, WorkerEvents,
+    CheckpointReport, CheckpointsBatch, LeaseId, MetricsAck, MetricsBatch, WorkerEvent, WorkerEvents,
     WORKER_EVENT_KINDS,
 };
 
@@ -73,6 +73,10 @@ impl Scheduler {
         self.write_fenced(lease_id, move |conn, fenced| {
             async move {
                 let job = &fenced.job_id;
+                let dir = checkpoints::dir_of(conn, *job).await?;
+                for report in &batch.checkpoints {
+                    check_checkpoint(&dir, report)?;
+                }
                 checkpoints::record(conn, &worker, *job, fenced.attempt, &batch.checkpoints)
                     .await?;
                 Ok(())
@@ -108,6 +112,33 @@ impl Scheduler {
             .boxed()
         })
         .await
+    }
+}
+
+/// Refuses a checkpoint that is not a step directory directly in the job's own
+/// `checkpoint_dir`, plainly named and of the step reported: it may become where the next
+/// attempt resumes, which a trainer's command names (422 `invalid_checkpoint_uri`).
+fn check_checkpoint(dir: &str, report: &CheckpointReport) -> Result<()> {
+    let invalid = |why: String| {
+        let shown: String = podq_api::escape_controls(&report.uri)
+            .chars()
+            .take(300)
+            .collect();
+        Err(SchedulerError::unprocessable(
+            "invalid_checkpoint_uri",
+            format!("checkpoint `{shown}` (step {}): {why}", report.step),
+        ))
+    };
+    match podq_api::orbax::step_dir_in(dir, &report.uri) {
+        Err(why) => invalid(why.to_string()),
+        Ok(found) if found.step != report.step => invalid(format!(
+            "its directory `{}` is step {}",
+            found.name, found.step
+        )),
+        Ok(found) if report.committed && !found.committed_name => {
+            invalid("a save in progress is not committed".to_owned())
+        }
+        Ok(_) => Ok(()),
     }
 }
 
