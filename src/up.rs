@@ -134,6 +134,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
     let data_dir = args.data_dir.canonicalize()?;
+    // A server with any credential takes worker calls only with a worker's token: when the
+    // person gave tokens but none for workers, `up`'s own worker gets one made here.
+    let worker_token = args.worker_token.clone().or_else(|| {
+        (args.admin_token.is_some() || args.users.is_some())
+            .then(podq_server::team::tokens::generate)
+    });
     let server = ServerArgs {
         listen: args.listen,
         db: args.db.clone().unwrap_or_else(|| data_dir.join("podq.db")),
@@ -145,7 +151,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         // The simulated pod below is a v4-64, as the study's `stable-1` is.
         accelerator: "v4-64".into(),
         admin_token: args.admin_token.clone(),
-        worker_token: args.worker_token.clone(),
+        worker_token: worker_token.clone(),
         users: args.users.clone(),
         open_reads: args.open_reads,
         public_urls: Vec::new(),

@@ -8,8 +8,9 @@
 //! - the worker protocol: a worker; the pods its token names are checked by the scheduler
 //!   once it has looked up the pod a call acts for.
 //!
-//! A role's calls are not checked while no token of it exists (a loopback-only server, as
-//! before podq knew people): the caller is then `anonymous`. An unknown or disabled token
+//! A person's calls are not checked while no person's token exists (a loopback-only server,
+//! as before podq knew people), the worker protocol while no token of any role exists: the
+//! caller is then `anonymous`. An unknown or disabled token
 //! is 401; a role too small is 403 naming the role needed. The caller, the address and the
 //! request id go with the request as an [`Acting`], which the audit records beside each
 //! change. The request id is the client's `X-Request-Id` if it sent a sane one, else a new
@@ -52,10 +53,12 @@ impl Need {
         }
     }
 
-    /// The roles whose tokens, once any exists, make these calls checked.
+    /// The roles whose tokens, once any exists, make these calls checked. The worker
+    /// protocol is open only while the server has no credential at all (`podq up` on
+    /// loopback): a server with a person's token and no worker's must not lease to anyone.
     fn checked_by(self) -> &'static [Role] {
         match self {
-            Need::Work => &[Role::Worker],
+            Need::Work => &[Role::Viewer, Role::Submitter, Role::Admin, Role::Worker],
             _ => &[Role::Viewer, Role::Submitter, Role::Admin],
         }
     }
