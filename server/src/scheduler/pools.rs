@@ -24,6 +24,13 @@ use crate::team::Acting;
 const MAX_POOLS: usize = 64;
 const MAX_SLICES: u32 = 256;
 const MAX_ZONES: usize = 64;
+/// A report may hold this many times its `max_slices` (those being deleted besides those up).
+const SLICES_PER_MAX: usize = 2;
+/// How far ahead of the server's clock a pool's clock may be.
+const CLOCK_SKEW: chrono::Duration = chrono::Duration::minutes(5);
+/// A slice first reported this long after it was made is refused: a pool reports a slice
+/// from the tick it asks for it, and a create is given up after 30 minutes.
+const NEW_SLICE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
 const SLICE_STATES: [&str; 4] = ["creating", "ready", "preempted", "deleting"];
 const ZONE_STATES: [&str; 5] = ["ready", "stockout", "quota", "churn", "paused"];
 
@@ -111,6 +118,7 @@ impl Scheduler {
                                 .await?;
                         }
                         for (pod, since) in &made {
+                            check_new_slice(conn, pod, *since).await?;
                             pods::being_made(conn, pod, &accelerator, &pool, *since).await?;
                         }
                         pods::retire(conn, &retired, now_ms()).await?;
@@ -308,6 +316,25 @@ fn check_report(report: &PoolReport) -> Result<()> {
             "a pool holds at most {MAX_SLICES} slices and {MAX_ZONES} zones"
         ));
     }
+    // Slices being deleted may outnumber max_slices for a while, never by this much.
+    let most = SLICES_PER_MAX * report.max_slices as usize;
+    if report.slices.len() > most {
+        return invalid(format!(
+            "{} slices is more than {SLICES_PER_MAX} × max_slices ({})",
+            report.slices.len(),
+            report.max_slices
+        ));
+    }
+    if !report.slice_hours.is_finite() || report.slice_hours < 0.0 {
+        return invalid("slice_hours must be a finite number of hours, 0 or more".to_owned());
+    }
+    let latest = Utc::now() + CLOCK_SKEW;
+    if let Some(slice) = report.slices.iter().find(|s| s.created_at > latest) {
+        return invalid(format!(
+            "slice {} was made at {}, which is in the future",
+            slice.pod, slice.created_at
+        ));
+    }
     let names = report
         .slices
         .iter()
@@ -344,6 +371,23 @@ fn check_report(report: &PoolReport) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Refuses a slice new to the server that says it was made before its pool could have
+/// asked for it: its pod's time is counted from then, and a slice made longer ago than any
+/// create takes was reported before (a pod the store knows keeps its first time).
+async fn check_new_slice(conn: &mut crate::store::Conn, pod: &str, since: i64) -> Result<()> {
+    if since >= now_ms() - NEW_SLICE_MAX_AGE.as_millis() as i64 || pods::exists(conn, pod).await? {
+        return Ok(());
+    }
+    Err(SchedulerError::unprocessable(
+        "invalid_pool_report",
+        format!(
+            "slice {pod} is new to this server but says it was made more than {} h ago: a \
+             pool reports a slice while it is being made",
+            NEW_SLICE_MAX_AGE.as_secs() / 3600
+        ),
+    ))
 }
 
 /// A pod's or zone's name: what a worker's pod name may be (`http/worker.rs`).

@@ -94,6 +94,15 @@ pub async fn serving(db: &mut Conn) -> Result<Vec<PodRow>, StoreError> {
     .await?)
 }
 
+/// Whether the store knows pod `name` (live or retired).
+pub async fn exists(conn: &mut Conn, name: &str) -> Result<bool, StoreError> {
+    let found: Option<i32> = db::query_scalar("SELECT 1 FROM pods WHERE name = ?")
+        .bind(name)
+        .fetch_optional(conn)
+        .await?;
+    Ok(found.is_some())
+}
+
 /// A slice `pool` is making: a pod from `since` (the slice's creation), recovering until
 /// its worker first calls, so the time it took to make is the pod's `provisioning` time.
 /// Nothing changes for a pod already known.
