@@ -7,6 +7,7 @@
 //! priority_classes:
 //!   - name: urgent
 //!     may_evict: [normal, sweep]
+//!     allowed: [admin]          # roles or people who may put a job here
 //!   - name: normal
 //!     default: true
 //!     may_evict: [sweep]
@@ -16,7 +17,11 @@
 //!     evictable: true           # false: never evicted
 //! ```
 //!
-//! A suite without the key gets exactly this set.
+//! A suite without the key gets exactly this set. `allowed:` names the roles (`submitter`,
+//! `admin`) or people who may put a job in a class, at submit or on a change; an admin
+//! always may. Without it, a class that may evict anything is for admins, except the
+//! suite's default class, which every submitter uses; any other class is for everyone who
+//! may submit.
 
 use std::time::Duration;
 
@@ -36,6 +41,21 @@ pub struct PriorityClass {
     pub evictable: bool,
     pub min_runtime: Duration,
     pub max_evictions_per_day: u32,
+    /// The roles and people who may put a job in it (an admin always may); None: everyone
+    /// who may submit.
+    pub allowed: Option<Vec<String>>,
+}
+
+impl PriorityClass {
+    /// Whether `caller` may put a job in this class.
+    pub fn allows(&self, caller: &crate::team::Caller) -> bool {
+        caller.role == crate::team::Role::Admin
+            || self.allowed.as_ref().is_none_or(|allowed| {
+                allowed
+                    .iter()
+                    .any(|who| *who == caller.role.as_str() || *who == caller.name)
+            })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +79,8 @@ struct Entry {
     min_runtime: Option<String>,
     #[serde(default)]
     max_evictions_per_day: Option<u32>,
+    #[serde(default)]
+    allowed: Option<Vec<String>>,
 }
 
 fn yes() -> bool {
@@ -66,8 +88,8 @@ fn yes() -> bool {
 }
 
 impl Default for PriorityClasses {
-    /// The shipped set: `urgent` may evict `normal` and `sweep`, `normal` (the default) may
-    /// evict `sweep`.
+    /// The shipped set: `urgent` (for admins) may evict `normal` and `sweep`, `normal` (the
+    /// default) may evict `sweep`.
     fn default() -> Self {
         let class = |name: &str, may_evict: &[&str]| PriorityClass {
             name: name.to_owned(),
@@ -75,10 +97,14 @@ impl Default for PriorityClasses {
             evictable: true,
             min_runtime: DEFAULT_MIN_RUNTIME,
             max_evictions_per_day: DEFAULT_MAX_EVICTIONS_PER_DAY,
+            allowed: None,
         };
         PriorityClasses {
             classes: vec![
-                class("urgent", &["normal", "sweep"]),
+                PriorityClass {
+                    allowed: Some(vec!["admin".to_owned()]),
+                    ..class("urgent", &["normal", "sweep"])
+                },
                 class("normal", &["sweep"]),
                 class("sweep", &[]),
             ],
@@ -91,7 +117,7 @@ impl PriorityClasses {
     /// The classes of a `priority_classes:` value, or what is wrong with it.
     pub fn parse(value: &serde_yaml::Value) -> Result<PriorityClasses, String> {
         let entries: Vec<Entry> = serde_yaml::from_value(value.clone()).map_err(|e| {
-            format!("priority_classes is a list of classes (name, default, may_evict, evictable, min_runtime, max_evictions_per_day): {e}")
+            format!("priority_classes is a list of classes (name, default, may_evict, evictable, min_runtime, max_evictions_per_day, allowed): {e}")
         })?;
         if entries.is_empty() {
             return Err("priority_classes lists no class".to_owned());
@@ -133,6 +159,7 @@ impl PriorityClasses {
                 max_evictions_per_day: entry
                     .max_evictions_per_day
                     .unwrap_or(DEFAULT_MAX_EVICTIONS_PER_DAY),
+                allowed: entry.allowed.clone(),
             });
         }
         let defaults: Vec<usize> = (0..entries.len()).filter(|&i| entries[i].default).collect();
@@ -147,6 +174,11 @@ impl PriorityClasses {
                 )
             }
         };
+        for (i, class) in classes.iter_mut().enumerate() {
+            if class.allowed.is_none() && i != default && !class.may_evict.is_empty() {
+                class.allowed = Some(vec!["admin".to_owned()]);
+            }
+        }
         Ok(PriorityClasses { classes, default })
     }
 
@@ -229,6 +261,32 @@ mod tests {
         );
         let err = classes.resolve(Some("urgnet")).unwrap_err();
         assert!(err.contains("did you mean `urgent`?"), "{err}");
+    }
+
+    #[test]
+    fn a_class_that_may_evict_is_for_admins_unless_it_says_or_is_the_default() {
+        use crate::team::{Caller, Role};
+        let person = |name: &str, role| Caller {
+            name: name.to_owned(),
+            role,
+            pods: None,
+        };
+        let classes = parse(
+            "- name: top\n  may_evict: [mid, low]\n- name: lab\n  may_evict: [low]\n  allowed: [ada, viewer]\n- name: mid\n  default: true\n  may_evict: [low]\n- name: low\n",
+        )
+        .unwrap();
+        let allows = |class: &str, caller: &Caller| classes.get(class).unwrap().1.allows(caller);
+        let (sub, ada, admin) = (
+            person("bob", Role::Submitter),
+            person("ada", Role::Submitter),
+            person("root", Role::Admin),
+        );
+        assert!(!allows("top", &sub) && allows("top", &admin));
+        assert!(allows("lab", &ada) && !allows("lab", &sub) && allows("lab", &admin));
+        assert!(allows("mid", &sub) && allows("low", &sub));
+        let shipped = PriorityClasses::default();
+        assert!(!shipped.get("urgent").unwrap().1.allows(&sub));
+        assert!(shipped.get("normal").unwrap().1.allows(&sub));
     }
 
     #[test]

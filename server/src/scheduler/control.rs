@@ -101,6 +101,9 @@ impl Scheduler {
                 Ok::<_, SchedulerError>((class.name.clone(), rank))
             })
             .transpose()?;
+        if let Some((name, _)) = &class {
+            self.check_class_allowed(acting, name)?;
+        }
         let acting = acting.clone();
         let job = self
             .store

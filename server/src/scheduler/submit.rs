@@ -144,6 +144,7 @@ impl Scheduler {
         let experiments: Vec<Experiment> =
             select(&self.catalog, &req)?.into_iter().cloned().collect();
         let class = self.class_of(&req)?;
+        self.check_class_allowed(acting, &class.name)?;
         let actor = acting.actor.clone();
         let answer = self
             .idempotent_write(key, move |conn| {
@@ -168,6 +169,26 @@ impl Scheduler {
             name: class.name.clone(),
             rank,
         })
+    }
+
+    /// 403 `class_not_allowed` unless `acting` may put a job in class `name` (its
+    /// `allowed:`, by default admins for a class that may evict): a class that evicts others'
+    /// runs is not every submitter's to choose.
+    pub(super) fn check_class_allowed(&self, acting: &Acting, name: &str) -> Result<()> {
+        let Some((_, class)) = self.catalog.classes.get(name) else {
+            return Ok(());
+        };
+        if class.allows(&acting.caller) {
+            return Ok(());
+        }
+        Err(SchedulerError::forbidden(
+            "class_not_allowed",
+            format!(
+                "{} may not put a job in class {name}: it is for {}",
+                acting.caller.name,
+                class.allowed.as_deref().unwrap_or_default().join(", ")
+            ),
+        ))
     }
 
     /// Wakes one waiting pod of each experiment's accelerator per experiment whose job was
