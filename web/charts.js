@@ -10,7 +10,9 @@ function svgEl(tag, attrs, ...children) {
   const node = document.createElementNS(SVG_NS, tag);
   for (const [key, value] of Object.entries(attrs || {})) {
     if (value === null || value === undefined || value === false) continue;
-    node.setAttribute(key, String(value));
+    // Through the CSSOM: the page's Content-Security-Policy refuses style attributes.
+    if (key === "style") node.style.cssText = String(value);
+    else node.setAttribute(key, String(value));
   }
   for (const child of children) {
     if (child === null || child === undefined || child === false) continue;

@@ -13,6 +13,8 @@ export function el(tag, attrs, ...children) {
       if (value === null || value === undefined || value === false) continue;
       if (key === "class") node.className = value;
       else if (key === "text") node.textContent = value;
+      // Through the CSSOM: the page's Content-Security-Policy refuses style attributes.
+      else if (key === "style") node.style.cssText = String(value);
       else node.setAttribute(key, value === true ? "" : String(value));
     }
   }

@@ -78,7 +78,13 @@ pub async fn deliver(
     if receivers.is_empty() {
         return;
     }
-    let client = match reqwest::Client::builder().timeout(TIMEOUT).build() {
+    // A receiver's redirect is an answer, not an address to send on to: followed, it would
+    // carry the signed body (and its secret's signature) wherever the receiver pointed.
+    let client = match reqwest::Client::builder()
+        .timeout(TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    {
         Ok(client) => client,
         Err(e) => {
             tracing::error!(error = %e, "webhooks: cannot build an HTTP client; none will be sent");
