@@ -216,16 +216,24 @@ async fn killed_mid_create_and_with_a_stray_slice_the_pool_leaks_and_doubles_not
     })
     .await;
     pool.crash_and_restart();
-    // A slice labelled as the pool's that it never asked for (its record lost, say).
-    let stray = json!({
-        "name": "crash-999", "zone": "zone-a", "labels": {"podq-pool": "crash"},
-        "created_at": "2026-11-28T00:00:00Z", "ready_at": "2026-11-28T00:00:00Z"
-    });
-    std::fs::write(
-        pool.state.join("cloud/slices/crash-999.json"),
-        stray.to_string(),
-    )
-    .unwrap();
+    // A slice with the pool's own identity that it never asked for (its record lost, say),
+    // and one labelled with its name by another podq installation.
+    let journal: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(pool.state.join("crash/journal.json")).unwrap())
+            .unwrap();
+    let owner = journal["owner"].as_str().expect("the pool's identity");
+    for (name, owner) in [("crash-999", owner), ("crash-1000", "another-installation")] {
+        let slice = json!({
+            "name": name, "zone": "zone-a",
+            "labels": {"podq-pool": "crash", "podq-pool-id": owner},
+            "created_at": "2026-11-28T00:00:00Z", "ready_at": "2026-11-28T00:00:00Z"
+        });
+        std::fs::write(
+            pool.state.join(format!("cloud/slices/{name}.json")),
+            slice.to_string(),
+        )
+        .unwrap();
+    }
     server.wait_state(&job, "succeeded", RUN).await;
     eventually(RUN, "the stray slice to be deleted", || async {
         let names: Vec<String> = pool
@@ -233,9 +241,15 @@ async fn killed_mid_create_and_with_a_stray_slice_the_pool_leaks_and_doubles_not
             .iter()
             .map(|s| s["name"].as_str().unwrap().to_owned())
             .collect();
-        (names == ["crash-1"]).then_some(())
+        (names == ["crash-1", "crash-1000"]).then_some(())
     })
     .await;
+    let foreign = pool_events(&server, "crash")
+        .await
+        .into_iter()
+        .filter(|e| e["action"] == "slice_foreign")
+        .count();
+    assert_eq!(foreign, 1, "the other installation's slice is reported once");
     let done = server.job(&job).await;
     assert_eq!(attempts(&done)[0]["pod"], "crash-1", "{done}");
     let made = pool_events(&server, "crash")
@@ -244,12 +258,13 @@ async fn killed_mid_create_and_with_a_stray_slice_the_pool_leaks_and_doubles_not
         .filter(|e| e["action"] == "slice_created")
         .count();
     assert!(made <= 1, "one request, one slice: {made} created");
-    // Killed again while its slice runs nothing: still one slice, adopted.
+    // Killed again while its slice runs nothing: still one slice, adopted; the other
+    // installation's still there.
     pool.crash_and_restart();
     let second = server.submit_one("exp07b", json!({})).await;
     let done = server.wait_state(&second, "succeeded", RUN).await;
     assert_eq!(attempts(&done)[0]["pod"], "crash-1", "{done}");
-    assert_eq!(pool.cloud_slices().len(), 1);
+    assert_eq!(pool.cloud_slices().len(), 2);
 }
 
 #[tokio::test]

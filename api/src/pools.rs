@@ -34,10 +34,11 @@ pub struct PoolReport {
 }
 
 /// What a pool may report onto the audit.
-pub const POOL_EVENT_KINDS: [&str; 5] = [
+pub const POOL_EVENT_KINDS: [&str; 6] = [
     "slice_created",
     "slice_deleted",
     "slice_quarantined",
+    "slice_foreign",
     "zone_blocked",
     "pool_paused",
 ];

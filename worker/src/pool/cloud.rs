@@ -7,6 +7,10 @@ use chrono::{DateTime, Utc};
 /// The label every slice of a pool carries, with the pool's name as its value (GCP label
 /// keys are lowercase letters, digits, `-` and `_`).
 pub const POOL_LABEL: &str = "podq-pool";
+/// The label that names the pool's identity, a random id kept in its journal: two podq
+/// installations (or a test and production) may give pools one name, and each deletes
+/// only its own slices.
+pub const POOL_ID_LABEL: &str = "podq-pool-id";
 
 /// A slice to make.
 #[derive(Debug, Clone, PartialEq)]
@@ -14,6 +18,8 @@ pub struct SliceSpec {
     pub name: String,
     pub zone: String,
     pub pool: String,
+    /// The pool's identity (`POOL_ID_LABEL`).
+    pub owner: String,
     pub accelerator: String,
 }
 
@@ -24,6 +30,8 @@ pub struct CloudSlice {
     pub zone: String,
     pub state: SliceState,
     pub created_at: DateTime<Utc>,
+    /// The identity of the pool that made it (`POOL_ID_LABEL`), when it carries one.
+    pub owner: Option<String>,
 }
 
 /// A slice's state, in the words a pool acts on.

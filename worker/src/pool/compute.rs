@@ -6,7 +6,7 @@
 //!   `POOL-policy-<hash>` and `POOL-template-<hash>` after what they are made of; the
 //!   template carries `--labels=podq-pool=POOL`, so every VM does); then `instance-groups
 //!   managed create SLICE --zone=Z ... --target-size-policy-mode=bulk
-//!   --description=podq-pool=POOL`. That insert is DONE before any VM exists
+//!   --description="podq-pool=POOL podq-pool-id=ID"`. That insert is DONE before any VM exists
 //!   (https://docs.cloud.google.com/compute/docs/reference/rest/beta/instanceGroupManagers/
 //!   insert), so a stockout or a quota error is not the create's answer: it shows later in
 //!   the group's `status.bulkInstanceOperation.lastProgressCheck` while bulk creation goes
@@ -15,11 +15,13 @@
 //!   instances exist, or an error shows, and then deletes the group (cancelling the bulk
 //!   creation) and answers with that error for `classify_create_error`: the waterfall moves
 //!   on instead of the group waiting in a zone that is out.
-//! - list: one `instance-groups managed list --filter=description="podq-pool=POOL"` for
-//!   every zone at once (zonal groups of all zones are listed by default,
+//! - list: one `instance-groups managed list` for every zone at once (zonal groups of all
+//!   zones are listed by default,
 //!   https://cloud.google.com/sdk/gcloud/reference/compute/instance-groups/managed/list).
 //!   A MIG has no labels (the `InstanceGroupManager` resource has no such field), so the
-//!   pool's mark is its description, checked again on what is listed.
+//!   pool's mark is its description, read on what is listed: the pool's name and the
+//!   identity of the pool that made it (a group of a pool of the same name elsewhere is
+//!   listed too, and left alone).
 //! - delete: `instance-groups managed delete SLICE --zone=Z --quiet`; `NOT_FOUND` is done.
 //!   The template and the policy stay for the pool's next slice (neither costs anything).
 
@@ -29,7 +31,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_LABEL};
+use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_ID_LABEL, POOL_LABEL};
 use super::config::{Pool, Provisioning};
 use crate::pod::gcloud::{
     already_exists, instance_rank, CallError, ComputeSettings, ComputeSliceSpec, EnsureError,
@@ -116,9 +118,9 @@ impl ComputeCloud {
     }
 
     /// `instance-groups managed create` for `spec`, marked as `pool`'s.
-    fn create_group_args(spec: &ComputeSliceSpec, zone: &str, pool: &str) -> Vec<String> {
+    fn create_group_args(spec: &ComputeSliceSpec, zone: &str, mark: &str) -> Vec<String> {
         let mut args = spec.create_group(zone);
-        args.push(format!("--description={}", mark(pool)));
+        args.push(format!("--description={mark}"));
         args
     }
 
@@ -190,9 +192,18 @@ impl ComputeCloud {
     }
 }
 
-/// The description that marks a group as `pool`'s.
-fn mark(pool: &str) -> String {
-    format!("{POOL_LABEL}={pool}")
+/// The description that marks a group as `pool`'s, made by the pool of identity `owner`.
+fn mark(pool: &str, owner: &str) -> String {
+    format!("{POOL_LABEL}={pool} {POOL_ID_LABEL}={owner}")
+}
+
+/// The pool and the identity a group's description names (a group made before pools had
+/// identities names only its pool).
+fn read_mark(description: &str) -> (Option<&str>, Option<&str>) {
+    let mut words = description.split_whitespace();
+    let pool = words.next().and_then(|w| w.strip_prefix(POOL_LABEL)?.strip_prefix('='));
+    let owner = words.next().and_then(|w| w.strip_prefix(POOL_ID_LABEL)?.strip_prefix('='));
+    (pool, owner)
 }
 
 pub(super) fn model_of(provisioning: Provisioning) -> ProvisioningModel {
@@ -279,13 +290,17 @@ fn group_state(group: &ListedGroup, spot: bool) -> SliceState {
 fn parse_listing(json: &str, pool: &str, spot: bool) -> Result<Vec<CloudSlice>, String> {
     let groups: Vec<ListedGroup> = serde_json::from_str(json)
         .map_err(|e| format!("instance-groups managed list answered JSON podq cannot read: {e}"))?;
-    let mark = mark(pool);
     Ok(groups
         .into_iter()
-        .filter(|g| g.description.as_deref() == Some(mark.as_str()))
         .filter_map(|g| {
+            let (marked, owner) = read_mark(g.description.as_deref().unwrap_or_default());
+            if marked != Some(pool) {
+                return None;
+            }
+            let owner = owner.map(str::to_owned);
             let zone = g.zone.as_deref()?.rsplit('/').next()?.to_owned();
             Some(CloudSlice {
+                owner,
                 state: group_state(&g, spot),
                 created_at: g
                     .creation_timestamp
@@ -308,7 +323,8 @@ impl SliceCloud for ComputeCloud {
             .await?;
         self.ensure(spec.describe_template(), spec.create_template())
             .await?;
-        let create = ComputeCloud::create_group_args(&spec, &slice.zone, &slice.pool);
+        let create =
+            ComputeCloud::create_group_args(&spec, &slice.zone, &mark(&slice.pool, &slice.owner));
         match self
             .runner
             .call(&create, OPERATION_TIMEOUT, Retry::Never)
@@ -347,7 +363,6 @@ impl SliceCloud for ComputeCloud {
                 .map(|s| s.to_string()),
         );
         args.push(format!("--project={}", self.project));
-        args.push(format!("--filter=description=\"{}\"", mark(pool)));
         args.push("--format=json".into());
         let output = self
             .runner
@@ -408,7 +423,8 @@ mod tests {
         assert!(template.contains(&"--labels=podq-pool=trillium".to_owned()));
         assert!(template.contains(&"--provisioning-model=SPOT".to_owned()));
         assert!(spec.template.starts_with("trillium-template-"));
-        let create = ComputeCloud::create_group_args(&spec, "us-east5-b", "trillium");
+        let create =
+            ComputeCloud::create_group_args(&spec, "us-east5-b", &mark("trillium", "a1"));
         assert_eq!(
             create[..5],
             [
@@ -419,7 +435,7 @@ mod tests {
                 "trillium-4"
             ]
         );
-        assert!(create.contains(&"--description=podq-pool=trillium".to_owned()));
+        assert!(create.contains(&"--description=podq-pool=trillium podq-pool-id=a1".to_owned()));
         assert!(create.contains(&"--size=4".to_owned()));
         // A v4 is not offered on Compute Engine; a pool without a project cannot name its
         // policy: both refused when the pool starts.
@@ -507,17 +523,21 @@ mod tests {
     fn a_listing_keeps_the_pools_groups_only() {
         let json = r#"[
           {"name": "t-1", "zone": "https://www.googleapis.com/compute/v1/projects/p/zones/us-east5-b",
-           "description": "podq-pool=t", "creationTimestamp": "2026-11-28T01:00:00.000-07:00",
+           "description": "podq-pool=t podq-pool-id=a1", "creationTimestamp": "2026-11-28T01:00:00.000-07:00",
            "targetSize": 4, "status": {"bulkInstanceOperation": {"inProgress": false},
            "currentInstanceStatuses": {"running": 4},
            "appliedAcceleratorTopologies": [{"state": "ACTIVE"}]}},
           {"name": "t-2", "zone": "https://www.googleapis.com/compute/v1/projects/p/zones/us-east5-a",
            "description": "podq-pool=t2", "targetSize": 4},
           {"name": "t-3", "zone": "https://www.googleapis.com/compute/v1/projects/p/zones/us-east5-a",
-           "targetSize": 4}
+           "targetSize": 4},
+          {"name": "t-4", "zone": "https://www.googleapis.com/compute/v1/projects/p/zones/us-east5-a",
+           "description": "podq-pool=t", "targetSize": 4}
         ]"#;
         let slices = parse_listing(json, "t", true).unwrap();
-        assert_eq!(slices.len(), 1, "{slices:?}");
+        assert_eq!(slices.len(), 2, "{slices:?}");
+        assert_eq!(slices[0].owner.as_deref(), Some("a1"));
+        assert_eq!((slices[1].name.as_str(), slices[1].owner.as_deref()), ("t-4", None));
         assert_eq!(slices[0].name, "t-1");
         assert_eq!(slices[0].zone, "us-east5-b");
         assert_eq!(slices[0].state, SliceState::Ready);

@@ -2,7 +2,8 @@
 //! listed and deleted with the gcloud CLI, each labelled `podq-pool=NAME`.
 //!
 //! - create: `gcloud compute tpus tpu-vm create NAME --zone=Z --accelerator-type=A
-//!   --version=V --labels=podq-pool=POOL [--spot | --reserved]`, run to its end (not
+//!   --version=V --labels=podq-pool=POOL,podq-pool-id=ID [--spot | --reserved]`, run to
+//!   its end (not
 //!   `--async`): a stockout or a quota error is the create's own answer, which
 //!   `classify_create_error` reads. A node of that name that exists already
 //!   (`ALREADY_EXISTS`) is the one asked for before a crash, so it is not an error;
@@ -21,7 +22,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_LABEL};
+use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_ID_LABEL, POOL_LABEL};
 use super::config::Provisioning;
 use crate::pod::gcloud::{CallError, Retry, Runner};
 
@@ -86,7 +87,10 @@ impl GcloudCloud {
         args.extend(self.place(&spec.zone));
         args.push(format!("--accelerator-type={}", spec.accelerator));
         args.push(format!("--version={}", self.runtime_version));
-        args.push(format!("--labels={POOL_LABEL}={}", spec.pool));
+        args.push(format!(
+            "--labels={POOL_LABEL}={},{POOL_ID_LABEL}={}",
+            spec.pool, spec.owner
+        ));
         match self.provisioning {
             Provisioning::Spot => args.push("--spot".into()),
             Provisioning::ReservationBound => args.push("--reserved".into()),
@@ -126,6 +130,7 @@ fn parse_listing(json: &str, zone: &str, pool: &str) -> Result<Vec<CloudSlice>, 
             zone: zone.to_owned(),
             state: slice_state(node.state.as_deref()),
             created_at: node.create_time.unwrap_or_else(Utc::now),
+            owner: node.labels.get(POOL_ID_LABEL).cloned(),
         })
         .collect())
 }
@@ -205,13 +210,14 @@ mod tests {
             name: "v4-spot-3".into(),
             zone: "us-central2-b".into(),
             pool: "v4-spot".into(),
+            owner: "a1".into(),
             accelerator: "v4-64".into(),
         };
         assert_eq!(
             cloud(Provisioning::Spot).create_args(&spec).join(" "),
             "compute tpus tpu-vm create v4-spot-3 --zone=us-central2-b --project=proj \
              --accelerator-type=v4-64 --version=tpu-ubuntu2204-base \
-             --labels=podq-pool=v4-spot --spot --internal-ips"
+             --labels=podq-pool=v4-spot,podq-pool-id=a1 --spot --internal-ips"
         );
         let reserved = cloud(Provisioning::ReservationBound).create_args(&spec);
         assert!(reserved.contains(&"--reserved".to_owned()), "{reserved:?}");
@@ -227,7 +233,8 @@ mod tests {
     fn a_listing_keeps_the_pools_nodes_in_the_pools_words() {
         let json = r#"[
           {"name": "projects/p/locations/z/nodes/a-1", "state": "READY",
-           "createTime": "2026-11-28T06:00:00Z", "labels": {"podq-pool": "a"}},
+           "createTime": "2026-11-28T06:00:00Z",
+           "labels": {"podq-pool": "a", "podq-pool-id": "a1"}},
           {"name": "projects/p/locations/z/nodes/a-2", "state": "CREATING",
            "labels": {"podq-pool": "a"}},
           {"name": "projects/p/locations/z/nodes/a-3", "state": "PREEMPTED",
@@ -247,6 +254,8 @@ mod tests {
                 ("a-3", SliceState::Preempted),
             ]
         );
+        assert_eq!(slices[0].owner.as_deref(), Some("a1"));
+        assert_eq!(slices[1].owner, None);
         assert_eq!(
             slices[0].created_at.to_rfc3339(),
             "2026-11-28T06:00:00+00:00"

@@ -19,6 +19,10 @@ pub struct Journal {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct JournalState {
+    /// This pool's identity, on every slice it makes (`cloud::POOL_ID_LABEL`); made when
+    /// the journal is.
+    #[serde(default)]
+    owner: String,
     /// The number in the next slice's name.
     next: u64,
     slices: BTreeMap<String, SliceRecord>,
@@ -44,10 +48,25 @@ impl Journal {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => JournalState::default(),
             Err(e) => return Err(e).context(format!("cannot read {}", path.display())),
         };
-        Ok(Journal {
+        let mut journal = Journal {
             path: path.to_owned(),
             state,
-        })
+        };
+        if journal.state.owner.is_empty() {
+            journal.state.owner = uuid::Uuid::new_v4().simple().to_string();
+            journal.save()?;
+        }
+        Ok(journal)
+    }
+
+    /// This pool's identity.
+    pub fn owner(&self) -> &str {
+        &self.state.owner
+    }
+
+    /// Whether this pool ever asked for a slice named `name` (held or given up).
+    pub fn knows(&self, name: &str) -> bool {
+        self.state.slices.contains_key(name)
     }
 
     /// Writes the journal whole, durably, before the request it records is sent.
@@ -170,5 +189,8 @@ mod tests {
         let grant_start = Some(t0 + chrono::Duration::minutes(10));
         assert!((reread.slice_hours(grant_start, t0) - 1.0 / 3.0).abs() < 1e-9);
         assert_eq!(reread.open_requests().count(), 1);
+        assert_eq!(reread.owner().len(), 32);
+        assert_eq!(reread.owner(), again.owner());
+        assert!(reread.knows(&first) && !reread.knows("p-99"));
     }
 }

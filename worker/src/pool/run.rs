@@ -105,6 +105,8 @@ pub struct PoolRun {
     avoid: Option<String>,
     /// When the grant began, as the server last said: hours are counted from then.
     grant_start: Option<DateTime<Utc>>,
+    /// Slices labelled with this pool's name that another pool made: reported once each.
+    foreign: BTreeSet<String>,
 }
 
 impl PoolRun {
@@ -138,6 +140,7 @@ impl PoolRun {
             events: Vec::new(),
             retired,
             avoid: None,
+            foreign: BTreeSet::new(),
             grant_start: None,
             pool,
             settings,
@@ -247,10 +250,24 @@ impl PoolRun {
                 self.book.record_birth(&slice.zone, slice.created_at);
                 tracing::info!(pool = %self.pool.name, slice = %slice.name, "adopted");
                 self.held.insert(slice.name.clone(), held_from(slice));
-            } else {
-                // Labelled as this pool's, yet not asked for by it (or given up mid-delete).
+            } else if self.journal.knows(&slice.name)
+                || slice.owner.as_deref() == Some(self.journal.owner())
+            {
+                // This pool's, given up (mid-delete) or asked for under a lost journal.
                 strays.push((slice, "a slice this pool does not hold"));
                 self.retired.push(slice.name.clone());
+            } else if self.foreign.insert(slice.name.clone()) {
+                // Labelled with this pool's name by another podq (or a person): not ours
+                // to delete, whatever its name.
+                let owner = slice.owner.as_deref().unwrap_or("none");
+                self.event(
+                    "slice_foreign",
+                    format!(
+                        "{} in {} carries the label of pool {} but another owner ({owner}); \
+                         left alone",
+                        slice.name, slice.zone, self.pool.name
+                    ),
+                );
             }
         }
         // A request written down whose create never reached the cloud: nothing to adopt.
@@ -442,6 +459,7 @@ impl PoolRun {
             name: name.clone(),
             zone: zone.clone(),
             pool: self.pool.name.clone(),
+            owner: self.journal.owner().to_owned(),
             accelerator: self.pool.accelerator.clone(),
         };
         match self.cloud.create(&spec).await {
@@ -455,6 +473,7 @@ impl PoolRun {
                         zone: zone.clone(),
                         state: SliceState::Creating,
                         created_at: now,
+                        owner: Some(self.journal.owner().to_owned()),
                     }),
                 );
                 self.event(

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_LABEL};
+use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_ID_LABEL, POOL_LABEL};
 use super::config::{SimFault, SimScript};
 
 /// How long after it is ready a young slice of a `preempt_young` zone is preempted.
@@ -200,7 +200,10 @@ impl SliceCloud for SimCloud {
         let slice = SliceFile {
             name: spec.name.clone(),
             zone: spec.zone.clone(),
-            labels: BTreeMap::from([(POOL_LABEL.to_owned(), spec.pool.clone())]),
+            labels: BTreeMap::from([
+                (POOL_LABEL.to_owned(), spec.pool.clone()),
+                (POOL_ID_LABEL.to_owned(), spec.owner.clone()),
+            ]),
             created_at: now,
             ready_at,
             preempt_at: young.then(|| {
@@ -243,6 +246,7 @@ impl SliceCloud for SimCloud {
                     let _ = std::fs::write(control.join("preempt"), b"");
                 }
                 CloudSlice {
+                    owner: s.labels.get(POOL_ID_LABEL).cloned(),
                     name: s.name,
                     zone: s.zone,
                     state,
@@ -264,6 +268,7 @@ mod tests {
             name: name.into(),
             zone: zone.into(),
             pool: "p".into(),
+            owner: "a1".into(),
             accelerator: "v4-64".into(),
         }
     }
