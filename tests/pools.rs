@@ -33,9 +33,16 @@ async fn pool_events(server: &Server, pool: &str) -> Vec<Value> {
 }
 
 /// A server whose admin token is `admin`, and the header value that carries it.
+/// The worker token of `server_with_admin`'s server: a server with any credential takes
+/// worker calls only with a worker's token.
+const POOL_TOKEN: &str = "pools-worker-token";
+
 async fn server_with_admin(admin: &str) -> (Server, String) {
     let server = Server::start_with(common::ServerOptions {
-        env: vec![("PODQ_ADMIN_TOKEN".into(), admin.into())],
+        env: vec![
+            ("PODQ_ADMIN_TOKEN".into(), admin.into()),
+            ("PODQ_WORKER_TOKEN".into(), POOL_TOKEN.into()),
+        ],
         ..common::ServerOptions::default()
     })
     .await;
@@ -249,7 +256,10 @@ async fn killed_mid_create_and_with_a_stray_slice_the_pool_leaks_and_doubles_not
         .into_iter()
         .filter(|e| e["action"] == "slice_foreign")
         .count();
-    assert_eq!(foreign, 1, "the other installation's slice is reported once");
+    assert_eq!(
+        foreign, 1,
+        "the other installation's slice is reported once"
+    );
     let done = server.job(&job).await;
     assert_eq!(attempts(&done)[0]["pod"], "crash-1", "{done}");
     let made = pool_events(&server, "crash")
@@ -280,7 +290,12 @@ async fn the_grant_caps_the_slices_a_pool_makes() {
         .send(reqwest::Method::PUT, "/grant", grant(0.0), &headers)
         .await;
     assert_eq!(status, 200, "{answer}");
-    let pool = PoolProcess::start(&server, &pool_yaml("capped", 2, "never", &["zone-a"]), 3);
+    let pool = PoolProcess::start_with(
+        &server,
+        &pool_yaml("capped", 2, "never", &["zone-a"]),
+        3,
+        &["--token", POOL_TOKEN],
+    );
     let (status, answer) = server
         .send(
             reqwest::Method::POST,
@@ -736,6 +751,7 @@ async fn a_gcloud_pool_waterfalls_to_a_labelled_node_survives_a_kill_and_leaks_n
     let (zone, node) = &nodes[&pod];
     assert_eq!(zone, "us-central2-c");
     assert_eq!(node["labels"]["podq-pool"], "gc", "{node}");
+    assert!(node["labels"]["podq-pool-id"].is_string(), "{node}");
     assert_eq!(node["schedulingConfig"]["spot"], true, "{node}");
     assert_eq!(node["acceleratorType"], "v4-64", "{node}");
 
@@ -746,10 +762,14 @@ async fn a_gcloud_pool_waterfalls_to_a_labelled_node_survives_a_kill_and_leaks_n
     assert_eq!(state_of("us-central2-a"), "stockout", "{zones:?}");
     assert_eq!(state_of("us-central2-b"), "quota", "{zones:?}");
 
-    // Killed while its slice trains, and a node labelled as the pool's that it never asked
-    // for appears: the restarted pool adopts its own, deletes the stray, and the trainer
-    // runs on to the end of its one attempt.
+    // Killed while its slice trains, and a node with the pool's identity that it never asked
+    // for appears (its record lost, say): the restarted pool adopts its own, deletes the
+    // stray, and the trainer runs on to the end of its one attempt.
     pool.crash_and_restart();
+    let journal: Value =
+        serde_json::from_slice(&std::fs::read(pool.state.join("gc/journal.json")).unwrap())
+            .unwrap();
+    let owner = journal["owner"].as_str().expect("the pool's identity");
     let stray = Command::new(format!("{}/gcloud", fake_cloud::FAKE_DIR))
         .args(["compute", "tpus", "tpu-vm", "create", "gc-99"])
         .args([
@@ -757,7 +777,7 @@ async fn a_gcloud_pool_waterfalls_to_a_labelled_node_survives_a_kill_and_leaks_n
             &format!("--project={PROJECT}"),
             "--accelerator-type=v4-64",
             "--version=tpu-ubuntu2204-base",
-            "--labels=podq-pool=gc",
+            &format!("--labels=podq-pool=gc,podq-pool-id={owner}"),
         ])
         .envs(cloud.gcloud_env())
         .output()
@@ -858,7 +878,11 @@ async fn a_compute_pool_gives_up_a_zone_out_of_capacity_and_gives_its_group_back
     assert_eq!(groups.keys().collect::<Vec<_>>(), [&pod], "{groups:?}");
     let (zone, group, instances) = &groups[&pod];
     assert_eq!(zone, "us-east5-b");
-    assert_eq!(group["description"], "podq-pool=tr", "{group}");
+    let description = group["description"].as_str().unwrap_or_default();
+    assert!(
+        description.starts_with("podq-pool=tr podq-pool-id="),
+        "the group is marked with its pool and the pool's identity: {group}"
+    );
     assert_eq!(group["targetSize"], 4, "{group}");
     assert_eq!(instances.len(), 4, "{instances:?}");
     for instance in instances {

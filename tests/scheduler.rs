@@ -213,14 +213,20 @@ async fn a_pod_whose_cancelled_job_still_holds_its_lease_claims_nothing(backend:
     use futures::FutureExt;
     let f = fixture(backend).await;
     let body = serde_json::json!({"experiments": ["exp07a", "exp07b"]});
-    f.scheduler.submit(&podq(), submit(body), None).await.unwrap();
+    f.scheduler
+        .submit(&podq(), submit(body), None)
+        .await
+        .unwrap();
     let lease = f
         .scheduler
         .lease("p", ask(0), &PODQ)
         .await
         .unwrap()
         .expect("a lease");
-    f.scheduler.cancel(&podq(), lease.job_id, None).await.unwrap();
+    f.scheduler
+        .cancel(&podq(), lease.job_id, None)
+        .await
+        .unwrap();
     assert_eq!(job_state(&f, lease.job_id).await, "cancelled");
     let claim = |pod: &'static str| {
         f.store.write(move |conn| {

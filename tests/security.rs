@@ -1,8 +1,10 @@
 //! Every boundary of the team model attacked from outside, on real servers (issue 38,
 //! docs/security.md): the role matrix of every documented operation, a pod-limited worker
 //! token against another pod's lease in every spelling of its id, worker events posing as
-//! people, another site's page against a tokenless server, catalog paths out of the root, and
-//! a disabled token on an open stream.
+//! people, another site's page against a tokenless server, catalog paths out of the root, a
+//! disabled token on an open stream; checkpoint URIs that would be commands,
+//! worker calls on a server without a worker token, pool reports out of bounds, a submitter's
+//! evicting class, a framed dashboard, and two workers of one pod racing for leases.
 
 mod common;
 
@@ -623,17 +625,7 @@ async fn a_worker_token_makes_no_persons_change_nor_an_unbounded_pool() {
         (report(2, "p-1\n\u{1b}[2J"), "a pod name"),
         (report(2, &"p".repeat(64)), "a long pod name"),
     ] {
-        let (status, answer) = call(
-            &server,
-            Some(WORKER),
-            Method::POST,
-            "/pools/x/report",
-            body,
-            &[],
-        )
-        .await;
-        assert_eq!(status, 422, "{what}: {answer}");
-        assert_eq!(answer["error"]["code"], "invalid_pool_report", "{answer}");
+        assert_pool_report_refused(&server, body, what).await;
     }
     let (_, pools) = server.get("/pools").await;
     assert_eq!(pools["pools"], json!([]), "a refused report is not kept");
@@ -641,5 +633,429 @@ async fn a_worker_token_makes_no_persons_change_nor_an_unbounded_pool() {
         snapshot(&server).await,
         before,
         "a refused call changed a row"
+    );
+}
+
+/// Pool `x`'s report `body`, sent with the worker's token, is 422 `invalid_pool_report`.
+async fn assert_pool_report_refused(server: &Server, body: Value, what: &str) {
+    let (status, answer) = call(
+        server,
+        Some(WORKER),
+        Method::POST,
+        "/pools/x/report",
+        body,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 422, "{what}: {answer}");
+    assert_eq!(answer["error"]["code"], "invalid_pool_report", "{answer}");
+}
+
+/// Runs `sql` on the server's SQLite file, as an older release might have left a row.
+async fn write_row(server: &Server, sql: &str) {
+    use sqlx::{ConnectOptions, Connection};
+    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(server.db())
+        .busy_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("open the database");
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut conn)
+        .await
+        .expect("write the row");
+    conn.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_checkpoint_uri_is_data_and_never_a_command() {
+    let server = team_server(None).await;
+    let id = submit(&server, "exp01a").await;
+    let worker = server.worker(
+        "pod-c",
+        2,
+        &["--token", WORKER, "--trainer-env", "PODQ_SIM_RUN_SECS=15"],
+    );
+    let kept = server
+        .committed_at_least(&id, 1000, Duration::from_secs(120))
+        .await;
+    let job = server.job(&id).await;
+    let dir = job["checkpoint_dir"].as_str().unwrap().to_owned();
+    let lease = job["attempts"][0]["lease_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no lease in {job}"))
+        .to_owned();
+    // Each payload, if a shell ever read it, makes a file beside the checkpoint directory
+    // (the trainer's environment names the directory; a file name holds no `/`).
+    let ran = |tag: &str| std::path::PathBuf::from(format!("{dir}.{tag}"));
+    let payload = |tag: &str| format!("$(touch${{IFS}}$PODQ_CHECKPOINT_DIR.{tag})");
+
+    // 1. The lease holder reports hostile URIs: each 422, nothing stored.
+    let before = snapshot(&server).await;
+    let path = format!("/leases/{lease}/checkpoints");
+    for (step, uri, what) in [
+        (
+            1_000_000_000,
+            format!("{dir}/x{}/814", payload("reported")),
+            "a command",
+        ),
+        (
+            1_000_000_000,
+            format!("{dir}/814"),
+            "another step's directory",
+        ),
+        (814, format!("{dir}/../exp01b/814"), "a way out"),
+        (814, format!("{dir}x/814"), "another job's directory"),
+        (814, format!("{dir}/81\n4"), "a control character"),
+    ] {
+        let body = json!({"checkpoints": [{"step": step, "uri": uri, "committed": true}]});
+        let (status, answer) = call(&server, Some(WORKER), Method::POST, &path, body, &[]).await;
+        assert_eq!(status, 422, "{what}: {answer}");
+        assert_eq!(
+            answer["error"]["code"], "invalid_checkpoint_uri",
+            "{answer}"
+        );
+    }
+    assert_eq!(
+        snapshot(&server).await,
+        before,
+        "a refused checkpoint changed a row"
+    );
+
+    // 2. A trainer names a committed step directory with a command in it: the worker never
+    //    reports it, so it is never a resume point.
+    let hostile_dir = format!("{dir}/x{}_900000000", payload("trainer"));
+    std::fs::create_dir_all(&hostile_dir).unwrap();
+    std::fs::write(format!("{hostile_dir}/_CHECKPOINT_METADATA"), b"{}").unwrap();
+
+    // 3. A URI an older release stored, as the job's resume point and as a checkpoint.
+    let stored = format!("{dir}/x{}/950000000", payload("stored"));
+    let quoted = stored.replace('\'', "''");
+    write_row(
+        &server,
+        &format!(
+            "UPDATE jobs SET resume_from = '{quoted}', resume_step = 950000000 WHERE id = '{id}'"
+        ),
+    )
+    .await;
+    write_row(
+        &server,
+        &format!(
+            "INSERT INTO checkpoints (job_id, step, uri, committed, attempt, seen_at) \
+             VALUES ('{id}', 950000000, '{quoted}', 1, 1, 0)"
+        ),
+    )
+    .await;
+
+    worker.control("preempt");
+    let job = server
+        .wait_state(&id, "succeeded", Duration::from_secs(180))
+        .await;
+    let attempts = job["attempts"].as_array().unwrap();
+    assert_eq!(attempts[0]["outcome"], "preempted", "{job}");
+    let resumed_from = attempts[1]["resume_from"].as_str().unwrap_or_default();
+    let name = resumed_from.strip_prefix(&format!("{dir}/")).unwrap_or("");
+    assert!(
+        !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()),
+        "the second attempt resumed from {resumed_from:?}, not a plain step of {dir}"
+    );
+    assert!(attempts[1]["start_step"].as_i64().unwrap() >= kept, "{job}");
+    assert_eq!(job["failures"], 0, "{job}");
+    for tag in ["reported", "trainer", "stored"] {
+        assert!(!ran(tag).exists(), "the {tag} URI ran as a command");
+    }
+    let (_, events) = server.get(&format!("/jobs/{id}/events")).await;
+    assert!(
+        !events.to_string().contains("900000000"),
+        "the trainer's hostile step directory reached the server: {events}"
+    );
+}
+
+#[tokio::test]
+async fn worker_calls_need_a_worker_token_once_any_credential_exists() {
+    let server = Server::start_with(ServerOptions {
+        env: vec![("PODQ_ADMIN_TOKEN".into(), ADMIN.into())],
+        ..ServerOptions::default()
+    })
+    .await;
+    let id = submit(&server, "exp07a").await;
+    let before = snapshot(&server).await;
+    let ask = json!({"accelerator": "v4-64", "hosts": 4, "state": "READY", "health": "HEALTHY", "wait_s": 0});
+    for (token, expected) in [(None, 401), (Some("not-a-token"), 401), (Some(ADMIN), 403)] {
+        let (status, answer) = call(
+            &server,
+            token,
+            Method::POST,
+            "/pods/anon-pod/lease",
+            ask.clone(),
+            &[],
+        )
+        .await;
+        assert_eq!(status, expected, "{token:?}: {answer}");
+    }
+    let report = json!({"accelerator": "v4-64", "max_slices": 1, "zones": [], "slices": []});
+    let (status, answer) = call(&server, None, Method::POST, "/pools/p/report", report, &[]).await;
+    assert_eq!(status, 401, "{answer}");
+    assert_eq!(
+        snapshot(&server).await,
+        before,
+        "a refused call changed a row"
+    );
+    assert_eq!(server.job(&id).await["state"], "queued");
+}
+
+#[tokio::test]
+async fn a_pool_report_is_bounded_in_value_and_its_messages_escaped() {
+    let server = team_server(None).await;
+    let before = snapshot(&server).await;
+    let now = chrono::Utc::now();
+    let at = |offset: chrono::Duration| (now + offset).to_rfc3339();
+    let slice = |pod: &str, created: String| json!({"pod": pod, "zone": "zone-a", "state": "creating", "created_at": created});
+    let report = |slices: Vec<Value>, hours: f64| {
+        json!({"accelerator": "v4-64", "max_slices": 2, "zones": [],
+               "slices": slices, "slice_hours": hours})
+    };
+    let fresh = at(chrono::Duration::zero());
+    for (body, what) in [
+        (report(vec![], -1e12), "negative slice hours"),
+        (
+            report(vec![slice("x-1", at(chrono::Duration::hours(3)))], 0.0),
+            "a slice made in the future",
+        ),
+        (
+            report(vec![slice("x-1", at(-chrono::Duration::days(3)))], 0.0),
+            "a new slice made days ago",
+        ),
+        (
+            report(
+                (1..=5)
+                    .map(|i| slice(&format!("x-{i}"), fresh.clone()))
+                    .collect(),
+                0.0,
+            ),
+            "more slices than twice max_slices",
+        ),
+    ] {
+        assert_pool_report_refused(&server, body, what).await;
+    }
+    let (_, pools) = server.get("/pools").await;
+    assert_eq!(pools["pools"], json!([]), "a refused report is not kept");
+    assert_eq!(
+        snapshot(&server).await,
+        before,
+        "a refused report changed a row"
+    );
+
+    // A report within bounds is taken; its event's message is bounded and escaped.
+    let mut body = report(vec![slice("x-1", fresh)], 0.5);
+    let long = format!("\u{1b}[2J{}", "z".repeat(10_000));
+    body["events"] = json!([{"kind": "zone_blocked", "message": long}]);
+    let (status, answer) = call(
+        &server,
+        Some(WORKER),
+        Method::POST,
+        "/pools/x/report",
+        body,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, trail) = call(
+        &server,
+        Some(ADMIN),
+        Method::GET,
+        "/audit",
+        Value::Null,
+        &[],
+    )
+    .await;
+    let entry = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == "zone_blocked")
+        .cloned()
+        .unwrap_or_else(|| panic!("no zone_blocked in {trail}"));
+    let message = entry.to_string();
+    assert!(!message.contains('\u{1b}'), "{message}");
+    assert!(message.len() < 6_000, "the message was kept whole");
+}
+
+#[tokio::test]
+async fn a_class_that_evicts_is_not_every_submitters_to_choose() {
+    let server = team_server(None).await;
+    let sam = add_person(&server, "sam", "submitter", None).await;
+    let before = snapshot(&server).await;
+    let urgent = json!({"experiments": ["exp07a"], "priority_class": "urgent"});
+    let (status, answer) = call(&server, Some(&sam), Method::POST, "/jobs", urgent, &[]).await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["error"]["code"], "class_not_allowed", "{answer}");
+    assert_eq!(
+        snapshot(&server).await,
+        before,
+        "a refused submit changed a row"
+    );
+    let normal = json!({"experiments": ["exp07a"]});
+    let (status, answer) = call(&server, Some(&sam), Method::POST, "/jobs", normal, &[]).await;
+    assert_eq!(status, 201, "{answer}");
+    let id = answer["created"][0]["job_id"].as_str().unwrap().to_owned();
+    let path = format!("/jobs/{id}");
+    let change = json!({"priority_class": "urgent"});
+    let (status, answer) = call(
+        &server,
+        Some(&sam),
+        Method::PATCH,
+        &path,
+        change.clone(),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["error"]["code"], "class_not_allowed", "{answer}");
+    assert_eq!(server.job(&id).await["priority_class"], "normal");
+    // An admin may.
+    let (status, answer) = call(&server, Some(ADMIN), Method::PATCH, &path, change, &[]).await;
+    assert_eq!(status, 200, "{answer}");
+}
+
+#[tokio::test]
+async fn the_dashboard_cannot_be_framed() {
+    let server = Server::start().await;
+    for path in ["/", "/web/app.js"] {
+        let response = server
+            .client
+            .get(format!("{}{path}", server.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(header("x-frame-options"), "DENY", "{path}");
+        let policy = header("content-security-policy");
+        assert!(
+            policy.contains("frame-ancestors 'none'"),
+            "{path}: {policy}"
+        );
+        assert!(policy.contains("default-src 'self'"), "{path}: {policy}");
+    }
+}
+
+/// Two workers of one pod name race for leases while their jobs are cancelled under them
+/// and the server is killed: the pod never holds two live leases.
+#[tokio::test]
+async fn two_workers_of_one_pod_never_hold_two_leases_through_cancels_and_a_crash() {
+    let mut server = team_server(None).await;
+    let (status, answer) = call(
+        &server,
+        Some(ADMIN),
+        Method::POST,
+        "/jobs",
+        json!({"all": true}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    let two_leases = |server: &Server| {
+        let db = server.db();
+        async move {
+            use sqlx::{ConnectOptions, Connection};
+            let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(db)
+                .read_only(true)
+                .connect()
+                .await
+                .expect("open the database");
+            let worst: Option<i64> = sqlx::query_scalar(
+                "SELECT MAX(n) FROM (SELECT COUNT(*) AS n FROM jobs \
+                 WHERE lease_pod IS NOT NULL GROUP BY lease_pod)",
+            )
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+            conn.close().await.unwrap();
+            worst.unwrap_or(0) > 1
+        }
+    };
+    let mut granted = 0;
+    for round in 0..2 {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+        let racers: Vec<_> = (0..2)
+            .map(|_| {
+                let (client, base) = (server.client.clone(), server.api(""));
+                tokio::spawn(async move {
+                    let mut leased = Vec::new();
+                    while tokio::time::Instant::now() < deadline {
+                        let ask = json!({"accelerator": "v4-64", "hosts": 4, "state": "READY",
+                                         "health": "HEALTHY", "wait_s": 0});
+                        let Ok(response) = client
+                            .post(format!("{base}/pods/pod-2/lease"))
+                            .bearer_auth(WORKER)
+                            .json(&ask)
+                            .send()
+                            .await
+                        else {
+                            continue;
+                        };
+                        if response.status() == 200 {
+                            let lease: Value = response.json().await.unwrap();
+                            let job = lease["job_id"].as_str().unwrap().to_owned();
+                            if leased.len() % 2 == 0 {
+                                // Cancelled at once: its lease lives until a worker ends it.
+                                let _ = client
+                                    .post(format!("{base}/jobs/{job}/cancel"))
+                                    .bearer_auth(ADMIN)
+                                    .json(&json!({}))
+                                    .send()
+                                    .await;
+                            } else {
+                                // Preempted: the job goes back to the queue for the race.
+                                let id = lease["lease_id"].as_str().unwrap();
+                                let _ = client
+                                    .post(format!("{base}/leases/{id}/finish"))
+                                    .bearer_auth(WORKER)
+                                    .json(&json!({"outcome": "preempted"}))
+                                    .send()
+                                    .await;
+                            }
+                            leased.push(job);
+                        }
+                    }
+                    leased
+                })
+            })
+            .collect();
+        while tokio::time::Instant::now() < deadline {
+            assert!(
+                !two_leases(&server).await,
+                "pod-2 held two live leases (round {round})"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for racer in racers {
+            granted += racer.await.unwrap().len();
+        }
+        assert!(
+            !two_leases(&server).await,
+            "pod-2 held two live leases (round {round})"
+        );
+        if round == 0 {
+            server.crash();
+            assert!(
+                !two_leases(&server).await,
+                "pod-2 held two live leases after the crash"
+            );
+            server.restart();
+        }
+    }
+    assert!(
+        granted >= 2,
+        "the race leased {granted} jobs: it raced nothing"
     );
 }

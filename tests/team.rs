@@ -137,7 +137,8 @@ async fn an_urgent_job_evicts_a_running_normal_job_which_resumes_after_it_unchar
     let env = [("PODQ_ADMIN_TOKEN", ADMIN), ("PODQ_WORKER_TOKEN", WORKER)];
     let server = tls::tls_server(&pki, &["--eviction-min-runtime", "0s"], &env).await;
     let alice = add_person(&server, "alice", "submitter", None).await;
-    let bob = add_person(&server, "bob", "submitter", None).await;
+    // `urgent` may evict, so it is for admins (a submitter's is 403, tests/security.rs).
+    let bob = add_person(&server, "bob", "admin", None).await;
     let _worker = tls_worker(&server, "pod-a", "20", &pki);
 
     let victim = submit_as(&server, &alice, "exp01a", None).await;
@@ -361,7 +362,8 @@ async fn each_role_does_what_it_may_and_is_told_what_it_may_not() {
     )
     .await;
     assert_error(status, &answer, 422, "unknown_class");
-    let (status, moved) = call(
+    // A class that may evict others' runs is an admin's; one that evicts nothing is hers.
+    let (status, answer) = call(
         &server,
         &alice,
         Method::PATCH,
@@ -369,9 +371,18 @@ async fn each_role_does_what_it_may_and_is_told_what_it_may_not() {
         json!({"priority_class": "urgent"}),
     )
     .await;
+    assert_error(status, &answer, 403, "class_not_allowed");
+    let (status, moved) = call(
+        &server,
+        &alice,
+        Method::PATCH,
+        &format!("/jobs/{job}"),
+        json!({"priority_class": "sweep"}),
+    )
+    .await;
     assert_eq!(
         (status, &moved["priority_class"]),
-        (200, &json!("urgent")),
+        (200, &json!("sweep")),
         "{moved}"
     );
     let (status, _) = call(
