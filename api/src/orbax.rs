@@ -170,7 +170,10 @@ mod tests {
             committed_name: true,
             name: name.into(),
         };
-        assert_eq!(resume_point_in(dir, "gs://b/ckpt/exp01/814"), Ok(found(814, "814")));
+        assert_eq!(
+            resume_point_in(dir, "gs://b/ckpt/exp01/814"),
+            Ok(found(814, "814"))
+        );
         assert_eq!(
             resume_point_in("gs://b/ckpt/exp01/", "gs://b/ckpt/exp01/step_20/"),
             Ok(found(20, "step_20"))
@@ -192,7 +195,10 @@ mod tests {
             "gs://b/ckpt/exp01/814\n",
             "gs://b/ckpt/exp01/81\u{7}4",
         ] {
-            assert!(resume_point_in(dir, hostile).is_err(), "{hostile} was taken");
+            assert!(
+                resume_point_in(dir, hostile).is_err(),
+                "{hostile} was taken"
+            );
         }
     }
 }

@@ -201,8 +201,12 @@ fn mark(pool: &str, owner: &str) -> String {
 /// identities names only its pool).
 fn read_mark(description: &str) -> (Option<&str>, Option<&str>) {
     let mut words = description.split_whitespace();
-    let pool = words.next().and_then(|w| w.strip_prefix(POOL_LABEL)?.strip_prefix('='));
-    let owner = words.next().and_then(|w| w.strip_prefix(POOL_ID_LABEL)?.strip_prefix('='));
+    let pool = words
+        .next()
+        .and_then(|w| w.strip_prefix(POOL_LABEL)?.strip_prefix('='));
+    let owner = words
+        .next()
+        .and_then(|w| w.strip_prefix(POOL_ID_LABEL)?.strip_prefix('='));
     (pool, owner)
 }
 
@@ -423,8 +427,7 @@ mod tests {
         assert!(template.contains(&"--labels=podq-pool=trillium".to_owned()));
         assert!(template.contains(&"--provisioning-model=SPOT".to_owned()));
         assert!(spec.template.starts_with("trillium-template-"));
-        let create =
-            ComputeCloud::create_group_args(&spec, "us-east5-b", &mark("trillium", "a1"));
+        let create = ComputeCloud::create_group_args(&spec, "us-east5-b", &mark("trillium", "a1"));
         assert_eq!(
             create[..5],
             [
@@ -537,7 +540,10 @@ mod tests {
         let slices = parse_listing(json, "t", true).unwrap();
         assert_eq!(slices.len(), 2, "{slices:?}");
         assert_eq!(slices[0].owner.as_deref(), Some("a1"));
-        assert_eq!((slices[1].name.as_str(), slices[1].owner.as_deref()), ("t-4", None));
+        assert_eq!(
+            (slices[1].name.as_str(), slices[1].owner.as_deref()),
+            ("t-4", None)
+        );
         assert_eq!(slices[0].name, "t-1");
         assert_eq!(slices[0].zone, "us-east5-b");
         assert_eq!(slices[0].state, SliceState::Ready);

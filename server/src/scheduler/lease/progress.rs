@@ -3,8 +3,8 @@
 
 use futures::FutureExt;
 use podq_api::{
-    CheckpointReport, CheckpointsBatch, LeaseId, MetricsAck, MetricsBatch, WorkerEvent, WorkerEvents,
-    WORKER_EVENT_KINDS,
+    CheckpointReport, CheckpointsBatch, LeaseId, MetricsAck, MetricsBatch, WorkerEvent,
+    WorkerEvents, WORKER_EVENT_KINDS,
 };
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};
