@@ -9,7 +9,7 @@ pub(super) mod wal;
 
 use futures::future::BoxFuture;
 
-use super::db::Pool;
+use super::db::{self, Pool};
 use super::{compact, goodput, pod_time, Backend, Conn, StoreError};
 
 // The shape of a statement that differs only in part: each backend fills it in.
@@ -102,8 +102,15 @@ pub(super) struct Opened {
 pub(super) type Reconnect =
     Box<dyn Fn() -> BoxFuture<'static, Result<Conn, sqlx::Error>> + Send + Sync>;
 
+async fn has_table(conn: &mut Conn, table: &str) -> Result<bool, StoreError> {
+    let sql = dialect(conn.backend()).table_count;
+    let count: i64 = db::query_scalar(sql).bind(table).fetch_one(conn).await?;
+    Ok(count > 0)
+}
+
 /// Work the store does once at start-up on history written by older versions, on either
-/// backend, before it writes anything else.
+/// backend, before it writes anything else: after the migrations through
+/// `SETTLED_BEFORE` of its backend, before the later ones (which drop what it emptied).
 pub(super) async fn settle_history(writer: &mut Conn) -> Result<(), StoreError> {
     let settled = goodput::settle_unsettled(writer).await?;
     if settled > 0 {
@@ -112,7 +119,11 @@ pub(super) async fn settle_history(writer: &mut Conn) -> Result<(), StoreError> 
             "stored the goodput of attempts that ended before it was kept per attempt"
         );
     }
-    let (points, lines) = compact::compact_old_rows(writer).await?;
+    let old = compact::OldTables {
+        points: has_table(writer, "metric_points").await?,
+        lines: has_table(writer, "log_lines").await?,
+    };
+    let (points, lines) = compact::compact_old_rows(writer, old).await?;
     if points + lines > 0 {
         tracing::info!(
             points,

@@ -93,17 +93,34 @@ pub(in crate::store) async fn take_lead(conn: &mut Conn) -> Result<bool, sqlx::E
         .await
 }
 
+/// The last migration before history is settled (`settle_history`): the later ones drop
+/// the tables it empties, so they run after it.
+const SETTLED_BEFORE: i64 = 12;
+
 /// What the active server does once before it writes: bring the schema up to date (a
 /// database a newer podq migrated is refused) and settle history older versions left.
 pub(in crate::store) async fn prepare_to_lead(conn: &mut Conn) -> Result<(), StoreError> {
+    // `run_direct`, not `run`: its generic `Acquire` bound makes the future not `Send` for
+    // every lifetime, which the writer task needs.
+    if let Conn::Postgres(c) = &mut *conn {
+        let mut before = sqlx::migrate!("../migrations/postgres");
+        before.migrations = before
+            .migrations
+            .iter()
+            .filter(|m| m.version <= SETTLED_BEFORE)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into();
+        before.set_ignore_missing(true);
+        before.run_direct(None, c, false).await?;
+    }
+    settle_history(conn).await?;
     if let Conn::Postgres(c) = conn {
-        // `run_direct`, not `run`: its generic `Acquire` bound makes the future not `Send`
-        // for every lifetime, which the writer task needs.
         sqlx::migrate!("../migrations/postgres")
             .run_direct(None, c, false)
             .await?;
     }
-    settle_history(conn).await
+    Ok(())
 }
 
 /// Makes the generated ids of `table` continue after the largest one it holds (after rows

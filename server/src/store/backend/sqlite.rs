@@ -38,6 +38,10 @@ const PROGRESSED_QUEUE: &str = progressed_queue!("INDEXED BY jobs_progressed_que
 /// The migrations that edit a table's definition in place (`writable_schema`): 0015.
 const EDITS_IN_PLACE: &[i64] = &[15];
 
+/// The last migration before history is settled (`settle_history`): the later ones drop
+/// the tables it empties, so they run after it.
+const SETTLED_BEFORE: i64 = 20;
+
 /// Opens (creating if needed) the SQLite file and applies migrations. Commits are durable
 /// (`synchronous=FULL`) and readers never wait for the writer (WAL).
 pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
@@ -58,9 +62,7 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
         writer.close().await?;
         writer = base.clone().connect().await?;
     }
-    sqlx::migrate!("../migrations/sqlite")
-        .run(&mut writer)
-        .await?;
+    migrations_through(SETTLED_BEFORE).run(&mut writer).await?;
     // The writer proper parses the schema the migrations left, with its own settings.
     writer.close().await?;
     let writer = base
@@ -79,6 +81,9 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
         .await?;
     let mut writer = Conn::Sqlite(writer);
     settle_history(&mut writer).await?;
+    if let Conn::Sqlite(conn) = &mut writer {
+        sqlx::migrate!("../migrations/sqlite").run(conn).await?;
+    }
     let readers = SqlitePoolOptions::new()
         .max_connections(READERS)
         .min_connections(1)
