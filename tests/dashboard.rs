@@ -1057,3 +1057,136 @@ fn the_capacity_card_shows_a_pools_slices_and_blocked_zones() {
         browser.close().await;
     });
 }
+
+#[test]
+fn a_person_signs_in_and_suspends_resumes_and_moves_their_running_job() {
+    run(async {
+        let admin = "dashboard-test-admin-token";
+        let worker_token = "dashboard-test-worker-token";
+        let server = Server::start_with(ServerOptions {
+            env: vec![
+                ("PODQ_ADMIN_TOKEN".into(), admin.into()),
+                ("PODQ_WORKER_TOKEN".into(), worker_token.into()),
+            ],
+            ..ServerOptions::default()
+        })
+        .await;
+        let carol = add_user(&server, admin, "carol", "submitter").await;
+        let mine = submit_as(&server, &carol, "exp01a").await;
+        let _worker = server.worker(
+            "pod-s",
+            2,
+            &[
+                "--token",
+                worker_token,
+                "--trainer-env",
+                "PODQ_SIM_RUN_SECS=60",
+            ],
+        );
+        server.wait_state(&mine, "running", SHOW).await;
+
+        let browser = Browser::launch().await;
+        let page = browser.open(&format!("{}/", server.url)).await;
+        wait_live(&page).await;
+        // Carol signs in with her token: the top bar's button, the form.
+        page.click("#who-change").await;
+        page.wait_for::<bool>(
+            SHOW,
+            "the token form",
+            "!document.getElementById('token-form').hidden",
+        )
+        .await;
+        page.set_value("#token-input", &carol).await;
+        page.click("#token-form button[type=submit]").await;
+        page.wait_for::<bool>(
+            SHOW,
+            "the top bar naming carol",
+            &format!("{} === 'carol'", text_of("#who-name")),
+        )
+        .await;
+
+        let row = format!("#jobs-table tbody tr[data-job-id={}] td.exp", js_str(&mine));
+        page.click(&row).await;
+        // Her running job: Suspend offered, and the class list offers what she may use.
+        let offered: Value = page
+            .wait_for(
+                SHOW,
+                "her running job's panel offering suspend and a change of class",
+                &format!(
+                    "(() => {{ const s = document.getElementById('detail-suspend'); \
+                     const f = document.getElementById('detail-change'); \
+                     const d = document.getElementById('job-detail'); \
+                     if (d.dataset.jobId !== {id} || d.dataset.state !== 'running' || s.hidden \
+                         || s.disabled || f.hidden) return null; \
+                     return [...document.querySelectorAll('#detail-class option')] \
+                       .map((o) => [o.value, o.disabled]); }})()",
+                    id = js_str(&mine)
+                ),
+            )
+            .await;
+        assert_eq!(
+            offered,
+            json!([["urgent", true], ["normal", false], ["sweep", false]]),
+            "urgent may evict: an admin's class, disabled for a submitter"
+        );
+        page.screenshot("actions-running").await;
+
+        page.click("#detail-suspend").await;
+        let said: String = page
+            .wait_for(
+                SHOW,
+                "the panel showing the job held, with Resume offered",
+                "(() => { const d = document.getElementById('job-detail'); \
+                 const r = document.getElementById('detail-resume'); \
+                 return d.dataset.state === 'held' && !r.hidden && !r.disabled \
+                   && document.getElementById('detail-suspend').hidden \
+                   ? document.getElementById('detail-action-status').textContent : null; })()",
+            )
+            .await;
+        assert!(said.starts_with("Suspend"), "{said}");
+        assert_eq!(server.job(&mine).await["state"], "held");
+        page.screenshot("actions-suspended").await;
+
+        // Moved to the sweep class while held, then resumed: it runs again, as sweep.
+        page.set_value("#detail-class", "sweep").await;
+        page.click("#detail-change-apply").await;
+        page.wait_for::<bool>(
+            SHOW,
+            "the change said done",
+            "/^Now class sweep/.test(document.getElementById('detail-action-status').textContent)",
+        )
+        .await;
+        page.click("#detail-resume").await;
+        page.wait_for::<bool>(
+            SHOW,
+            "the panel showing the job queued or running again",
+            "['queued', 'leased', 'running'].includes(document.getElementById('job-detail').dataset.state) \
+             && !document.getElementById('detail-suspend').hidden",
+        )
+        .await;
+        page.wait_for::<bool>(
+            SHOW,
+            "the job running again",
+            "document.getElementById('job-detail').dataset.state === 'running'",
+        )
+        .await;
+        page.screenshot("actions-resumed").await;
+        let job = server.job(&mine).await;
+        assert_eq!(job["priority_class"], "sweep", "{job}");
+        let (_, events) = server.get(&format!("/jobs/{mine}/events")).await;
+        let events = events
+            .as_array()
+            .or(events["events"].as_array())
+            .unwrap()
+            .clone();
+        for kind in ["suspended", "class", "resumed"] {
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e["kind"] == kind && e["by"] == "carol"),
+                "the API records carol's {kind}: {events:?}"
+            );
+        }
+        browser.close().await;
+    });
+}

@@ -160,6 +160,15 @@ function init() {
     $("detail-cancel").hidden = false;
   });
   $("detail-requeue").addEventListener("click", () => jobAction("requeue", jobChanged));
+  $("detail-suspend").addEventListener("click", () => jobAction("suspend", jobChanged));
+  $("detail-resume").addEventListener("click", () => jobAction("resume", jobChanged));
+  for (const edit of ["input", "change"]) {
+    $("detail-change").addEventListener(edit, () => { $("detail-change").dataset.edited = "true"; });
+  }
+  $("detail-change").addEventListener("submit", (e) => {
+    e.preventDefault();
+    jobAction("change", jobChanged);
+  });
 
   $("token-form").addEventListener("submit", (e) => {
     e.preventDefault();

@@ -182,7 +182,7 @@ export function lineChart(name, points) {
   const text = (x, y, str, cls, anchor = "start") => svg.append(svgEl("text", { x, y, class: cls, "text-anchor": anchor }, str));
   const line = (x1, y1, x2, y2, cls) => svg.append(svgEl("line", { x1, y1, x2, y2, class: cls }));
   text(4, 14, name, "c-title");
-  // A non-finite value comes as "NaN", "Infinity" or "-Infinity" (issue 28): the curve stops
+  // A non-finite value comes as "NaN", "Infinity" or "-Infinity": the curve stops
   // there and a red mark at the top says where the run diverged.
   const pts = (points || []).filter((p) => Number.isFinite(p.value));
   const bad = (points || []).filter((p) => typeof p.value === "string");

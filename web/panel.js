@@ -1,6 +1,6 @@
 // The job panel: one job's facts (who submitted it, its class, who last acted on it), pod
-// time, charts, attempts, checkpoints and timeline, with Cancel and Requeue for whoever may;
-// its log is logs.js's.
+// time, charts, attempts, checkpoints and timeline, with Cancel, Requeue, Suspend, Resume and a
+// change of class or priority for whoever may; its log is logs.js's.
 
 import { HttpError, change, getJSON } from "./api.js";
 import { lineChart } from "./charts.js";
@@ -12,11 +12,23 @@ import { jobLink, markSelectedRows, updateJobRow, upsertJob } from "./jobs.js";
 import { closeLog, keepLogCurrent, setLogChoices, stopLog } from "./logs.js";
 import { adviceText, goodputText, podTimeBar, podTimeLegend } from "./podtime.js";
 import { ui, writeHash } from "./state.js";
-import { whyNotOnJob, youAre } from "./who.js";
+import { me, whyNotOnJob, youAre } from "./who.js";
 
 const METRICS = ["train/lm_loss", "train/exact_accuracy", "eval/exact_accuracy"];
 const ACTIVE_STATES = ["queued", "leased", "running", "held"];
 const REQUEUE_STATES = ["failed", "held", "cancelled", "stopped"];
+// A person's pause takes a queued job or one on a pod; `resume` takes a held one back.
+const SUSPEND_STATES = ["queued", "leased", "running"];
+const CHANGE_STATES = ["queued", "leased", "running", "held"];
+
+// What each action's status line says while it runs, once done, and when refused.
+const SAYS = {
+  cancel: ["cancelling…", (job) => (job && job.state === "cancelled" ? "Cancelled." : "Cancel requested: every host is being stopped."), "Not cancelled"],
+  requeue: ["requeueing…", () => "Requeued.", "Not requeued"],
+  suspend: ["suspending…", (job) => (job && job.state === "held" ? "Suspended: held until resumed." : "Suspend requested: the trainer saves, then the job is held."), "Not suspended"],
+  resume: ["resuming…", () => "Resumed: back in the queue.", "Not resumed"],
+  change: ["changing…", (job) => (job ? `Now class ${job.priority_class}, priority ${job.priority}.` : "Changed."), "Not changed"],
+};
 
 // What a person did to a job, as the panel's "who did what" line says it; the newest of these
 // events is the line. Worker and podq events (leased, preempted, ...) are the timeline's.
@@ -205,44 +217,96 @@ export function setDetailActions(job) {
   const state = job ? job.state : null;
   const cancellable = ACTIVE_STATES.includes(state);
   const requeueable = REQUEUE_STATES.includes(state);
-  const verbs = [cancellable ? "cancel" : null, requeueable ? "requeue" : null].filter(Boolean);
+  // A linked job is paused and resumed with the run it shares.
+  const suspendable = SUSPEND_STATES.includes(state) && job && !job.same_as;
+  const resumable = state === "held" && job && !job.same_as;
+  const verbs = [cancellable ? "cancel" : null, requeueable ? "requeue" : null,
+    suspendable ? "suspend" : null, resumable ? "resume" : null].filter(Boolean);
   const why = job && verbs.length ? whyNotOnJob(job, verbs.join(" or ")) : null;
   const cancel = $("detail-cancel");
   const requeue = $("detail-requeue");
   if (!cancellable || why) $("detail-cancel-confirm").hidden = true;
   cancel.hidden = !cancellable || !$("detail-cancel-confirm").hidden;
   requeue.hidden = !requeueable;
+  $("detail-suspend").hidden = !suspendable;
+  $("detail-resume").hidden = !resumable;
   // A stopped run requeued with its rules would be judged the same way again: the button
   // runs it on without them (`?ignore_stop_rules=true`). A linked job's rules are its run's.
   const lift = state === "stopped" && job && !job.same_as;
   requeue.dataset.lift = lift ? "true" : "false";
   requeue.textContent = lift ? "Run on without its rules" : "Requeue";
-  for (const [button, verb] of [[cancel, "cancel"], [requeue, "requeue"]]) {
+  const buttons = [[cancel, "cancel"], [requeue, "requeue"], [$("detail-suspend"), "suspend"],
+    [$("detail-resume"), "resume"], [$("detail-change-apply"), "reprioritise"]];
+  for (const [button, verb] of buttons) {
     const no = job ? whyNotOnJob(job, verb) : null;
     button.disabled = Boolean(no);
     button.title = no ? `${no}; ${youAre()}` : "";
   }
+  setChangeForm(job);
   const line = $("detail-why");
   line.textContent = why || "";
   line.hidden = !why;
 }
 
-/** Cancels or requeues the open job; `changed(id)` brings the page up to date after. */
+/**
+ * The class and priority form, for a job still to run or running: every class of the suite,
+ * those you may not use disabled and saying so (a class that may evict is an admin's unless
+ * the suite says otherwise).
+ */
+function setChangeForm(job) {
+  const form = $("detail-change");
+  const shown = Boolean(job && CHANGE_STATES.includes(job.state) && !job.same_as && me.classes.length);
+  form.hidden = !shown;
+  if (!shown) return;
+  const no = whyNotOnJob(job, "reprioritise");
+  const select = $("detail-class");
+  const priority = $("detail-priority");
+  select.disabled = Boolean(no);
+  priority.disabled = Boolean(no);
+  if (form.dataset.job !== job.id) {
+    form.dataset.job = job.id;
+    form.dataset.edited = "";
+  }
+  // What the person has chosen and not sent yet stays as they left it.
+  if (form.dataset.edited === "true") return;
+  select.replaceChildren(...me.classes.map((c) => el("option", {
+    value: c.name,
+    disabled: !c.allowed && c.name !== job.priority_class,
+    title: c.allowed ? null : `not yours to use; ${youAre()}`,
+    selected: c.name === job.priority_class,
+  }, c.allowed || c.name === job.priority_class ? c.name : `${c.name} (not yours to use)`)));
+  priority.value = String(job.priority ?? 0);
+}
+
+/**
+ * Cancels, requeues, suspends, resumes or (`change`) moves the open job to the form's class
+ * and priority; `changed(id)` brings the page up to date after. The server checks again.
+ */
 export async function jobAction(action, changed) {
   const id = ui.selected;
   if (!id) return;
+  const [doing, done, refused] = SAYS[action];
   const status = $("detail-action-status");
-  status.textContent = action === "cancel" ? "cancelling…" : "requeueing…";
+  status.textContent = doing;
   $("detail-cancel-confirm").hidden = true;
   try {
-    const lift = action === "requeue" && $("detail-requeue").dataset.lift === "true" ? "?ignore_stop_rules=true" : "";
-    const answer = await change("POST", `/jobs/${encodeURIComponent(id)}/${action}${lift}`);
-    status.textContent = action === "cancel"
-      ? (answer && answer.state === "cancelled" ? "Cancelled." : "Cancel requested: every host is being stopped.")
-      : "Requeued.";
+    const path = `/jobs/${encodeURIComponent(id)}`;
+    let answer;
+    if (action === "change") {
+      const priority = Number.parseInt($("detail-priority").value, 10);
+      answer = await change("PATCH", path, {
+        priority_class: $("detail-class").value,
+        priority: Number.isFinite(priority) ? priority : undefined,
+      });
+    } else {
+      const lift = action === "requeue" && $("detail-requeue").dataset.lift === "true" ? "?ignore_stop_rules=true" : "";
+      answer = await change("POST", `${path}/${action}${lift}`);
+    }
+    if (action === "change") $("detail-change").dataset.edited = "";
+    status.textContent = done(answer);
     await changed(id);
   } catch (e) {
-    status.textContent = `${action === "cancel" ? "Not cancelled" : "Not requeued"}: ${e.message}`;
+    status.textContent = `${refused}: ${e.message}`;
   }
 }
 

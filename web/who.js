@@ -15,6 +15,8 @@ export const me = {
   may: new Set(EVERYTHING),
   tokensRequired: false,
   readsNeedToken: false,
+  /** The suite's classes, each saying whether you may put a job in it. */
+  classes: [],
 };
 
 /** Asks the server who this tab is; true when it answered. */
@@ -35,6 +37,7 @@ export async function loadWho() {
     may: new Set(who.may || []),
     tokensRequired: Boolean(who.tokens_required),
     readsNeedToken: Boolean(who.reads_need_token),
+    classes: who.classes || [],
   });
   renderWho();
   if (me.readsNeedToken && !token()) askForToken("This server needs a token to read: paste yours.");

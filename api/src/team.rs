@@ -1,4 +1,4 @@
-//! A team's people, who is calling, and the audit trail (issue 27).
+//! A team's people, who is calling, and the audit trail.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -78,6 +78,21 @@ pub struct WhoAmI {
     /// What this caller may do: `read`, `submit`, `act_on_own_jobs`, `act_on_any_job`,
     /// `manage` (grant, plan, schedules, webhooks, people).
     pub may: Vec<String>,
+    /// The suite's priority classes in queue order, each saying whether this caller may put
+    /// a job in it (a class's `allowed:`), so a page offers only those.
+    #[serde(default)]
+    pub classes: Vec<ClassUse>,
+}
+
+/// A priority class as one caller may use it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ClassUse {
+    pub name: String,
+    /// The class a submission without one gets.
+    pub default: bool,
+    /// Whether this caller may submit to it or move a job to it.
+    pub allowed: bool,
 }
 
 /// One change in the audit trail.

@@ -143,5 +143,6 @@ async fn whoami(State(state): State<AppState>, acting: Acting) -> Json<WhoAmI> {
         tokens_required,
         reads_need_token: tokens_required && reads_need_token(&state),
         may: may.iter().map(|s| s.to_string()).collect(),
+        classes: state.scheduler.classes_for(caller),
     })
 }

@@ -171,6 +171,21 @@ impl Scheduler {
         })
     }
 
+    /// The suite's classes in queue order, and whether `caller` may use each.
+    pub fn classes_for(&self, caller: &crate::team::Caller) -> Vec<podq_api::ClassUse> {
+        let classes = &self.catalog.classes;
+        let default = &classes.default_class().name;
+        classes
+            .all()
+            .iter()
+            .map(|class| podq_api::ClassUse {
+                name: class.name.clone(),
+                default: class.name == *default,
+                allowed: class.allows(caller),
+            })
+            .collect()
+    }
+
     /// 403 `class_not_allowed` unless `acting` may put a job in class `name` (its
     /// `allowed:`, by default admins for a class that may evict): a class that evicts others'
     /// runs is not every submitter's to choose.
