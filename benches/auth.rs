@@ -1,4 +1,4 @@
-//! What authentication costs (issue 27): a read (`GET /api/v1/status`) and a worker heartbeat
+//! What authentication costs: a read (`GET /api/v1/status`) and a worker heartbeat
 //! on a server that checks tokens (the built-in ones and 100 people in its store, each call
 //! sending a token the server hashes and looks up) against the same calls on a server that
 //! checks none, both real `podq server` processes measured alternately in the same run.

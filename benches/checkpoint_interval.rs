@@ -1,4 +1,4 @@
-//! The checkpoint interval podq advises against a run's own (issue 19): the same run under the
+//! The checkpoint interval podq advises against a run's own: the same run under the
 //! same preemption schedule, twice in one bench run, each on its own real server, worker and
 //! 2-host simulated pod with sim trainers that really spend `SAVE_S` per save.
 //!

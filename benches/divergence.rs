@@ -1,10 +1,10 @@
-//! What the divergence guard saves (issue 28): the same run, diverging at 10% of its steps,
+//! What the divergence guard saves: the same run, diverging at 10% of its steps,
 //! twice in one bench run, each on its own real server, worker and 2-host simulated pod:
 //!
 //!     cargo bench --profile dev --bench divergence    # about 2 minutes
 //!
 //! - `guard off` (the baseline): `divergence_guard: off` in the suite; the run trains to its
-//!   end on NaN losses and ends `succeeded`, as it did before issue 28;
+//!   end on NaN losses and ends `succeeded`, as it did before the guard;
 //! - `guard on`: the shipped default (train/loss or train/lm_loss non-finite, or
 //!   train/diverged set, for 3 reports in a row); the run ends `stopped`.
 //!

@@ -1,4 +1,4 @@
-//! A lab's fleet on one small server (issue 30): simulated pods each holding a lease and
+//! A lab's fleet on one small server: simulated pods each holding a lease and
 //! reporting at the worker's default rates, readers polling the dashboard's reads, against a
 //! real `podq server` with a fresh store, on SQLite and on PostgreSQL.
 //!
@@ -19,7 +19,7 @@
 //! does not do for a thousand jobs in the same two seconds.
 //!
 //! The window is a steady state: 10 minutes by default (`PODQ_FLEET_SECS`, shorter only when
-//! asked), because what holds for 30 s says little about the hour after it (issue 41).
+//! asked), because what holds for 30 s says little about the hour after it.
 //!
 //! Printed for each fleet size (`PODQ_FLEET_PODS`, default `10,1000`): p50 and p99 of each
 //! call kind over the window (and the server's own, from its request histograms, with the
@@ -59,12 +59,12 @@ const STEPS_PER_BATCH: i64 = 10;
 const LOG_LINES_PER_HOST_S: f64 = 2.0;
 /// TRM's metrics, as the catalog's checks know them.
 const TRM_METRICS: [&str; 13] = podq_server::catalog::stop_rules::TRAINER_METRICS;
-/// The issue's targets at 1,000 pods: printed as targets, never as baselines. The p99 holds
-/// in every minute of the window, not only over it (issue 41).
+/// The targets at 1,000 pods: printed as targets, never as baselines. The p99 holds in every
+/// minute of the window, not only over it.
 const TARGET_P99_MS: f64 = 100.0;
 const TARGET_CPU_SHARE: f64 = 1.0;
-/// The store's growth per pod-hour measured on main before this bench existed (issue 30's
-/// table: 300 pods for 60 s left 99 MB); the target is half of it.
+/// The store's growth per pod-hour measured on main before this bench existed (300 pods for
+/// 60 s left 99 MB); the target is half of it.
 const BEFORE_MB_PER_POD_HOUR: f64 = 18.0;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {

@@ -1,4 +1,4 @@
-//! What downloading a whole run costs (issue 28): `GET /jobs/{id}/metrics.csv` and
+//! What downloading a whole run costs: `GET /jobs/{id}/metrics.csv` and
 //! `.ndjson` of a 1,000,000-point job (10 series of 100,000 steps) on a real `podq server`
 //! process with its SQLite file, against two baselines measured in the same run:
 //! - the JSON `GET /jobs/{id}/metrics?max_points=100000` of the same job (every point too:

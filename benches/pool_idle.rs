@@ -1,4 +1,4 @@
-//! What an idle slice costs (issue 40): the same bursty workload twice in one bench run, on a
+//! What an idle slice costs: the same bursty workload twice in one bench run, on a
 //! real server and a real `podq pool` of simulated slices, once with `idle_after` and once
 //! with `never` (the baseline: slices kept, as a pod made by hand is):
 //!

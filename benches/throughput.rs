@@ -37,24 +37,25 @@
 //!    batched insert (target 0.5), and `GET /jobs/{id}/metrics` of a 1,000,000-point series
 //!    cut to 2,000 points (target p99 <= 50 ms; a raw read of every point is the baseline).
 //! 3. Submissions/s with workers waiting. Sequential single-experiment submits (one client, as
-//!    in the measurement behind issue 10: 319, 146 and 45/s with 0, 64 and 256 waiters), each
+//!    in the original measurement: 319, 146 and 45/s with 0, 64 and 256 waiters), each
 //!    run on a fresh server, with 0, 1, 64 and 256 workers long-polling
 //!    `POST /pods/{name}/lease` (`wait_s` 30) for the SAME accelerator as the jobs, so every
 //!    submit has waiters to wake. A woken waiter takes its job and finishes it at once, then waits
 //!    again: waiters that kept their jobs would all be busy within a second and the figure
 //!    would measure nothing. (A pod whose preflight failed never waits on the wake-up at all,
 //!    so it would test nothing either.) So with waiters each submit also costs the server a
-//!    lease and a finish. The target as the issue states it: with 256 waiters at least 0.9 of
+//!    lease and a finish. The target: with 256 waiters at least 0.9 of
 //!    the rate with nobody waiting (such a run is made on either side of each run with waiters;
 //!    the mean of the two is its baseline). That ratio also charges the waiters with running
 //!    the jobs they take, so the herd itself (every waiter waking on every submit) is isolated
 //!    by comparing 256 waiters with 64: both take every job at once, the same work per submit,
 //!    and only the number of waiters differs (a herd's cost grows with it: 146 -> 45/s in the
-//!    issue). The server's CPU time per submit is printed for each run, and 1 waiter (who falls
-//!    behind and so takes only some of the jobs) for context. A run with 256 waiters for
-//!    ANOTHER accelerator (never woken) shows the cost of waiting alone. Then the idle server's
-//!    CPU time over 5 s with the 256 waiters parked and nothing submitted (target: at most 1 %
-//!    of one core; /proc counts in 10 ms ticks), next to the idle server with none.
+//!    original measurement). The server's CPU time per submit is printed for each run, and 1
+//!    waiter (who falls behind and so takes only some of the jobs) for context. A run with 256
+//!    waiters for ANOTHER accelerator (never woken) shows the cost of waiting alone. Then the
+//!    idle server's CPU time over 5 s with the 256 waiters parked and nothing submitted
+//!    (target: at most 1 % of one core; /proc counts in 10 ms ticks), next to the idle server
+//!    with none.
 //! 4. Read latency against history. The history is built by the lease cycles themselves (64
 //!    workers; each finished job keeps an attempt, 100 metric points in 10 series, a committed
 //!    checkpoint and its events), fed by `"all": true` submits, up to 1,000, 10,000 and 100,000
@@ -72,7 +73,7 @@
 //!    `PODQ_BENCH_HISTORY=1000,10000` shortens the history (default 1000,10000,100000; the
 //!    100,000 step takes about 12 minutes on 2 cores).
 //!
-//! 5. `cycles-postgres`: section 1 again on a server whose store is PostgreSQL (issue 20), each
+//! 5. `cycles-postgres`: section 1 again on a server whose store is PostgreSQL, each
 //!    figure against PostgreSQL's own raw durable commits/s: one single-row INSERT per
 //!    transaction on a scratch table of a scratch database on the same PostgreSQL server,
 //!    `synchronous_commit=on` (the server's setting). PostgreSQL is `PODQ_BENCH_DATABASE_URL`

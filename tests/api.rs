@@ -487,7 +487,7 @@ async fn tokens_guard_state_changes() {
             &[("authorization", "Bearer wrong")],
         )
         .await;
-    // A token the server does not know is not a role too small (issue 27): 401.
+    // A token the server does not know is not a role too small: 401.
     assert_error(status, &answer, 401, "unauthorized");
     let (status, answer) = server
         .send(

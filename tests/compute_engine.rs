@@ -1,4 +1,4 @@
-//! TPU slices through Compute Engine (issue 29): a real server and worker driving a v6e
+//! TPU slices through Compute Engine: a real server and worker driving a v6e
 //! slice that the fake gcloud (tests/fake_gcloud/gcloud) emulates as a managed instance
 //! group of 4 TPU VMs, each a machine of its own on the emulated pod, with Compute Engine's
 //! documented faults: Spot preemption with its 30 s ACPI notice (shortened here), the

@@ -586,7 +586,7 @@ fn the_default_agent_binary_needs_no_glibc_newer_than_the_tpu_vm_image_has() {
     assert!(needed <= Some((2, 35)), "needs glibc {needed:?}");
 }
 
-/// Issue 16, item 4: a v4-64 of 8 hosts and a v4-32 of 4, each with its own worker, take
+/// A v4-64 of 8 hosts and a v4-32 of 4, each with its own worker, take
 /// only the jobs of their own accelerator type, and the plan and status show both.
 #[tokio::test]
 async fn two_pods_take_the_jobs_of_their_own_accelerator_type() {

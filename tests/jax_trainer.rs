@@ -220,7 +220,7 @@ async fn a_cancelled_jax_run_saves_where_it_stopped_and_exits_within_the_grace()
     assert!(committed_steps(&job).iter().any(|s| *s >= last), "{job}");
 }
 
-/// Eviction (issue 27) gives the victim's trainer its full stop grace: the JAX example saves
+/// Eviction gives the victim's trainer its full stop grace: the JAX example saves
 /// the step it stopped at, and its next attempt resumes there, losing no step.
 #[tokio::test]
 async fn an_evicted_jax_run_saves_where_it_stopped_and_resumes_there() {

@@ -1,4 +1,4 @@
-//! A trainer's links (issue 28, part 4): one W&B run per podq job. The link a trainer
+//! A trainer's links: one W&B run per podq job. The link a trainer
 //! reports reaches the job's JSON and `podq job`; the newest URL per name wins across
 //! attempts, and the run id in it is the same after a preemption.
 

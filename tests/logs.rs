@@ -1,6 +1,6 @@
 //! Live logs: every host's lines reach the server while the attempt runs, are kept per
 //! attempt and host up to a cap, survive a restart, and are read back by job, attempt,
-//! host, time and pattern, or followed across attempts (issue 18).
+//! host, time and pattern, or followed across attempts.
 
 mod common;
 

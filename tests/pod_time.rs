@@ -1,4 +1,4 @@
-//! Where the pod time goes (issue 19): a real worker on a simulated pod runs a sim trainer
+//! Where the pod time goes: a real worker on a simulated pod runs a sim trainer
 //! that reports its compile, restore and saves; the pod is preempted once. Every attempt's
 //! split adds up, the recovery is charged to the preempted attempt, the run under
 //! `checkpoint_interval: auto` saves at the advised interval, and the grant's, pod's and

@@ -1,4 +1,4 @@
-//! Results out (issue 28), against the real server: `results.csv` read by Python's `csv`
+//! Results out, against the real server: `results.csv` read by Python's `csv`
 //! module and by pandas (the test venv's, `PODQ_TEST_PYTHON`) says what the study view says;
 //! `metrics.csv` of a 100k-point job streams in bounded memory; bad input is a 4xx in the
 //! API's JSON error shape.

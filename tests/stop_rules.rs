@@ -1,4 +1,4 @@
-//! Issue 28: a run that diverged stops itself, stop rules end hopeless runs, and a stopped
+//! A run that diverged stops itself, stop rules end hopeless runs, and a stopped
 //! run is neither charged nor retried, gives its hours back to the plan, and can be run on
 //! with its rules lifted. On the simulated pod: the real server, worker and sim trainer.
 

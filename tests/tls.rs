@@ -1,4 +1,4 @@
-//! Encrypted connections (issue 27): a server started with `--tls-cert`/`--tls-key` holding
+//! Encrypted connections: a server started with `--tls-cert`/`--tls-key` holding
 //! a certificate from a private CA; the CLI, a worker and `podq up` that trust that CA with
 //! `--ca`, and what each says without it; plain HTTP to the TLS port; the checks at start;
 //! and the PostgreSQL store reached with `sslmode=verify-full`.

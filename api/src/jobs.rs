@@ -22,7 +22,7 @@ pub enum JobState {
     Failed,
     Cancelled,
     Held,
-    /// A stop rule or the divergence guard ended the run (issue 28): terminal, not charged
+    /// A stop rule or the divergence guard ended the run: terminal, not charged
     /// and not retried. `requeue --ignore-stop-rules` runs it on with the rules lifted.
     Stopped,
 }

@@ -1,5 +1,5 @@
 //! Metric values that JSON cannot carry. A trainer whose loss became NaN or infinite must say
-//! so rather than go quiet (issue 28), but JSON has no NaN or Infinity. podq writes them as
+//! so rather than go quiet, but JSON has no NaN or Infinity. podq writes them as
 //! the strings `"NaN"`, `"Infinity"` and `"-Infinity"` (JavaScript's `String(x)` of each, so
 //! the dashboard can `Number()` them back) everywhere a metric value travels: the trainer's
 //! `PODQ` lines, the worker's batches and the API's answers. A finite value stays a number.

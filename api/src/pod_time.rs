@@ -36,8 +36,8 @@ impl Goodput {
     }
 }
 
-/// Pod time split by where it went (issue 19; the causes follow Google's
-/// ml-goodput-measurement). In seconds; the parts sum to `total_s`.
+/// Pod time split by where it went (the causes follow Google's ml-goodput-measurement). In
+/// seconds; the parts sum to `total_s`.
 ///
 /// An attempt's time runs from its lease to its end, plus the pod's recovery that followed it
 /// directly when it ended preempted or lost. A pod's time also holds the recoveries no
@@ -67,7 +67,7 @@ pub struct PodTime {
     pub stopping_s: f64,
     /// A ready pod with nothing it could lease (only in a pod's or the grant's time).
     pub idle_s: f64,
-    /// Of an attempt evicted for a job of a higher priority class (issue 27): its stop, and
+    /// Of an attempt evicted for a job of a higher priority class: its stop, and
     /// its training since its last committed checkpoint, which the next attempt does again.
     /// Charged here rather than to `stopping` and `wasted`, so the cost of evictions is seen.
     #[serde(default)]
@@ -124,8 +124,8 @@ pub struct PodTimeReport {
     pub grant: PodTime,
     pub pods: BTreeMap<String, PodTime>,
     pub groups: BTreeMap<String, PodTime>,
-    /// Pod-hours not spent because stop rules or the divergence guard ended runs early
-    /// (issue 28): each stopped run's time to go when it stopped.
+    /// Pod-hours not spent because stop rules or the divergence guard ended runs early: each
+    /// stopped run's time to go when it stopped.
     #[serde(default)]
     pub saved_by_stopping: SavedByStopping,
 }
@@ -138,7 +138,7 @@ pub struct SavedByStopping {
     pub runs: i64,
 }
 
-/// Young/Daly checkpoint advice for one run (issue 19).
+/// Young/Daly checkpoint advice for one run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CheckpointAdvice {

@@ -1,4 +1,4 @@
-//! Pools of slices made on demand (issue 40): what a pool's process tells the server, what
+//! Pools of slices made on demand: what a pool's process tells the server, what
 //! the server answers it, and what `GET /api/v1/pools` shows.
 
 use chrono::{DateTime, Utc};

@@ -1,4 +1,4 @@
-//! Results out (issue 28): a study's rows as a table for a notebook
+//! Results out: a study's rows as a table for a notebook
 //! (`GET /api/v1/results`, `/groups/{name}/results`, and their `.csv`), and a run's metric
 //! series in long format (`GET /api/v1/jobs/{id}/metrics.csv` and `.ndjson`).
 //!

@@ -105,7 +105,7 @@ pub struct HeartbeatResponse {
     pub cancel: bool,
     /// The server needs the pod back for a job that did nothing wrong (evicted by a job of a
     /// higher class, or suspended by a person): stop every host with the full grace, so the
-    /// trainer saves, and finish with `preempted`. Absent from servers before issue 27.
+    /// trainer saves, and finish with `preempted`. Absent from older servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<StopOrder>,
 }
@@ -312,7 +312,7 @@ pub struct FinishRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 0))]
     pub stopping_s: Option<f64>,
-    /// The worker reads `stopped` in the answer (issue 28). An older worker, which cannot,
+    /// The worker reads `stopped` in the answer. An older worker, which cannot,
     /// is answered `held` for a stopped job: its answer only goes to its log.
     #[serde(default)]
     pub knows_stopped: bool,

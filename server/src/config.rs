@@ -49,7 +49,7 @@ pub struct ServerConfig {
     /// Trainer log lines kept per attempt and host; older ones are dropped first.
     pub log_lines_per_host: i64,
     /// The mean time between interruptions assumed for a pod type before it has history
-    /// (checkpoint advice, issue 19); it counts as one interruption's worth of observation.
+    /// (checkpoint advice); it counts as one interruption's worth of observation.
     pub prior_mtbf: Duration,
 }
 

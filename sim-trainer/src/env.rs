@@ -37,7 +37,7 @@ pub struct Environment {
     pub jax: JaxProcess,
     pub lockfile: PathBuf,
     pub fault: Option<String>,
-    /// `PODQ_CHECKPOINT_INTERVAL_STEPS`: podq's advised save interval (issue 19), replacing the
+    /// `PODQ_CHECKPOINT_INTERVAL_STEPS`: podq's advised save interval, replacing the
     /// config's checkpoint rule; set only under `checkpoint_interval: auto`.
     pub checkpoint_interval_steps: Option<u64>,
     /// `PODQ_SIM_SAVE_S`: how long each save blocks training; `None` keeps the default.

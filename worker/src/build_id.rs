@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 /// A binary's build id: the sha256 of its bytes. Two builds of the same version differ in
 /// it (the crate version does not), and a copy of the same build does not.
 /// A file's build id, hashed again only when its size or modification time changes: the
-/// agent binary is checked on every launch, and hashing it each time cost 0.1-0.3 s, while an
+/// agent binary is checked on every launch, and hashing it each time was slow, while an
 /// operator replacing it under a running worker must still be noticed.
 /// Clones share one cache.
 #[derive(Default, Clone)]

@@ -35,7 +35,7 @@ pub enum CallError {
 pub struct ServerClient {
     http: reqwest::Client,
     /// Every server address given, each ending in the API prefix: one is active, the others
-    /// standbys that answer 503 (issue 20). Calls go to `current` and move to the next
+    /// standbys that answer 503. Calls go to `current` and move to the next
     /// address when it cannot be reached or answers 5xx.
     bases: Arc<Vec<String>>,
     current: Arc<AtomicUsize>,

@@ -1,4 +1,4 @@
-//! Priority classes (issue 27): named bands of the queue, each naming the classes it may
+//! Priority classes: named bands of the queue, each naming the classes it may
 //! evict from a pod, after Kueue's `WorkloadPriorityClass` with preemption and Slurm's QOS
 //! with `PreemptMode=REQUEUE`. `priority_classes:` in `suite.yaml`, in queue order (the
 //! first runs first):

@@ -75,7 +75,7 @@ pub fn devices_of(accelerator: &str) -> u32 {
     }
 }
 
-/// When a run saves checkpoints (issue 19): `checkpoint_interval` in `suite.yaml`, a
+/// When a run saves checkpoints: `checkpoint_interval` in `suite.yaml`, a
 /// `group.yaml` or one experiment's row there, the narrowest winning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CheckpointInterval {

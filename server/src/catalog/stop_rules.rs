@@ -1,4 +1,4 @@
-//! When a run is lost in the researcher's sense and should give its pod back (issue 28):
+//! When a run is lost in the researcher's sense and should give its pod back:
 //! `stop_when:` rules in `suite.yaml`, a `group.yaml` or an experiment's row (the narrowest
 //! wins, as for `checkpoint_interval`), and the suite's `divergence_guard:`. This module
 //! parses them; `scheduler/lease/judge.rs` judges a run by them.

@@ -1,4 +1,4 @@
-//! `GET /pod-time`: where the grant's, each pod's and each group's pod time went (issue 19).
+//! `GET /pod-time`: where the grant's, each pod's and each group's pod time went.
 
 use std::fmt::Write;
 

@@ -1,5 +1,4 @@
-//! Pools of slices made on demand (issue 40): a pool's process reports, anyone who reads
-//! sees them.
+//! Pools of slices made on demand: a pool's process reports, anyone who reads sees them.
 
 use axum::extract::{Path, State};
 use axum::Json;

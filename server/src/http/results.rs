@@ -1,4 +1,4 @@
-//! Results out (issue 28): a group's or the suite's results table as CSV or JSON, and a run's
+//! Results out: a group's or the suite's results table as CSV or JSON, and a run's
 //! metric series whole, in long format, as CSV or NDJSON. The table and its cells are
 //! `podq_api::results`'s; CSV is written by the `csv` crate (quoting), a series page by page
 //! as the scheduler reads it (`scheduler/reads/results.rs`), never whole in memory.

@@ -75,7 +75,8 @@ struct ReadCaches {
     grant: read_cache::ReadCache<Option<podq_api::GrantOutlook>>,
     plan: read_cache::ReadCache<podq_api::Plan>,
     /// The serving pods as the store holds them. A thousand pods' `/status` read and
-    /// decoded every pod row on each call: 5% of the server's CPU (benches/fleet.rs).
+    /// decoded every pod row on each call, a visible share of the server's CPU
+    /// (benches/fleet.rs).
     pods: read_cache::ReadCache<Arc<Vec<podq_api::Pod>>>,
     /// `/status` as JSON, kept whole only while the server is busy (`read_cache::Keep`).
     status_json: read_cache::ReadCache<axum::body::Bytes>,

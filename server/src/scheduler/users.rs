@@ -53,7 +53,7 @@ impl Directory {
             .zip(hashes)
             .map(|(holder, hash)| (hash, holder))
             .collect();
-        // The bootstrap tokens keep working beside the people (issue 27): existing
+        // The bootstrap tokens keep working beside the people: existing
         // deployments and `podq up` need no change.
         let builtin = [
             (&config.admin_token, "admin", Role::Admin),

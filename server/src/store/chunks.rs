@@ -1,4 +1,4 @@
-//! The compact shapes metric points and log lines are stored in (issue 30, migration 0012).
+//! The compact shapes metric points and log lines are stored in (migration 0012).
 //!
 //! A worker reports a batch every few seconds: ten steps of a dozen metrics, a few lines of
 //! each host's output. Stored a row per value and a row per line, with their indexes, each

@@ -50,7 +50,7 @@ pub struct Report<'a> {
 /// The ids of the series the reports named, by job and name, kept by the writer that
 /// stores reports. A series' row is then updated by its id, and the update answers integers
 /// only: matched by name, the upsert answered two strings a series, and copying every
-/// value of every row it answered was a tenth of the writer's samples at 1,000 pods
+/// value of every row it answered was a visible share of the writer's samples at 1,000 pods
 /// (`SqliteRow::current`, `sqlite3_value_dup`). A kept id is a hint, checked against the
 /// row's job and name where it is used: one that is gone or was never committed (its
 /// transaction rolled back, and SQLite gave the id to another series since) is found
@@ -336,9 +336,8 @@ async fn update_series_marks(
 /// rows share one leaf. A PostgreSQL table is a heap beside its primary key's index, so a
 /// tail row costs a heap tuple and an index entry as a chunk does, and each fold adds a
 /// delete (dead tuples and index entries for autovacuum) and the rewrite. At 1,000 pods on
-/// PostgreSQL the tail took a report's p50 from 99 to 968 ms and sent 95% of reports, not
-/// all (README, "A fleet of pods on one server": 150 s at 1,000 pods, 21605fb against
-/// dc84911, one sitting).
+/// PostgreSQL the tail made reports far slower and left some of them unsent
+/// (docs/performance.md, "A fleet of pods on one server").
 pub(super) fn keeps_tail(backend: Backend) -> bool {
     backend == Backend::Sqlite
 }

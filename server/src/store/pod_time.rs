@@ -1,4 +1,4 @@
-//! Pod time by cause (issue 19): where every second of a pod went, per attempt, run, group,
+//! Pod time by cause: where every second of a pod went, per attempt, run, group,
 //! pod and for the whole grant. This file is its SQL; the model (the split by cause, the
 //! ledger's charges) is `pod_time_model.rs`; its public types are re-exported here.
 //!

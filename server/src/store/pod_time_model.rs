@@ -1,4 +1,4 @@
-//! Pod time by cause (issue 19), the model: how an attempt's time splits into causes, how a
+//! Pod time by cause, the model: how an attempt's time splits into causes, how a
 //! pod's ledger charges the time between attempts, and the sums, with no database in it.
 //! The SQL that feeds it and keeps its sums is `pod_time.rs`.
 //!
@@ -135,7 +135,7 @@ pub enum PodActivity {
     Ready,
     /// It holds a lease: the attempt accounts for the time.
     Leased,
-    /// Its pool gave it back (issue 40): its time ends here, and nothing accrues after.
+    /// Its pool gave it back: its time ends here, and nothing accrues after.
     Retired,
 }
 

@@ -1,4 +1,4 @@
-//! What the stop rules and the divergence guard read and write (issue 28): the job's side of
+//! What the stop rules and the divergence guard read and write: the job's side of
 //! the judgement, and the metric facts a rule is judged on. A NaN value is stored as NULL
 //! (SQLite stores a bound NaN so; PostgreSQL is made to match), so it reads back as `None`.
 

@@ -621,7 +621,7 @@ fn has_key(line: &str, key: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// Issue 40 §8's example.
+    /// An example pool file: one spot pool over two simulated zones.
     const EXAMPLE: &str = "\
 pools:
   - name: v4-spot

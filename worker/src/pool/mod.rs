@@ -1,4 +1,4 @@
-//! Pools (issue 40): a pool makes Cloud TPU slices on demand for one accelerator type, up to
+//! Pools: a pool makes Cloud TPU slices on demand for one accelerator type, up to
 //! `max_slices`, trying an ordered list of zones and moving down it when a zone is out of
 //! capacity or quota, and deletes a slice that has had no lease for `idle_after`. Each slice
 //! it makes runs the same worker loop, agents and recovery as a pod made by hand. These

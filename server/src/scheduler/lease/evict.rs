@@ -1,4 +1,4 @@
-//! Priority that moves a running job (issue 27). When the job at the head of an
+//! Priority that moves a running job. When the job at the head of an
 //! accelerator's queue is of a class that may evict, and no pod of that accelerator is idle,
 //! podq picks a running job of a class it may evict, asks its worker to stop it with the
 //! full grace (the trainer saves), holds the pod for the evictor, and requeues the victim at

@@ -112,7 +112,7 @@ impl Scheduler {
                         (state, _) => format!("; job {state}"),
                     };
                     // A stop the server asked for ends with the server's reason, whatever the
-                    // worker saw (a worker from before issue 27 stops it as a cancel).
+                    // worker saw (a worker older than the `stop` order stops it as a cancel).
                     let requested = holder
                         .stop_request
                         .as_deref()

@@ -31,7 +31,7 @@ impl Scheduler {
         Ok(HeartbeatResponse {
             lease_expires_at: chrono::Utc::now()
                 + chrono::Duration::from_std(self.live.ttl).unwrap_or_default(),
-            // A worker from before issue 27 knows no `stop`: it stops as for a cancel, and
+            // A worker older than the `stop` order stops as for a cancel, and
             // its `cancelled` finish ends the requested stop all the same (policy.rs).
             cancel: cancel || stop.is_some(),
             stop: stop.map(|reason| podq_api::StopOrder { reason }),

@@ -1,4 +1,4 @@
-//! Whether a run should give its pod back (issue 28): the divergence guard and the catalog's
+//! Whether a run should give its pod back: the divergence guard and the catalog's
 //! `stop_when` rules, judged on each metrics batch as it is stored, in its transaction. The
 //! judgements are the pure functions here; the facts come from the store
 //! (`store/stop_rules.rs`). A verdict asks the worker to stop with the full grace, so the

@@ -1,4 +1,4 @@
-//! Reports that arrive together are stored together (issue 30).
+//! Reports that arrive together are stored together.
 //!
 //! A thousand pods send a metrics batch and a log batch every two seconds each. Stored one
 //! write each, every batch cost its own fence, upserts and updates: half a dozen statements,
@@ -14,9 +14,9 @@
 //! A write is queued at once when none of its kind was queued in the last `GATHER`, and
 //! otherwise `GATHER` after the previous one: a busy server stores reports in fewer, larger
 //! writes. Taken as they came, a thousand pods' reports met a writer whose transactions
-//! took a millisecond or two, so each write held one or two of them and every report still
-//! paid for the statements, savepoints and thread hand-offs of a write of its own
-//! (benches/fleet.rs, issue 41). A quiet server stores a report at once.
+//! were short, so each write held one or two of them and every report still paid for the
+//! statements, savepoints and thread hand-offs of a write of its own (benches/fleet.rs). A
+//! quiet server stores a report at once.
 //!
 //! The writes are progress (`Changes::Progress`): views made from the state, such as
 //! status, are not made again for each of them (`reads/read_cache.rs`).

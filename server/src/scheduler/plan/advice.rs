@@ -1,4 +1,4 @@
-//! Checkpoint advice (issue 19): the checkpoint interval that loses the least pod time to
+//! Checkpoint advice: the checkpoint interval that loses the least pod time to
 //! saves and to work redone after preemptions, and what it would save against a run's
 //! current interval. Pure: the caller brings the save cost, the pod's failure history and
 //! the run's step time.
@@ -21,13 +21,13 @@ use crate::catalog::CheckpointInterval;
 
 /// The failure rate podq assumes for a pod before it has history, unless the server is told
 /// otherwise (`--prior-mtbf-h`): one preemption a day (the study's planning figure for
-/// preemptible v4, issue 19). It weighs as this many failures' worth of observation, so a
+/// preemptible v4). It weighs as this many failures' worth of observation, so a
 /// few real ones move the estimate.
 pub const PRIOR_MTBF_S: f64 = 24.0 * 3600.0;
 pub const PRIOR_WEIGHT_FAILURES: f64 = 1.0;
 
 /// The save cost assumed for a run whose trainer has not reported a save's timing: a
-/// TRM-sized model (~7 M parameters) saves in seconds (issue 19).
+/// TRM-sized model (~7 M parameters) saves in seconds.
 pub const ASSUMED_SAVE_COST_S: f64 = 10.0;
 
 /// The pod's mean time between failures: observed pod time over observed failures, with the
@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn youngs_figure_for_the_study_a_ten_second_save_and_a_preemption_a_day() {
-        // sqrt(2 · 10 s · 86,400 s) = 1,315 s, about 22 minutes (issue 19); Daly's
+        // sqrt(2 · 10 s · 86,400 s) = 1,315 s, about 22 minutes; Daly's
         // correction is a few seconds at C/M this small.
         let tau = optimal_interval_s(10.0, 86_400.0);
         assert!((1_300.0..1_330.0).contains(&tau), "{tau}");

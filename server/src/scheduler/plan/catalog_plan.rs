@@ -393,7 +393,7 @@ impl Scheduler {
 
 fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
     let phase = match job.state {
-        // A stopped run needs no more hours: a rule judged it (issue 28).
+        // A stopped run needs no more hours: a rule judged it.
         JobState::Succeeded | JobState::Stopped => Phase::Done,
         JobState::Leased | JobState::Running => Phase::OnPod,
         JobState::Queued => Phase::Waiting,

@@ -1,6 +1,6 @@
-//! Where the pod time went and the checkpoint interval that would waste the least of it
-//! (issue 19): the reads behind `GET /pod-time`, the job detail's split and advice, and
-//! the interval an attempt under `checkpoint_interval: auto` is given.
+//! Where the pod time went and the checkpoint interval that would waste the least of it:
+//! the reads behind `GET /pod-time`, the job detail's split and advice, and the interval an
+//! attempt under `checkpoint_interval: auto` is given.
 
 use futures::FutureExt;
 use podq_api::JobId;

@@ -1,8 +1,7 @@
 //! Views computed once per change, not once per read: status, the grant line and the plan
 //! read every queued job (or the whole catalog), and a deep queue made every read pay for it
-//! (status p99 went ×28 from 1,000 to 40,000 queued jobs). A view is kept until the store
-//! commits a change of state, and at most `MAX_AGE`, since parts of it (rates, ETAs) move
-//! with the clock.
+//! (benches/queue_depth.rs). A view is kept until the store commits a change of state, and at
+//! most `MAX_AGE`, since parts of it (rates, ETAs) move with the clock.
 //!
 //! Reports' progress (metrics, log lines: `Changes::Progress`) moves a view's rates and
 //! goodput, and a fleet commits some hundreds a second: a view made again after each made
@@ -19,8 +18,8 @@
 //! `BUSY_PROGRESS` a second or faster (judged over a second or more, changes of state not
 //! counted), for `ANSWER_AGE` at most, and never across a change of state. A fleet's
 //! readers then share one answer a few times a second instead of each merging and encoding
-//! a thousand running jobs and pods (14% of a core for ten readers at 1,000 pods,
-//! benches/fleet.rs); a quiet server answers every read afresh.
+//! a thousand running jobs and pods (benches/fleet.rs); a quiet server answers every read
+//! afresh.
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Results out (issue 28): a group's or the suite's results as one table, made of the study's
+//! Results out: a group's or the suite's results as one table, made of the study's
 //! rows (`study.rs`: the same experiments, runs, varied keys and metric values), and a run's
 //! metric series read whole, page by page, for a download.
 
