@@ -1,4 +1,4 @@
-//! Pools of slices made on demand (issue 40), end to end: a real server, a real `podq pool`
+//! Pools of slices made on demand, end to end: a real server, a real `podq pool`
 //! process driving the local driver's scripted zones (worker/src/pool/sim.rs), its slices'
 //! worker daemons and sim trainers. Killed with -9 where the test says so.
 

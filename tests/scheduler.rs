@@ -596,7 +596,7 @@ fn recovering() -> podq_api::PodReport {
     podq_api::PodReport { pod, event: None }
 }
 
-/// The pod's ledger (issue 19): the recovery right after a preempted attempt is that
+/// The pod's ledger: the recovery right after a preempted attempt is that
 /// attempt's; one after the pod was ready again is the pod's alone; a report while a lease
 /// is live changes nothing; and every second is counted once.
 async fn a_pods_time_between_attempts_goes_to_recovery_or_idleness_once(backend: Backend) {

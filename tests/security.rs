@@ -1,5 +1,5 @@
-//! Every boundary of the team model attacked from outside, on real servers (issue 38,
-//! docs/security.md): the role matrix of every documented operation, a pod-limited worker
+//! Every boundary of the team model attacked from outside, on real servers
+//! (docs/security.md): the role matrix of every documented operation, a pod-limited worker
 //! token against another pod's lease in every spelling of its id, worker events posing as
 //! people, another site's page against a tokenless server, catalog paths out of the root, a
 //! disabled token on an open stream; checkpoint URIs that would be commands,

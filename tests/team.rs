@@ -1,4 +1,4 @@
-//! A scheduler for a team (issue 27): people with tokens and roles, the audit trail, and
+//! A scheduler for a team: people with tokens and roles, the audit trail, and
 //! priority classes that evict a running job. Real server, worker and trainer processes.
 
 mod common;

@@ -70,12 +70,10 @@ const READERS: u32 = 8;
 /// How many prepared statements the writer's connection keeps, on either backend (sqlx's
 /// default is 100). A merged write's statement has one row per report it merged
 /// (`scheduler/lease/merge.rs`), so each kind comes in as many shapes as merges have sizes:
-/// 641 statement texts in 2 minutes at 1,000 pods (`pg_stat_statements`). With 100 kept, a
-/// shape the cache had dropped was compiled again before it ran, on PostgreSQL after a
-/// `Parse` and a `Close` round trip. At 1,000 pods for 10 minutes in one sitting, 0.42% of
-/// PostgreSQL's calls took over 100 ms with 100 kept and 0.11% with 1,000 (benches/fleet.rs,
-/// issue 41). On SQLite, 5 minutes each, the server's CPU was the same (92% of a core), its
-/// report p99 31–33 ms against 42–51, and its peak RSS 8 MiB more. On PostgreSQL a
+/// hundreds of statement texts at 1,000 pods. With 100 kept, a shape the cache had dropped
+/// was compiled again before it ran, on PostgreSQL after a `Parse` and a `Close` round trip;
+/// with 1,000 the slow calls under a fleet were fewer, and SQLite's reports faster for a
+/// little memory (benches/fleet.rs; the figures are in docs/performance.md). On PostgreSQL a
 /// `statement-cache-capacity` in the URL still wins.
 const WRITER_STATEMENTS: usize = 1000;
 

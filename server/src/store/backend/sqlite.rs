@@ -218,7 +218,7 @@ mod tests {
         // Opened again, nothing is edited: the schema is the migrations' alone.
         drop(Store::open(&old).await.unwrap());
         assert_eq!(schema(&old).await, migrated);
-        // The loosened CHECK admits the state issue 28 added.
+        // The loosened CHECK admits the state stop rules added (`stopped`).
         let mut conn = SqliteConnectOptions::new()
             .filename(&old)
             .connect()

@@ -1,4 +1,4 @@
-//! SQLite's write-ahead log, kept from growing without bound (issue 41).
+//! SQLite's write-ahead log, kept from growing without bound.
 //!
 //! SQLite checkpoints inside the commit that leaves its log 1,000 pages long
 //! (`wal_autocheckpoint`), and the next write starts the log over once the checkpoint copied
