@@ -934,7 +934,7 @@ fn a_submitter_sees_who_they_are_and_what_only_others_may_do() {
             )
             .await;
         assert_eq!(
-            panel["why"], "only alice or an admin may cancel this job",
+            panel["why"], "only alice or an admin may cancel or suspend this job",
             "{panel}"
         );
         assert!(
@@ -1059,7 +1059,7 @@ fn the_capacity_card_shows_a_pools_slices_and_blocked_zones() {
 }
 
 #[test]
-fn a_person_signs_in_and_suspends_resumes_and_moves_their_running_job() {
+fn a_person_signs_in_suspends_resumes_moves_their_job_and_submits_a_group() {
     run(async {
         let admin = "dashboard-test-admin-token";
         let worker_token = "dashboard-test-worker-token";
@@ -1187,6 +1187,63 @@ fn a_person_signs_in_and_suspends_resumes_and_moves_their_running_job() {
                 "the API records carol's {kind}: {events:?}"
             );
         }
+
+        // She submits a group: the preview says what it would create and where the plan
+        // puts it, before anything is sent.
+        page.click("#detail-close").await;
+        let urgent: bool = page
+            .wait_for(
+                SHOW,
+                "the submit form's classes",
+                "(() => { const o = document.querySelector('#submit-class option[value=urgent]'); \
+                 return o ? o.disabled : null; })()",
+            )
+            .await;
+        assert!(urgent, "urgent is not hers to submit to");
+        page.set_value("#submit-group", "exp07-precision").await;
+        let before = server.jobs().await.len();
+        page.click("#submit-preview").await;
+        let preview: String = page
+            .wait_for(
+                SHOW,
+                "the preview",
+                "(() => { const t = document.getElementById('submit-preview-text').textContent; \
+                 return /would create/.test(t) && !document.getElementById('submit-send').hidden \
+                 ? t : null; })()",
+            )
+            .await;
+        assert!(
+            preview.starts_with(
+                "exp07-precision: would create 3, link 0, skip 0; the plan has its last run end"
+            ),
+            "{preview}"
+        );
+        assert_eq!(
+            server.jobs().await.len(),
+            before,
+            "a preview stores nothing"
+        );
+        page.screenshot("actions-submit-preview").await;
+        page.click("#submit-send").await;
+        let said: String = page
+            .wait_for(
+                SHOW,
+                "the submission said done",
+                "(() => { const t = document.getElementById('submit-preview-text').textContent; \
+                 return /^Submitted/.test(t) ? t : null; })()",
+            )
+            .await;
+        assert_eq!(
+            said,
+            "Submitted exp07-precision: 3 created, 0 linked, 0 skipped."
+        );
+        let hers = server
+            .jobs()
+            .await
+            .into_iter()
+            .filter(|j| j["group"] == "exp07-precision" && j["submitted_by"] == "carol")
+            .count();
+        assert_eq!(hers, 3);
         browser.close().await;
     });
 }

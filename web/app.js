@@ -38,6 +38,7 @@ import { closeJob, jobAction, openJob, syncDetailActions } from "./panel.js";
 import { applyPlan, syncPlanApply } from "./plan.js";
 import { stateFromHash, syncControls, syncGroupSelect, ui, writeHash } from "./state.js";
 import { changeMetric, closeStudy, goToStudy, openStudy, renderStudyChart, showView } from "./study.js";
+import { formChanged, previewSubmit, sendSubmit, syncSubmitForm } from "./submit.js";
 import { loadWho } from "./who.js";
 
 const WHO_RETRY_MS = 5000;
@@ -52,6 +53,7 @@ async function refreshWho() {
   }
   syncPlanApply();
   syncDetailActions();
+  syncSubmitForm();
 }
 
 /** A token given, changed or forgotten: who you are, and everything you may read, again. */
@@ -161,6 +163,12 @@ function init() {
   });
   $("detail-requeue").addEventListener("click", () => jobAction("requeue", jobChanged));
   $("detail-suspend").addEventListener("click", () => jobAction("suspend", jobChanged));
+  for (const edit of ["input", "change"]) $("submit-form").addEventListener(edit, formChanged);
+  $("submit-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    previewSubmit();
+  });
+  $("submit-send").addEventListener("click", () => sendSubmit(() => fullRefresh()));
   $("detail-resume").addEventListener("click", () => jobAction("resume", jobChanged));
   for (const edit of ["input", "change"]) {
     $("detail-change").addEventListener(edit, () => { $("detail-change").dataset.edited = "true"; });

@@ -4,6 +4,7 @@
 import { $, badge, el, progressBar } from "./dom.js";
 import { fmtNum, fmtTime, stepText } from "./format.js";
 import { hashOf, syncGroupSelect, ui } from "./state.js";
+import { syncSubmitForm } from "./submit.js";
 
 /** Job states in the order the page lists them. */
 export const STATES = ["running", "leased", "queued", "held", "succeeded", "stopped", "failed", "cancelled"];
@@ -34,6 +35,7 @@ function countsStrip(counts) {
 /** The groups table, and the group filter's choices when the groups changed. */
 export function renderGroups(groups) {
   ui.groups = groups;
+  syncSubmitForm();
   const tbody = $("groups-table").tBodies[0];
   tbody.replaceChildren(...groups.map((g) => el("tr", {
     "data-group": g.name,
