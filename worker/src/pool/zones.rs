@@ -12,8 +12,8 @@
 //! - A transient error leaves the zone ready, to be tried again.
 //! - Churn: a zone where more than half of the slices whose fate is known died young (within
 //!   5 min of their creation) over the last 30 min is skipped until that is no longer so
-//!   (Iris's churn window, with its "hostile" cut at a half rather than four fifths, as the
-//!   issue asks).
+//!   (Iris's churn window, with its "hostile" cut at a half rather than four fifths: a zone
+//!   losing half its young slices already costs more than it gives).
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};

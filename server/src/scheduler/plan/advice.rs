@@ -206,7 +206,7 @@ mod tests {
     #[test]
     fn advice_for_the_suites_runs_saves_tens_of_pod_hours_over_the_grant() {
         // 40-hour runs of 5000-epoch evals (~4 h apart), 10 s saves, one preemption a day,
-        // 720 pod-hours of grant: the "roughly 50 pod-hours".
+        // 720 pod-hours of grant: the "roughly 50 pod-hours" the study's plan expected.
         let step_s = 40.0 * 3600.0 / 50_000.0;
         let now_steps = (4.0 * 3600.0 / step_s) as u64;
         let advice = advise(now_steps, step_s, 10.0, 86_400.0, 720.0);
