@@ -118,6 +118,14 @@ mod tests {
             .spawn()
             .unwrap();
         let pgid = tagged.id() as i32;
+        // Until its exec, the child's environment is still the test's: wait for `sleep`.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{pgid}/comm"))
+            .is_ok_and(|comm| comm.trim() != "sleep")
+        {
+            assert!(std::time::Instant::now() < deadline, "sleep never started");
+            std::thread::yield_now();
+        }
         assert!(group_carries_lease(pgid, "lease-a"));
         assert!(!group_carries_lease(pgid, "lease-b"));
         tagged.kill().unwrap();
