@@ -100,6 +100,23 @@ pub(super) struct Opened {
 pub(super) type Reconnect =
     Box<dyn Fn() -> BoxFuture<'static, Result<Conn, sqlx::Error>> + Send + Sync>;
 
+/// `migrator` cut to its migrations up to and including `version`, to run on a store that
+/// may have more applied already.
+pub(super) fn only_through(
+    mut migrator: sqlx::migrate::Migrator,
+    version: i64,
+) -> sqlx::migrate::Migrator {
+    migrator.migrations = migrator
+        .migrations
+        .iter()
+        .filter(|m| m.version <= version)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    migrator.set_ignore_missing(true);
+    migrator
+}
+
 async fn has_table(conn: &mut Conn, table: &str) -> Result<bool, StoreError> {
     let sql = dialect(conn.backend()).table_count;
     let count: i64 = db::query_scalar(sql).bind(table).fetch_one(conn).await?;

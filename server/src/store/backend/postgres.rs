@@ -103,16 +103,9 @@ pub(in crate::store) async fn prepare_to_lead(conn: &mut Conn) -> Result<(), Sto
     // `run_direct`, not `run`: its generic `Acquire` bound makes the future not `Send` for
     // every lifetime, which the writer task needs.
     if let Conn::Postgres(c) = &mut *conn {
-        let mut before = sqlx::migrate!("../migrations/postgres");
-        before.migrations = before
-            .migrations
-            .iter()
-            .filter(|m| m.version <= SETTLED_BEFORE)
-            .cloned()
-            .collect::<Vec<_>>()
-            .into();
-        before.set_ignore_missing(true);
-        before.run_direct(None, c, false).await?;
+        super::only_through(sqlx::migrate!("../migrations/postgres"), SETTLED_BEFORE)
+            .run_direct(None, c, false)
+            .await?;
     }
     settle_history(conn).await?;
     if let Conn::Postgres(c) = conn {

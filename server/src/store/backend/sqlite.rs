@@ -103,16 +103,7 @@ pub(in crate::store) async fn open(path: &Path) -> Result<Opened, StoreError> {
 /// The SQLite migrations up to and including `version`, to run on a store that may have
 /// more applied already.
 fn migrations_through(version: i64) -> sqlx::migrate::Migrator {
-    let mut migrator = sqlx::migrate!("../migrations/sqlite");
-    migrator.migrations = migrator
-        .migrations
-        .iter()
-        .filter(|m| m.version <= version)
-        .cloned()
-        .collect::<Vec<_>>()
-        .into();
-    migrator.set_ignore_missing(true);
-    migrator
+    super::only_through(sqlx::migrate!("../migrations/sqlite"), version)
 }
 
 /// A SQLite file opened read-only with the driver's own connection, as `podq migrate` reads
