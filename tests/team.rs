@@ -803,6 +803,21 @@ async fn beyond_loopback_reads_need_a_token_unless_open_reads() {
         .await
         .unwrap();
     assert_eq!(me["reads_need_token"], true, "{me}");
+    assert_eq!(
+        me["classes"],
+        json!([]),
+        "the catalog's classes are a reader's: {me}"
+    );
+    let admin: Value = http
+        .get(format!("{api}/whoami"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(admin["classes"][0]["name"], "urgent", "{admin}");
     let (_open, api) = public_server(dir.path(), &["--open-reads"]);
     assert_eq!(status(http.get(format!("{api}/status"))).await, 200);
     let submit = http

@@ -137,12 +137,19 @@ async fn whoami(State(state): State<AppState>, acting: Acting) -> Json<WhoAmI> {
         Role::Viewer => &["read"],
         Role::Worker => &[],
     };
+    let reads_need_token = tokens_required && reads_need_token(&state);
+    // The suite's classes are the catalog's, which a caller who may not read is not shown.
+    let classes = if reads_need_token && caller.is_anonymous() {
+        Vec::new()
+    } else {
+        state.scheduler.classes_for(caller)
+    };
     Json(WhoAmI {
         name: caller.name.clone(),
         role: caller.role.to_string(),
         tokens_required,
-        reads_need_token: tokens_required && reads_need_token(&state),
+        reads_need_token,
         may: may.iter().map(|s| s.to_string()).collect(),
-        classes: state.scheduler.classes_for(caller),
+        classes,
     })
 }
