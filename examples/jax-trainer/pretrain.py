@@ -208,6 +208,12 @@ def learning_rate(cfg, step, total_steps):
 def train_step(state, puzzle, solution, lr, *, mesh, cycles, halt_max_steps, beta1, beta2, weight_decay):
     def local_gradients(params, puzzle, solution):
         # Runs on each device with its shard of the batch; returns the mean over all shards.
+        # The replicated params are cast to per-device ("varying") values first: the gradient
+        # with respect to a replicated input is otherwise already summed over the devices by
+        # shard_map's transpose, and the pmean below averages nothing, leaving gradients (and
+        # Adam's m and v) proportional to the device count. A run resumed on another TPU type
+        # would then mix optimizer state of one scale with gradients of another.
+        params = jax.lax.pcast(params, "data", to="varying")
         (_, metrics), grads = jax.value_and_grad(losses, has_aux=True)(
             params, puzzle, solution, cycles, halt_max_steps
         )
@@ -275,6 +281,14 @@ def main(cfg: DictConfig):
     save_steps.add(total_steps)
     step_sleep = env_number("PODQ_EXAMPLE_STEP_SLEEP_S", 0.0, float)
     nan_at = env_number("PODQ_EXAMPLE_NAN_AT_STEP", 0)
+
+    # podq: the slice this attempt runs on, which may not be the one that saved the checkpoint
+    # it resumes from (a run preempted on one TPU type can resume on another).
+    where = podq_trainer.slice_info()
+    log(
+        "podq slice: accelerator=%s hosts=%s devices=%s; JAX sees %d devices (%d local) in %d processes"
+        % (where.accelerator, where.hosts, where.devices, jax.device_count(), jax.local_device_count(), processes)
+    )
 
     # Every process's devices in one data-parallel mesh.
     mesh = Mesh(np.array(jax.devices()), ("data",))
@@ -447,7 +461,11 @@ def start_wandb(cfg):
 
 
 def restore(cfg, manager, state, checkpoint_root):
-    """(state, step) from load_checkpoint, or None: start from step 0 (with a warning if one was given)."""
+    """(state, step) from load_checkpoint, or None: start from step 0 (with a warning if one was given).
+
+    The restored arrays have the shardings of ``state`` (this process's mesh), whatever mesh
+    saved them: a checkpoint saved on N devices restores onto M.
+    """
     requested = cfg.get("load_checkpoint")
     try:
         point = podq_trainer.resume_point(requested)  # podq: a step directory -> root and step
@@ -470,8 +488,11 @@ def restore(cfg, manager, state, checkpoint_root):
     restored = None
     if ok:
         try:
+            # podq: the checkpoint may come from another TPU type with another device count;
+            # restore_args gives Orbax this mesh's shardings, which it needs to reshard.
+            shardings = jax.tree.map(lambda x: x.sharding, state)
             with podq_trainer.phase("restore", step=point.step):  # podq: times the restore
-                restored = reader.restore(point.step, args=ocp.args.StandardRestore(state))
+                restored = reader.restore(point.step, args=podq_trainer.restore_args(state, shardings))
             error = "another host could not load it"
         except Exception as e:  # noqa: BLE001 - TRM also carries on from step 0
             error = "%s: %s" % (type(e).__name__, e)
