@@ -231,11 +231,8 @@ impl ServerArgs {
         if let Some(url) = &self.database {
             config.database = Some(podq_server::store::Location::parse(url)?);
         }
-        if !podq_server::catalog::is_accelerator_type(&self.accelerator) {
-            anyhow::bail!(
-                "--accelerator {:?} is not an accelerator type: name one such as v4-64",
-                self.accelerator
-            );
+        if let Err(unknown) = podq_api::slice_type(&self.accelerator) {
+            anyhow::bail!("--accelerator {unknown}");
         }
         config.catalog = CatalogOptions {
             bucket: self.bucket.clone(),

@@ -200,8 +200,17 @@ async fn results_csv_reads_in_python_and_pandas_and_matches_the_study() {
         expected_columns.push(format!("{m}.final"));
         expected_columns.push(format!("{m}.best"));
     }
-    expected_columns
-        .extend(["steps", "state", "pod_hours", "attempts", "job_id"].map(String::from));
+    expected_columns.extend(
+        [
+            "steps",
+            "state",
+            "pod_hours",
+            "attempts",
+            "accelerators",
+            "job_id",
+        ]
+        .map(String::from),
+    );
     assert_eq!(
         frame["columns"].as_array().unwrap(),
         &expected_columns

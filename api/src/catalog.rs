@@ -86,9 +86,12 @@ pub struct ExperimentSummary {
     pub group: String,
     pub config_sha256: String,
     pub est_hours: f64,
-    /// The accelerator type of the pods that may lease it: its group's `accelerator`, or the
-    /// server's `--accelerator`.
+    /// The slice type it prefers: the first of `accelerators`.
     pub accelerator: String,
+    /// The slice types whose pods may lease it, most preferred first: its row's or group's
+    /// `accelerators` (or `accelerator`), else the server's `--accelerator`.
+    #[serde(default)]
+    pub accelerators: Vec<String>,
     pub checkpoint_dir: String,
     pub docs: ExperimentDocs,
     pub findings: Vec<Finding>,

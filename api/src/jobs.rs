@@ -282,7 +282,7 @@ pub struct Job {
     pub not_before: Option<DateTime<Utc>>,
     /// Why the job is in its state, when there is something to say (held, failed, cancelled).
     pub message: Option<String>,
-    /// Only a pod of this accelerator type leases the job.
+    /// The slice type it prefers: the first of `JobDetail.accelerators`.
     pub accelerator: String,
     /// Who submitted the job: a person, or `schedule:ID`. None for jobs from before podq
     /// knew people.
@@ -353,6 +353,9 @@ pub struct Attempt {
     pub attempt: i64,
     pub lease_id: LeaseId,
     pub pod: String,
+    /// The slice type of its pod: a run may move between the types of its job's list.
+    #[serde(default)]
+    pub accelerator: Option<String>,
     pub started_at: DateTime<Utc>,
     pub running_at: Option<DateTime<Utc>>,
     pub ended_at: Option<DateTime<Utc>>,
@@ -388,6 +391,9 @@ pub struct Checkpoint {
 pub struct JobDetail {
     #[serde(flatten)]
     pub job: Job,
+    /// The slice types whose pods may lease it, most preferred first.
+    #[serde(default)]
+    pub accelerators: Vec<String>,
     pub attempts: Vec<Attempt>,
     pub checkpoints: Vec<Checkpoint>,
     /// The newest value of every metric series.

@@ -3,6 +3,7 @@
 //! Every HTTP request and response body is defined here, once, so the three parts cannot drift
 //! apart. This crate does no I/O.
 
+pub mod accelerators;
 pub mod backoff;
 pub mod catalog;
 pub mod error;
@@ -27,6 +28,7 @@ pub mod trainer;
 pub mod webhooks;
 pub mod worker;
 
+pub use accelerators::{slice_type, SliceShape, SliceType, UnknownSliceType};
 pub use catalog::*;
 pub use error::*;
 pub use ids::{JobId, LeaseId};

@@ -152,8 +152,14 @@ pub struct PlannedRun {
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub state: crate::RunState,
     pub priority: Option<i64>,
+    /// Pod-hours to go on the slice type the run is reckoned on (its latest measured
+    /// attempt's, else the one it prefers).
     pub remaining_hours: f64,
     pub estimate: EstimateSource,
+    /// The slice type the run is played out on: the first of its types whose pods would
+    /// finish it soonest, at its speed there.
+    #[serde(default)]
+    pub accelerator: String,
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
     /// Null without a deadline, and for runs that will not run (failed, held, cancelled).

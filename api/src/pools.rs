@@ -75,8 +75,9 @@ pub struct ZoneView {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PoolAnswer {
-    /// Leasable jobs of the pool's accelerator that no pod waiting for work will take: how
-    /// many more slices the queue could use now.
+    /// Leasable jobs routed to the pool's slice type that no pod up or being made will take,
+    /// plus the slices this pool is making: the pool makes a slice while this exceeds what
+    /// it is making.
     pub demand: u32,
     pub slices: Vec<SlicePod>,
     /// What is left of the grant's pod-hour budget for the pool's accelerator once the
@@ -120,7 +121,14 @@ pub struct PoolView {
     pub name: String,
     pub accelerator: String,
     pub max_slices: u32,
+    /// The demand it was given: jobs whose list routes them to its slice type now, plus the
+    /// slices it is making.
     pub demand: u32,
+    /// Jobs that prefer its slice type but went to a later type of their list, because no
+    /// pool of this type could make a slice (every zone blocked, paused, full or out of the
+    /// grant).
+    #[serde(default)]
+    pub demand_passed_on: u32,
     pub slices: Vec<SliceView>,
     pub zones: Vec<ZoneView>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -62,6 +62,10 @@ pub struct ResultRow {
     pub pod_hours: Option<f64>,
     /// The run's attempts; null when never submitted.
     pub attempts: Option<i64>,
+    /// The slice types its attempts ran on, in the order first used, space-separated
+    /// (`v4-64 v6e-32`); null before its first attempt.
+    #[serde(default)]
+    pub accelerators: Option<String>,
     /// The experiment's newest job; null when never submitted.
     pub job_id: Option<JobId>,
 }
@@ -131,7 +135,7 @@ impl Cell {
 impl Results {
     /// The table's header: `experiment`, `group`, the varied params, `<metric>.final` and
     /// `<metric>.best` for each eval metric, `steps`, `state`, `pod_hours`, `attempts`,
-    /// `job_id`.
+    /// `accelerators`, `job_id`.
     pub fn columns(&self) -> Vec<String> {
         let mut columns = vec!["experiment".to_owned(), "group".to_owned()];
         columns.extend(self.params.iter().cloned());
@@ -140,9 +144,16 @@ impl Results {
             columns.push(format!("{m}.best"));
         }
         columns.extend(
-            ["steps", "state", "pod_hours", "attempts", "job_id"]
-                .iter()
-                .map(|c| (*c).to_owned()),
+            [
+                "steps",
+                "state",
+                "pod_hours",
+                "attempts",
+                "accelerators",
+                "job_id",
+            ]
+            .iter()
+            .map(|c| (*c).to_owned()),
         );
         columns
     }
@@ -167,6 +178,7 @@ impl Results {
         cells.push(Cell::Text(row.state.to_string()));
         cells.push(row.pod_hours.map_or(Cell::Empty, Cell::Number));
         cells.push(row.attempts.map_or(Cell::Empty, Cell::Int));
+        cells.push(row.accelerators.clone().map_or(Cell::Empty, Cell::Text));
         cells.push(
             row.job_id
                 .map_or(Cell::Empty, |id| Cell::Text(id.to_string())),

@@ -43,6 +43,10 @@ pub struct Lease {
     /// `PODQ_CHECKPOINT_INTERVAL_STEPS`; absent, the trainer keeps its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_interval_steps: Option<u64>,
+    /// The slice this attempt runs on, which may differ from the last attempt's: a run
+    /// moves between the slice types of its job's list. None for a type podq does not know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice: Option<crate::SliceShape>,
     pub lease_ttl_s: u64,
     pub heartbeat_s: u64,
 }

@@ -166,6 +166,10 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
             "not every process could restore it",
         );
     }
+    if let Ok(accelerator) = std::env::var("PODQ_ACCELERATOR") {
+        let devices = std::env::var("PODQ_SLICE_DEVICES").unwrap_or_else(|_| "?".into());
+        log!("on a {accelerator} slice of {devices} devices");
+    }
     if start > 0 {
         log!("resuming from step {start}");
     }
@@ -189,7 +193,10 @@ fn run(args: Args, termination: Termination) -> anyhow::Result<()> {
         checkpoints,
         latest_committed,
         faults,
-        run_secs: args.run_secs,
+        run_secs: run_secs_on_slice(
+            args.run_secs,
+            std::env::var("PODQ_ACCELERATOR").ok().as_deref(),
+        ),
         save_time: env.save_time,
         stamp_metrics: chatty,
     };
@@ -296,5 +303,37 @@ mod tests {
         assert_eq!(pick(Some(None), some("file:///env/step_10"), None), None);
         assert_eq!(pick(None, Some(None), Some("/file/step_10".into())), None);
         assert_eq!(pick(None, None, Some("null".into())), None);
+    }
+}
+
+/// The slice type `--run-secs` is measured on: the study's.
+const REFERENCE_SLICE: &str = "v4-64";
+
+/// How long the run takes on the slice podq says it runs on (`PODQ_ACCELERATOR`): `run_secs`
+/// is its length on a v4-64, and a slice of more peak bf16 FLOPs runs it faster in
+/// proportion, as the plan's prior assumes. An unknown or absent type keeps `run_secs`.
+fn run_secs_on_slice(run_secs: f64, accelerator: Option<&str>) -> f64 {
+    let peak = |name: &str| {
+        podq_api::slice_type(name)
+            .ok()
+            .map(|t| t.peak_bf16_tflops())
+    };
+    match (accelerator.and_then(peak), peak(REFERENCE_SLICE)) {
+        (Some(here), Some(reference)) if here > 0.0 => run_secs * reference / here,
+        _ => run_secs,
+    }
+}
+
+#[cfg(test)]
+mod slice_speed {
+    use super::run_secs_on_slice;
+
+    #[test]
+    fn a_faster_generation_runs_the_same_steps_sooner() {
+        assert_eq!(run_secs_on_slice(60.0, Some("v4-64")), 60.0);
+        let v6e = run_secs_on_slice(60.0, Some("v6e-32"));
+        assert!((v6e - 60.0 * 275.0 / 918.0).abs() < 1e-9, "{v6e}");
+        assert_eq!(run_secs_on_slice(60.0, Some("gpu-8")), 60.0);
+        assert_eq!(run_secs_on_slice(60.0, None), 60.0);
     }
 }

@@ -362,6 +362,10 @@ impl WorkerConfig {
         if self.hosts == 0 {
             bail!("--hosts must be at least 1");
         }
+        // A pod of a type podq does not know would lease nothing: no job can list it.
+        if let Err(unknown) = podq_api::slice_type(&self.accelerator) {
+            bail!("--accelerator {unknown}");
+        }
         match self.driver {
             Driver::Local => Ok(Arc::new(LocalPod::new(
                 &self.pod,

@@ -10,10 +10,7 @@ use serde::Deserialize;
 
 use super::source::{line_of, line_of_key};
 use super::stop_rules::{parse_rules, DivergenceGuard, StopRule, TRAINER_METRICS};
-use super::{
-    error_at, is_accelerator_type, yaml_stems, Candidate, Catalog, CatalogOptions,
-    CheckpointInterval, Group,
-};
+use super::{error_at, yaml_stems, Candidate, Catalog, CatalogOptions, CheckpointInterval, Group};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,9 +24,13 @@ struct GroupFile {
     metrics_to_watch: Vec<String>,
     baseline_row: String,
     planned_hours: f64,
-    /// The accelerator type of the group's runs; the server's `--accelerator` when absent.
+    /// The slice type of the group's runs: `accelerators` as a list of one.
     #[serde(default)]
     accelerator: Option<String>,
+    /// The slice types the group's runs may lease, most preferred first; the server's
+    /// `--accelerator` when neither is given.
+    #[serde(default)]
+    accelerators: Option<Vec<String>>,
     /// `auto` or steps, for the group's runs; over the suite's.
     #[serde(default)]
     checkpoint_interval: Option<serde_yaml::Value>,
@@ -47,9 +48,12 @@ struct GroupFile {
 struct ExperimentRow {
     summary: String,
     est_hours: Option<f64>,
-    /// This run's accelerator type, over the group's.
+    /// This run's slice type, over the group's.
     #[serde(default)]
     accelerator: Option<String>,
+    /// This run's slice types in order of preference, over the group's.
+    #[serde(default)]
+    accelerators: Option<Vec<String>>,
     /// This run's checkpoint interval, over the group's.
     #[serde(default)]
     checkpoint_interval: Option<serde_yaml::Value>,
@@ -193,19 +197,14 @@ impl Catalog {
                 metrics_to_watch: doc.metrics_to_watch.clone(),
                 is_baseline_row: doc.baseline_row == name,
             };
-            let group_accelerator = match &doc.accelerator {
-                Some(a) if !is_accelerator_type(a) => {
-                    self.file_findings.push(invalid_accelerator(
-                        a,
-                        &group_rel,
-                        &text,
-                        "accelerator",
-                    ));
-                    options.accelerator.clone()
-                }
-                Some(a) => a.clone(),
-                None => options.accelerator.clone(),
-            };
+            let group_accelerators = self.accelerators_of(
+                doc.accelerator.clone(),
+                doc.accelerators.clone(),
+                std::slice::from_ref(&options.accelerator),
+                &group_rel,
+                &text,
+                "",
+            );
             let group_interval = self.interval_of(
                 doc.checkpoint_interval.as_ref(),
                 suite_interval,
@@ -257,16 +256,14 @@ impl Catalog {
                     ));
                     continue;
                 }
-                let accelerator = match row.accelerator {
-                    Some(a) if !is_accelerator_type(&a) => {
-                        let key = format!("experiments.{name}.accelerator");
-                        self.file_findings
-                            .push(invalid_accelerator(&a, &group_rel, &text, &key));
-                        group_accelerator.clone()
-                    }
-                    Some(a) => a,
-                    None => group_accelerator.clone(),
-                };
+                let accelerators = self.accelerators_of(
+                    row.accelerator,
+                    row.accelerators,
+                    &group_accelerators,
+                    &group_rel,
+                    &text,
+                    &format!("experiments.{name}."),
+                );
                 let checkpoint_interval = self.interval_of(
                     row.checkpoint_interval.as_ref(),
                     group_interval,
@@ -289,7 +286,7 @@ impl Catalog {
                     file,
                     docs: docs_of(row.summary, name),
                     est_hours: row.est_hours.unwrap_or(options.default_est_hours),
-                    accelerator,
+                    accelerators,
                     checkpoint_interval,
                     stop_when,
                     project_name: Some(doc.project_name.clone()),
@@ -321,7 +318,7 @@ impl Catalog {
                     file: PathBuf::from(file),
                     docs: docs_of(String::new(), &stray),
                     est_hours: options.default_est_hours,
-                    accelerator: group_accelerator.clone(),
+                    accelerators: group_accelerators.clone(),
                     checkpoint_interval: group_interval,
                     stop_when: group_rules.clone(),
                     project_name: Some(doc.project_name.clone()),
@@ -381,6 +378,53 @@ fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, (String, 
 impl Catalog {
     /// A `checkpoint_interval` value, or `inherited` when absent; a bad one is an error at its
     /// line and falls back to `inherited`.
+    /// The slice types `accelerator:` or `accelerators:` (under `prefix`) name, each one podq
+    /// knows and named once; what is `inherited` when neither is given or a name is wrong.
+    fn accelerators_of(
+        &mut self,
+        one: Option<String>,
+        list: Option<Vec<String>>,
+        inherited: &[String],
+        group_rel: &str,
+        text: &str,
+        prefix: &str,
+    ) -> Vec<String> {
+        let (key, names) = match (one, list) {
+            (None, None) => return inherited.to_vec(),
+            (Some(_), Some(_)) => {
+                let key = format!("{prefix}accelerators");
+                self.file_findings.push(invalid_accelerator(
+                    format!("`{prefix}accelerator` and `{key}` are both given: keep `{key}`"),
+                    group_rel,
+                    text,
+                    &key,
+                ));
+                return inherited.to_vec();
+            }
+            (Some(one), None) => (format!("{prefix}accelerator"), vec![one]),
+            (None, Some(list)) => (format!("{prefix}accelerators"), list),
+        };
+        let mut problems = Vec::new();
+        if names.is_empty() {
+            problems.push(format!("`{key}` is empty: name at least one slice type"));
+        }
+        for (i, name) in names.iter().enumerate() {
+            if let Err(unknown) = podq_api::slice_type(name) {
+                problems.push(format!("`{key}`: {unknown}"));
+            } else if names[..i].contains(name) {
+                problems.push(format!("`{key}` names `{name}` twice"));
+            }
+        }
+        if problems.is_empty() {
+            return names;
+        }
+        for problem in problems {
+            self.file_findings
+                .push(invalid_accelerator(problem, group_rel, text, &key));
+        }
+        inherited.to_vec()
+    }
+
     fn interval_of(
         &mut self,
         value: Option<&serde_yaml::Value>,
@@ -473,13 +517,22 @@ impl Catalog {
     }
 }
 
-fn invalid_accelerator(value: &str, group_rel: &str, text: &str, key: &str) -> podq_api::Finding {
+fn invalid_accelerator(
+    message: String,
+    group_rel: &str,
+    text: &str,
+    key: &str,
+) -> podq_api::Finding {
     let mut finding = error_at(
         "invalid_accelerator",
-        format!("`{key}: {value}` is not an accelerator type"),
+        message,
         group_rel,
         line_of_key(text, key),
     );
-    finding.fix = Some("name a Cloud TPU accelerator type, such as `v4-64` or `v4-32`".into());
+    finding.fix = Some(
+        "name Cloud TPU slice types podq knows, most preferred first, such as \
+         `accelerators: [v4-64, v6e-32]`"
+            .into(),
+    );
     finding
 }

@@ -33,7 +33,7 @@ impl Catalog {
                 file,
                 docs: ExperimentDocs::default(),
                 est_hours: options.default_est_hours,
-                accelerator: options.accelerator.clone(),
+                accelerators: vec![options.accelerator.clone()],
                 checkpoint_interval: super::CheckpointInterval::Config,
                 stop_when: Vec::new(),
                 project_name,

@@ -56,25 +56,6 @@ impl Default for CatalogOptions {
     }
 }
 
-/// The JAX devices of a Cloud TPU accelerator type, 0 when the type is not one podq knows
-/// (the batch check is then skipped). The number after the dash counts TensorCores for v2,
-/// v3, v4 and v5p, and chips for v5e and v6e; JAX sees one device per core on v2 and v3 and
-/// one per chip on the others (v4 and v5p chips are megacore). Source: Cloud TPU's "TPU
-/// versions" pages (cloud.google.com/tpu/docs/v4, /v5p, /v5e, /v6e, /system-architecture-tpu-vm).
-pub fn devices_of(accelerator: &str) -> u32 {
-    let Some((version, count)) = accelerator.rsplit_once('-') else {
-        return 0;
-    };
-    let Ok(count) = count.parse::<u32>() else {
-        return 0;
-    };
-    match version {
-        "v2" | "v3" | "v5litepod" | "v6e" => count,
-        "v4" | "v5p" => count / 2,
-        _ => 0,
-    }
-}
-
 /// When a run saves checkpoints: `checkpoint_interval` in `suite.yaml`, a
 /// `group.yaml` or one experiment's row there, the narrowest winning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -111,18 +92,6 @@ impl CheckpointInterval {
     }
 }
 
-/// Whether `name` reads as an accelerator type: a version, a dash and a count (`v4-32`).
-pub fn is_accelerator_type(name: &str) -> bool {
-    name.rsplit_once('-').is_some_and(|(version, count)| {
-        !version.is_empty()
-            && version
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && !count.is_empty()
-            && count.chars().all(|c| c.is_ascii_digit())
-    })
-}
-
 /// One resolved experiment.
 #[derive(Debug, Clone)]
 pub struct Experiment {
@@ -135,8 +104,11 @@ pub struct Experiment {
     /// The same, also without the keys the trainer never reads.
     pub trainer_sha256: String,
     pub est_hours: f64,
-    /// The accelerator type of the pods that may lease it (`v4-64`, `v4-32`, ...).
+    /// The slice type it prefers: the first of `accelerators`.
     pub accelerator: String,
+    /// The slice types whose pods may lease it, most preferred first. Not part of its
+    /// config hash: the run is the same run wherever it lands.
+    pub accelerators: Vec<String>,
     pub checkpoint_interval: CheckpointInterval,
     /// The `stop_when` rules of its row, group or suite, the narrowest winning.
     pub stop_when: Vec<stop_rules::StopRule>,
@@ -154,6 +126,7 @@ impl Experiment {
             config_sha256: self.config_sha256.clone(),
             est_hours: self.est_hours,
             accelerator: self.accelerator.clone(),
+            accelerators: self.accelerators.clone(),
             checkpoint_dir: self.checkpoint_dir.clone(),
             docs: self.docs.clone(),
             findings: self.findings.clone(),
@@ -192,7 +165,8 @@ struct Candidate {
     file: PathBuf,
     docs: ExperimentDocs,
     est_hours: f64,
-    accelerator: String,
+    /// Never empty.
+    accelerators: Vec<String>,
     checkpoint_interval: CheckpointInterval,
     stop_when: Vec<stop_rules::StopRule>,
     project_name: Option<String>,
@@ -519,15 +493,15 @@ mod tests {
         assert_eq!(accelerator("exp02a_01"), "v4-32");
         assert_eq!(accelerator("exp01a"), "v4-64", "the server's default");
 
-        // The suite's global batch of 6144 does not divide among a v5litepod-4096's 4096
-        // devices.
+        // The suite's global batch of 6144 does not divide among a v5p-8192's 4096
+        // devices, the list's second choice.
         let dir = suite_copy();
-        append(dir.path(), EXP02A, "accelerator: v5litepod-4096\n");
+        append(dir.path(), EXP02A, "accelerators: [v4-64, v5p-8192]\n");
         let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
         assert!(
             errors(&catalog)
                 .iter()
-                .any(|f| f.message.contains("4096 devices")),
+                .any(|f| f.message.contains("4096 devices of a v5p-8192")),
             "{:?}",
             errors(&catalog)
         );
@@ -548,17 +522,48 @@ mod tests {
     }
 
     #[test]
-    fn devices_follow_each_tpu_generation() {
-        assert_eq!(devices_of("v4-64"), 32);
-        assert_eq!(devices_of("v4-32"), 16);
-        assert_eq!(devices_of("v5p-128"), 64);
-        assert_eq!(devices_of("v3-8"), 8);
-        assert_eq!(devices_of("v5litepod-16"), 16);
-        assert_eq!(devices_of("v6e-256"), 256);
-        assert_eq!(devices_of("gpu-8"), 0, "unknown: no batch check");
-        assert!(is_accelerator_type("v5litepod-16"));
-        assert!(!is_accelerator_type("v4"));
-        assert!(!is_accelerator_type("V4-64"));
-        assert!(!is_accelerator_type("v4-"));
+    fn a_group_lists_slice_types_in_order_and_a_near_miss_is_named() {
+        let dir = suite_copy();
+        append(dir.path(), EXP02A, "accelerators: [v4-64, v6e-32]\n");
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        assert!(errors(&catalog).is_empty(), "{:?}", errors(&catalog));
+        let exp = catalog.experiment("exp02a_01").unwrap();
+        assert_eq!(exp.accelerators, ["v4-64", "v6e-32"]);
+        assert_eq!(exp.accelerator, "v4-64");
+        let single = Catalog::load(suite_copy().path(), &CatalogOptions::default());
+        assert_eq!(
+            single.experiment("exp02a_01").unwrap().config_sha256,
+            exp.config_sha256,
+            "the list is not part of the run's identity"
+        );
+
+        let dir = suite_copy();
+        append(dir.path(), EXP02A, "accelerators: [v4-64, v6e-23]\n");
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        let finding = errors(&catalog)
+            .into_iter()
+            .find(|f| f.code == "invalid_accelerator")
+            .expect("an invalid_accelerator finding");
+        assert!(finding.message.contains("`v6e-23`"), "{finding:?}");
+        assert!(
+            finding.message.contains("did you mean `v6e-32`"),
+            "{finding:?}"
+        );
+        assert!(finding.line.is_some(), "{finding:?}");
+
+        let dir = suite_copy();
+        append(
+            dir.path(),
+            EXP02A,
+            "accelerator: v4-64\naccelerators: [v6e-32]\n",
+        );
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        assert!(
+            errors(&catalog)
+                .iter()
+                .any(|f| f.message.contains("both given")),
+            "{:?}",
+            errors(&catalog)
+        );
     }
 }

@@ -9,9 +9,7 @@ use serde_json::{Map, Value};
 
 use super::hydra::{ComposeError, Composer, Provenance};
 use super::source::{self, line_of_key, SourceFiles};
-use super::{
-    devices_of, findings, schema, sha256_canonical, Candidate, CatalogOptions, Experiment,
-};
+use super::{findings, schema, sha256_canonical, Candidate, CatalogOptions, Experiment};
 
 pub(super) fn resolve(
     files: &mut SourceFiles,
@@ -32,7 +30,8 @@ pub(super) fn resolve(
         config_sha256: String::new(),
         trainer_sha256: String::new(),
         est_hours: c.est_hours,
-        accelerator: c.accelerator.clone(),
+        accelerator: c.accelerators[0].clone(),
+        accelerators: c.accelerators.clone(),
         checkpoint_interval: c.checkpoint_interval,
         stop_when: c.stop_when,
         checkpoint_dir: checkpoint_dir.clone(),
@@ -90,7 +89,7 @@ pub(super) fn resolve(
     // Where the architecture went when it is not under `arch`: a defaults entry of another
     // name (the user's `arch_config: ...`). That key is the missing `arch`, not an extra key.
     let misplaced = misplaced_arch_group(&config);
-    for issue in schema::validate(&mut config, devices_of(&c.accelerator)) {
+    for issue in schema::validate(&mut config, &c.accelerators) {
         let (mut file, mut line) = locate(files, &provenance, &issue.key, &source_file);
         let mut message = issue.message;
         let mut fix = None;
@@ -330,7 +329,7 @@ pub fn validate_document(
         file: request_file,
         docs: ExperimentDocs::default(),
         est_hours: options.default_est_hours,
-        accelerator: options.accelerator.clone(),
+        accelerators: vec![options.accelerator.clone()],
         checkpoint_interval: super::CheckpointInterval::Config,
         stop_when: Vec::new(),
         project_name: None,

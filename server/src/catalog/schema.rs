@@ -132,8 +132,9 @@ pub const IDENTITY_KEYS: &[&str] = &[
 ];
 
 /// Checks `config` against the schema. Ints given for float fields are turned into floats,
-/// as pydantic does, so equal configs hash equally. Returns every issue found.
-pub fn validate(config: &mut Map<String, Value>, devices: u32) -> Vec<SchemaIssue> {
+/// as pydantic does, so equal configs hash equally. The global batch must divide among the
+/// devices of every slice type the run may land on. Returns every issue found.
+pub fn validate(config: &mut Map<String, Value>, accelerators: &[String]) -> Vec<SchemaIssue> {
     let mut issues = Vec::new();
     check_fields(config, TRAINING_FIELDS, "", &mut issues);
     if let Some(Value::Object(arch)) = config.get_mut("arch") {
@@ -142,7 +143,7 @@ pub fn validate(config: &mut Map<String, Value>, devices: u32) -> Vec<SchemaIssu
             check_fields(loss, LOSS_FIELDS, "arch.loss.", &mut issues);
         }
     }
-    check_relations(config, devices, &mut issues);
+    check_relations(config, accelerators, &mut issues);
     issues
 }
 
@@ -293,18 +294,26 @@ fn check_kind(value: &mut Value, kind: Kind) -> Result<(), String> {
     }
 }
 
-fn check_relations(config: &Map<String, Value>, devices: u32, issues: &mut Vec<SchemaIssue>) {
+fn check_relations(
+    config: &Map<String, Value>,
+    accelerators: &[String],
+    issues: &mut Vec<SchemaIssue>,
+) {
     let int = |map: &Map<String, Value>, key: &str| map.get(key).and_then(Value::as_i64);
     if let Some(batch) = int(config, "global_batch_size") {
-        if devices > 0 && batch % i64::from(devices) != 0 {
-            issues.push(SchemaIssue {
-                severity: Severity::Error,
-                code: "batch_not_divisible",
-                key: "global_batch_size".into(),
-                message: format!(
-                    "global_batch_size {batch} must be divisible by the pod's {devices} devices"
-                ),
-            });
+        for accelerator in accelerators {
+            let devices = podq_api::accelerators::devices_of(accelerator);
+            if devices > 0 && batch % i64::from(devices) != 0 {
+                issues.push(SchemaIssue {
+                    severity: Severity::Error,
+                    code: "batch_not_divisible",
+                    key: "global_batch_size".into(),
+                    message: format!(
+                        "global_batch_size {batch} must be divisible by the {devices} devices \
+                         of a {accelerator}"
+                    ),
+                });
+            }
         }
     }
     if let (Some(epochs), Some(interval)) = (int(config, "epochs"), int(config, "eval_interval")) {

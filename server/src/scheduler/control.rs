@@ -81,7 +81,7 @@ impl Scheduler {
             })
             .await?;
         if job.same_as.is_none() {
-            self.waiters.leasable(&job.accelerator, 1);
+            self.wake_for_job(job.id, None).await;
         }
         Ok(job)
     }
@@ -141,7 +141,7 @@ impl Scheduler {
                 .boxed()
             })
             .await?;
-        self.waiters.leasable(&job.accelerator, 1);
+        self.wake_for_job(job.id, None).await;
         Ok(job)
     }
 
@@ -232,7 +232,7 @@ impl Scheduler {
                 .boxed()
             })
             .await?;
-        self.waiters.leasable(&job.accelerator, 1);
+        self.wake_for_job(job.id, None).await;
         Ok(job)
     }
 }

@@ -20,6 +20,7 @@ pub mod outbox;
 pub mod plan;
 mod pools;
 pub mod reads;
+mod routing;
 pub mod submit;
 pub mod users;
 

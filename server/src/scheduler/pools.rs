@@ -9,10 +9,11 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use podq_api::{
-    PoolAnswer, PoolReport, PoolView, PoolsPage, SlicePod, WorkerEvent, POOL_EVENT_KINDS,
+    PoolAnswer, PoolReport, PoolView, PoolsPage, SlicePod, SliceView, WorkerEvent, POOL_EVENT_KINDS,
 };
 
 use super::lease::authority::worker_for;
+use super::routing;
 use crate::scheduler::{Result, Scheduler, SchedulerError};
 use crate::store::events::{insert_event, Actor};
 use crate::store::leases as sql;
@@ -142,7 +143,8 @@ impl Scheduler {
                 placed.remove(pod);
             }
         }
-        let answer = self.pool_answer(name, &report).await?;
+        // Stored before the answer: the demand is routed over every pool's last report,
+        // this one's included.
         let mut stored = report;
         stored.events.clear();
         stored.retired.clear();
@@ -158,20 +160,21 @@ impl Scheduler {
         }
         self.pool_reports
             .lock()
-            .insert(name.to_owned(), (stored, Utc::now()));
-        Ok(answer)
+            .insert(name.to_owned(), (stored.clone(), Utc::now()));
+        self.pool_answer(name, &stored).await
     }
 
-    /// Pool `name`'s share of the queue and of the grant. Pools of one accelerator share
-    /// both: slices another pool is still making will take part of the demand, and the
-    /// hours other pools' slices have used since the grant began are not this pool's to use.
+    /// Pool `name`'s share of the queue and of the grant. A job's demand goes to the first
+    /// slice type of its list whose pools can make a slice now (`routing`); each pool of
+    /// that type is told the demand routed to its type plus the slices it is making itself,
+    /// which the pool counts against it. The hours other pools of its type have used since
+    /// the grant began are not this pool's to use.
     async fn pool_answer(&self, name: &str, report: &PoolReport) -> Result<PoolAnswer> {
-        let (booting_elsewhere, hours_elsewhere) = self.other_pools(name, &report.accelerator);
-        let leasable =
-            sql::count_leasable(&mut self.store.read().await?, &report.accelerator).await?;
-        let waiting = self.live.idle_pods(&report.accelerator);
-        let demand = u32::try_from((leasable - waiting as i64 - booting_elsewhere as i64).max(0))
-            .unwrap_or(u32::MAX);
+        let routed = self.routed_demand().await?;
+        let own_booting = self.booting(report).count();
+        let given = routed.get(&report.accelerator).map_or(0, |r| r.given);
+        let demand = given.saturating_add(u32::try_from(own_booting).unwrap_or(u32::MAX));
+        let hours_elsewhere = self.hours_of_other_pools(name, &report.accelerator);
         let slices = report
             .slices
             .iter()
@@ -198,27 +201,58 @@ impl Scheduler {
         })
     }
 
-    /// Of the pools of `accelerator` other than `name`: their slices not yet serving (being
-    /// made, or made but whose worker has not called), and their hours since the grant.
-    fn other_pools(&self, name: &str, accelerator: &str) -> (usize, f64) {
-        let reports = self.pool_reports.lock();
-        let others = reports
-            .iter()
-            .filter(|(other, (report, _))| *other != name && report.accelerator == accelerator);
-        let mut booting = 0;
-        let mut hours = 0.0;
-        for (_, (report, _)) in others {
-            hours += report.slice_hours;
-            booting += report
-                .slices
-                .iter()
-                .filter(|slice| {
-                    slice.state == "creating"
-                        || (slice.state == "ready" && self.live.pod_seen_as(&slice.pod).is_none())
-                })
-                .count();
+    /// The demand routed to each slice type now, from the leasable queue and every pool's
+    /// last report.
+    async fn routed_demand(&self) -> Result<BTreeMap<String, routing::Routed>> {
+        let lists = sql::leasable_lists(&mut self.store.read().await?).await?;
+        let grant = self.grant().await?;
+        let now = Utc::now();
+        let mut capacity: BTreeMap<String, routing::TypeCapacity> = BTreeMap::new();
+        let mut hours: BTreeMap<String, f64> = BTreeMap::new();
+        let reports: Vec<PoolReport> = self
+            .pool_reports
+            .lock()
+            .values()
+            .map(|(report, _)| report.clone())
+            .collect();
+        for report in &reports {
+            let entry = capacity.entry(report.accelerator.clone()).or_default();
+            entry.has_pool = true;
+            entry.supply += self.booting(report).count();
+            if can_make_now(report, now) {
+                entry.headroom += headroom(report);
+            }
+            *hours.entry(report.accelerator.clone()).or_default() += report.slice_hours;
         }
-        (booting, hours)
+        for (accelerator, entry) in &mut capacity {
+            entry.supply += self.live.idle_pods(accelerator);
+            let budget = grant
+                .as_ref()
+                .and_then(|g| g.pod_hours.get(accelerator).copied());
+            if budget.is_some_and(|budget| hours.get(accelerator).copied().unwrap_or(0.0) >= budget)
+            {
+                entry.headroom = 0;
+            }
+        }
+        Ok(routing::route(&lists, &capacity))
+    }
+
+    /// A pool's slices not yet serving: being made, or up with a worker not yet heard from.
+    fn booting<'a>(&'a self, report: &'a PoolReport) -> impl Iterator<Item = &'a SliceView> {
+        report.slices.iter().filter(|slice| {
+            slice.state == "creating"
+                || (slice.state == "ready" && self.live.pod_seen_as(&slice.pod).is_none())
+        })
+    }
+
+    /// The hours the pools of `accelerator` other than `name` have used since the grant.
+    fn hours_of_other_pools(&self, name: &str, accelerator: &str) -> f64 {
+        self.pool_reports
+            .lock()
+            .iter()
+            .filter(|(other, (report, _))| *other != name && report.accelerator == accelerator)
+            .map(|(_, (report, _))| report.slice_hours)
+            .sum()
     }
 
     /// Every pool that has reported since this server started, with the queue's demand now.
@@ -229,14 +263,18 @@ impl Scheduler {
             .iter()
             .map(|(name, (report, at))| (name.clone(), report.clone(), *at))
             .collect();
+        let routed = self.routed_demand().await?;
         let mut pools = Vec::new();
         for (name, report, reported_at) in reports {
-            let demand = self.pool_answer(&name, &report).await?.demand;
+            let of_type = routed.get(&report.accelerator).copied().unwrap_or_default();
             pools.push(PoolView {
+                demand: of_type.given.saturating_add(
+                    u32::try_from(self.booting(&report).count()).unwrap_or(u32::MAX),
+                ),
+                demand_passed_on: of_type.passed_on,
                 name,
                 accelerator: report.accelerator,
                 max_slices: report.max_slices,
-                demand,
                 slices: report.slices,
                 zones: report.zones,
                 paused: report.paused,
@@ -293,6 +331,27 @@ impl Scheduler {
     }
 }
 
+/// Whether a pool, as it last reported, could make a slice now: not paused, below its
+/// `max_slices`, with a zone that is open or whose retry time has passed.
+fn can_make_now(report: &PoolReport, now: DateTime<Utc>) -> bool {
+    report.paused.is_none()
+        && headroom(report) > 0
+        && report
+            .zones
+            .iter()
+            .any(|zone| zone.state == "ready" || zone.next_try_at.is_some_and(|at| at <= now))
+}
+
+/// Slices a pool may still make under its `max_slices`.
+fn headroom(report: &PoolReport) -> usize {
+    let alive = report
+        .slices
+        .iter()
+        .filter(|slice| slice.state == "creating" || slice.state == "ready")
+        .count();
+    (report.max_slices as usize).saturating_sub(alive)
+}
+
 /// Refuses a report the server should not keep or plan with: more slices or zones than any
 /// pool holds, names a pod could not have, states no pool reports, an unknown accelerator.
 fn check_report(report: &PoolReport) -> Result<()> {
@@ -302,11 +361,8 @@ fn check_report(report: &PoolReport) -> Result<()> {
             message,
         ))
     };
-    if !crate::catalog::is_accelerator_type(&report.accelerator) {
-        return invalid(format!(
-            "`{}` is not an accelerator type",
-            podq_api::escape_controls(&report.accelerator)
-        ));
+    if let Err(unknown) = podq_api::slice_type(&report.accelerator) {
+        return invalid(podq_api::escape_controls(&unknown.to_string()));
     }
     if report.max_slices == 0 || report.max_slices > MAX_SLICES {
         return invalid(format!("max_slices must be 1 to {MAX_SLICES}"));

@@ -206,17 +206,18 @@ impl Scheduler {
         ))
     }
 
-    /// Wakes one waiting pod of each experiment's accelerator per experiment whose job was
-    /// just made leasable.
+    /// Wakes one waiting pod of each slice type an experiment may lease, per experiment whose
+    /// job was just made leasable: the first to claim it wins, the others wait again.
     pub(super) fn wake_for<'a>(&self, experiments: impl Iterator<Item = &'a str>) {
         for name in experiments {
-            let accelerator = self
-                .catalog
-                .experiment(name)
-                .map_or(self.config.catalog.accelerator.as_str(), |e| {
-                    e.accelerator.as_str()
-                });
-            self.waiters.leasable(accelerator, 1);
+            match self.catalog.experiment(name) {
+                Some(e) => {
+                    for accelerator in &e.accelerators {
+                        self.waiters.leasable(accelerator, 1);
+                    }
+                }
+                None => self.waiters.leasable(&self.config.catalog.accelerator, 1),
+            }
         }
     }
 }
@@ -357,7 +358,7 @@ async fn insert(
             experiment: &e.name,
             group: &e.group,
             priority,
-            accelerator: &e.accelerator,
+            accelerators: &e.accelerators,
             config_json: &config_json,
             config_sha256: &e.config_sha256,
             est_hours: e.est_hours,

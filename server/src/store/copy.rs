@@ -14,9 +14,10 @@ use super::{Backend, Location, Store, StoreError};
 /// copied: the destination's triggers count the rows as they arrive, and the check below
 /// compares them with the source's. `webhook_outbox` comes after `events`, `webhooks` after
 /// both: the outbox trigger must not queue old events again.
-const TABLES: [&str; 20] = [
+const TABLES: [&str; 21] = [
     "experiments",
     "jobs",
+    "job_accelerators",
     "attempts",
     "checkpoints",
     "metric_series",

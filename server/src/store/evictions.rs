@@ -6,11 +6,11 @@ use super::events::{insert_event, Actor};
 use super::{now_ms, StoreError};
 use podq_api::{JobId, LeaseId};
 
-/// The accelerators of the jobs on pods now.
+/// The slice types of the pods running jobs now.
 pub async fn live_accelerators(db: &mut Conn) -> Result<Vec<String>, StoreError> {
     Ok(db::query_scalar(
-        "SELECT DISTINCT accelerator FROM jobs WHERE state IN ('leased', 'running') \
-         AND same_as IS NULL ORDER BY accelerator",
+        "SELECT DISTINCT a.accelerator FROM jobs j JOIN attempts a ON a.lease_id = j.lease_id \
+         WHERE j.state IN ('leased', 'running') AND j.same_as IS NULL ORDER BY a.accelerator",
     )
     .fetch_all(db)
     .await?)
@@ -30,10 +30,11 @@ pub struct QueueHead {
 
 pub async fn queue_head(db: &mut Conn, accelerator: &str) -> Result<Option<QueueHead>, StoreError> {
     Ok(db::query_as(
-        "SELECT id, experiment, priority_class, submitted_by, reserved_pod, reserved_until \
-         FROM jobs WHERE state = 'queued' AND same_as IS NULL AND accelerator = ? \
-         AND (not_before IS NULL OR not_before <= ?) \
-         ORDER BY class_rank, queue_head DESC, priority DESC, seq LIMIT 1",
+        "SELECT j.id, j.experiment, j.priority_class, j.submitted_by, j.reserved_pod, \
+         j.reserved_until FROM jobs j JOIN job_accelerators ja ON ja.job_id = j.id \
+         WHERE j.state = 'queued' AND j.same_as IS NULL AND ja.accelerator = ? \
+         AND (j.not_before IS NULL OR j.not_before <= ?) \
+         ORDER BY j.class_rank, j.queue_head DESC, j.priority DESC, ja.preference, j.seq LIMIT 1",
     )
     .bind(accelerator)
     .bind(now_ms())
@@ -41,7 +42,7 @@ pub async fn queue_head(db: &mut Conn, accelerator: &str) -> Result<Option<Queue
     .await?)
 }
 
-/// A running job of `accelerator` an eviction could stop, with what stopping it would lose.
+/// A job running on a pod of `accelerator` that an eviction could stop, with what stopping it would lose.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Running {
     pub id: JobId,
@@ -68,7 +69,7 @@ pub async fn running(db: &mut Conn, accelerator: &str) -> Result<Vec<Running>, S
          (SELECT COUNT(*) FROM attempts e WHERE e.job_id = j.id AND e.cause = 'evicted' \
            AND e.ended_at >= ?) AS evictions_today \
          FROM jobs j JOIN attempts a ON a.lease_id = j.lease_id \
-         WHERE j.state IN ('leased', 'running') AND j.same_as IS NULL AND j.accelerator = ? \
+         WHERE j.state IN ('leased', 'running') AND j.same_as IS NULL AND a.accelerator = ? \
          AND j.stop_request IS NULL AND j.cancel_requested = 0",
     )
     .bind(day_ago)

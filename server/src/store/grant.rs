@@ -54,7 +54,7 @@ pub async fn hours_used(
 ) -> Result<f64, StoreError> {
     let ms: i64 = db::query_scalar(
         "SELECT CAST(COALESCE(SUM(COALESCE(a.ended_at, ?2) - a.started_at), 0) AS BIGINT) FROM attempts a \
-         JOIN jobs j ON j.id = a.job_id WHERE a.started_at >= ?1 AND j.accelerator = ?3",
+         WHERE a.started_at >= ?1 AND a.accelerator = ?3",
     )
     .bind(since_ms)
     .bind(now_ms())

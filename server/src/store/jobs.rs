@@ -155,7 +155,8 @@ pub struct NewJob<'a> {
     pub experiment: &'a str,
     pub group: &'a str,
     pub priority: i64,
-    pub accelerator: &'a str,
+    /// The slice types it may lease, most preferred first; never empty.
+    pub accelerators: &'a [String],
     pub config_json: &'a str,
     pub config_sha256: &'a str,
     pub est_hours: f64,
@@ -182,7 +183,7 @@ pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreErr
     .bind(job.experiment)
     .bind(job.group)
     .bind(job.priority)
-    .bind(job.accelerator)
+    .bind(&job.accelerators[0])
     .bind(job.config_json)
     .bind(job.config_sha256)
     .bind(job.est_hours)
@@ -194,20 +195,48 @@ pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreErr
     .bind(job.submitted_by)
     .bind(job.priority_class)
     .bind(job.class_rank)
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
+    for (preference, accelerator) in job.accelerators.iter().enumerate() {
+        db::query(
+            "INSERT INTO job_accelerators (job_id, accelerator, preference) VALUES (?, ?, ?)",
+        )
+        .bind(job.id)
+        .bind(accelerator)
+        .bind(preference as i64)
+        .execute(&mut *conn)
+        .await?;
+    }
     Ok(())
 }
 
 pub async fn attempts(db: &mut Conn, job_id: JobId) -> Result<Vec<AttemptRow>, StoreError> {
     Ok(db::query_as::<AttemptRow>(
-        "SELECT attempt, lease_id, pod, resume_from, started_at, running_at, ended_at, outcome, \
+        "SELECT attempt, lease_id, pod, accelerator, resume_from, started_at, running_at, ended_at, outcome, \
          start_step, end_step, exit_codes_json, log_tail, message, cause \
          FROM attempts WHERE job_id = ? ORDER BY attempt",
     )
     .bind(job_id)
     .fetch_all(db)
     .await?)
+}
+
+/// The slice types a run's attempts ran on, each once, in the order first used.
+pub async fn attempt_accelerators(db: &mut Conn, run: JobId) -> Result<Vec<String>, StoreError> {
+    let all: Vec<String> = db::query_scalar(
+        "SELECT accelerator FROM attempts WHERE job_id = ? AND accelerator IS NOT NULL \
+         ORDER BY attempt",
+    )
+    .bind(run)
+    .fetch_all(db)
+    .await?;
+    let mut used: Vec<String> = Vec::new();
+    for accelerator in all {
+        if !used.contains(&accelerator) {
+            used.push(accelerator);
+        }
+    }
+    Ok(used)
 }
 
 pub async fn latest_metrics(
@@ -449,6 +478,7 @@ pub async fn set_priority(conn: &mut Conn, id: JobId, priority: i64) -> Result<(
 /// A job with its run's attempts, checkpoints, latest metric values and goodput.
 pub struct DetailRows {
     pub job: JobRow,
+    pub accelerators: Vec<String>,
     pub attempts: Vec<AttemptRow>,
     pub checkpoints: Vec<super::rows::CheckpointRow>,
     pub latest_metrics: BTreeMap<String, api::MetricValue>,
@@ -493,8 +523,10 @@ pub async fn detail(tx: &mut Conn, id: JobId) -> Result<Option<DetailRows>, Stor
     let pod_time = super::pod_time::of_run(tx, run).await?;
     let advice = advice_inputs(tx, run, &job.accelerator).await?;
     let links = super::links::of_job(tx, run).await?;
+    let accelerators = super::leases::accelerators_of(tx, id).await?;
     Ok(Some(DetailRows {
         job,
+        accelerators,
         attempts,
         checkpoints,
         latest_metrics,

@@ -12,9 +12,12 @@ use super::events::{insert_event, Actor};
 use super::pod_time::PodActivity;
 use super::{now_ms, StoreError};
 
-pub(crate) const ANY_LEASABLE: &str =
-    "SELECT 1 FROM jobs WHERE state = 'queued' AND same_as IS NULL AND accelerator = ? \
-     AND (not_before IS NULL OR not_before <= ?) LIMIT 1";
+/// A queued job whose slice types hold `?1`: the queue is walked by state and each job's
+/// list looked up by its primary key.
+pub(crate) const ANY_LEASABLE: &str = "SELECT 1 FROM jobs WHERE state = 'queued' \
+     AND same_as IS NULL AND (not_before IS NULL OR not_before <= ?2) AND EXISTS \
+     (SELECT 1 FROM job_accelerators ja WHERE ja.job_id = jobs.id AND ja.accelerator = ?1) \
+     LIMIT 1";
 
 /// Whether a job is leasable now for `accelerator` (the claim's own condition, read-only).
 pub async fn any_leasable(db: &mut Conn, accelerator: &str) -> Result<bool, StoreError> {
@@ -26,25 +29,46 @@ pub async fn any_leasable(db: &mut Conn, accelerator: &str) -> Result<bool, Stor
     Ok(found.is_some())
 }
 
-/// How many jobs are leasable now for `accelerator`.
-pub async fn count_leasable(db: &mut Conn, accelerator: &str) -> Result<i64, StoreError> {
-    Ok(db::query_scalar(
-        "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND same_as IS NULL \
-         AND accelerator = ? AND (not_before IS NULL OR not_before <= ?)",
+/// Every job leasable now, in the claim's order, with its slice types most preferred
+/// first: what the pools' demand is routed from.
+pub async fn leasable_lists(db: &mut Conn) -> Result<Vec<Vec<String>>, StoreError> {
+    let rows: Vec<(JobId, String)> = db::query_as(
+        "SELECT j.id, ja.accelerator FROM jobs j JOIN job_accelerators ja ON ja.job_id = j.id \
+         WHERE j.state = 'queued' AND j.same_as IS NULL \
+         AND (j.not_before IS NULL OR j.not_before <= ?) \
+         ORDER BY j.class_rank, j.queue_head DESC, j.priority DESC, j.seq, ja.preference",
     )
-    .bind(accelerator)
     .bind(now_ms())
-    .fetch_one(db)
+    .fetch_all(db)
+    .await?;
+    let mut lists: Vec<(JobId, Vec<String>)> = Vec::new();
+    for (id, accelerator) in rows {
+        match lists.last_mut() {
+            Some((last, list)) if *last == id => list.push(accelerator),
+            _ => lists.push((id, vec![accelerator])),
+        }
+    }
+    Ok(lists.into_iter().map(|(_, list)| list).collect())
+}
+
+/// When each backed-off queued job becomes leasable, once for each slice type it may lease,
+/// in ms since the epoch: a restarted server arms a wake-up for each.
+pub async fn backoff_ends(db: &mut Conn) -> Result<Vec<(String, i64)>, StoreError> {
+    Ok(db::query_as(
+        "SELECT ja.accelerator, j.not_before FROM jobs j \
+         JOIN job_accelerators ja ON ja.job_id = j.id \
+         WHERE j.state = 'queued' AND j.same_as IS NULL AND j.not_before IS NOT NULL",
+    )
+    .fetch_all(db)
     .await?)
 }
 
-/// When each backed-off queued job becomes leasable, with its accelerator, in ms since the
-/// epoch: a restarted server arms a wake-up for each.
-pub async fn backoff_ends(db: &mut Conn) -> Result<Vec<(String, i64)>, StoreError> {
-    Ok(db::query_as(
-        "SELECT accelerator, not_before FROM jobs WHERE state = 'queued' AND same_as IS NULL \
-         AND not_before IS NOT NULL",
+/// The slice types a job may lease, most preferred first.
+pub async fn accelerators_of(db: &mut Conn, job: JobId) -> Result<Vec<String>, StoreError> {
+    Ok(db::query_scalar(
+        "SELECT accelerator FROM job_accelerators WHERE job_id = ? ORDER BY preference",
     )
+    .bind(job)
     .fetch_all(db)
     .await?)
 }
@@ -66,9 +90,9 @@ pub struct Claimed {
     pub fallback_checkpoints: Vec<String>,
 }
 
-/// Claims the job an eviction reserved `pod` for, else the first leasable job for
-/// `accelerator` (class, an evicted job at the head of its class, priority, then submission
-/// order) for `pod`, starts its attempt and notes it on the timeline. Claims nothing while the pod
+/// Claims the job an eviction reserved `pod` for, else the first leasable job whose slice
+/// types hold `accelerator` (class, an evicted job at the head of its class, priority, the
+/// job that prefers `accelerator` most, then submission order) for `pod`, starts its attempt and notes it on the timeline. Claims nothing while the pod
 /// holds a live lease, whatever its job's state (a cancelled job's lease lives until its
 /// worker ends the attempt): a pod runs one job at a time.
 pub async fn claim(
@@ -88,11 +112,14 @@ pub async fn claim(
          reserved_pod = NULL, reserved_until = NULL, queue_head = 0, \
          diverged_reports = 0, diverged_step = NULL \
          WHERE id = COALESCE( \
-           (SELECT id FROM jobs WHERE reserved_pod = ?2 AND reserved_until > ?3 \
-             AND state = 'queued' AND same_as IS NULL AND accelerator = ?4 LIMIT 1), \
-           (SELECT id FROM jobs WHERE state = 'queued' AND same_as IS NULL \
-             AND accelerator = ?4 AND (not_before IS NULL OR not_before <= ?3) \
-             ORDER BY class_rank, queue_head DESC, priority DESC, seq LIMIT 1)) \
+           (SELECT r.id FROM jobs r JOIN job_accelerators ra ON ra.job_id = r.id \
+             WHERE r.reserved_pod = ?2 AND r.reserved_until > ?3 AND r.state = 'queued' \
+             AND r.same_as IS NULL AND ra.accelerator = ?4 LIMIT 1), \
+           (SELECT q.id FROM jobs q JOIN job_accelerators qa ON qa.job_id = q.id \
+             WHERE q.state = 'queued' AND q.same_as IS NULL AND qa.accelerator = ?4 \
+             AND (q.not_before IS NULL OR q.not_before <= ?3) \
+             ORDER BY q.class_rank, q.queue_head DESC, q.priority DESC, qa.preference, q.seq \
+             LIMIT 1)) \
          AND {} \
          AND NOT EXISTS (SELECT 1 FROM jobs WHERE lease_pod = ?2) \
          RETURNING id, attempts, experiment, group_name, config_json, config_sha256, \
@@ -111,13 +138,14 @@ pub async fn claim(
     };
     offer_resume_points(conn, &mut claimed).await?;
     db::query(
-        "INSERT INTO attempts (job_id, attempt, lease_id, pod, resume_from, started_at, start_step) \
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO attempts (job_id, attempt, lease_id, pod, accelerator, resume_from, \
+         started_at, start_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(claimed.id)
     .bind(claimed.attempts)
     .bind(lease_id)
     .bind(pod)
+    .bind(accelerator)
     .bind(&claimed.resume_from)
     .bind(now)
     .bind(claimed.resume_step)
@@ -135,7 +163,10 @@ pub async fn claim(
         Some(claimed.id),
         Some(pod),
         "leased",
-        &format!("attempt {} leased to pod {pod}{from}", claimed.attempts),
+        &format!(
+            "attempt {} leased to pod {pod} ({accelerator}){from}",
+            claimed.attempts
+        ),
     )
     .await?;
     Ok(Some(claimed))

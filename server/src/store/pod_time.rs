@@ -43,7 +43,8 @@ struct ClockRow {
 
 const ATTEMPT_CLOCK: &str = "SELECT a.job_id, a.attempt, a.pod, a.started_at, a.running_at, \
      a.first_step_at, a.ended_at, a.outcome, a.trainer_phases_json, a.stopping_s, \
-     a.cause, a.pod_time_json, j.group_name, j.accelerator FROM attempts a JOIN jobs j ON j.id = a.job_id";
+     a.cause, a.pod_time_json, j.group_name, COALESCE(a.accelerator, j.accelerator) AS accelerator \
+     FROM attempts a JOIN jobs j ON j.id = a.job_id";
 
 impl ClockRow {
     fn clock(&self) -> AttemptClock {

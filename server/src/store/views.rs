@@ -68,11 +68,14 @@ pub struct PlanJob {
     pub first_step_at: Option<i64>,
     pub end_step: Option<i64>,
     pub ended_at: Option<i64>,
+    /// The slice type of the attempt `first_step` .. `end_step` were measured on.
+    pub measured_on: Option<String>,
 }
 
 const PLAN_JOB: &str = "SELECT j.id, j.seq, j.experiment, j.group_name, j.state, j.priority, \
      j.class_rank, j.queue_head, j.same_as, j.est_hours, j.last_step, j.total_steps, j.config_sha256, \
-     j.accelerator, a.first_step, a.first_step_at, a.end_step, a.ended_at FROM jobs j \
+     j.accelerator, a.first_step, a.first_step_at, a.end_step, a.ended_at, \
+     a.accelerator AS measured_on FROM jobs j \
      LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt = (SELECT MAX(attempt) FROM attempts \
        WHERE job_id = j.id AND first_step IS NOT NULL)";
 
@@ -94,6 +97,31 @@ pub async fn plan_job(db: &mut Conn, id: JobId) -> Result<Option<PlanJob>, Store
             .fetch_optional(db)
             .await?,
     )
+}
+
+/// One attempt's progress and slice type, for its step rate there.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AttemptProgress {
+    pub job_id: JobId,
+    pub group_name: String,
+    pub accelerator: String,
+    pub first_step: i64,
+    pub first_step_at: i64,
+    pub end_step: Option<i64>,
+    pub ended_at: Option<i64>,
+}
+
+/// Every attempt that reported steps on a known slice type: what the plan measures each
+/// run's and each group's speed on each type from.
+pub async fn attempt_progress(db: &mut Conn) -> Result<Vec<AttemptProgress>, StoreError> {
+    Ok(db::query_as(
+        "SELECT a.job_id, j.group_name, a.accelerator, a.first_step, a.first_step_at, \
+         a.end_step, a.ended_at FROM attempts a JOIN jobs j ON j.id = a.job_id \
+         WHERE a.first_step IS NOT NULL AND a.first_step_at IS NOT NULL \
+         AND a.accelerator IS NOT NULL",
+    )
+    .fetch_all(db)
+    .await?)
 }
 
 /// A run's attempts, preemptions and message.

@@ -185,8 +185,10 @@ fn fill_template(
     resume: Option<&str>,
 ) -> String {
     let config_dir = driver.config_dir(host).display().to_string();
+    let slice = slice_of(lease, driver);
     let values = [
         ("{config_dir}", config_dir.as_str()),
+        ("{accelerator}", slice.accelerator.as_str()),
         ("{experiment}", lease.experiment.as_str()),
         ("{checkpoint_dir}", lease.checkpoint_dir.as_str()),
         ("{resume_from}", resume.unwrap_or("null")),
@@ -194,6 +196,16 @@ fn fill_template(
         ("{host_count}", &driver.hosts().to_string()),
     ];
     fill_quoted(template, &values)
+}
+
+/// The slice this attempt runs on: as the lease says, else (an older server) as this
+/// worker's pod is configured.
+fn slice_of(lease: &Lease, driver: &dyn PodDriver) -> podq_api::SliceShape {
+    lease.slice.clone().unwrap_or_else(|| podq_api::SliceShape {
+        accelerator: driver.accelerator().to_owned(),
+        hosts: driver.hosts(),
+        devices: podq_api::accelerators::devices_of(driver.accelerator()),
+    })
 }
 
 /// `template` with each placeholder replaced by its value, shell-quoted, in one pass: a
@@ -233,7 +245,13 @@ fn trainer_env(
 ) -> BTreeMap<String, String> {
     let mut env = settings.trainer_env.clone();
     let hosts = driver.hosts().to_string();
+    let slice = slice_of(lease, driver);
     for (key, value) in [
+        // What a trainer needs to build its mesh and restore a checkpoint saved on another
+        // slice type onto it (podq_trainer.slice_info, docs/trainer.md).
+        ("PODQ_ACCELERATOR", slice.accelerator),
+        ("PODQ_SLICE_HOSTS", slice.hosts.to_string()),
+        ("PODQ_SLICE_DEVICES", slice.devices.to_string()),
         ("PODQ_JOB_ID", lease.job_id.to_string()),
         ("PODQ_ATTEMPT", lease.attempt.to_string()),
         ("PODQ_LEASE_ID", lease.lease_id.to_string()),

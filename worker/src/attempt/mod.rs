@@ -42,7 +42,8 @@ use supervise::Hosts;
 #[derive(Debug, Clone)]
 pub struct AttemptSettings {
     /// The trainer command, with `{config_dir}`, `{experiment}`, `{checkpoint_dir}`,
-    /// `{resume_from}` (`null` when none), `{host_index}` and `{host_count}` filled in.
+    /// `{resume_from}` (`null` when none), `{host_index}`, `{host_count}` and
+    /// `{accelerator}` (the slice type of this attempt's pod) filled in, each shell-quoted.
     pub trainer_command: String,
     /// Extra environment for every host's trainer.
     pub trainer_env: BTreeMap<String, String>,

@@ -151,19 +151,6 @@ fn valid_zone_name(zone: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
-/// `<generation>-<size>`, e.g. `v4-64`, `v5litepod-16`, `v6e-8`.
-fn valid_accelerator(accelerator: &str) -> bool {
-    accelerator
-        .rsplit_once('-')
-        .is_some_and(|(generation, size)| {
-            !generation.is_empty()
-                && generation
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-                && size.parse::<u32>().is_ok_and(|n| n > 0)
-        })
-}
-
 /// `20s`, `10m`, `1h`, `2d`: a whole number and one unit.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let refuse = || {
@@ -248,14 +235,8 @@ impl PoolFile {
                     "a second pool of this name (pool names must be unique)".to_owned(),
                 ));
             }
-            if !valid_accelerator(&raw.accelerator) {
-                return Err(refuse_pool(
-                    at("accelerator"),
-                    format!(
-                        "`{}` is not an accelerator type such as `v4-64` or `v6e-8`",
-                        raw.accelerator
-                    ),
-                ));
+            if let Err(unknown) = podq_api::slice_type(&raw.accelerator) {
+                return Err(refuse_pool(at("accelerator"), unknown.to_string()));
             }
             if raw.max_slices == 0 {
                 return Err(refuse_pool(
@@ -853,9 +834,9 @@ pools:
             ),
             (
                 "bad accelerator",
-                EXAMPLE.replace("accelerator: v4-64", "accelerator: v4"),
+                EXAMPLE.replace("accelerator: v4-64", "accelerator: v4-63"),
                 3,
-                "not an accelerator type",
+                "did you mean `v4-64`?",
             ),
             (
                 "unknown provisioning",

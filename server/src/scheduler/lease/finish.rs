@@ -203,7 +203,7 @@ impl Scheduler {
                         }
                     }
                     let requeued = (decision.state == JobState::Queued)
-                        .then(|| (holder.accelerator.clone(), not_before));
+                        .then_some((holder.id, not_before));
                     Ok::<_, SchedulerError>((
                         FinishResponse {
                             job_state: decision.state,
@@ -225,10 +225,8 @@ impl Scheduler {
                 self.telemetry.preemptions.inc();
             }
         }
-        match requeued {
-            Some((accelerator, Some(at))) => self.waiters.leasable_at(&accelerator, at),
-            Some((accelerator, None)) => self.waiters.leasable(&accelerator, 1),
-            None => {}
+        if let Some((job, at)) = requeued {
+            self.wake_for_job(job, at).await;
         }
         Ok(answer)
     }

@@ -140,6 +140,7 @@ impl Scheduler {
             resume_step: claimed.resume_step,
             fallback_checkpoints: claimed.fallback_checkpoints,
             checkpoint_interval_steps,
+            slice: slice_shape(&req.pod),
             lease_ttl_s: self.config.lease_ttl.as_secs(),
             heartbeat_s: self.config.heartbeat.as_secs().max(1),
         };
@@ -201,4 +202,14 @@ async fn record_pod(
         }
     }
     Ok(())
+}
+
+/// The slice a lease runs on, for the trainer to build its mesh and restore onto it: the
+/// type's devices from podq's table, the hosts as the pod's worker counts them.
+fn slice_shape(pod: &podq_api::PodDescription) -> Option<podq_api::SliceShape> {
+    let mut shape = podq_api::slice_type(&pod.accelerator)
+        .ok()?
+        .shape(&pod.accelerator);
+    shape.hosts = pod.hosts;
+    Some(shape)
 }

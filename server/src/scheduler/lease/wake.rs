@@ -61,6 +61,31 @@ impl LeaseWaiters {
     }
 }
 
+impl crate::scheduler::Scheduler {
+    /// Job `id` became leasable now, or at `at_ms` once its backoff ends: wakes one waiting
+    /// pod of each slice type it may lease. The first to claim it wins; the others find
+    /// nothing and wait again. The job's change is already written: a failed read here is
+    /// logged, not answered, and waiting pods still find the job at their next call.
+    pub(in crate::scheduler) async fn wake_for_job(&self, id: podq_api::JobId, at_ms: Option<i64>) {
+        let read = async {
+            crate::store::leases::accelerators_of(&mut self.store.read().await?, id).await
+        };
+        let accelerators = match read.await {
+            Ok(accelerators) => accelerators,
+            Err(e) => {
+                tracing::warn!(job = %id, error = %e, "cannot read the job's slice types to wake its pods");
+                return;
+            }
+        };
+        for accelerator in accelerators {
+            match at_ms {
+                Some(at) => self.waiters.leasable_at(&accelerator, at),
+                None => self.waiters.leasable(&accelerator, 1),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

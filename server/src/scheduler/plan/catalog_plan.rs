@@ -11,10 +11,10 @@ use podq_api::{
     RunState, SubmitRequest,
 };
 
-use super::forecast;
 use super::grant::check_deadline;
 use super::planner::{self, Group, Limits, Phase, Pool, Run};
 use super::pod_time::ExpectedWaste;
+use super::{forecast, speed};
 use crate::scheduler::{submit, Result, Scheduler};
 use crate::store::events::Actor;
 use crate::store::views::{self, PlanJob};
@@ -304,6 +304,25 @@ impl Scheduler {
     /// share one run, as submitting them would.
     async fn gather(&self, now: i64) -> Result<Gathered> {
         let mut db = self.store.read().await?;
+        let speeds = speed::Speeds::from_attempts(
+            views::attempt_progress(&mut db)
+                .await?
+                .into_iter()
+                .filter_map(|a| {
+                    let rate = forecast::step_rate(
+                        Some(a.first_step),
+                        Some(a.first_step_at),
+                        a.end_step,
+                        a.ended_at.unwrap_or(now),
+                    )?;
+                    Some(speed::AttemptRate {
+                        run: a.job_id,
+                        group: a.group_name,
+                        accelerator: a.accelerator,
+                        steps_per_s: rate,
+                    })
+                }),
+        );
         let mut runs: Vec<Run> = Vec::new();
         let mut run_of_job: HashMap<JobId, usize> = HashMap::new();
         let mut run_of_config: HashMap<String, usize> = HashMap::new();
@@ -335,7 +354,8 @@ impl Scheduler {
                 Some(job) => match run_of_job.get(&job.id) {
                     Some(&i) => i,
                     None => {
-                        let run = run_of(&job, now)?;
+                        let mut run = run_of(&job, now)?;
+                        run.elsewhere = elsewhere(&speeds, &run, &e.accelerators);
                         runs.push(run);
                         let i = runs.len() - 1;
                         run_of_job.insert(job.id, i);
@@ -348,7 +368,7 @@ impl Scheduler {
                 None => match run_of_config.get(&e.config_sha256) {
                     Some(&i) => i,
                     None => {
-                        runs.push(Run {
+                        let mut run = Run {
                             job_id: None,
                             experiment: e.name.clone(),
                             group: e.group.clone(),
@@ -361,9 +381,12 @@ impl Scheduler {
                             estimate: EstimateSource::Catalog,
                             also_finishes: Vec::new(),
                             accelerator: e.accelerator.clone(),
+                            elsewhere: Vec::new(),
                             expected_waste_hours: 0.0,
                             checkpoint_advice: None,
-                        });
+                        };
+                        run.elsewhere = elsewhere(&speeds, &run, &e.accelerators);
+                        runs.push(run);
                         let i = runs.len() - 1;
                         run_of_config.insert(e.config_sha256.clone(), i);
                         i
@@ -389,6 +412,18 @@ impl Scheduler {
             .collect();
         Ok(Gathered { runs, groups })
     }
+}
+
+/// The slice types of `list` other than the one `run` is reckoned on, with its hours on each
+/// per hour there.
+fn elsewhere(speeds: &speed::Speeds, run: &Run, list: &[String]) -> Vec<(String, f64)> {
+    list.iter()
+        .filter(|a| **a != run.accelerator)
+        .map(|a| {
+            let factor = speeds.factor(run.job_id, &run.group, &run.accelerator, a);
+            (a.clone(), factor)
+        })
+        .collect()
 }
 
 fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
@@ -421,7 +456,12 @@ fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
             _ => EstimateSource::Catalog,
         },
         also_finishes: Vec::new(),
-        accelerator: job.accelerator.clone(),
+        // Its hours to go are at the rate of the attempt they were measured on.
+        accelerator: match (rate, &job.measured_on) {
+            (Some(_), Some(on)) => on.clone(),
+            _ => job.accelerator.clone(),
+        },
+        elsewhere: Vec::new(),
         expected_waste_hours: 0.0,
         checkpoint_advice: None,
     })

@@ -8,3 +8,4 @@ pub mod forecast;
 mod grant;
 pub mod planner;
 mod pod_time;
+pub mod speed;

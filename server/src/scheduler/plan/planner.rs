@@ -50,8 +50,12 @@ pub struct Run {
     pub remaining_hours: f64,
     pub estimate: EstimateSource,
     pub also_finishes: Vec<String>,
-    /// Only pods of this accelerator type run it.
+    /// The slice type `remaining_hours` is reckoned on: the type its latest measured attempt
+    /// ran on, else the one it prefers.
     pub accelerator: String,
+    /// The other slice types it may run on, each with its hours there per hour on
+    /// `accelerator` (`speed::Speeds::factor`).
+    pub elsewhere: Vec<(String, f64)>,
     /// Of `remaining_hours`: work expected to be redone after interruptions, at the run's
     /// checkpoint interval and its pod type's interruption rate.
     pub expected_waste_hours: f64,
@@ -119,10 +123,24 @@ type Rank = ((usize, usize), Reverse<Vec<usize>>);
 /// Where a run lands on the pods: start, end, and whether it fits the limits.
 type Slot = (DateTime<Utc>, DateTime<Utc>, bool);
 
+/// Where a run would land on one of its types: over that type's budget, its pool's index
+/// and lane, when it would start and end there, and its hours there.
+#[derive(Clone, Copy)]
+struct Landing {
+    over: bool,
+    pool: usize,
+    lane: usize,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    hours: f64,
+}
+
 /// One order played out on the pods.
 struct Timeline {
     /// Per run, or None for a run the order leaves out.
     slots: Vec<Option<Slot>>,
+    /// Per run, the slice type it is played out on.
+    types: Vec<Option<String>>,
 }
 
 impl Timeline {
@@ -131,32 +149,70 @@ impl Timeline {
         // are one or two accelerator types, and this runs once per candidate order.
         let mut pools: Vec<(&str, Vec<DateTime<Utc>>, f64, Pool)> = Vec::new();
         let mut slots = vec![None; runs.len()];
+        let mut types = vec![None; runs.len()];
         for &i in order {
-            let accelerator = runs[i].accelerator.as_str();
-            let k = match pools.iter().position(|(name, ..)| *name == accelerator) {
-                Some(k) => k,
-                None => {
-                    let pool = limits.pool(accelerator);
-                    pools.push((accelerator, vec![limits.now; pool.pods.max(1)], 0.0, pool));
-                    pools.len() - 1
+            let run = &runs[i];
+            let hours = run.remaining_hours * limits.overhead_factor;
+            // The run lands on whichever of its types' pods frees up to finish it first;
+            // another type counts only where pods of it are expected.
+            let options = std::iter::once((run.accelerator.as_str(), 1.0)).chain(
+                run.elsewhere
+                    .iter()
+                    .filter(|(a, _)| limits.pools.contains_key(a))
+                    .map(|(a, factor)| (a.as_str(), *factor)),
+            );
+            // Within its type's budget first, then the earliest end, then the type it prefers.
+            let mut best: Option<Landing> = None;
+            for (accelerator, factor) in options {
+                let k = match pools.iter().position(|(name, ..)| *name == accelerator) {
+                    Some(k) => k,
+                    None => {
+                        let pool = limits.pool(accelerator);
+                        pools.push((accelerator, vec![limits.now; pool.pods.max(1)], 0.0, pool));
+                        pools.len() - 1
+                    }
+                };
+                let (lane, start) = pools[k]
+                    .1
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .min_by_key(|(_, t)| *t)
+                    .unwrap_or((0, limits.now));
+                let hours_here = hours * factor;
+                let end = start + Duration::seconds((hours_here * 3600.0).round() as i64);
+                let (_, _, spent, pool) = &pools[k];
+                let over = pool
+                    .budget_hours
+                    .is_some_and(|b| *spent + hours_here > b + 1e-9);
+                if best.is_none_or(|b| (over, end) < (b.over, b.end)) {
+                    best = Some(Landing {
+                        over,
+                        pool: k,
+                        lane,
+                        start,
+                        end,
+                        hours: hours_here,
+                    });
                 }
-            };
+            }
+            let Landing {
+                pool: k,
+                lane,
+                start,
+                end,
+                hours,
+                ..
+            } = best.expect("a run has its own type");
             let (_, lanes, spent, pool) = &mut pools[k];
-            let hours = runs[i].remaining_hours * limits.overhead_factor;
-            let (lane, start) = lanes
-                .iter()
-                .copied()
-                .enumerate()
-                .min_by_key(|(_, t)| *t)
-                .unwrap_or((0, limits.now));
-            let end = start + Duration::seconds((hours * 3600.0).round() as i64);
             lanes[lane] = end;
             *spent += hours;
             let fits = limits.deadline.is_none_or(|d| end <= d)
                 && pool.budget_hours.is_none_or(|b| *spent <= b + 1e-9);
             slots[i] = Some((start, end, fits));
+            types[i] = Some(pools[k].0.to_owned());
         }
-        Timeline { slots }
+        Timeline { slots, types }
     }
 
     fn run_fits(&self, runs: &[Run], i: usize) -> bool {
@@ -225,7 +281,10 @@ pub fn plan(runs: &[Run], groups: &[Group], limits: &Limits, recommend: bool) ->
         Projection {
             runs: listed
                 .into_iter()
-                .map(|i| planned_run(&runs[i], timeline.slots[i], limits, has_deadline))
+                .map(|i| {
+                    let on = timeline.types[i].clone();
+                    planned_run(&runs[i], timeline.slots[i], on, limits, has_deadline)
+                })
                 .collect(),
             runs_fit: has_deadline.then_some(fit),
             groups_fit: has_deadline.then_some(whole),
@@ -284,7 +343,13 @@ pub fn capacity_hours(runs: &[Run], limits: &Limits, on_pod: &[usize]) -> f64 {
     capacity_by_pool(runs, limits, on_pod).values().sum()
 }
 
-fn planned_run(run: &Run, slot: Option<Slot>, limits: &Limits, has_deadline: bool) -> PlannedRun {
+fn planned_run(
+    run: &Run,
+    slot: Option<Slot>,
+    on: Option<String>,
+    limits: &Limits,
+    has_deadline: bool,
+) -> PlannedRun {
     let (start, end) = slot.map_or((limits.now, limits.now), |(s, e, _)| (s, e));
     let fits = match run.phase {
         Phase::Done => Some(true),
@@ -299,6 +364,7 @@ fn planned_run(run: &Run, slot: Option<Slot>, limits: &Limits, has_deadline: boo
         priority: run.priority,
         remaining_hours: run.remaining_hours * limits.overhead_factor,
         estimate: run.estimate,
+        accelerator: on.unwrap_or_else(|| run.accelerator.clone()),
         start,
         end,
         fits_deadline: fits.filter(|_| has_deadline),
@@ -468,7 +534,42 @@ mod tests {
             estimate: EstimateSource::Catalog,
             also_finishes: Vec::new(),
             accelerator: "v4-64".into(),
+            elsewhere: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_run_that_may_use_a_faster_generation_finishes_there_when_its_own_is_busy() {
+        let mut limits = limits(12);
+        let mut runs = vec![run("a", "g", 10.0, 1), run("b", "g", 10.0, 2)];
+        let groups = vec![Group {
+            name: "g".into(),
+            runs: vec![0, 1],
+        }];
+        let only_v4 = plan(&runs, &groups, &limits, false).current;
+        assert_eq!(
+            only_v4.runs_fit,
+            Some(1),
+            "one v4 pod: the second run ends at 20 h"
+        );
+
+        for run in &mut runs {
+            run.elsewhere = vec![("v6e-32".into(), 275.0 / 918.0)];
+        }
+        let no_v6e_pods = plan(&runs, &groups, &limits, false).current;
+        assert_eq!(
+            no_v6e_pods.runs_fit,
+            Some(1),
+            "a type no pool holds is no option"
+        );
+
+        limits.pools.insert("v6e-32".into(), Pool::default());
+        let planned = plan(&runs, &groups, &limits, false).current;
+        assert_eq!(planned.runs_fit, Some(2), "{planned:?}");
+        let b = planned.runs.iter().find(|r| r.experiment == "b").unwrap();
+        assert_eq!(b.accelerator, "v6e-32");
+        let hours = (b.end - b.start).num_seconds() as f64 / 3600.0;
+        assert!((hours - 10.0 * 275.0 / 918.0).abs() < 0.01, "{hours}");
     }
 
     fn limits(hours: i64) -> Limits {

@@ -57,6 +57,7 @@ impl Scheduler {
         }
         Ok(JobDetail {
             job: detail.job.into_api()?,
+            accelerators: detail.accelerators,
             attempts: detail
                 .attempts
                 .into_iter()

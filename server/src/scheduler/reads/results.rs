@@ -70,8 +70,10 @@ impl Scheduler {
                 };
                 let (last, best) = (eval(&row.last), eval(&row.best));
                 metrics.extend(last.keys().cloned());
-                let (mut steps, mut pod_hours) = (None, None);
+                let (mut steps, mut pod_hours, mut accelerators) = (None, None, None);
                 if let Some(run) = row.run_id {
+                    let used = jobs::attempt_accelerators(&mut db, run).await?;
+                    accelerators = (!used.is_empty()).then(|| used.join(" "));
                     steps = jobs::get_job(&mut db, run).await?.and_then(|j| j.last_step);
                     let seconds: f64 = pod_time::of_run(&mut db, run)
                         .await?
@@ -91,6 +93,7 @@ impl Scheduler {
                     steps,
                     pod_hours,
                     attempts: row.job_id.map(|_| row.attempts),
+                    accelerators,
                     job_id: row.job_id,
                     state: row.state,
                     experiment: row.experiment,
