@@ -1014,9 +1014,10 @@ fn a_submitter_sees_who_they_are_and_what_only_others_may_do() {
 }
 
 #[test]
-fn the_capacity_card_shows_a_pools_slices_and_blocked_zones() {
+fn the_capacity_card_shows_pools_of_two_generations_and_each_attempts_slice() {
     run(async {
         let server = Server::start().await;
+        // A v4 pool whose one open zone holds one slice, and a v6e pool: exp07 lists both.
         let yaml = common::pools::pool_yaml(
             "dash",
             2,
@@ -1025,35 +1026,85 @@ fn the_capacity_card_shows_a_pools_slices_and_blocked_zones() {
                 "{zone: zone-a, sim: {fault: stockout}}",
                 "{zone: zone-b, sim: {capacity: 1}}",
             ],
-        );
+        ) + "  - name: dash-v6e\n    accelerator: v6e-32\n    max_slices: 1\n    \
+               idle_after: never\n    provisioning: spot\n    driver: local\n    zones:\n      \
+               - {zone: zone-d, sim: {capacity: 1}}\n";
         let _pool = common::pools::PoolProcess::start(&server, &yaml, 120);
-        let id = server.submit_one("exp07a", json!({})).await;
-        server.wait_state(&id, "running", RUN).await;
+        let first = server.submit_one("exp07a", json!({})).await;
+        let second = server.submit_one("exp07c", json!({})).await;
+        server.wait_state(&first, "running", RUN).await;
+        server.wait_state(&second, "running", RUN).await;
         let browser = Browser::launch().await;
         let page = browser.open(&format!("{}/", server.url)).await;
         wait_live(&page).await;
         let pool = "#capacity [data-pool=\"dash\"]";
+        let v6e = "#capacity [data-pool=\"dash-v6e\"]";
         let shown: String = page
             .wait_for(
                 SHOW,
-                "the pool's blocked zone and its ready slice",
+                "the v4 pool's blocked zone and its ready slice, and the v6e pool's",
                 &format!(
                     "(() => {{ const card = document.getElementById('capacity'); \
                      const zone = document.querySelector({zone}); \
                      const slice = document.querySelector({slice}); \
-                     return !card.hidden && zone && slice ? card.textContent : null; }})()",
+                     const other = document.querySelector({other}); \
+                     return !card.hidden && zone && slice && other ? card.textContent : null; }})()",
                     zone = js_str(&format!(
                         "{pool} [data-zone=\"zone-a\"][data-zone-state=\"stockout\"]"
                     )),
                     slice = js_str(&format!("{pool} [data-slice-state=\"ready\"]")),
+                    other = js_str(&format!("{v6e} [data-slice-state=\"ready\"]")),
                 ),
             )
             .await;
         assert!(shown.contains("zone-b"), "{shown}");
-        assert!(shown.contains("1 of 2 slices"), "{shown}");
+        assert!(shown.contains("v4-64 · 1 of 2 slices"), "{shown}");
+        assert!(shown.contains("v6e-32 · 1 of 1 slices"), "{shown}");
+        let demand: Value = page
+            .eval(
+                "[...document.querySelectorAll('#capacity [data-passed-on]')]\
+                 .map((e) => [e.dataset.demand, e.dataset.passedOn])",
+            )
+            .await;
+        assert_eq!(demand.as_array().map(Vec::len), Some(2), "{demand}");
         page.eval::<Value>("document.getElementById('capacity').scrollIntoView({block: 'center'})")
             .await;
         page.screenshot("capacity").await;
+
+        // Each attempt's panel row says the slice type it ran on.
+        let (_, job) = server.get(&format!("/jobs/{second}")).await;
+        let expected = job["attempts"][0]["accelerator"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        page.click(&format!(
+            "#jobs-table tbody tr[data-job-id={}] td.exp",
+            js_str(&second)
+        ))
+        .await;
+        let slice: String = page
+            .wait_for(
+                SHOW,
+                "the attempt's slice type in the job's panel",
+                &format!(
+                    "(() => {{ const td = document.querySelector('#detail-attempts td[data-accelerator]'); \
+                     return document.getElementById('job-detail').dataset.jobId === {id} && td \
+                     ? td.dataset.accelerator : null; }})()",
+                    id = js_str(&second)
+                ),
+            )
+            .await;
+        assert_eq!(slice, expected, "{job}");
+        let (_, first_job) = server.get(&format!("/jobs/{first}")).await;
+        let mut types = vec![
+            first_job["attempts"][0]["accelerator"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+            expected,
+        ];
+        types.sort();
+        assert_eq!(types, ["v4-64", "v6e-32"], "one on each generation");
         browser.close().await;
     });
 }

@@ -1,6 +1,7 @@
 // The capacity card: each pool's slices and zones (GET /api/v1/pools), hidden while no pool
 // has reported. Zones are the waterfall a pool moves down: ready, stockout, quota, churn or
-// paused, with when a blocked one is tried again.
+// paused, with when a blocked one is tried again. Pools of every generation are shown, each
+// with the demand it was given and the demand it passed on to a later type of a job's list.
 
 import { getJSON } from "./api.js";
 import { $, el } from "./dom.js";
@@ -19,12 +20,14 @@ function slicePill(state) {
 }
 
 function renderPool(pool) {
+  const passed = pool.demand_passed_on || 0;
   const head = el("div", { class: "pool-head" },
     el("span", { class: "pod-name" }, pool.name),
-    el("span", { class: "muted" },
+    el("span", { class: "muted", "data-demand": pool.demand, "data-passed-on": passed },
       `${pool.accelerator} · ${pool.slices.length} of ${pool.max_slices} slices · ` +
-      `${pool.demand} job${pool.demand === 1 ? "" : "s"} waiting · ` +
-      `${fmtDuration(pool.slice_hours * 3600 * 1000)} of slice time paid`));
+      `${pool.demand} job${pool.demand === 1 ? "" : "s"} waiting` +
+      (passed ? ` · ${passed} passed on to another type (no zone can make a slice)` : "") +
+      ` · ${fmtDuration(pool.slice_hours * 3600 * 1000)} of slice time paid`));
   const paused = pool.paused
     ? el("div", { class: "pool-paused", role: "status" }, `paused: ${pool.paused}`)
     : null;

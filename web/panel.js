@@ -104,6 +104,8 @@ function renderDetail(detail, metrics, events) {
     ...fact("Submitted by", detail.submitted_by || "nobody recorded (before podq knew people)"),
     ...fact("Priority", String(detail.priority)),
     ...fact("Class", detail.priority_class),
+    ...fact("Slice types", Array.isArray(detail.accelerators) && detail.accelerators.length
+      ? detail.accelerators.join(" › ") : null, "mono"),
     ...fact("Attempts", String(attemptCount)),
     ...fact("Failures", `${detail.failures} of ${detail.max_failures}`),
     ...fact("Preemptions", String(detail.preemptions)),
@@ -142,6 +144,8 @@ function renderDetail(detail, metrics, events) {
   atb.replaceChildren(...(sortedAttempts.length ? sortedAttempts.map((a) => el("tr", { "data-attempt": a.attempt },
     el("td", { class: "num" }, String(a.attempt)),
     el("td", null, a.pod),
+    // Where it ran: a run may move between the slice types of its job's list.
+    el("td", { class: "mono", "data-accelerator": a.accelerator || "" }, a.accelerator || "–"),
     el("td", null, a.outcome ? badge(a.outcome, "outcome") : el("span", { class: "muted" }, a.ended_at ? "—" : "in progress")),
     el("td", { class: "mono" }, `${a.start_step ?? "–"} → ${a.end_step ?? "–"}`),
     // This attempt's own resume point, never the job's next one.
@@ -150,7 +154,7 @@ function renderDetail(detail, metrics, events) {
     el("td", null, timeCell(a.started_at)),
     el("td", null, a.ended_at ? timeCell(a.ended_at) : "–"),
     el("td", { class: "msg", title: a.message || null }, a.message || ""),
-  )) : [el("tr", null, el("td", { colspan: 8, class: "muted" }, "No attempts yet."))]));
+  )) : [el("tr", null, el("td", { colspan: 9, class: "muted" }, "No attempts yet."))]));
 
   const ctb = $("detail-checkpoints").tBodies[0];
   const sortedCk = [...checkpoints].sort((a, b) => b.step - a.step);
