@@ -252,6 +252,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 gcloud: Default::default(),
                 sim_create_time: Duration::from_secs(3),
                 boot_deadline: Duration::from_secs(600),
+                create_rate: Default::default(),
             };
             tokio::spawn(podq_worker::pool::cli::run_pools(
                 pools,

@@ -718,6 +718,91 @@ fn a_gcloud_pool_that_cannot_work_is_refused_at_start_saying_why() {
 }
 
 #[tokio::test]
+async fn creates_run_in_flight_while_the_pool_keeps_its_rhythm_and_stops_on_sigterm() {
+    // Creates that take 20 s, as the Cloud TPU API's operation does (minutes in truth), in a
+    // zone with room for 4; 4 jobs queued; a 2 s tick.
+    let cloud = FakeCloud::fleet(json!({"us-central2-b": {"capacity": 4}}), HOSTS);
+    let mut fleet = cloud.state()["fleet"].clone();
+    fleet["create_s"] = json!(20);
+    cloud.set_state("fleet", fleet);
+    let server = Server::start().await;
+    let config = cloud.worker_config(
+        &server.url,
+        json!({"create": {"runtime_version": "tpu-ubuntu2204-base"}}),
+        json!({}),
+    );
+    let yaml = format!(
+        "pools:\n  - name: fl\n    accelerator: v4-64\n    max_slices: 4\n    idle_after: 1m\n    \
+         provisioning: spot\n    driver: gcloud\n    project: {PROJECT}\n    zones:\n      \
+         - us-central2-b\n"
+    );
+    let (status, answer) = server
+        .post(
+            "/jobs",
+            json!({"experiments": ["exp07a", "exp07c", "exp08a", "exp08b"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let mut pool = PoolProcess::gcloud_ticking(&server, &yaml, &config, cloud.gcloud_env(), "2");
+    let started = Instant::now();
+    let (mut most_in_flight, mut oldest_report) = (0, Duration::ZERO);
+    // Watched until every create has been in flight a while, well inside the first 20 s.
+    while started.elapsed() < Duration::from_secs(14) {
+        let page = pools(&server).await;
+        if let Some(view) = page["pools"].as_array().and_then(|p| p.first()) {
+            let creating = view["slices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["state"] == "creating")
+                .count();
+            most_in_flight = most_in_flight.max(creating);
+            let reported: chrono::DateTime<chrono::Utc> =
+                serde_json::from_value(view["reported_at"].clone()).unwrap();
+            let age = (chrono::Utc::now() - reported).to_std().unwrap_or_default();
+            oldest_report = oldest_report.max(age);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        most_in_flight >= 3,
+        "at most {most_in_flight} creates in flight at once"
+    );
+    assert!(
+        oldest_report <= Duration::from_secs(8),
+        "the report went {oldest_report:?} stale while creates ran"
+    );
+    let nodes = cloud.fleet_nodes();
+    assert!(
+        nodes.values().all(|(_, n)| n["state"] == "CREATING"),
+        "the SIGTERM comes while the creates run: {nodes:?}"
+    );
+    let exited = pool.terminate(Duration::from_secs(15));
+    assert!(
+        exited.is_some(),
+        "SIGTERM during creates did not end the pool within 15 s"
+    );
+    eprintln!(
+        "pool figures: {most_in_flight} creates in flight at once, report at most {:.1} s old, \
+         exit {:.1} s after SIGTERM",
+        oldest_report.as_secs_f64(),
+        exited.unwrap().as_secs_f64()
+    );
+    // The journal holds each create it asked for: restarted, the pool adopts what the cloud
+    // made and asks for nothing twice.
+    pool.crash_and_restart();
+    eventually(RUN, "the four slices to be adopted", || async {
+        let page = pools(&server).await;
+        let slices = page["pools"].as_array()?.first()?["slices"]
+            .as_array()?
+            .len();
+        (slices == 4).then_some(())
+    })
+    .await;
+    assert_eq!(cloud.fleet_nodes().len(), 4, "no slice made twice");
+}
+
+#[tokio::test]
 async fn a_gcloud_pool_waterfalls_to_a_labelled_node_survives_a_kill_and_leaks_nothing() {
     // Zones of the fake gcloud whose nodes' hosts are machines of their own.
     let cloud = FakeCloud::fleet(

@@ -58,3 +58,15 @@ pub struct Pod {
     pub current_job: Option<JobId>,
     pub current_lease: Option<LeaseId>,
 }
+
+/// What a pod's name may be, in words, for an answer that refuses one.
+pub const POD_NAME_RULE: &str = "1 to 63 letters, digits, `-` or `_`";
+
+/// Whether `name` may name a pod (or a pool's zone): [`POD_NAME_RULE`]. It goes into URLs,
+/// file names and log lines, so nothing else is allowed.
+pub fn is_pod_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}

@@ -34,14 +34,84 @@ pub struct PoolReport {
 }
 
 /// What a pool may report onto the audit.
-pub const POOL_EVENT_KINDS: [&str; 6] = [
+pub const POOL_EVENT_KINDS: [&str; 7] = [
     "slice_created",
     "slice_deleted",
     "slice_quarantined",
     "slice_foreign",
     "zone_blocked",
     "pool_paused",
+    // A create that failed on its way (a timeout, a reset): its zone is tried again.
+    "create_failed",
 ];
+
+/// Where a pool's slice stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum SliceState {
+    /// Asked for, not usable yet (a create in flight, `CREATING`, a queued resource waiting
+    /// for capacity).
+    Creating,
+    Ready,
+    /// Its capacity was taken back (`PREEMPTED`, `TERMINATED`): it will not come back; the
+    /// pool deletes it.
+    Preempted,
+    Deleting,
+}
+
+impl SliceState {
+    pub const ALL: [SliceState; 4] = [
+        SliceState::Creating,
+        SliceState::Ready,
+        SliceState::Preempted,
+        SliceState::Deleting,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SliceState::Creating => "creating",
+            SliceState::Ready => "ready",
+            SliceState::Preempted => "preempted",
+            SliceState::Deleting => "deleting",
+        }
+    }
+
+    /// A slice that holds (or will hold) capacity: being made or up.
+    pub fn is_alive(self) -> bool {
+        matches!(self, SliceState::Creating | SliceState::Ready)
+    }
+}
+
+/// What a zone is to a pool's waterfall now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum ZoneState {
+    Ready,
+    Stockout,
+    Quota,
+    Churn,
+    Paused,
+}
+
+impl ZoneState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ZoneState::Ready => "ready",
+            ZoneState::Stockout => "stockout",
+            ZoneState::Quota => "quota",
+            ZoneState::Churn => "churn",
+            ZoneState::Paused => "paused",
+        }
+    }
+}
+
+impl std::fmt::Display for ZoneState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// One slice of a pool. Its `pod` is the name its worker leases under.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -49,8 +119,7 @@ pub const POOL_EVENT_KINDS: [&str; 6] = [
 pub struct SliceView {
     pub pod: String,
     pub zone: String,
-    /// `creating`, `ready`, `preempted` or `deleting`.
-    pub state: String,
+    pub state: SliceState,
     pub created_at: DateTime<Utc>,
     /// Since when the slice has had no lease; none while leased or being made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,8 +131,7 @@ pub struct SliceView {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ZoneView {
     pub zone: String,
-    /// `ready`, `stockout`, `quota`, `churn` or `paused`.
-    pub state: String,
+    pub state: ZoneState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_try_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -48,7 +48,7 @@ pub async fn pools(args: PoolsArgs) -> anyhow::Result<ExitCode> {
             slices.row(vec![
                 escape_controls(&slice.pod),
                 escape_controls(&slice.zone),
-                escape_controls(&slice.state),
+                slice.state.as_str().to_owned(),
                 slice.created_at.format("%H:%M:%S").to_string(),
                 slice
                     .idle_since
@@ -62,7 +62,7 @@ pub async fn pools(args: PoolsArgs) -> anyhow::Result<ExitCode> {
         for zone in &pool.zones {
             zones.row(vec![
                 escape_controls(&zone.zone),
-                escape_controls(&zone.state),
+                zone.state.as_str().to_owned(),
                 zone.next_try_at
                     .map_or("-".to_owned(), |t| t.format("%H:%M:%S").to_string()),
                 zone.last_error.as_deref().map_or("-".to_owned(), |e| {

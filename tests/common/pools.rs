@@ -22,10 +22,11 @@ impl PoolProcess {
         PoolProcess::start_with(server, yaml, run_secs, &[])
     }
 
-    /// `start`, with `extra` flags after the usual ones.
+    /// `start`, with `extra` flags after the usual ones; a flag in `extra` replaces the
+    /// usual one (clap refuses a flag given twice).
     pub fn start_with(server: &Server, yaml: &str, run_secs: u32, extra: &[&str]) -> PoolProcess {
         let (file, state) = pool_files(server, yaml);
-        let mut args: Vec<String> = [
+        let args: Vec<String> = [
             "pool",
             "--pools",
             file.to_str().unwrap(),
@@ -57,6 +58,21 @@ impl PoolProcess {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        // `--trainer-env` may be given many times: only single flags are replaced.
+        let replaced = |flag: &String| {
+            flag.starts_with("--") && flag != "--trainer-env" && extra.contains(&flag.as_str())
+        };
+        let mut kept: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < args.len() {
+            if replaced(&args[i]) {
+                i += 2;
+            } else {
+                kept.push(args[i].clone());
+                i += 1;
+            }
+        }
+        let mut args = kept;
         args.extend(extra.iter().map(|s| s.to_string()));
         PoolProcess::launch(server, args, Vec::new())
     }
@@ -69,6 +85,17 @@ impl PoolProcess {
         config: &Path,
         env: Vec<(String, String)>,
     ) -> PoolProcess {
+        PoolProcess::gcloud_ticking(server, yaml, config, env, "0.3")
+    }
+
+    /// `gcloud`, looking at the cloud and the queue every `tick_s` seconds.
+    pub fn gcloud_ticking(
+        server: &Server,
+        yaml: &str,
+        config: &Path,
+        env: Vec<(String, String)>,
+        tick_s: &str,
+    ) -> PoolProcess {
         let (file, state) = pool_files(server, yaml);
         let args = [
             "pool",
@@ -79,7 +106,7 @@ impl PoolProcess {
             "--config",
             config.to_str().unwrap(),
             "--tick-s",
-            "0.3",
+            tick_s,
         ]
         .iter()
         .map(|s| s.to_string())
@@ -103,6 +130,21 @@ impl PoolProcess {
     pub fn crash_and_restart(&mut self) {
         self.process.kill();
         self.process = spawn(&self.args, &self.env, &self.log);
+    }
+
+    /// SIGTERM, as a supervisor stops it: how long it took to exit, or `None` after
+    /// `deadline`.
+    pub fn terminate(&mut self, deadline: std::time::Duration) -> Option<std::time::Duration> {
+        let pid = nix::unistd::Pid::from_raw(self.process.pid());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        let sent = std::time::Instant::now();
+        while sent.elapsed() < deadline {
+            if self.process.child.try_wait().expect("wait").is_some() {
+                return Some(sent.elapsed());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        None
     }
 
     /// What the process has logged so far.

@@ -33,15 +33,10 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 fn check_pod_name(name: &str) -> Result<(), ApiError> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    ok.then_some(()).ok_or_else(|| {
+    podq_api::is_pod_name(name).then_some(()).ok_or_else(|| {
         ApiError::bad_request(
             "invalid_pod_name",
-            "a pod name is 1 to 63 letters, digits, `-` or `_`",
+            format!("a pod name is {}", podq_api::POD_NAME_RULE),
         )
     })
 }

@@ -9,7 +9,8 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use podq_api::{
-    PoolAnswer, PoolReport, PoolView, PoolsPage, SlicePod, SliceView, WorkerEvent, POOL_EVENT_KINDS,
+    PoolAnswer, PoolReport, PoolView, PoolsPage, SlicePod, SliceState, SliceView, WorkerEvent,
+    ZoneState, POOL_EVENT_KINDS,
 };
 
 use super::lease::authority::worker_for;
@@ -32,8 +33,6 @@ const CLOCK_SKEW: chrono::Duration = chrono::Duration::minutes(5);
 /// A slice first reported this long after it was made is refused: a pool reports a slice
 /// from the tick it asks for it, and a create is given up after 30 minutes.
 const NEW_SLICE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
-const SLICE_STATES: [&str; 4] = ["creating", "ready", "preempted", "deleting"];
-const ZONE_STATES: [&str; 5] = ["ready", "stockout", "quota", "churn", "paused"];
 
 /// The pools' last reports, by name.
 #[derive(Default)]
@@ -101,7 +100,7 @@ impl Scheduler {
             report
                 .slices
                 .iter()
-                .filter(|s| matches!(s.state.as_str(), "creating" | "ready"))
+                .filter(|s| s.state.is_alive())
                 .filter(|s| !placed.contains(&s.pod) && self.live.pod_seen_as(&s.pod).is_none())
                 .map(|s| (s.pod.clone(), s.created_at.timestamp_millis().min(now_ms())))
                 .collect()
@@ -240,8 +239,8 @@ impl Scheduler {
     /// A pool's slices not yet serving: being made, or up with a worker not yet heard from.
     fn booting<'a>(&'a self, report: &'a PoolReport) -> impl Iterator<Item = &'a SliceView> {
         report.slices.iter().filter(|slice| {
-            slice.state == "creating"
-                || (slice.state == "ready" && self.live.pod_seen_as(&slice.pod).is_none())
+            slice.state == SliceState::Creating
+                || (slice.state == SliceState::Ready && self.live.pod_seen_as(&slice.pod).is_none())
         })
     }
 
@@ -315,15 +314,15 @@ impl Scheduler {
             t.pool_demand
                 .get_or_create(&label(&pool.name, "", ""))
                 .set(i64::from(pool.demand));
-            for state in ["creating", "ready", "preempted", "deleting"] {
+            for state in SliceState::ALL {
                 let n = pool.slices.iter().filter(|s| s.state == state).count();
                 t.pool_slices
-                    .get_or_create(&label(&pool.name, state, ""))
+                    .get_or_create(&label(&pool.name, state.as_str(), ""))
                     .set(n as i64);
             }
             for zone in &pool.zones {
                 t.pool_zones
-                    .get_or_create(&label(&pool.name, &zone.state, &zone.zone))
+                    .get_or_create(&label(&pool.name, zone.state.as_str(), &zone.zone))
                     .set(1);
             }
         }
@@ -336,10 +335,9 @@ impl Scheduler {
 fn can_make_now(report: &PoolReport, now: DateTime<Utc>) -> bool {
     report.paused.is_none()
         && headroom(report) > 0
-        && report
-            .zones
-            .iter()
-            .any(|zone| zone.state == "ready" || zone.next_try_at.is_some_and(|at| at <= now))
+        && report.zones.iter().any(|zone| {
+            zone.state == ZoneState::Ready || zone.next_try_at.is_some_and(|at| at <= now)
+        })
 }
 
 /// Slices a pool may still make under its `max_slices`.
@@ -347,7 +345,7 @@ fn headroom(report: &PoolReport) -> usize {
     let alive = report
         .slices
         .iter()
-        .filter(|slice| slice.state == "creating" || slice.state == "ready")
+        .filter(|slice| slice.state.is_alive())
         .count();
     (report.max_slices as usize).saturating_sub(alive)
 }
@@ -398,32 +396,11 @@ fn check_report(report: &PoolReport) -> Result<()> {
         .chain(report.retired.iter().map(String::as_str))
         .chain(report.slices.iter().map(|s| s.zone.as_str()))
         .chain(report.zones.iter().map(|z| z.zone.as_str()));
-    if let Some(bad) = names.into_iter().find(|n| !is_name(n)) {
+    if let Some(bad) = names.into_iter().find(|n| !podq_api::is_pod_name(n)) {
         return invalid(format!(
-            "`{}` is not a pod or zone name: 1 to 63 letters, digits, `-` or `_`",
-            podq_api::escape_controls(bad)
-        ));
-    }
-    if let Some(bad) = report
-        .slices
-        .iter()
-        .find(|s| !SLICE_STATES.contains(&s.state.as_str()))
-    {
-        return invalid(format!(
-            "slice state `{}` is none of {}",
-            podq_api::escape_controls(&bad.state),
-            SLICE_STATES.join(", ")
-        ));
-    }
-    if let Some(bad) = report
-        .zones
-        .iter()
-        .find(|z| !ZONE_STATES.contains(&z.state.as_str()))
-    {
-        return invalid(format!(
-            "zone state `{}` is none of {}",
-            podq_api::escape_controls(&bad.state),
-            ZONE_STATES.join(", ")
+            "`{}` is not a pod or zone name: {}",
+            podq_api::escape_controls(bad),
+            podq_api::POD_NAME_RULE
         ));
     }
     Ok(())
@@ -444,14 +421,6 @@ async fn check_new_slice(conn: &mut crate::store::Conn, pod: &str, since: i64) -
             NEW_SLICE_MAX_AGE.as_secs() / 3600
         ),
     ))
-}
-
-/// A pod's or zone's name: what a worker's pod name may be (`http/worker.rs`).
-fn is_name(name: &str) -> bool {
-    (1..=63).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// A pool's event as it may be stored: one of the pool's own kinds, its message bounded and

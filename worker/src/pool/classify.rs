@@ -31,11 +31,36 @@
 //! the waterfall moves on and comes back with backoff, neither hammering one zone nor
 //! pausing the pool on a message nobody has seen.
 
-/// What a failed create means, and how far it reaches.
+/// What a failed create means, how far it reaches, and the cloud's own words: what a
+/// driver answers, classified where it read the text (or built from what it knows).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateError {
     pub kind: ErrorKind,
     pub scope: Scope,
+    pub text: String,
+}
+
+impl CreateError {
+    /// An error the driver knows the meaning of without reading a cloud's text.
+    pub fn new(kind: ErrorKind, scope: Scope, text: impl Into<String>) -> CreateError {
+        CreateError {
+            kind,
+            scope,
+            text: text.into(),
+        }
+    }
+
+    /// A failure on the way to the cloud (a timeout, a process that would not start): the
+    /// same request may well succeed, in the same zone.
+    pub fn transient(text: impl Into<String>) -> CreateError {
+        CreateError::new(ErrorKind::Transient, Scope::Zone, text)
+    }
+}
+
+impl std::fmt::Display for CreateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,7 +337,11 @@ pub fn classify_create_error(message: &str) -> CreateError {
         Quota => quota_scope(&lower),
         Denied | Invalid => Scope::Pool,
     };
-    CreateError { kind, scope }
+    CreateError {
+        kind,
+        scope,
+        text: message.to_owned(),
+    }
 }
 
 /// The reach of a quota error, from the place it names. A Compute Engine quota is regional
@@ -657,7 +686,11 @@ mod tests {
         let mut wrong = Vec::new();
         for (message, kind, scope) in cases {
             let got = classify_create_error(message);
-            let want = CreateError { kind, scope };
+            let want = CreateError {
+                kind,
+                scope,
+                text: message.to_owned(),
+            };
             if got != want {
                 wrong.push(format!("{message}\n  wanted {want:?}, got {got:?}"));
             }

@@ -2,6 +2,7 @@
 //! daemon configured as `podq worker` would be (the same flags, file and variables).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -9,6 +10,7 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::config::PoolFile;
+use super::rate::CreateRate;
 use super::run::{PoolRun, PoolSettings};
 use crate::client::ServerClient;
 use crate::config::WorkerArgs;
@@ -32,6 +34,10 @@ pub struct PoolArgs {
     /// replaced [default: gcloud.setup_timeout_s + 10 min, at least 30 min].
     #[arg(long, env = "PODQ_BOOT_DEADLINE_S")]
     pub boot_deadline_s: Option<f64>,
+    /// Slice creates a minute, over every pool of this process (the APIs limit a project's
+    /// requests a minute) [default: 60].
+    #[arg(long, env = "PODQ_POOL_CREATES_PER_MINUTE", value_parser = clap::value_parser!(u32).range(1..))]
+    pub creates_per_minute: Option<u32>,
     /// Each slice's worker: the server, token, trainer command and timings, as for
     /// `podq worker` (its pod, driver and pod root come from the pool).
     #[command(flatten)]
@@ -66,6 +72,10 @@ impl PoolArgs {
                 (config.gcloud.setup_timeout_s + 600.0).max(1800.0),
                 "--boot-deadline-s",
             )?,
+            create_rate: Arc::new(CreateRate::per_minute(
+                self.creates_per_minute
+                    .unwrap_or(super::rate::DEFAULT_CREATES_PER_MINUTE),
+            )),
         };
         let client = ServerClient::new(
             &config.server,

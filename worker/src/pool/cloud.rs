@@ -2,6 +2,8 @@
 //! naming its pool, so a restarted pool finds its own (and only its own) by listing.
 
 use async_trait::async_trait;
+
+use super::classify::CreateError;
 use chrono::{DateTime, Utc};
 
 /// The label every slice of a pool carries, with the pool's name as its value (GCP label
@@ -34,35 +36,16 @@ pub struct CloudSlice {
     pub owner: Option<String>,
 }
 
-/// A slice's state, in the words a pool acts on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SliceState {
-    /// Asked for, not usable yet (`CREATING`, a queued resource waiting for capacity).
-    Creating,
-    Ready,
-    /// Its capacity was taken back (`PREEMPTED`, `TERMINATED`): it will not come back; the
-    /// pool deletes it.
-    Preempted,
-    Deleting,
-}
-
-impl SliceState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SliceState::Creating => "creating",
-            SliceState::Ready => "ready",
-            SliceState::Preempted => "preempted",
-            SliceState::Deleting => "deleting",
-        }
-    }
-}
+pub use podq_api::SliceState;
 
 #[async_trait]
 pub trait SliceCloud: Send + Sync {
-    /// Asks for `spec`. `Err` carries the cloud's own words, for `classify_create_error`.
-    /// A name that exists already is not an error: a pool that crashed after asking asks
-    /// again under the same name, and so never makes a second slice for one request.
-    async fn create(&self, spec: &SliceSpec) -> Result<(), String>;
+    /// Asks for `spec` and waits until the cloud has made it or refused it, however long
+    /// that takes: the pool runs each create on a task of its own. `Err` is what the refusal
+    /// means, read where the driver read the cloud's words. A name that exists already is
+    /// not an error: a pool that crashed after asking asks again under the same name, and so
+    /// never makes a second slice for one request.
+    async fn create(&self, spec: &SliceSpec) -> Result<(), CreateError>;
     /// Deletes slice `name`; one that is gone already is not an error.
     async fn delete(&self, name: &str, zone: &str) -> Result<(), String>;
     /// Every slice labelled as `pool`'s.

@@ -31,6 +31,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
+use super::classify::{classify_create_error, CreateError, ErrorKind, Scope};
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_ID_LABEL, POOL_LABEL};
 use super::config::{Pool, Provisioning};
 use crate::pod::gcloud::{
@@ -125,8 +126,8 @@ impl ComputeCloud {
     }
 
     /// Makes the resource `describe` does not find with `create`; one made meanwhile by
-    /// another call is as good. `Err` carries gcloud's words, for `classify_create_error`.
-    async fn ensure(&self, describe: Vec<String>, create: Vec<String>) -> Result<(), String> {
+    /// another call is as good. `Err` is gcloud's refusal, classified.
+    async fn ensure(&self, describe: Vec<String>, create: Vec<String>) -> Result<(), CreateError> {
         match self
             .runner
             .ensure(&describe, &create, CALL_TIMEOUT, OPERATION_TIMEOUT)
@@ -134,15 +135,15 @@ impl ComputeCloud {
         {
             Ok(()) => Ok(()),
             Err(EnsureError::Describe(e) | EnsureError::Create(e)) => Err(match e {
-                CallError::Failed { stderr, .. } => stderr,
-                e => e.to_string(),
+                CallError::Failed { stderr, .. } => classify_create_error(&stderr),
+                e => CreateError::transient(e.to_string()),
             }),
         }
     }
 
     /// Looks at group `spec.group` until its instances exist (`Ok`), or creation reports
     /// an error or times out (`Err`, the group deleted).
-    async fn watch(&self, spec: &ComputeSliceSpec, zone: &str) -> Result<(), String> {
+    async fn watch(&self, spec: &ComputeSliceSpec, zone: &str) -> Result<(), CreateError> {
         let describe = spec.on(
             &["instance-groups", "managed", "describe"],
             &spec.group,
@@ -154,32 +155,32 @@ impl ComputeCloud {
             match self.runner.call(&describe, CALL_TIMEOUT, Retry::Api).await {
                 Ok(out) => {
                     let group: ListedGroup = serde_json::from_str(&out.stdout).map_err(|e| {
-                        format!(
+                        CreateError::transient(format!(
                             "instance-groups managed describe answered JSON podq cannot read: {e}"
-                        )
+                        ))
                     })?;
                     match creation(&group.status) {
                         Creation::Made => return Ok(()),
-                        Creation::Refused(errors) => break errors,
+                        Creation::Refused(errors) => break classify_create_error(&errors),
                         Creation::Waiting => {}
                     }
                 }
                 Err(CallError::NotFound(_)) => {
-                    return Err(format!(
+                    return Err(CreateError::transient(format!(
                         "group {} vanished while it was being created",
                         spec.group
-                    ))
+                    )))
                 }
                 Err(e) => {
                     tracing::warn!(group = %spec.group, error = %e, "cannot look at a group being created")
                 }
             }
             if tokio::time::Instant::now() >= deadline {
-                break format!(
-                    "UNAVAILABLE: group {} had no instances after {} s of bulk creation",
+                break CreateError::transient(format!(
+                    "group {} had no instances after {} s of bulk creation",
                     spec.group,
                     CREATE_TIMEOUT.as_secs()
-                );
+                ));
             }
             tokio::time::sleep(self.poll).await;
         };
@@ -318,10 +319,10 @@ fn parse_listing(json: &str, pool: &str, spot: bool) -> Result<Vec<CloudSlice>, 
 
 #[async_trait]
 impl SliceCloud for ComputeCloud {
-    async fn create(&self, slice: &SliceSpec) -> Result<(), String> {
+    async fn create(&self, slice: &SliceSpec) -> Result<(), CreateError> {
         let mut spec = self
             .slice_spec(&slice.pool, &slice.accelerator, &slice.zone)
-            .map_err(|e| format!("INVALID_ARGUMENT: {e:#}"))?;
+            .map_err(|e| CreateError::new(ErrorKind::Invalid, Scope::Pool, format!("{e:#}")))?;
         spec.group = slice.name.clone();
         self.ensure(spec.describe_policy(), spec.create_policy())
             .await?;
@@ -337,8 +338,8 @@ impl SliceCloud for ComputeCloud {
             Ok(_) => {}
             // Asked for before a crash: the same request, watched again.
             Err(CallError::Failed { stderr, .. }) if already_exists(&stderr) => {}
-            Err(CallError::Failed { stderr, .. }) => return Err(stderr),
-            Err(e) => return Err(e.to_string()),
+            Err(CallError::Failed { stderr, .. }) => return Err(classify_create_error(&stderr)),
+            Err(e) => return Err(CreateError::transient(e.to_string())),
         }
         self.watch(&spec, &slice.zone).await
     }

@@ -37,6 +37,9 @@ pub struct Pool {
     /// e.g. `v4-64`.
     pub accelerator: String,
     pub max_slices: u32,
+    /// Creates in flight at once, in the pool and in any one zone: `max_creating:`,
+    /// default `max_slices`.
+    pub max_creating: u32,
     /// `None`: `never`, a slice is kept however long it idles.
     pub idle_after: Option<Duration>,
     /// In the order they are tried.
@@ -276,6 +279,13 @@ impl PoolFile {
                     "hosts must be at least 1".to_owned(),
                 ));
             }
+            if raw.max_creating == Some(0) {
+                return Err(refuse_pool(
+                    at("max_creating"),
+                    "max_creating must be at least 1: a pool that may make nothing serves nothing"
+                        .to_owned(),
+                ));
+            }
             if raw.zones.is_empty() {
                 return Err(refuse_pool(
                     at("zones"),
@@ -327,6 +337,7 @@ impl PoolFile {
                 name: raw.name,
                 accelerator: raw.accelerator,
                 max_slices: raw.max_slices,
+                max_creating: raw.max_creating.unwrap_or(raw.max_slices),
                 idle_after,
                 zones,
                 provisioning: raw.provisioning,
@@ -366,6 +377,8 @@ struct RawPool {
     name: String,
     accelerator: String,
     max_slices: u32,
+    #[serde(default)]
+    max_creating: Option<u32>,
     idle_after: String,
     zones: Vec<RawZone>,
     #[serde(default)]
@@ -625,6 +638,7 @@ pools:
                 name: "v4-spot".into(),
                 accelerator: "v4-64".into(),
                 max_slices: 2,
+                max_creating: 2,
                 idle_after: Some(Duration::from_secs(20)),
                 zones: vec![
                     ZoneEntry {

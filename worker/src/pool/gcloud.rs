@@ -22,6 +22,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
+use super::classify::{classify_create_error, CreateError};
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_ID_LABEL, POOL_LABEL};
 use super::config::Provisioning;
 use crate::pod::gcloud::{CallError, Retry, Runner};
@@ -137,7 +138,7 @@ fn parse_listing(json: &str, zone: &str, pool: &str) -> Result<Vec<CloudSlice>, 
 
 #[async_trait]
 impl SliceCloud for GcloudCloud {
-    async fn create(&self, spec: &SliceSpec) -> Result<(), String> {
+    async fn create(&self, spec: &SliceSpec) -> Result<(), CreateError> {
         match self
             .runner
             .call(&self.create_args(spec), CREATE_TIMEOUT, Retry::Never)
@@ -145,8 +146,8 @@ impl SliceCloud for GcloudCloud {
         {
             Ok(_) => Ok(()),
             Err(CallError::Failed { stderr, .. }) if stderr.contains("ALREADY_EXISTS") => Ok(()),
-            Err(CallError::Failed { stderr, .. }) => Err(stderr),
-            Err(e) => Err(e.to_string()),
+            Err(CallError::Failed { stderr, .. }) => Err(classify_create_error(&stderr)),
+            Err(e) => Err(CreateError::transient(e.to_string())),
         }
     }
 

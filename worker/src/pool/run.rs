@@ -14,16 +14,18 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use podq_api::{PoolAnswer, PoolReport, SliceView, WorkerEvent, ZoneView as WireZone};
-use tokio::task::JoinHandle;
+use podq_api::{PoolAnswer, PoolReport, SlicePod, SliceView, WorkerEvent, ZoneView as WireZone};
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use super::classify::{classify_create_error, ErrorKind};
+use super::classify::{CreateError, ErrorKind};
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState};
 use super::compute::{self, ComputeCloud};
 use super::config::{Pool, PoolApi, PoolDriver, Provisioning};
+use super::decide::{self, Going, Growth, SliceFacts};
 use super::gcloud::GcloudCloud;
 use super::journal::Journal;
+use super::rate::CreateRate;
 use super::sim::SimCloud;
 use super::zones::ZoneBook;
 use crate::client::{CallError, ServerClient};
@@ -60,6 +62,8 @@ pub struct PoolSettings {
     /// A slice READY this long whose worker has never called is deleted and replaced: its
     /// setup or preflight is stuck, and it costs while it waits.
     pub boot_deadline: Duration,
+    /// Creates a minute, shared by every pool of the process.
+    pub create_rate: Arc<CreateRate>,
 }
 
 /// A slice the pool holds.
@@ -77,6 +81,41 @@ struct Held {
     /// Whether the server has told this process it saw the slice's worker (a server that
     /// restarted forgets, until the worker calls again: that is no silence).
     ever_seen: bool,
+    /// Its create is in flight: asked for, its answer not back. It counts as a slice being
+    /// made (for the demand, `max_slices` and the grant), and a listing without it is no
+    /// vanishing.
+    in_flight: bool,
+}
+
+impl Held {
+    fn facts(&self) -> SliceFacts {
+        SliceFacts {
+            state: self.state,
+            preempted_for: self.preempted_at.map(|at| at.elapsed()),
+            failed_preflights: self.failed_preflights.len(),
+            ever_seen: self.ever_seen,
+            ready_for: self.ready_since.map(|since| since.elapsed()),
+            idle_since: self.idle_since,
+        }
+    }
+
+    /// Alive and not yet serving: a create in flight or `CREATING`, or up with a worker the
+    /// server has not heard from.
+    fn booting(&self, pod: Option<&SlicePod>) -> bool {
+        self.preempted_at.is_none()
+            && (self.in_flight
+                || self.state == SliceState::Creating
+                || pod.is_none_or(|pod| pod.seen_at.is_none()))
+    }
+}
+
+/// A create's answer, from its task.
+struct CreateAnswer {
+    name: String,
+    zone: String,
+    /// The demand it was started for, for its event.
+    demand: u32,
+    result: Result<(), CreateError>,
 }
 
 /// Where a pool's slices' hosts are, by driver.
@@ -107,6 +146,11 @@ pub struct PoolRun {
     grant_start: Option<DateTime<Utc>>,
     /// Slices labelled with this pool's name that another pool made: reported once each.
     foreign: BTreeSet<String>,
+    /// The creates in flight, each on a task of its own.
+    creates: JoinSet<CreateAnswer>,
+    /// The deletes in flight, by slice, so a slice is not deleted twice at once.
+    deletes: JoinSet<String>,
+    deleting: BTreeSet<String>,
 }
 
 impl PoolRun {
@@ -142,6 +186,9 @@ impl PoolRun {
             avoid: None,
             foreign: BTreeSet::new(),
             grant_start: None,
+            creates: JoinSet::new(),
+            deletes: JoinSet::new(),
+            deleting: BTreeSet::new(),
             pool,
             settings,
         })
@@ -161,6 +208,10 @@ impl PoolRun {
                 tracing::warn!(pool = %self.pool.name, error = %format!("{e:#}"), "pool step failed");
             }
         }
+        // Creates and deletes in flight are left to the cloud: the journal holds every
+        // create asked for, so a restart adopts what they made and deletes what it gave up.
+        self.creates.abort_all();
+        self.deletes.abort_all();
         for (_, held) in std::mem::take(&mut self.held) {
             if let Some(daemon) = held.daemon {
                 stop_daemon(daemon).await;
@@ -171,6 +222,7 @@ impl PoolRun {
 
     async fn step(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
         let now = Utc::now();
+        self.collect_answers(now)?;
         let listed = self
             .cloud
             .list(&self.pool.name)
@@ -285,6 +337,10 @@ impl PoolRun {
         let names: Vec<String> = self.held.keys().cloned().collect();
         for name in names {
             let Some(slice) = by_name.get(name.as_str()) else {
+                if self.held[&name].in_flight {
+                    // Asked for; the cloud may not list it before its create answers.
+                    continue;
+                }
                 let held = self.held.remove(&name).expect("held");
                 self.book.record_death(&held.zone, held.created_at, now);
                 stop(held).await;
@@ -297,6 +353,15 @@ impl PoolRun {
                 continue;
             };
             let held = self.held.get_mut(&name).expect("held");
+            if held.in_flight {
+                // Its create's answer decides what became of it: a group still waiting for
+                // capacity may list as lost meanwhile.
+                if slice.state == SliceState::Ready && held.ready_since.is_none() {
+                    held.state = SliceState::Ready;
+                    held.ready_since = Some(tokio::time::Instant::now());
+                }
+                continue;
+            }
             if slice.state == SliceState::Preempted && held.preempted_at.is_none() {
                 held.preempted_at = Some(tokio::time::Instant::now());
                 self.book.record_death(&held.zone, held.created_at, now);
@@ -317,50 +382,20 @@ impl PoolRun {
     /// that failed preflight twice are quarantined, preempted ones go once their worker has
     /// ended its attempt.
     async fn tend(&mut self, answer: &PoolAnswer, now: DateTime<Utc>) -> anyhow::Result<()> {
+        let limits = decide::Limits {
+            preempted_grace: PREEMPTED_GRACE,
+            quarantine_after: QUARANTINE_AFTER,
+            boot_deadline: self.settings.boot_deadline,
+            idle_after: self.pool.idle_after,
+        };
         let mut going: Vec<(String, Going)> = Vec::new();
         for pod in &answer.slices {
-            let Some(held) = self.held.get_mut(&pod.pod) else {
+            let Some(held) = self.held.get_mut(&pod.pod).filter(|held| !held.in_flight) else {
                 continue;
             };
-            if let Some(preempted) = held.preempted_at {
-                if !pod.leased || preempted.elapsed() >= PREEMPTED_GRACE {
-                    going.push((pod.pod.clone(), Going::Preempted));
-                }
-                continue;
-            }
-            if let Some(preflight) = pod.preflight.as_ref().filter(|p| !p.passed) {
-                if let Some(at) = preflight.at {
-                    held.failed_preflights.insert(at);
-                }
-                if held.failed_preflights.len() >= QUARANTINE_AFTER && !pod.leased {
-                    let why = preflight
-                        .failures
-                        .first()
-                        .map(|f| f.message.clone())
-                        .unwrap_or_default();
-                    going.push((pod.pod.clone(), Going::Quarantined(why)));
-                    continue;
-                }
-            }
-            held.ever_seen |= pod.seen_at.is_some() || pod.leased;
-            let silent_for = held
-                .ready_since
-                .filter(|_| !held.ever_seen)
-                .map(|since| since.elapsed());
-            if silent_for.is_some_and(|t| t >= self.settings.boot_deadline) {
-                going.push((pod.pod.clone(), Going::Silent));
-                continue;
-            }
-            let idle = held.state == SliceState::Ready && pod.seen_at.is_some() && !pod.leased;
-            held.idle_since = if idle {
-                Some(held.idle_since.unwrap_or(now))
-            } else {
-                None
-            };
-            if let (Some(since), Some(after)) = (held.idle_since, self.pool.idle_after) {
-                if now - since >= chrono::Duration::from_std(after).unwrap_or_default() {
-                    going.push((pod.pod.clone(), Going::Idle));
-                }
+            observe(held, pod, now);
+            if let Some(why) = decide::fate(&held.facts(), pod, &limits, now) {
+                going.push((pod.pod.clone(), why));
             }
         }
         for (name, why) in going {
@@ -415,45 +450,78 @@ impl PoolRun {
         Ok(())
     }
 
-    /// Makes one slice when the queue wants more than the slices being made will serve,
-    /// below `max_slices` and within the grant.
+    /// Starts the creates the queue wants beyond the slices being made, each on a task of
+    /// its own, within `max_slices`, `max_creating` (in the pool and in each zone), the
+    /// grant and the project-wide create rate.
     async fn grow(&mut self, answer: &PoolAnswer, now: DateTime<Utc>) -> anyhow::Result<()> {
-        let booting = answer
-            .slices
-            .iter()
-            .filter(|pod| {
-                self.held.get(&pod.pod).is_some_and(|held| {
-                    held.preempted_at.is_none()
-                        && (held.state == SliceState::Creating || pod.seen_at.is_none())
-                })
-            })
-            .count() as u32;
-        let alive = self
-            .held
-            .values()
-            .filter(|h| h.preempted_at.is_none())
-            .count() as u32;
-        if answer.demand <= booting || alive >= self.pool.max_slices {
-            return Ok(());
-        }
-        if let Some(budget) = answer.grant_pod_hours {
-            let used = self.journal.slice_hours(answer.grant_start, now);
-            if used >= budget {
-                tracing::info!(pool = %self.pool.name, used, budget, "the grant's pod-hours are spent: no new slice");
-                return Ok(());
+        let by_pod: BTreeMap<&str, &SlicePod> =
+            answer.slices.iter().map(|p| (p.pod.as_str(), p)).collect();
+        let count = |keep: &dyn Fn(&String, &Held) -> bool| {
+            self.held
+                .iter()
+                .filter(|(name, held)| keep(name, held))
+                .count() as u32
+        };
+        let grant_spent = match answer.grant_pod_hours {
+            Some(budget) => {
+                let used = self.journal.slice_hours(answer.grant_start, now);
+                if used >= budget {
+                    tracing::info!(pool = %self.pool.name, used, budget, "the grant's pod-hours are spent: no new slice");
+                }
+                used >= budget
             }
+            None => false,
+        };
+        let growth = Growth {
+            demand: answer.demand,
+            booting: count(&|name, held| held.booting(by_pod.get(name.as_str()).copied())),
+            alive: count(&|_, held| held.preempted_at.is_none()),
+            in_flight: count(&|_, held| held.in_flight),
+            max_slices: self.pool.max_slices,
+            max_creating: self.pool.max_creating,
+            grant_spent,
+        };
+        for _ in 0..decide::creates_to_start(&growth) {
+            let Some(zone) = self.zone_for_create(now) else {
+                break;
+            };
+            if !self.settings.create_rate.try_take() {
+                tracing::info!(pool = %self.pool.name, wait_s = self.settings.create_rate.wait_for_next().as_secs_f64(), "the project's create rate is spent: the next create waits");
+                break;
+            }
+            self.start_create(zone, answer.demand, now)?;
         }
-        let zone = match self.avoid.take() {
-            Some(avoid) => self
-                .book
-                .choose_except(now, &avoid)
-                .or_else(|| self.book.choose(now))
-                .map(str::to_owned),
-            None => self.book.choose(now).map(str::to_owned),
-        };
-        let Some(zone) = zone else {
-            return Ok(());
-        };
+        Ok(())
+    }
+
+    /// The zone the next create goes to: the first ready one, below `max_creating` creates
+    /// in flight there, away from a zone a slice was just quarantined in when another will do.
+    fn zone_for_create(&mut self, now: DateTime<Utc>) -> Option<String> {
+        let mut in_flight: BTreeMap<&str, u32> = BTreeMap::new();
+        for held in self.held.values().filter(|h| h.in_flight) {
+            *in_flight.entry(held.zone.as_str()).or_default() += 1;
+        }
+        let room = |zone: &str| in_flight.get(zone).copied().unwrap_or(0) < self.pool.max_creating;
+        let avoid = self.avoid.clone();
+        let chosen = avoid
+            .as_deref()
+            .and_then(|avoid| self.book.choose_where(now, |z| z != avoid && room(z)))
+            .or_else(|| self.book.choose_where(now, room))
+            .map(str::to_owned);
+        if chosen.is_some() {
+            self.avoid = None;
+        }
+        chosen
+    }
+
+    /// Asks for one slice in `zone`: written to the journal first, held as being made, and
+    /// created on a task of its own whose answer a later tick collects.
+    fn start_create(
+        &mut self,
+        zone: String,
+        demand: u32,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<()> {
         let name = self.journal.ask(&self.pool.name, &zone, now)?;
         let spec = SliceSpec {
             name: name.clone(),
@@ -462,37 +530,99 @@ impl PoolRun {
             owner: self.journal.owner().to_owned(),
             accelerator: self.pool.accelerator.clone(),
         };
-        match self.cloud.create(&spec).await {
+        let mut held = held_from(&CloudSlice {
+            name: name.clone(),
+            zone: zone.clone(),
+            state: SliceState::Creating,
+            created_at: now,
+            owner: Some(self.journal.owner().to_owned()),
+        });
+        held.in_flight = true;
+        self.held.insert(name.clone(), held);
+        tracing::info!(pool = %self.pool.name, slice = %name, %zone, demand, "creating a slice");
+        let cloud = Arc::clone(&self.cloud);
+        self.creates.spawn(async move {
+            let result = cloud.create(&spec).await;
+            CreateAnswer {
+                name,
+                zone,
+                demand,
+                result,
+            }
+        });
+        Ok(())
+    }
+
+    /// Takes in the answers of the creates and deletes that finished since the last tick.
+    fn collect_answers(&mut self, now: DateTime<Utc>) -> anyhow::Result<()> {
+        while let Some(done) = self.deletes.try_join_next() {
+            if let Ok(name) = done {
+                self.deleting.remove(&name);
+            }
+        }
+        // A delete task that panicked or was aborted names nothing: forget what is not in
+        // flight any more.
+        if self.deletes.is_empty() {
+            self.deleting.clear();
+        }
+        while let Some(done) = self.creates.try_join_next() {
+            let answer = match done {
+                Ok(answer) => answer,
+                Err(e) => {
+                    tracing::error!(pool = %self.pool.name, error = %e, "a create's task ended without an answer");
+                    continue;
+                }
+            };
+            self.take_create_answer(answer, now)?;
+        }
+        Ok(())
+    }
+
+    fn take_create_answer(
+        &mut self,
+        answer: CreateAnswer,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<()> {
+        let CreateAnswer {
+            name,
+            zone,
+            demand,
+            result,
+        } = answer;
+        match result {
             Ok(()) => {
-                self.journal.created(&name, now)?;
+                let created_at = self.held.get(&name).map_or(now, |h| h.created_at);
+                self.journal.created(&name, created_at)?;
                 self.book.record_success(&zone, now);
-                self.held.insert(
-                    name.clone(),
-                    held_from(&CloudSlice {
-                        name: name.clone(),
-                        zone: zone.clone(),
-                        state: SliceState::Creating,
-                        created_at: now,
-                        owner: Some(self.journal.owner().to_owned()),
-                    }),
-                );
+                if let Some(held) = self.held.get_mut(&name) {
+                    held.in_flight = false;
+                }
                 self.event(
                     "slice_created",
-                    format!("{name} in {zone} for {} queued job(s)", answer.demand),
+                    format!("{name} in {zone} for {demand} queued job(s)"),
                 );
             }
-            Err(text) => {
+            Err(error) => {
+                self.held.remove(&name);
                 self.journal.gone(&name, now)?;
-                let read = classify_create_error(&text);
-                self.book
-                    .record_error(&zone, &read, &text, now, rand::random::<f64>() * 2.0 - 1.0);
-                let kind = match read.kind {
+                self.book.record_error(
+                    &zone,
+                    &error,
+                    &error.text,
+                    now,
+                    rand::random::<f64>() * 2.0 - 1.0,
+                );
+                let kind = match error.kind {
                     ErrorKind::Denied | ErrorKind::Invalid => "pool_paused",
-                    _ => "zone_blocked",
+                    ErrorKind::Transient => "create_failed",
+                    ErrorKind::Stockout | ErrorKind::Quota => "zone_blocked",
                 };
                 self.event(
                     kind,
-                    format!("{zone}: {:?} ({:?}): {text}", read.kind, read.scope),
+                    format!(
+                        "{zone}: {:?} ({:?}): {}",
+                        error.kind, error.scope, error.text
+                    ),
                 );
             }
         }
@@ -509,7 +639,7 @@ impl PoolRun {
                 .map(|(name, held)| SliceView {
                     pod: name.clone(),
                     zone: held.zone.clone(),
-                    state: held.state.as_str().to_owned(),
+                    state: held.state,
                     created_at: held.created_at,
                     idle_since: held.idle_since,
                 })
@@ -520,7 +650,7 @@ impl PoolRun {
                 .into_iter()
                 .map(|z| WireZone {
                     zone: z.zone,
-                    state: z.state.as_str().to_owned(),
+                    state: z.state,
                     next_try_at: z.next_try_at,
                     last_error: z.last_error,
                 })
@@ -548,7 +678,13 @@ impl PoolRun {
         });
     }
 
+    /// Deletes slice `name` on a task of its own: a delete takes minutes, and the loop keeps
+    /// its rhythm meanwhile. A delete that fails is tried again when the next listing finds
+    /// the slice a stray.
     async fn delete_in_cloud(&mut self, name: &str, zone: &str, why: &str) {
+        if !self.deleting.insert(name.to_owned()) {
+            return;
+        }
         tracing::info!(pool = %self.pool.name, slice = name, why, "deleting slice");
         if let SliceHosts::Local(sim) = &self.hosts {
             // The hosts go with the slice, trainers included: its simulated hosts' processes
@@ -563,16 +699,22 @@ impl PoolRun {
             .map(|pod| pod.power_off())
             .ok();
         }
-        match self.cloud.delete(name, zone).await {
-            Ok(()) => {
-                if let SliceHosts::Gcloud(_) = &self.hosts {
-                    let _ = std::fs::remove_dir_all(self.slice_dir(name));
+        let cloud = Arc::clone(&self.cloud);
+        let state_dir = matches!(self.hosts, SliceHosts::Gcloud(_)).then(|| self.slice_dir(name));
+        let (name, zone, pool) = (name.to_owned(), zone.to_owned(), self.pool.name.clone());
+        self.deletes.spawn(async move {
+            match cloud.delete(&name, &zone).await {
+                Ok(()) => {
+                    if let Some(dir) = state_dir {
+                        let _ = std::fs::remove_dir_all(dir);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(%pool, slice = %name, error = %e, "delete failed; the next look retries");
                 }
             }
-            Err(e) => {
-                tracing::warn!(pool = %self.pool.name, slice = name, error = %e, "delete failed; the next look retries");
-            }
-        }
+            name
+        });
     }
 
     /// Where slice `name`'s worker keeps its state (and a simulated slice its hosts).
@@ -589,27 +731,6 @@ impl PoolRun {
     }
 }
 
-/// Why a slice is given back.
-enum Going {
-    Preempted,
-    /// Failed preflight `QUARANTINE_AFTER` times; the last failure's words.
-    Quarantined(String),
-    /// READY for `boot_deadline` and its worker never called.
-    Silent,
-    Idle,
-}
-
-impl Going {
-    fn as_str(&self) -> &'static str {
-        match self {
-            Going::Preempted => "preempted",
-            Going::Quarantined(_) => "quarantined",
-            Going::Silent => "silent",
-            Going::Idle => "idle",
-        }
-    }
-}
-
 fn held_from(slice: &CloudSlice) -> Held {
     Held {
         zone: slice.zone.clone(),
@@ -622,7 +743,31 @@ fn held_from(slice: &CloudSlice) -> Held {
         preempted_at: (slice.state == SliceState::Preempted).then(tokio::time::Instant::now),
         ready_since: (slice.state == SliceState::Ready).then(tokio::time::Instant::now),
         ever_seen: false,
+        in_flight: false,
     }
+}
+
+/// Notes what the server says of a held slice: a failed preflight, that its worker was
+/// heard from, whether it idles.
+fn observe(held: &mut Held, pod: &SlicePod, now: DateTime<Utc>) {
+    if let Some(at) = pod
+        .preflight
+        .as_ref()
+        .filter(|p| !p.passed)
+        .and_then(|p| p.at)
+    {
+        held.failed_preflights.insert(at);
+    }
+    held.ever_seen |= pod.seen_at.is_some() || pod.leased;
+    let idle = held.preempted_at.is_none()
+        && held.state == SliceState::Ready
+        && pod.seen_at.is_some()
+        && !pod.leased;
+    held.idle_since = if idle {
+        Some(held.idle_since.unwrap_or(now))
+    } else {
+        None
+    };
 }
 
 /// Stops a slice's daemon, so it asks for no more work, then powers its hosts off.

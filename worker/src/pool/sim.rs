@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::classify::{classify_create_error, CreateError};
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_ID_LABEL, POOL_LABEL};
 use super::config::{SimFault, SimScript};
 
@@ -176,7 +177,7 @@ fn write_atomic(path: &Path, value: &impl Serialize) -> Result<(), String> {
 
 #[async_trait]
 impl SliceCloud for SimCloud {
-    async fn create(&self, spec: &SliceSpec) -> Result<(), String> {
+    async fn create(&self, spec: &SliceSpec) -> Result<(), CreateError> {
         if self.slice_path(&spec.name).exists() {
             return Ok(());
         }
@@ -187,9 +188,9 @@ impl SliceCloud for SimCloud {
         if refusal.is_none() {
             zone.made += 1;
         }
-        write_atomic(&self.zone_path(&spec.zone), &zone)?;
+        write_atomic(&self.zone_path(&spec.zone), &zone).map_err(CreateError::transient)?;
         if let Some(text) = refusal {
-            return Err(text);
+            return Err(classify_create_error(&text));
         }
         let ready_at = now + chrono::Duration::from_std(self.create_time).unwrap_or_default();
         let young = self
@@ -211,8 +212,13 @@ impl SliceCloud for SimCloud {
             }),
             deleting: false,
         };
-        std::fs::create_dir_all(self.pod_root(&spec.name)).map_err(|e| e.to_string())?;
-        write_atomic(&self.slice_path(&spec.name), &slice)
+        std::fs::create_dir_all(self.pod_root(&spec.name))
+            .map_err(|e| CreateError::transient(e.to_string()))?;
+        write_atomic(&self.slice_path(&spec.name), &slice).map_err(CreateError::transient)?;
+        // A create answers once the slice is made, as `tpu-vm create` does without
+        // `--async`: the pool must not wait on it.
+        tokio::time::sleep(self.create_time).await;
+        Ok(())
     }
 
     async fn delete(&self, name: &str, _zone: &str) -> Result<(), String> {
@@ -292,8 +298,8 @@ mod tests {
         cloud.create(&spec("p-1", "z-a")).await.unwrap();
         // The same request again is the same slice.
         cloud.create(&spec("p-1", "z-a")).await.unwrap();
-        let full = cloud.create(&spec("p-2", "z-a")).await.unwrap_err();
-        let read = crate::pool::classify::classify_create_error(&full);
+        let read = cloud.create(&spec("p-2", "z-a")).await.unwrap_err();
+        let full = &read.text;
         assert_eq!(
             read.kind,
             crate::pool::classify::ErrorKind::Stockout,
@@ -312,7 +318,7 @@ mod tests {
 
     #[tokio::test]
     async fn faults_read_as_their_kind_and_clear() {
-        use crate::pool::classify::{classify_create_error, ErrorKind, Scope};
+        use crate::pool::classify::{ErrorKind, Scope};
         let dir = tempfile::tempdir().unwrap();
         let zones = BTreeMap::from([
             ("z-a".to_owned(), script("{fault: quota}")),
@@ -323,9 +329,9 @@ mod tests {
             ),
         ]);
         let cloud = SimCloud::new(dir.path(), zones, Duration::ZERO).unwrap();
-        let quota = classify_create_error(&cloud.create(&spec("a", "z-a")).await.unwrap_err());
+        let quota = cloud.create(&spec("a", "z-a")).await.unwrap_err();
         assert_eq!((quota.kind, quota.scope), (ErrorKind::Quota, Scope::Zone));
-        let denied = classify_create_error(&cloud.create(&spec("b", "z-b")).await.unwrap_err());
+        let denied = cloud.create(&spec("b", "z-b")).await.unwrap_err();
         assert_eq!(denied.kind, ErrorKind::Denied);
         // Cleared from its first create on.
         cloud.create(&spec("c", "z-c")).await.unwrap();

@@ -32,34 +32,7 @@ pub const QUOTA_BLOCK_S: i64 = 300;
 pub const YOUNG_S: i64 = 300;
 pub const CHURN_WINDOW_S: i64 = 1800;
 
-/// What a zone is to the waterfall now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ZoneState {
-    Ready,
-    Stockout,
-    Quota,
-    Churn,
-    Paused,
-}
-
-impl ZoneState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ZoneState::Ready => "ready",
-            ZoneState::Stockout => "stockout",
-            ZoneState::Quota => "quota",
-            ZoneState::Churn => "churn",
-            ZoneState::Paused => "paused",
-        }
-    }
-}
-
-impl std::fmt::Display for ZoneState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use podq_api::ZoneState;
 
 /// One zone as `GET /api/v1/pools` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -163,12 +136,12 @@ impl ZoneBook {
             .map(|zone| zone.name.as_str())
     }
 
-    /// The first zone, in order, that is ready at `now` and is not `avoid` (where a slice
-    /// was just quarantined).
-    pub fn choose_except(&self, now: DateTime<Utc>, avoid: &str) -> Option<&str> {
+    /// The first zone, in order, that is ready at `now` and that `keep` keeps (not where a
+    /// slice was just quarantined, not one with its fill of creates in flight).
+    pub fn choose_where(&self, now: DateTime<Utc>, keep: impl Fn(&str) -> bool) -> Option<&str> {
         self.zones
             .iter()
-            .find(|zone| zone.name != avoid && self.state_of(zone, now) == ZoneState::Ready)
+            .find(|zone| keep(&zone.name) && self.state_of(zone, now) == ZoneState::Ready)
             .map(|zone| zone.name.as_str())
     }
 
