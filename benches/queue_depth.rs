@@ -6,7 +6,9 @@
 //!
 //! Two figures per read: steady reads (nothing committed between them, as a dashboard's
 //! polls mostly are: the views are computed once per commit) and the first read after a
-//! commit (one job submitted before each read: the view is computed again). The target,
+//! commit (one job submitted before each read: the view is computed again). And the lease
+//! call, whose claim finds the head of the pod type's queue: `LEASES` pods each lease once
+//! and finish at once, on both servers alternately. The target,
 //! ≤ 1.5 × the 1,000-job baseline, is printed as a target. No assertion: these machines are
 //! shared and noisy.
 
@@ -21,6 +23,8 @@ use serde_json::json;
 const PODQ: &str = env!("CARGO_BIN_EXE_podq");
 const TOKEN: &str = "bench-admin-token";
 const READS: usize = 200;
+const LEASES: usize = 100;
+const WORKER_TOKEN: &str = "bench-worker-token";
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -35,7 +39,7 @@ impl ServerProc {
         let dir = tempfile::tempdir()?;
         let running = ServerLaunch::new(PODQ, dir.path())
             .experiments(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments"))
-            .tokens(TOKEN, "bench-worker-token")
+            .tokens(TOKEN, WORKER_TOKEN)
             .start()?;
         Ok(ServerProc {
             base: running.base(),
@@ -132,6 +136,45 @@ async fn measure(
     Ok((p99(a), p99(b)))
 }
 
+/// p99 of `LEASES` lease calls on both servers, alternately: each a pod of its own that
+/// claims the head of the v4-64 queue, then finishes the attempt so the next finds another.
+async fn measure_leases(
+    http: &reqwest::Client,
+    shallow: &ServerProc,
+    deep: &ServerProc,
+) -> Res<(f64, f64)> {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for i in 0..LEASES {
+        for (server, out) in [(shallow, &mut a), (deep, &mut b)] {
+            let body = json!({"accelerator": "v4-64", "hosts": 8, "state": "READY",
+                              "health": "HEALTHY", "wait_s": 0});
+            let started = Instant::now();
+            let response = http
+                .post(format!("{}/pods/bench-{i}/lease", server.base))
+                .bearer_auth(WORKER_TOKEN)
+                .json(&body)
+                .send()
+                .await?;
+            let status = response.status();
+            let lease: serde_json::Value = response.json().await?;
+            out.push(started.elapsed().as_secs_f64() * 1000.0);
+            let Some(id) = lease["lease_id"].as_str().filter(|_| status.is_success()) else {
+                return Err(format!("lease {i}: {status} {lease}").into());
+            };
+            let finished = http
+                .post(format!("{}/leases/{id}/finish", server.base))
+                .bearer_auth(WORKER_TOKEN)
+                .json(&json!({"outcome": "succeeded"}))
+                .send()
+                .await?;
+            if !finished.status().is_success() {
+                return Err(format!("finish {i}: {}", finished.text().await?).into());
+            }
+        }
+    }
+    Ok((p99(a), p99(b)))
+}
+
 async fn run() -> Res<()> {
     let deep_jobs: usize = std::env::var("PODQ_BENCH_DEEP")
         .ok()
@@ -167,6 +210,11 @@ async fn run() -> Res<()> {
             deep_p99 / base
         );
     }
+    let (base, deep_p99) = measure_leases(&http, &shallow, &deep).await?;
+    println!(
+        "| POST /pods/NAME/lease (claims the queue's head) | {deep_p99:.2} ms | {base:.2} ms | {:.2} | ≤ 1.5 × baseline |",
+        deep_p99 / base
+    );
     Ok(())
 }
 

@@ -29,13 +29,11 @@ pub struct QueueHead {
 }
 
 pub async fn queue_head(db: &mut Conn, accelerator: &str) -> Result<Option<QueueHead>, StoreError> {
-    Ok(db::query_as(
-        "SELECT j.id, j.experiment, j.priority_class, j.submitted_by, j.reserved_pod, \
-         j.reserved_until FROM jobs j JOIN job_accelerators ja ON ja.job_id = j.id \
-         WHERE j.state = 'queued' AND j.same_as IS NULL AND ja.accelerator = ? \
-         AND (j.not_before IS NULL OR j.not_before <= ?) \
-         ORDER BY j.class_rank, j.queue_head DESC, j.priority DESC, ja.preference, j.seq LIMIT 1",
-    )
+    Ok(db::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT id, experiment, priority_class, submitted_by, reserved_pod, reserved_until \
+         FROM jobs WHERE id = ({})",
+        super::leases::queue_head("?1", "?2")
+    )))
     .bind(accelerator)
     .bind(now_ms())
     .fetch_optional(db)

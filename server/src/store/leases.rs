@@ -29,26 +29,68 @@ pub async fn any_leasable(db: &mut Conn, accelerator: &str) -> Result<bool, Stor
     Ok(found.is_some())
 }
 
-/// Every job leasable now, in the claim's order, with its slice types most preferred
-/// first: what the pools' demand is routed from.
+/// The id of the head of pod type `{a}`'s queue at `{now}` (SQL placeholders): the first
+/// leasable job, in the queue's order (class, an evicted job at the head of its class,
+/// priority, submission), whose slice types hold the type, and among equals one whose first
+/// choice it is. Two index walks of a row each, whatever the depth of the queue: the first
+/// job whose first choice is the type (`jobs_leasable`), and the first whose list holds it at
+/// all (`jobs_queue_order`, each job's list looked up by primary key); of the two, the
+/// earlier, the first choice between equals. A list's later choices are not told apart.
+pub(crate) fn queue_head(a: &str, now: &str) -> String {
+    let leasable = format!(
+        "q.state = 'queued' AND q.same_as IS NULL AND (q.not_before IS NULL OR q.not_before <= {now})"
+    );
+    let order = "q.class_rank, q.queue_head DESC, q.priority DESC, q.seq";
+    format!(
+        "SELECT id FROM ( \
+           SELECT * FROM (SELECT q.id, q.class_rank, q.queue_head, q.priority, q.seq, \
+             0 AS later_choice FROM jobs q WHERE {leasable} AND q.accelerator = {a} \
+             ORDER BY {order} LIMIT 1) first_choice \
+           UNION ALL \
+           SELECT * FROM (SELECT q.id, q.class_rank, q.queue_head, q.priority, q.seq, \
+             1 AS later_choice FROM jobs q WHERE {leasable} AND EXISTS (SELECT 1 FROM \
+             job_accelerators ja WHERE ja.job_id = q.id AND ja.accelerator = {a}) \
+             ORDER BY {order} LIMIT 1) any_choice \
+         ) heads ORDER BY class_rank, queue_head DESC, priority DESC, later_choice, seq LIMIT 1"
+    )
+}
+
+/// How many of the queue's leasable jobs the pools' demand is routed from: more than every
+/// pool a server follows may hold at once but for the largest fleets, and a bound on what
+/// each pool report reads however deep the queue.
+pub const ROUTED_JOBS: i64 = 10_000;
+
+/// The first [`ROUTED_JOBS`] jobs leasable now, in the queue's order, each with its slice
+/// types most preferred first: what the pools' demand is routed from.
 pub async fn leasable_lists(db: &mut Conn) -> Result<Vec<Vec<String>>, StoreError> {
-    let rows: Vec<(JobId, String)> = db::query_as(
-        "SELECT j.id, ja.accelerator FROM jobs j JOIN job_accelerators ja ON ja.job_id = j.id \
-         WHERE j.state = 'queued' AND j.same_as IS NULL \
-         AND (j.not_before IS NULL OR j.not_before <= ?) \
-         ORDER BY j.class_rank, j.queue_head DESC, j.priority DESC, j.seq, ja.preference",
+    let rows: Vec<(JobId, String, i64)> = db::query_as(
+        "SELECT j.id, ja.accelerator, ja.preference FROM jobs j \
+         JOIN job_accelerators ja ON ja.job_id = j.id \
+         WHERE j.id IN (SELECT q.id FROM jobs q WHERE q.state = 'queued' AND q.same_as IS NULL \
+           AND (q.not_before IS NULL OR q.not_before <= ?1) \
+           ORDER BY q.class_rank, q.queue_head DESC, q.priority DESC, q.seq LIMIT ?2) \
+         ORDER BY j.class_rank, j.queue_head DESC, j.priority DESC, j.seq",
     )
     .bind(now_ms())
+    .bind(ROUTED_JOBS)
     .fetch_all(db)
     .await?;
-    let mut lists: Vec<(JobId, Vec<String>)> = Vec::new();
-    for (id, accelerator) in rows {
+    let mut lists: Vec<(JobId, Vec<(i64, String)>)> = Vec::new();
+    for (id, accelerator, preference) in rows {
         match lists.last_mut() {
-            Some((last, list)) if *last == id => list.push(accelerator),
-            _ => lists.push((id, vec![accelerator])),
+            Some((last, list)) if *last == id => list.push((preference, accelerator)),
+            _ => lists.push((id, vec![(preference, accelerator)])),
         }
     }
-    Ok(lists.into_iter().map(|(_, list)| list).collect())
+    Ok(lists
+        .into_iter()
+        .map(|(_, mut list)| {
+            list.sort();
+            list.into_iter()
+                .map(|(_, accelerator)| accelerator)
+                .collect()
+        })
+        .collect())
 }
 
 /// When each backed-off queued job becomes leasable, once for each slice type it may lease,
@@ -90,9 +132,8 @@ pub struct Claimed {
     pub fallback_checkpoints: Vec<String>,
 }
 
-/// Claims the job an eviction reserved `pod` for, else the first leasable job whose slice
-/// types hold `accelerator` (class, an evicted job at the head of its class, priority, the
-/// job that prefers `accelerator` most, then submission order) for `pod`, starts its attempt and notes it on the timeline. Claims nothing while the pod
+/// Claims the job an eviction reserved `pod` for, else the head of `accelerator`'s queue
+/// ([`queue_head`]) for `pod`, starts its attempt and notes it on the timeline. Claims nothing while the pod
 /// holds a live lease, whatever its job's state (a cancelled job's lease lives until its
 /// worker ends the attempt): a pod runs one job at a time.
 pub async fn claim(
@@ -115,15 +156,12 @@ pub async fn claim(
            (SELECT r.id FROM jobs r JOIN job_accelerators ra ON ra.job_id = r.id \
              WHERE r.reserved_pod = ?2 AND r.reserved_until > ?3 AND r.state = 'queued' \
              AND r.same_as IS NULL AND ra.accelerator = ?4 LIMIT 1), \
-           (SELECT q.id FROM jobs q JOIN job_accelerators qa ON qa.job_id = q.id \
-             WHERE q.state = 'queued' AND q.same_as IS NULL AND qa.accelerator = ?4 \
-             AND (q.not_before IS NULL OR q.not_before <= ?3) \
-             ORDER BY q.class_rank, q.queue_head DESC, q.priority DESC, qa.preference, q.seq \
-             LIMIT 1)) \
+           ({})) \
          AND {} \
          AND NOT EXISTS (SELECT 1 FROM jobs WHERE lease_pod = ?2) \
          RETURNING id, attempts, experiment, group_name, config_json, config_sha256, \
            checkpoint_dir, resume_from, resume_step",
+        queue_head("?4", "?3"),
         write.guard
     )))
     .bind(lease_id)
@@ -468,4 +506,50 @@ pub async fn live(db: &mut Conn) -> Result<Vec<LiveRow>, StoreError> {
     )
     .fetch_all(db)
     .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_support::scratch_store;
+
+    /// The head of a type's queue reads a row or a few through the queue's indexes, and
+    /// sorts only the two candidates it found, never every queued job.
+    #[tokio::test]
+    async fn the_head_of_a_types_queue_walks_an_index() {
+        let (store, _dir) = scratch_store().await;
+        let plan: Vec<(i64, i64, i64, String)> = db::query_as(AssertSqlSafe(format!(
+            "EXPLAIN QUERY PLAN {}",
+            queue_head("?1", "?2")
+        )))
+        .bind("v4-64")
+        .bind(0_i64)
+        .fetch_all(&mut store.read().await.unwrap())
+        .await
+        .unwrap();
+        let details: Vec<&str> = plan.iter().map(|(.., d)| d.as_str()).collect();
+        // The tables are searched through an index; what is scanned is the subqueries' own
+        // rows, one each.
+        for detail in &details {
+            assert!(
+                !(detail.starts_with("SCAN ")
+                    && ["q", "ja", "jobs"]
+                        .iter()
+                        .any(|t| detail[5..].starts_with(t))),
+                "a full scan of a table: {details:?}"
+            );
+        }
+        assert!(
+            details.contains(&"SEARCH q USING INDEX jobs_queue_order (state=?)"),
+            "{details:?}"
+        );
+        assert!(
+            details
+                .iter()
+                .any(|d| d.starts_with("SEARCH q USING INDEX jobs_leasable")),
+            "{details:?}"
+        );
+        let sorts = details.iter().filter(|d| d.contains("TEMP B-TREE")).count();
+        assert_eq!(sorts, 1, "only the two candidates are sorted: {details:?}");
+    }
 }

@@ -123,11 +123,13 @@ type Rank = ((usize, usize), Reverse<Vec<usize>>);
 /// Where a run lands on the pods: start, end, and whether it fits the limits.
 type Slot = (DateTime<Utc>, DateTime<Utc>, bool);
 
-/// Where a run would land on one of its types: over that type's budget, its pool's index
-/// and lane, when it would start and end there, and its hours there.
+/// Where a run would land on one of its types: over that type's budget, which of its types
+/// (as `Timeline::types`), that type's pool and lane, when it would start and end there, and
+/// its hours there.
 #[derive(Clone, Copy)]
 struct Landing {
     over: bool,
+    option: usize,
     pool: usize,
     lane: usize,
     start: DateTime<Utc>,
@@ -135,82 +137,102 @@ struct Landing {
     hours: f64,
 }
 
+/// One slice type's pods as an order is played out: when each frees up, and the hours spent.
+struct Lanes<'a> {
+    accelerator: &'a str,
+    lanes: Vec<DateTime<Utc>>,
+    spent: f64,
+    pool: Pool,
+}
+
+/// The index of `accelerator`'s lanes in `pools`, added when first needed.
+fn lanes_of<'a>(pools: &mut Vec<Lanes<'a>>, accelerator: &'a str, limits: &Limits) -> usize {
+    if let Some(k) = pools.iter().position(|p| p.accelerator == accelerator) {
+        return k;
+    }
+    let pool = limits.pool(accelerator);
+    pools.push(Lanes {
+        accelerator,
+        lanes: vec![limits.now; pool.pods.max(1)],
+        spent: 0.0,
+        pool,
+    });
+    pools.len() - 1
+}
+
+/// Where a run of `hours` there would land on `pools[k]`: its first lane to free up.
+fn landing(pools: &[Lanes], k: usize, option: usize, hours: f64, now: DateTime<Utc>) -> Landing {
+    let Lanes {
+        lanes, spent, pool, ..
+    } = &pools[k];
+    let (lane, start) = lanes
+        .iter()
+        .copied()
+        .enumerate()
+        .min_by_key(|(_, t)| *t)
+        .unwrap_or((0, now));
+    Landing {
+        over: pool.budget_hours.is_some_and(|b| spent + hours > b + 1e-9),
+        option,
+        pool: k,
+        lane,
+        start,
+        end: start + Duration::seconds((hours * 3600.0).round() as i64),
+        hours,
+    }
+}
+
 /// One order played out on the pods.
 struct Timeline {
     /// Per run, or None for a run the order leaves out.
     slots: Vec<Option<Slot>>,
-    /// Per run, the slice type it is played out on.
-    types: Vec<Option<String>>,
+    /// Per run, which of its types it is played out on: 0 its own, `k` its `elsewhere[k - 1]`.
+    types: Vec<Option<usize>>,
 }
 
 impl Timeline {
     fn play(runs: &[Run], order: &[usize], limits: &Limits) -> Timeline {
         // A pool's lanes, spent hours and limits, found by a short linear search: there
         // are one or two accelerator types, and this runs once per candidate order.
-        let mut pools: Vec<(&str, Vec<DateTime<Utc>>, f64, Pool)> = Vec::new();
+        let mut pools: Vec<Lanes> = Vec::new();
         let mut slots = vec![None; runs.len()];
         let mut types = vec![None; runs.len()];
         for &i in order {
             let run = &runs[i];
             let hours = run.remaining_hours * limits.overhead_factor;
-            // The run lands on whichever of its types' pods frees up to finish it first;
-            // another type counts only where pods of it are expected.
-            let options = std::iter::once((run.accelerator.as_str(), 1.0)).chain(
-                run.elsewhere
-                    .iter()
-                    .filter(|(a, _)| limits.pools.contains_key(a))
-                    .map(|(a, factor)| (a.as_str(), *factor)),
-            );
-            // Within its type's budget first, then the earliest end, then the type it prefers.
-            let mut best: Option<Landing> = None;
-            for (accelerator, factor) in options {
-                let k = match pools.iter().position(|(name, ..)| *name == accelerator) {
-                    Some(k) => k,
-                    None => {
-                        let pool = limits.pool(accelerator);
-                        pools.push((accelerator, vec![limits.now; pool.pods.max(1)], 0.0, pool));
-                        pools.len() - 1
-                    }
-                };
-                let (lane, start) = pools[k]
-                    .1
-                    .iter()
-                    .copied()
-                    .enumerate()
-                    .min_by_key(|(_, t)| *t)
-                    .unwrap_or((0, limits.now));
-                let hours_here = hours * factor;
-                let end = start + Duration::seconds((hours_here * 3600.0).round() as i64);
-                let (_, _, spent, pool) = &pools[k];
-                let over = pool
-                    .budget_hours
-                    .is_some_and(|b| *spent + hours_here > b + 1e-9);
-                if best.is_none_or(|b| (over, end) < (b.over, b.end)) {
-                    best = Some(Landing {
-                        over,
-                        pool: k,
-                        lane,
-                        start,
-                        end,
-                        hours: hours_here,
-                    });
+            // The run lands on whichever of its types' pods frees up to finish it first
+            // (within its type's budget first, then the earliest end, then the type it
+            // prefers); another type counts only where pods of it are expected.
+            let own = lanes_of(&mut pools, &run.accelerator, limits);
+            let mut best = landing(&pools, own, 0, hours, limits.now);
+            for (k, (accelerator, factor)) in run.elsewhere.iter().enumerate() {
+                if !limits.pools.contains_key(accelerator) {
+                    continue;
+                }
+                let there = lanes_of(&mut pools, accelerator, limits);
+                let candidate = landing(&pools, there, k + 1, hours * factor, limits.now);
+                if (candidate.over, candidate.end) < (best.over, best.end) {
+                    best = candidate;
                 }
             }
             let Landing {
+                option,
                 pool: k,
                 lane,
                 start,
                 end,
                 hours,
                 ..
-            } = best.expect("a run has its own type");
-            let (_, lanes, spent, pool) = &mut pools[k];
+            } = best;
+            let Lanes {
+                lanes, spent, pool, ..
+            } = &mut pools[k];
             lanes[lane] = end;
             *spent += hours;
             let fits = limits.deadline.is_none_or(|d| end <= d)
                 && pool.budget_hours.is_none_or(|b| *spent <= b + 1e-9);
             slots[i] = Some((start, end, fits));
-            types[i] = Some(pools[k].0.to_owned());
+            types[i] = Some(option);
         }
         Timeline { slots, types }
     }
@@ -282,7 +304,10 @@ pub fn plan(runs: &[Run], groups: &[Group], limits: &Limits, recommend: bool) ->
             runs: listed
                 .into_iter()
                 .map(|i| {
-                    let on = timeline.types[i].clone();
+                    let on = timeline.types[i].and_then(|option| match option {
+                        0 => None,
+                        k => runs[i].elsewhere.get(k - 1).map(|(a, _)| a.clone()),
+                    });
                     planned_run(&runs[i], timeline.slots[i], on, limits, has_deadline)
                 })
                 .collect(),
