@@ -10,7 +10,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::pools::PoolProcess;
-use common::{copy_dir, eventually, experiments_dir, Server, ServerOptions, PODQ};
+use common::{
+    copy_dir, eventually, experiments_dir, python_json, validate, Server, ServerOptions, PODQ,
+};
 use serde_json::{json, Value};
 
 const RUN: Duration = Duration::from_secs(120);
@@ -39,17 +41,6 @@ fn set_accelerators(catalog: &Path, group: &str, list: &str) {
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(path, format!("{kept}accelerators: {list}\n")).unwrap();
-}
-
-fn validate(dir: &Path) -> (bool, String) {
-    let output = Command::new(PODQ)
-        .args(["validate", "--experiments"])
-        .arg(dir)
-        .output()
-        .expect("run podq validate");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    (output.status.success(), text)
 }
 
 #[tokio::test]
@@ -371,35 +362,10 @@ async fn an_unknown_slice_type_is_refused_with_the_one_meant() {
     assert!(text.contains("did you mean `v4-64`?"), "{text}");
 }
 
-fn python() -> String {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = std::env::var("PODQ_TEST_PYTHON")
-        .unwrap_or_else(|_| repo.join(".venv/bin/python").display().to_string());
-    assert!(
-        Path::new(&python).exists(),
-        "no Python with JAX at {python}: run scripts/venv (scripts/test does)"
-    );
-    python
-}
-
 #[test]
 fn jax_and_orbax_restore_on_four_devices_what_eight_saved_and_the_loss_runs_on() {
     let work = tempfile::tempdir().unwrap();
-    let output = Command::new(python())
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/python/resume_on_fewer_devices.py"
-        ))
-        .arg(work.path())
-        .env("JAX_PLATFORMS", "cpu")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = python_json("resume_on_fewer_devices.py", work.path());
     let (saved, resumed) = (&report["reference"], &report["resumed"]);
     let k = report["checkpoint_step"].as_i64().unwrap();
     assert_eq!(saved["devices"], 8, "{report}");

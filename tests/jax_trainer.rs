@@ -8,23 +8,13 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{eventually, Server};
+use common::{eventually, python, Server};
 use serde_json::{json, Value};
 
 const RUN: Duration = Duration::from_secs(240);
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn python() -> String {
-    let python = std::env::var("PODQ_TEST_PYTHON")
-        .unwrap_or_else(|_| repo().join(".venv/bin/python").display().to_string());
-    assert!(
-        std::path::Path::new(&python).exists(),
-        "no Python with JAX at {python}: run scripts/venv (scripts/test does)"
-    );
-    python
 }
 
 fn trainer_command() -> String {

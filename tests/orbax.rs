@@ -5,43 +5,17 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 use common::gcs::{copy_tree, FakeGcs};
+use common::python_json;
 use podq_worker::checkpoints::{CheckpointStore, StoreOptions};
 use serde_json::Value;
-
-fn python() -> String {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let python = std::env::var("PODQ_TEST_PYTHON")
-        .unwrap_or_else(|_| repo.join(".venv/bin/python").display().to_string());
-    assert!(
-        std::path::Path::new(&python).exists(),
-        "no Python with Orbax at {python}: run scripts/venv (scripts/test does)"
-    );
-    python
-}
 
 /// Writes the fixtures with real Orbax; answers their directory and the manifest, which
 /// says which steps Orbax itself lists as committed in each case.
 fn orbax_fixtures() -> (tempfile::TempDir, Value) {
     let dir = tempfile::tempdir().unwrap();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/orbax_fixtures.py"
-    );
-    let output = std::process::Command::new(python())
-        .arg(script)
-        .arg(dir.path())
-        .env("JAX_PLATFORMS", "cpu")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let manifest = serde_json::from_slice(&output.stdout).unwrap();
+    let manifest = python_json("orbax_fixtures.py", dir.path());
     (dir, manifest)
 }
 

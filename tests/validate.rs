@@ -5,22 +5,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
-use common::{experiments_dir, original_configs, Server, ServerOptions, PODQ};
+use common::{experiments_dir, original_configs, validate, Server, ServerOptions};
 use reqwest::Method;
 use serde_json::json;
-
-/// Runs `podq validate`: whether it exited 0, and what it printed.
-fn validate(dir: &Path) -> (bool, String) {
-    let output = Command::new(PODQ)
-        .args(["validate", "--experiments"])
-        .arg(dir)
-        .output()
-        .expect("run podq validate");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    (output.status.success(), text)
-}
 
 /// A scratch copy of the repository's suite, to break on purpose.
 fn suite_copy() -> tempfile::TempDir {

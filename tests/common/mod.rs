@@ -40,6 +40,54 @@ macro_rules! on_both_stores {
     )*};
 }
 
+/// The project venv's Python, with JAX, Orbax and Hydra (`PODQ_TEST_PYTHON`, else
+/// `.venv/bin/python`).
+pub fn python() -> String {
+    let python = std::env::var("PODQ_TEST_PYTHON").unwrap_or_else(|_| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(".venv/bin/python")
+            .display()
+            .to_string()
+    });
+    assert!(
+        Path::new(&python).exists(),
+        "no Python with JAX and Orbax at {python}: run scripts/venv (scripts/test does)"
+    );
+    python
+}
+
+/// Runs `tests/python/<script> <arg>` with the venv's Python on JAX's CPU backend, and answers
+/// the JSON it printed; fails the test with its stderr if it failed.
+pub fn python_json(script: &str, arg: &Path) -> Value {
+    let output = Command::new(python())
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/python")
+                .join(script),
+        )
+        .arg(arg)
+        .env("JAX_PLATFORMS", "cpu")
+        .output()
+        .expect("run the venv's python");
+    assert!(
+        output.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the script's JSON")
+}
+
+/// Runs `podq validate` on the catalog in `dir`: whether it exited 0, and what it printed.
+pub fn validate(dir: &Path) -> (bool, String) {
+    let output = Command::new(PODQ)
+        .args(["validate", "--experiments"])
+        .arg(dir)
+        .output()
+        .expect("run podq validate");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    (output.status.success(), text)
+}
+
 pub fn experiments_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")
 }
