@@ -988,6 +988,14 @@ async fn a_compute_pool_gives_up_a_zone_out_of_capacity_and_gives_its_group_back
             .contains("ZONE_RESOURCE_POOL_EXHAUSTED"),
         "{a}"
     );
+    // The group that waited in vain was reported while it was being made: its pod goes with
+    // it, not left a pod being made for good.
+    eventually(RUN, "the failed group's pod to be retired", || async {
+        let (_, status) = server.get("/status").await;
+        let pods = status["pods"].as_array()?;
+        (!pods.iter().any(|p| p["name"] == "tr-1")).then_some(())
+    })
+    .await;
 
     let done = server.wait_state(&job, "succeeded", RUN).await;
     assert_eq!(attempts(&done).len(), 1, "{done}");

@@ -223,6 +223,10 @@ impl Scheduler {
             }
             *hours.entry(report.accelerator.clone()).or_default() += report.slice_hours;
         }
+        // A pod made by hand of a type some job lists serves as well as a pool's.
+        for accelerator in lists.iter().flatten() {
+            capacity.entry(accelerator.clone()).or_default();
+        }
         for (accelerator, entry) in &mut capacity {
             entry.supply += self.live.idle_pods(accelerator);
             let budget = grant

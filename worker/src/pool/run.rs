@@ -146,8 +146,9 @@ pub struct PoolRun {
     grant_start: Option<DateTime<Utc>>,
     /// Slices labelled with this pool's name that another pool made: reported once each.
     foreign: BTreeSet<String>,
-    /// The creates in flight, each on a task of its own.
+    /// The creates in flight, each on a task of its own, and the slice each is for.
     creates: JoinSet<CreateAnswer>,
+    create_tasks: BTreeMap<tokio::task::Id, String>,
     /// The deletes in flight, by slice, so a slice is not deleted twice at once.
     deletes: JoinSet<String>,
     deleting: BTreeSet<String>,
@@ -187,6 +188,7 @@ impl PoolRun {
             foreign: BTreeSet::new(),
             grant_start: None,
             creates: JoinSet::new(),
+            create_tasks: BTreeMap::new(),
             deletes: JoinSet::new(),
             deleting: BTreeSet::new(),
             pool,
@@ -258,7 +260,9 @@ impl PoolRun {
         let ready: Vec<String> = self
             .held
             .iter()
-            .filter(|(_, held)| held.state == SliceState::Ready && held.daemon.is_none())
+            .filter(|(_, held)| {
+                held.state == SliceState::Ready && held.daemon.is_none() && !held.in_flight
+            })
             .map(|(name, _)| name.clone())
             .collect();
         for name in ready {
@@ -307,7 +311,7 @@ impl PoolRun {
             {
                 // This pool's, given up (mid-delete) or asked for under a lost journal.
                 strays.push((slice, "a slice this pool does not hold"));
-                self.retired.push(slice.name.clone());
+                self.retire(&slice.name);
             } else if self.foreign.insert(slice.name.clone()) {
                 // Labelled with this pool's name by another podq (or a person): not ours
                 // to delete, whatever its name.
@@ -344,7 +348,7 @@ impl PoolRun {
                 let held = self.held.remove(&name).expect("held");
                 self.book.record_death(&held.zone, held.created_at, now);
                 stop(held).await;
-                self.retired.push(name.clone());
+                self.retire(&name);
                 self.journal.gone(&name, now)?;
                 self.event(
                     "slice_deleted",
@@ -441,7 +445,7 @@ impl PoolRun {
             }
             let zone = held.zone.clone();
             stop(held).await;
-            self.retired.push(name.clone());
+            self.retire(&name);
             // Marked gone before the delete: a crash between the two finds the slice unheld
             // on restart, and deletes it then.
             self.journal.gone(&name, now)?;
@@ -540,8 +544,9 @@ impl PoolRun {
         held.in_flight = true;
         self.held.insert(name.clone(), held);
         tracing::info!(pool = %self.pool.name, slice = %name, %zone, demand, "creating a slice");
+        let spec_name = name.clone();
         let cloud = Arc::clone(&self.cloud);
-        self.creates.spawn(async move {
+        let task = self.creates.spawn(async move {
             let result = cloud.create(&spec).await;
             CreateAnswer {
                 name,
@@ -550,6 +555,7 @@ impl PoolRun {
                 result,
             }
         });
+        self.create_tasks.insert(task.id(), spec_name);
         Ok(())
     }
 
@@ -565,11 +571,21 @@ impl PoolRun {
         if self.deletes.is_empty() {
             self.deleting.clear();
         }
-        while let Some(done) = self.creates.try_join_next() {
+        while let Some(done) = self.creates.try_join_next_with_id() {
             let answer = match done {
-                Ok(answer) => answer,
+                Ok((id, answer)) => {
+                    self.create_tasks.remove(&id);
+                    answer
+                }
                 Err(e) => {
+                    // No answer: the listing decides what became of the slice, as after a
+                    // restart (held if the cloud lists it, gone if it does not).
                     tracing::error!(pool = %self.pool.name, error = %e, "a create's task ended without an answer");
+                    if let Some(name) = self.create_tasks.remove(&e.id()) {
+                        if let Some(held) = self.held.get_mut(&name) {
+                            held.in_flight = false;
+                        }
+                    }
                     continue;
                 }
             };
@@ -591,12 +607,17 @@ impl PoolRun {
         } = answer;
         match result {
             Ok(()) => {
-                let created_at = self.held.get(&name).map_or(now, |h| h.created_at);
-                self.journal.created(&name, created_at)?;
+                // Answered before anything that may fail: a slice left in flight would hold a
+                // create's place for good.
+                let created_at = match self.held.get_mut(&name) {
+                    Some(held) => {
+                        held.in_flight = false;
+                        held.created_at
+                    }
+                    None => now,
+                };
                 self.book.record_success(&zone, now);
-                if let Some(held) = self.held.get_mut(&name) {
-                    held.in_flight = false;
-                }
+                self.journal.created(&name, created_at)?;
                 self.event(
                     "slice_created",
                     format!("{name} in {zone} for {demand} queued job(s)"),
@@ -604,6 +625,8 @@ impl PoolRun {
             }
             Err(error) => {
                 self.held.remove(&name);
+                // The server wrote the slice down as a pod being made: it is retired with it.
+                self.retire(&name);
                 self.journal.gone(&name, now)?;
                 self.book.record_error(
                     &zone,
@@ -668,6 +691,14 @@ impl PoolRun {
             .with_context(|| format!("cannot write {}", tmp.display()))?;
         std::fs::rename(&tmp, &self.book_path)
             .with_context(|| format!("cannot write {}", self.book_path.display()))
+    }
+
+    /// Tells the server, at the next report, that the pod of slice `name` is given back;
+    /// once, however many looks find it on its way out.
+    fn retire(&mut self, name: &str) {
+        if !self.retired.iter().any(|r| r == name) {
+            self.retired.push(name.to_owned());
+        }
     }
 
     fn event(&mut self, kind: &str, message: String) {

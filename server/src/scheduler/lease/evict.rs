@@ -84,6 +84,11 @@ impl Scheduler {
             if head.reserved_pod.is_some() && head.reserved_until.is_some_and(|t| t > now) {
                 return Ok(false);
             }
+            // An idle pod of another type the head may run on takes it without an eviction.
+            let elsewhere = crate::store::leases::accelerators_of(&mut conn, head.id).await?;
+            if elsewhere.iter().any(|a| self.live.idle_pods(a) > 0) {
+                return Ok(false);
+            }
             (head, evictions::running(&mut conn, accelerator).await?)
         };
         let classes = &self.catalog.classes;

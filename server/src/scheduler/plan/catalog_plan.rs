@@ -355,7 +355,16 @@ impl Scheduler {
                     Some(&i) => i,
                     None => {
                         let mut run = run_of(&job, now)?;
-                        run.elsewhere = elsewhere(&speeds, &run, &e.accelerators);
+                        match (&job.live_on, run.phase) {
+                            // On a pod now: it runs there to its end, at its speed there.
+                            (Some(on), Phase::OnPod) => {
+                                let factor =
+                                    speeds.factor(run.job_id, &run.group, &run.accelerator, on);
+                                run.remaining_hours *= factor;
+                                run.accelerator = on.clone();
+                            }
+                            _ => run.elsewhere = elsewhere(&speeds, &run, &e.accelerators),
+                        }
                         runs.push(run);
                         let i = runs.len() - 1;
                         run_of_job.insert(job.id, i);

@@ -486,6 +486,19 @@ fn recommended_order(
             })
             .collect();
         let pool_capacity: Vec<f64> = capacity.values().copied().collect();
+        let total_capacity: f64 = pool_capacity.iter().sum();
+        // For a run that may use another type with pods: its fewest hours on any of them.
+        let least_factor: Vec<Option<f64>> = runs
+            .iter()
+            .map(|r| {
+                r.elsewhere
+                    .iter()
+                    .filter(|(a, _)| limits.pools.contains_key(a))
+                    .map(|(_, factor)| *factor)
+                    .reduce(f64::min)
+                    .map(|f| f.min(1.0))
+            })
+            .collect();
         let mut hours = vec![0.0; pool_capacity.len()];
         let mut best: Option<(Rank, Vec<usize>)> = None;
         let mut needed = vec![false; runs.len()];
@@ -501,14 +514,22 @@ fn recommended_order(
                     needed[i] = runs[i].phase == Phase::Waiting;
                 }
             }
+            // A run that may use other types counts only against all of them together, at
+            // its least hours anywhere: the pruning must never skip a choice that could fit.
             hours.iter_mut().for_each(|h| *h = 0.0);
+            let mut flexible_hours = 0.0;
             for i in (0..runs.len()).filter(|&i| needed[i]) {
-                hours[pool_of[i]] += runs[i].remaining_hours * limits.overhead_factor;
+                let run_hours = runs[i].remaining_hours * limits.overhead_factor;
+                match least_factor[i] {
+                    Some(factor) => flexible_hours += run_hours * factor,
+                    None => hours[pool_of[i]] += run_hours,
+                }
             }
             if hours
                 .iter()
                 .zip(&pool_capacity)
                 .any(|(h, capacity)| *h > capacity + 1e-9)
+                || hours.iter().sum::<f64>() + flexible_hours > total_capacity + 1e-9
             {
                 continue;
             }
@@ -595,6 +616,39 @@ mod tests {
         assert_eq!(b.accelerator, "v6e-32");
         let hours = (b.end - b.start).num_seconds() as f64 / 3600.0;
         assert!((hours - 10.0 * 275.0 / 918.0).abs() < 0.01, "{hours}");
+    }
+
+    #[test]
+    fn the_recommended_plan_fits_groups_whose_runs_may_use_another_type() {
+        // Group a's two 10 h runs may use a v6e pod (3 h each there); group b's 11 h run
+        // only the v4. With 12 h, one pod of each: both groups fit.
+        let mut limits = limits(12);
+        limits.pools.insert("v6e-32".into(), Pool::default());
+        let mut runs = vec![
+            run("a1", "a", 10.0, 1),
+            run("a2", "a", 10.0, 2),
+            run("b1", "b", 11.0, 3),
+        ];
+        for r in &mut runs[..2] {
+            r.elsewhere = vec![("v6e-32".into(), 0.3)];
+        }
+        let groups = vec![
+            Group {
+                name: "a".into(),
+                runs: vec![0, 1],
+            },
+            Group {
+                name: "b".into(),
+                runs: vec![2],
+            },
+        ];
+        let planned = plan(&runs, &groups, &limits, true);
+        assert_eq!(
+            planned.recommended.groups_fit,
+            Some(2),
+            "{:#?}",
+            planned.recommended
+        );
     }
 
     fn limits(hours: i64) -> Limits {
