@@ -151,6 +151,52 @@ fn a_misspelt_key_fails_and_names_the_key_it_meant() {
 }
 
 #[test]
+fn a_misspelt_rungs_metric_fails_and_names_the_metric_it_meant() {
+    let dir = suite_copy();
+    let file = "groups/exp10-lr-schedule/group.yaml";
+    let rungs = "rungs:\n  metric: eval/exact_acuracy\n  at: [25%, 50%]\n  keep: 1/2\n";
+    append(dir.path(), file, rungs);
+    let line = std::fs::read_to_string(dir.path().join(file))
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("eval/exact_acuracy"))
+        .unwrap()
+        + 1;
+    let (ok, text) = validate(dir.path());
+    assert!(!ok, "a misspelt rungs metric must not pass:\n{text}");
+    let errors: Vec<&str> = finding_lines(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert!(
+        errors[0].starts_with(&format!("error: {file}:{line}: `rungs.metric`")),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[0].contains("did you mean `eval/exact_accuracy`?"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[0].ends_with("[unknown_rungs_metric]"),
+        "{}",
+        errors[0]
+    );
+    assert_well_formed(&text);
+
+    // Spelt right, the same rungs pass.
+    let path = dir.path().join(file);
+    let fixed = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("eval/exact_acuracy", "eval/exact_accuracy");
+    std::fs::write(&path, fixed).unwrap();
+    let (ok, text) = validate(dir.path());
+    assert!(ok, "{text}");
+}
+
+#[test]
 fn an_unlisted_file_is_reported_with_its_own_errors() {
     let dir = suite_copy();
     let stray = "groups/exp07-precision/exp07z.yaml";

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use podq_api::ExperimentDocs;
 use serde::Deserialize;
 
+use super::rungs::Rungs;
 use super::source::{line_of, line_of_key};
 use super::stop_rules::{parse_rules, DivergenceGuard, StopRule, TRAINER_METRICS};
 use super::{error_at, yaml_stems, Candidate, Catalog, CatalogOptions, CheckpointInterval, Group};
@@ -37,6 +38,9 @@ struct GroupFile {
     /// Stop rules for the group's runs; over the suite's.
     #[serde(default)]
     stop_when: Option<serde_yaml::Value>,
+    /// The group's rungs (catalog/rungs.rs), over the suite's; `none` lifts the suite's.
+    #[serde(default)]
+    rungs: Option<serde_yaml::Value>,
     experiments: serde_yaml::Mapping,
     #[serde(default)]
     #[allow(dead_code)]
@@ -81,6 +85,9 @@ struct SuiteFile {
     /// The divergence guard's settings (catalog/stop_rules.rs); absent: the defaults.
     #[serde(default)]
     divergence_guard: Option<serde_yaml::Value>,
+    /// Every group's rungs, unless its `group.yaml` says otherwise (catalog/rungs.rs).
+    #[serde(default)]
+    rungs: Option<serde_yaml::Value>,
 }
 
 impl Catalog {
@@ -97,6 +104,8 @@ impl Catalog {
         let suite_path = self.root.join("suite.yaml");
         let mut suite_interval = CheckpointInterval::Config;
         let mut suite_rules = Vec::new();
+        // The suite's rungs and its file's text, for a metric a group does not know.
+        let mut suite_rungs: Option<(Rungs, String)> = None;
         if suite_path.is_file() {
             let text = std::fs::read_to_string(&suite_path).unwrap_or_default();
             match read_yaml::<SuiteFile>(&suite_path) {
@@ -136,6 +145,11 @@ impl Catalog {
                         "stop_when",
                         &[],
                     );
+                    if let Some(value) = &suite.rungs {
+                        suite_rungs = self
+                            .rungs_of(value, "suite.yaml", &text, None)
+                            .map(|rungs| (rungs, text.clone()));
+                    }
                     if let Some(value) = &suite.divergence_guard {
                         match DivergenceGuard::parse(value) {
                             Ok(guard) => self.guard = guard,
@@ -220,6 +234,25 @@ impl Catalog {
                 "stop_when",
                 &doc.metrics_to_watch,
             );
+            let group_rungs = match &doc.rungs {
+                // A bad value is an error; the group keeps the suite's meanwhile.
+                Some(value) => {
+                    match self.rungs_of(value, &group_rel, &text, Some(&doc.metrics_to_watch)) {
+                        Some(rungs) => Some(rungs),
+                        None if is_none(value) => None,
+                        None => suite_rungs.as_ref().map(|(rungs, _)| rungs.clone()),
+                    }
+                }
+                // The suite's, if its metric is one this group knows.
+                None => match &suite_rungs {
+                    Some((rungs, suite_text)) => {
+                        let watched = &doc.metrics_to_watch;
+                        self.known_rungs_metric(&rungs.metric, "suite.yaml", suite_text, watched)
+                            .then(|| rungs.clone())
+                    }
+                    None => None,
+                },
+            };
             let mut names = Vec::new();
             for (key, row) in &doc.experiments {
                 let Some(name) = key.as_str() else {
@@ -343,6 +376,7 @@ impl Catalog {
                 experiments: names,
                 baseline_row: Some(doc.baseline_row),
                 planned_hours: doc.planned_hours,
+                rungs: group_rungs,
             });
         }
         let mut seen = BTreeMap::new();
@@ -515,6 +549,92 @@ impl Catalog {
             }
         }
     }
+}
+
+impl Catalog {
+    /// A `rungs:` value: its rungs, or None for `none` or a bad value, which is an error at
+    /// the line of the key it is about. With `watched` (a group's `metrics_to_watch`) the
+    /// metric is checked too; the suite's is checked for each group that inherits it.
+    fn rungs_of(
+        &mut self,
+        value: &serde_yaml::Value,
+        file: &str,
+        text: &str,
+        watched: Option<&[String]>,
+    ) -> Option<Rungs> {
+        match super::rungs::parse(value) {
+            Ok(Some(rungs)) => match watched {
+                Some(watched) => self
+                    .known_rungs_metric(&rungs.metric, file, text, watched)
+                    .then_some(rungs),
+                None => Some(rungs),
+            },
+            Ok(None) => None,
+            Err(problems) => {
+                for problem in problems {
+                    self.push_rungs_problem("invalid_rungs", problem, file, text);
+                }
+                // Its metric is checked too, so one run of `podq validate` says all.
+                let metric = value.get("metric").and_then(serde_yaml::Value::as_str);
+                if let (Some(watched), Some(metric)) = (watched, metric) {
+                    self.known_rungs_metric(metric.trim(), file, text, watched);
+                }
+                None
+            }
+        }
+    }
+
+    /// Whether the rungs' metric is one the trainer reports or the group watches; if not, an
+    /// error at the metric's line (once, for a suite's rungs several groups inherit).
+    fn known_rungs_metric(
+        &mut self,
+        metric: &str,
+        file: &str,
+        text: &str,
+        watched: &[String],
+    ) -> bool {
+        match super::rungs::check_metric(metric, watched) {
+            Ok(()) => true,
+            Err(problem) => {
+                self.push_rungs_problem("unknown_rungs_metric", problem, file, text);
+                false
+            }
+        }
+    }
+
+    fn push_rungs_problem(
+        &mut self,
+        code: &str,
+        problem: super::rungs::Problem,
+        file: &str,
+        text: &str,
+    ) {
+        // A mapping written inline (`rungs: {metric: ...}`) has no line of its own for the key.
+        let line = problem
+            .key
+            .and_then(|key| line_of_key(text, &format!("rungs.{key}")))
+            .or_else(|| line_of_key(text, "rungs"));
+        let mut finding = error_at(code, problem.message, file, line);
+        finding.key = Some(match problem.key {
+            Some(key) => format!("rungs.{key}"),
+            None => "rungs".into(),
+        });
+        finding.fix = problem.fix;
+        let repeated = self.file_findings.iter().any(|f| {
+            f.code == finding.code
+                && f.file == finding.file
+                && f.line == finding.line
+                && f.message == finding.message
+        });
+        if !repeated {
+            self.file_findings.push(finding);
+        }
+    }
+}
+
+/// `rungs: none` (or an empty `rungs:`), which lifts the suite's rungs.
+fn is_none(value: &serde_yaml::Value) -> bool {
+    matches!(super::rungs::parse(value), Ok(None))
 }
 
 fn invalid_accelerator(

@@ -51,6 +51,7 @@ impl Catalog {
                     experiments: vec![c.name.clone()],
                     baseline_row: None,
                     planned_hours: 0.0,
+                    rungs: None,
                 }),
             }
         }

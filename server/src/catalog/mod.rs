@@ -17,6 +17,7 @@ pub mod hydra;
 mod layout;
 mod legacy;
 mod resolve;
+pub mod rungs;
 pub mod schema;
 pub mod source;
 pub mod stop_rules;
@@ -112,6 +113,9 @@ pub struct Experiment {
     pub checkpoint_interval: CheckpointInterval,
     /// The `stop_when` rules of its row, group or suite, the narrowest winning.
     pub stop_when: Vec<stop_rules::StopRule>,
+    /// Its group's rungs (`rungs:` in its `group.yaml`, or the suite's), None without. Not
+    /// part of its config hash: the run is the same run whether or not it is compared.
+    pub rungs: Option<rungs::Rungs>,
     pub checkpoint_dir: String,
     pub docs: ExperimentDocs,
     pub findings: Vec<Finding>,
@@ -141,6 +145,8 @@ pub struct Group {
     pub experiments: Vec<String>,
     pub baseline_row: Option<String>,
     pub planned_hours: f64,
+    /// `rungs:` of its `group.yaml`, else the suite's; None without, or with `rungs: none`.
+    pub rungs: Option<rungs::Rungs>,
 }
 
 /// A loaded catalog. Loading never fails as a whole: every problem is a finding, and
@@ -221,6 +227,13 @@ impl Catalog {
                         .filter(|f| f.severity == Severity::Error),
                 );
             }
+        }
+        for experiment in &mut catalog.experiments {
+            experiment.rungs = catalog
+                .groups
+                .iter()
+                .find(|g| g.name == experiment.group)
+                .and_then(|g| g.rungs.clone());
         }
         findings::cross_check(&mut catalog.experiments);
         fill_lines(
@@ -504,6 +517,160 @@ mod tests {
                 .any(|f| f.message.contains("4096 devices of a v5p-8192")),
             "{:?}",
             errors(&catalog)
+        );
+    }
+
+    const SUITE_RUNGS: &str =
+        "rungs:\n  metric: eval/exact_accuracy\n  at: [25%, 50%]\n  keep: 1/2\n";
+
+    /// The 1-based line of the first line of `rel` that contains `needle`.
+    fn line_in(root: &Path, rel: &str, needle: &str) -> u32 {
+        let text = std::fs::read_to_string(root.join(rel)).unwrap();
+        text.lines().position(|l| l.contains(needle)).unwrap() as u32 + 1
+    }
+
+    #[test]
+    fn rungs_come_from_the_suite_or_the_group_and_none_lifts_them() {
+        let dir = suite_copy();
+        append(dir.path(), "suite.yaml", SUITE_RUNGS);
+        append(dir.path(), EXP02A, "rungs: none\n");
+        append(
+            dir.path(),
+            "groups/exp10-lr-schedule/group.yaml",
+            "rungs: {metric: eval/loss, at: 30%, keep: auto}\n",
+        );
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        assert!(errors(&catalog).is_empty(), "{:#?}", errors(&catalog));
+        let suite = rungs::Rungs {
+            metric: "eval/exact_accuracy".into(),
+            lower_is_better: false,
+            at: vec![0.25, 0.5],
+            keep: rungs::Keep::Share(0.5),
+        };
+        let rungs_of = |name: &str| catalog.experiment(name).unwrap().rungs.clone();
+        assert_eq!(rungs_of("exp01a"), Some(suite.clone()));
+        assert_eq!(
+            catalog.group("exp01-model-scaling").unwrap().rungs,
+            Some(suite)
+        );
+        assert_eq!(
+            rungs_of("exp02a_01"),
+            None,
+            "`rungs: none` lifts the suite's"
+        );
+        assert_eq!(catalog.group("exp02a-l-cycles").unwrap().rungs, None);
+        let own = rungs_of("exp10a").expect("the group's own rungs");
+        assert_eq!(
+            (own.metric.as_str(), own.lower_is_better, own.at, own.keep),
+            ("eval/loss", true, vec![0.3], rungs::Keep::Auto)
+        );
+
+        // Without `rungs:` anywhere a group has none, and rungs change no run's identity.
+        let plain = Catalog::load(suite_copy().path(), &CatalogOptions::default());
+        assert!(plain.groups.iter().all(|g| g.rungs.is_none()));
+        assert!(plain.experiments.iter().all(|e| e.rungs.is_none()));
+        for e in &plain.experiments {
+            let with = catalog.experiment(&e.name).unwrap();
+            assert_eq!(
+                (&with.config_sha256, &with.trainer_sha256),
+                (&e.config_sha256, &e.trainer_sha256),
+                "rungs are not part of {}'s hash",
+                e.name
+            );
+        }
+    }
+
+    #[test]
+    fn a_misspelt_rungs_metric_is_an_error_that_names_the_metric() {
+        let dir = suite_copy();
+        append(
+            dir.path(),
+            EXP02A,
+            "rungs:\n  metric: eval/exact_acuracy\n  at: [25%]\n  keep: 1/2\n",
+        );
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        let found = errors(&catalog);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        let f = found[0];
+        assert_eq!(f.code, "unknown_rungs_metric");
+        assert_eq!(f.file.as_deref(), Some(EXP02A));
+        assert_eq!(
+            f.line,
+            Some(line_in(dir.path(), EXP02A, "eval/exact_acuracy"))
+        );
+        assert_eq!(
+            f.fix.as_deref(),
+            Some("did you mean `eval/exact_accuracy`?")
+        );
+        assert!(f.message.contains("`eval/exact_acuracy`"), "{}", f.message);
+
+        // A metric the group watches is known; one of the suite is checked against each
+        // group that inherits it, and reported once.
+        let dir = suite_copy();
+        append(
+            dir.path(),
+            "suite.yaml",
+            &SUITE_RUNGS.replace("eval/exact_accuracy", "eval/exact_acuracy"),
+        );
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        let found = errors(&catalog);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].file.as_deref(), Some("suite.yaml"));
+        assert_eq!(
+            found[0].line,
+            Some(line_in(dir.path(), "suite.yaml", "eval/exact_acuracy"))
+        );
+        assert!(catalog.groups.iter().all(|g| g.rungs.is_none()));
+
+        // A metric is checked even when another key is wrong: one run says all.
+        let dir = suite_copy();
+        append(
+            dir.path(),
+            EXP02A,
+            "rungs: {metric: eval/exact_acuracy, at: 25%, keep: 2}\n",
+        );
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        let codes: Vec<&str> = errors(&catalog).iter().map(|f| f.code.as_str()).collect();
+        assert_eq!(codes, ["invalid_rungs", "unknown_rungs_metric"]);
+    }
+
+    #[test]
+    fn bad_rungs_are_errors_at_the_line_of_their_key() {
+        let dir = suite_copy();
+        append(dir.path(), "suite.yaml", SUITE_RUNGS);
+        append(
+            dir.path(),
+            EXP02A,
+            "rungs:\n  metric: eval/exact_accuracy\n  at: [50%, 25%]\n  keep: 1\n",
+        );
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        let found: Vec<(&str, Option<&str>, Option<u32>)> = errors(&catalog)
+            .iter()
+            .map(|f| (f.code.as_str(), f.key.as_deref(), f.line))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    "invalid_rungs",
+                    Some("rungs.at"),
+                    Some(line_in(dir.path(), EXP02A, "at: [50%, 25%]"))
+                ),
+                (
+                    "invalid_rungs",
+                    Some("rungs.keep"),
+                    Some(line_in(dir.path(), EXP02A, "  keep: 1"))
+                ),
+            ]
+        );
+        assert!(catalog
+            .errors()
+            .iter()
+            .all(|f| f.file.as_deref() == Some(EXP02A)));
+        assert_eq!(
+            catalog.experiment("exp02a_01").unwrap().rungs,
+            catalog.experiment("exp01a").unwrap().rungs,
+            "a bad value keeps the suite's"
         );
     }
 

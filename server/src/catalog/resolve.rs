@@ -34,6 +34,8 @@ pub(super) fn resolve(
         accelerators: c.accelerators.clone(),
         checkpoint_interval: c.checkpoint_interval,
         stop_when: c.stop_when,
+        // `Catalog::load` gives it its group's.
+        rungs: None,
         checkpoint_dir: checkpoint_dir.clone(),
         docs: c.docs,
         findings: Vec::new(),

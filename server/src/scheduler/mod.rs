@@ -21,6 +21,7 @@ pub mod plan;
 mod pools;
 pub mod reads;
 mod routing;
+pub mod rungs;
 pub mod submit;
 pub mod users;
 
