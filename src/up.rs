@@ -109,6 +109,11 @@ pub struct UpArgs {
     /// "Pools"; deploy/pools/local.yaml).
     #[arg(long, env = "PODQ_UP_POOL")]
     pool: Option<PathBuf>,
+    /// With --pool: where the simulated cloud lives [default: <data-dir>/pools/cloud]. Two
+    /// `podq up --pool` given one directory share one cloud, as two installations share a
+    /// Google Cloud project; each makes and keeps only its own slices.
+    #[arg(long, env = "PODQ_SIM_CLOUD", requires = "pool")]
+    sim_cloud: Option<PathBuf>,
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -193,6 +198,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let http = http_client(ca.as_ref()).build()?;
 
     let pod_root = data_dir.join("pod");
+    let sim_cloud = args
+        .sim_cloud
+        .clone()
+        .unwrap_or_else(|| data_dir.join("pools/cloud"));
     let settings = DaemonSettings {
         attempt: AttemptSettings {
             trainer_command: match args.trainer_command.clone() {
@@ -251,6 +260,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 hosts: args.hosts,
                 gcloud: Default::default(),
                 sim_create_time: Duration::from_secs(3),
+                sim_cloud: sim_cloud.clone(),
                 boot_deadline: Duration::from_secs(600),
                 create_rate: Default::default(),
             };
@@ -287,7 +297,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     println!("  API         {base}/api/v1/openapi.json");
     println!("  database    {}", config.db.display());
     let control = if pooled {
-        data_dir.join("pools/cloud/pods/SLICE")
+        sim_cloud.join("pods/SLICE")
     } else {
         pod_root.clone()
     };

@@ -33,6 +33,14 @@ pub struct PoolReport {
     pub retired: Vec<String>,
 }
 
+/// The most events, and the most retirements, one report of a pool of `max_slices` may
+/// carry: a few for each slice it may hold, and a few besides. A pool sends the rest in its
+/// next reports; the server refuses a report over it whole, so no report can make it write
+/// without bound.
+pub const fn report_list_bound(max_slices: u32) -> usize {
+    4 * max_slices as usize + 16
+}
+
 /// What a pool may report onto the audit.
 pub const POOL_EVENT_KINDS: [&str; 7] = [
     "slice_created",

@@ -166,9 +166,34 @@ impl PoolProcess {
         slices
     }
 
+    /// Pool `pool`'s identity, from its journal (written when the pool first starts).
+    pub fn owner(&self, pool: &str) -> String {
+        let path = self.state.join(pool).join("journal.json");
+        let journal: Value = serde_json::from_slice(&std::fs::read(&path).expect("the journal"))
+            .expect("a readable journal");
+        journal["owner"]
+            .as_str()
+            .expect("the pool's identity")
+            .to_owned()
+    }
+
+    /// The name of pool `pool`'s `n`th slice: `{pool}-{tag}-{n}`, the tag from its identity.
+    pub fn slice_name(&self, pool: &str, n: u32) -> String {
+        format!("{pool}-{}-{n}", &self.owner(pool)[..6])
+    }
+
     pub fn pod_control(&self, slice: &str) -> PathBuf {
         self.state.join("cloud/pods").join(slice).join("control")
     }
+}
+
+/// Gives pool `pool` the identity `owner` before its first start, so a test knows its slices'
+/// names (`{pool}-{owner[..6]}-{n}`) before they exist.
+pub fn pin_identity(server: &Server, pool: &str, owner: &str) {
+    let dir = server.dir.path().join("pools").join(pool);
+    std::fs::create_dir_all(&dir).unwrap();
+    let journal = serde_json::json!({"owner": owner, "next": 0, "slices": {}});
+    std::fs::write(dir.join("journal.json"), journal.to_string()).unwrap();
 }
 
 /// The pool file, written under the server's temp dir, and the pools' state directory.

@@ -34,6 +34,53 @@ const CLOCK_SKEW: chrono::Duration = chrono::Duration::minutes(5);
 /// from the tick it asks for it, and a create is given up after 30 minutes.
 const NEW_SLICE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
 
+/// A pool's report older than this offers no room to make slices: the pool may be gone.
+const REPORT_FRESH: chrono::Duration = chrono::Duration::minutes(2);
+
+/// One pool's hours of one slice type, as the server saw its slices.
+#[derive(Debug, Clone, PartialEq)]
+struct SeenHours {
+    pool: String,
+    accelerator: String,
+    hours: f64,
+}
+
+/// Each pool's slice-hours of each type since `start_ms`, from what the server saw: a slice
+/// counts from the report that first named it to its retirement; while its pool still
+/// reports it, to `now_ms`; a slice its pool stopped reporting without retiring it, to its
+/// worker's last call (or not at all, if it never called).
+fn seen_hours(
+    pods: &[pods::PoolPod],
+    reported: &BTreeMap<String, BTreeSet<String>>,
+    start_ms: i64,
+    now_ms: i64,
+) -> Vec<SeenHours> {
+    let mut hours: BTreeMap<(String, String), f64> = BTreeMap::new();
+    for pod in pods {
+        let held = reported
+            .get(&pod.pool)
+            .is_some_and(|held| held.contains(&pod.name));
+        let end = match pod.retired_at {
+            Some(retired) => retired,
+            None if held => now_ms,
+            None => pod.last_seen_at,
+        };
+        let from = pod.pool_seen_at.max(start_ms);
+        let ms = end.min(now_ms).saturating_sub(from).max(0);
+        *hours
+            .entry((pod.pool.clone(), pod.accelerator.clone()))
+            .or_default() += ms as f64 / 3_600_000.0;
+    }
+    hours
+        .into_iter()
+        .map(|((pool, accelerator), hours)| SeenHours {
+            pool,
+            accelerator,
+            hours,
+        })
+        .collect()
+}
+
 /// The pools' last reports, by name.
 #[derive(Default)]
 pub struct PoolReports {
@@ -173,7 +220,14 @@ impl Scheduler {
         let own_booting = self.booting(report).count();
         let given = routed.get(&report.accelerator).map_or(0, |r| r.given);
         let demand = given.saturating_add(u32::try_from(own_booting).unwrap_or(u32::MAX));
-        let hours_elsewhere = self.hours_of_other_pools(name, &report.accelerator);
+        let grant = self.grant().await?;
+        let hours_elsewhere: f64 = self
+            .seen_hours(grant.as_ref().map(|g| g.start))
+            .await?
+            .iter()
+            .filter(|h| h.pool != name && h.accelerator == report.accelerator)
+            .map(|h| h.hours)
+            .sum();
         let slices = report
             .slices
             .iter()
@@ -187,7 +241,6 @@ impl Scheduler {
                 }
             })
             .collect();
-        let grant = self.grant().await?;
         let grant_pod_hours = grant
             .as_ref()
             .and_then(|g| g.pod_hours.get(&report.accelerator).copied())
@@ -208,20 +261,19 @@ impl Scheduler {
         let now = Utc::now();
         let mut capacity: BTreeMap<String, routing::TypeCapacity> = BTreeMap::new();
         let mut hours: BTreeMap<String, f64> = BTreeMap::new();
-        let reports: Vec<PoolReport> = self
-            .pool_reports
-            .lock()
-            .values()
-            .map(|(report, _)| report.clone())
-            .collect();
-        for report in &reports {
+        let reports: Vec<(PoolReport, DateTime<Utc>)> =
+            self.pool_reports.lock().values().cloned().collect();
+        for (report, reported_at) in &reports {
             let entry = capacity.entry(report.accelerator.clone()).or_default();
             entry.has_pool = true;
             entry.supply += self.booting(report).count();
-            if can_make_now(report, now) {
+            // A pool that stopped reporting makes nothing: its claimed room is no room.
+            if now - *reported_at <= REPORT_FRESH && can_make_now(report, now) {
                 entry.headroom += headroom(report);
             }
-            *hours.entry(report.accelerator.clone()).or_default() += report.slice_hours;
+        }
+        for seen in self.seen_hours(grant.as_ref().map(|g| g.start)).await? {
+            *hours.entry(seen.accelerator).or_default() += seen.hours;
         }
         // A pod made by hand of a type some job lists serves as well as a pool's.
         for accelerator in lists.iter().flatten() {
@@ -248,14 +300,22 @@ impl Scheduler {
         })
     }
 
-    /// The hours the pools of `accelerator` other than `name` have used since the grant.
-    fn hours_of_other_pools(&self, name: &str, accelerator: &str) -> f64 {
-        self.pool_reports
+    /// The hours each pool's slices have run since `start` (all their lives without a
+    /// grant), as this server saw them (`seen_hours`): a pool's own `slice_hours` is never
+    /// believed, so one pool's report cannot spend another's grant.
+    async fn seen_hours(&self, start: Option<DateTime<Utc>>) -> Result<Vec<SeenHours>> {
+        let start_ms = start.map_or(0, |s| s.timestamp_millis());
+        let pods = pods::pool_pods(&mut self.store.read().await?, start_ms).await?;
+        let reported: BTreeMap<String, BTreeSet<String>> = self
+            .pool_reports
             .lock()
             .iter()
-            .filter(|(other, (report, _))| *other != name && report.accelerator == accelerator)
-            .map(|(_, (report, _))| report.slice_hours)
-            .sum()
+            .map(|(name, (report, _))| {
+                let held = report.slices.iter().map(|s| s.pod.clone()).collect();
+                (name.clone(), held)
+            })
+            .collect();
+        Ok(seen_hours(&pods, &reported, start_ms, now_ms()))
     }
 
     /// Every pool that has reported since this server started, with the queue's demand now.
@@ -267,8 +327,15 @@ impl Scheduler {
             .map(|(name, (report, at))| (name.clone(), report.clone(), *at))
             .collect();
         let routed = self.routed_demand().await?;
+        let grant = self.grant().await?;
+        let seen = self.seen_hours(grant.as_ref().map(|g| g.start)).await?;
         let mut pools = Vec::new();
         for (name, report, reported_at) in reports {
+            let slice_hours = seen
+                .iter()
+                .filter(|h| h.pool == name)
+                .map(|h| h.hours)
+                .sum();
             let of_type = routed.get(&report.accelerator).copied().unwrap_or_default();
             pools.push(PoolView {
                 demand: of_type.given.saturating_add(
@@ -281,7 +348,7 @@ impl Scheduler {
                 slices: report.slices,
                 zones: report.zones,
                 paused: report.paused,
-                slice_hours: report.slice_hours,
+                slice_hours,
                 reported_at,
             });
         }
@@ -383,6 +450,16 @@ fn check_report(report: &PoolReport) -> Result<()> {
             report.max_slices
         ));
     }
+    let bound = podq_api::report_list_bound(report.max_slices);
+    if report.events.len() > bound || report.retired.len() > bound {
+        return invalid(format!(
+            "a report of a pool of max_slices {} carries at most {bound} events and {bound} \
+             retired slices (it has {} and {}): send the rest in the next",
+            report.max_slices,
+            report.events.len(),
+            report.retired.len()
+        ));
+    }
     if !report.slice_hours.is_finite() || report.slice_hours < 0.0 {
         return invalid("slice_hours must be a finite number of hours, 0 or more".to_owned());
     }
@@ -447,4 +524,47 @@ fn checked_pool_event(event: &WorkerEvent) -> Result<WorkerEvent> {
         kind: event.kind.clone(),
         message: podq_api::bounded_event_message(&event.message),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: i64 = 3_600_000;
+
+    fn pod(pool: &str, name: &str, seen: i64, retired: Option<i64>, last: i64) -> pods::PoolPod {
+        pods::PoolPod {
+            pool: pool.into(),
+            name: name.into(),
+            accelerator: "v4-64".into(),
+            pool_seen_at: seen,
+            retired_at: retired,
+            last_seen_at: last,
+        }
+    }
+
+    #[test]
+    fn a_pools_hours_are_what_the_server_saw_of_its_slices() {
+        let now = 10 * H;
+        let reported = BTreeMap::from([(
+            "a".to_owned(),
+            BTreeSet::from(["a-1".to_owned(), "a-3".to_owned()]),
+        )]);
+        let pods = [
+            // Still reported: first seen to now.
+            pod("a", "a-1", 6 * H, None, 6 * H),
+            // Retired: first seen to retirement.
+            pod("a", "a-2", 2 * H, Some(3 * H), 3 * H),
+            // Seen before the grant began: counted from its start.
+            pod("a", "a-3", 0, None, 0),
+            // No longer reported, never retired: to its worker's last call.
+            pod("a", "a-4", 4 * H, None, 5 * H),
+            // Another pool's slice that never called and was dropped: nothing.
+            pod("evil", "e-1", 9 * H, None, 9 * H),
+        ];
+        let seen = seen_hours(&pods, &reported, H, now);
+        let hours = |pool: &str| seen.iter().find(|h| h.pool == pool).map(|h| h.hours);
+        assert_eq!(hours("a"), Some(4.0 + 1.0 + 9.0 + 1.0));
+        assert_eq!(hours("evil"), Some(0.0));
+    }
 }

@@ -115,17 +115,42 @@ pub async fn being_made(
 ) -> Result<(), StoreError> {
     db::query(
         "INSERT INTO pods (name, accelerator, hosts, state, health, recovery, last_seen_at, \
-         ledger_state, ledger_since) VALUES (?, ?, 0, 'CREATING', 'HEALTH_UNSPECIFIED', ?, ?, \
-         'recovering', ?) ON CONFLICT (name) DO NOTHING",
+         ledger_state, ledger_since, pool, pool_seen_at) VALUES (?, ?, 0, 'CREATING', \
+         'HEALTH_UNSPECIFIED', ?, ?, 'recovering', ?, ?, ?) ON CONFLICT (name) DO NOTHING",
     )
     .bind(pod)
     .bind(accelerator)
     .bind(format!("being made by pool {pool}"))
     .bind(since)
     .bind(since)
+    .bind(pool)
+    .bind(now_ms())
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// A slice a pool made, as the server saw it: from its first report to its retirement.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PoolPod {
+    pub pool: String,
+    pub name: String,
+    pub accelerator: String,
+    pub pool_seen_at: i64,
+    pub retired_at: Option<i64>,
+    pub last_seen_at: i64,
+}
+
+/// The pools' slices alive at some time since `since` (ms).
+pub async fn pool_pods(conn: &mut Conn, since: i64) -> Result<Vec<PoolPod>, StoreError> {
+    Ok(db::query_as(
+        "SELECT pool, name, accelerator, pool_seen_at, retired_at, last_seen_at FROM pods \
+         WHERE pool IS NOT NULL AND pool_seen_at IS NOT NULL \
+         AND (retired_at IS NULL OR retired_at >= ?)",
+    )
+    .bind(since)
+    .fetch_all(conn)
+    .await?)
 }
 
 /// Retires `pods`, given back by their pool: kept for the history that names them, their

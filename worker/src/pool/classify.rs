@@ -75,6 +75,9 @@ pub enum ErrorKind {
     Invalid,
     /// The call failed on its way; the same request may well succeed.
     Transient,
+    /// The name is another owner's slice (another podq installation's, or a person's): the
+    /// zone is fine, the pool asks again under another name.
+    NameTaken,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -333,7 +336,7 @@ pub fn classify_create_error(message: &str) -> CreateError {
         .find(|row| row.sign.is_in(message, &lower))
         .map_or(Stockout, |row| row.kind);
     let scope = match kind {
-        Stockout | Transient => Scope::Zone,
+        Stockout | Transient | ErrorKind::NameTaken => Scope::Zone,
         Quota => quota_scope(&lower),
         Denied | Invalid => Scope::Pool,
     };

@@ -30,6 +30,11 @@ pub struct PoolArgs {
     /// local driver: seconds the simulated cloud takes to make a slice [default: 3].
     #[arg(long, env = "PODQ_SIM_CREATE_S")]
     pub sim_create_s: Option<f64>,
+    /// local driver: where the simulated cloud lives; two installations given one
+    /// directory share one cloud, as two podq installations share a Google Cloud project
+    /// [default: <pool-state>/cloud].
+    #[arg(long, env = "PODQ_SIM_CLOUD")]
+    pub sim_cloud: Option<PathBuf>,
     /// Seconds a slice may be READY without its worker ever calling before it is deleted and
     /// replaced [default: gcloud.setup_timeout_s + 10 min, at least 30 min].
     #[arg(long, env = "PODQ_BOOT_DEADLINE_S")]
@@ -60,6 +65,10 @@ impl PoolArgs {
         };
         let settings = PoolSettings {
             tick: seconds(self.tick_s, 10.0, "--tick-s")?.max(Duration::from_millis(100)),
+            sim_cloud: self
+                .sim_cloud
+                .clone()
+                .unwrap_or_else(|| state_dir.join("cloud")),
             state_dir,
             daemon,
             hosts: config.hosts,

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::classify::CreateError;
+use super::classify::{CreateError, ErrorKind, Scope};
 use chrono::{DateTime, Utc};
 
 /// The label every slice of a pool carries, with the pool's name as its value (GCP label
@@ -50,4 +50,32 @@ pub trait SliceCloud: Send + Sync {
     async fn delete(&self, name: &str, zone: &str) -> Result<(), String>;
     /// Every slice labelled as `pool`'s.
     async fn list(&self, pool: &str) -> Result<Vec<CloudSlice>, String>;
+
+    /// Whether the slice that already holds `spec`'s name is the pool's own (asked for
+    /// before a crash): a create that finds its name taken adopts only then. Another
+    /// installation's slice, or one with no owner at all, is `NameTaken`: a second podq in the
+    /// same project must never start a worker (and its preflight) on the first one's slice.
+    async fn check_owner(&self, spec: &SliceSpec) -> Result<(), CreateError> {
+        let listed = self
+            .list(&spec.pool)
+            .await
+            .map_err(CreateError::transient)?;
+        let owner = listed
+            .into_iter()
+            .find(|slice| slice.name == spec.name)
+            .and_then(|slice| slice.owner);
+        if owner.as_deref() == Some(spec.owner.as_str()) {
+            return Ok(());
+        }
+        Err(CreateError::new(
+            ErrorKind::NameTaken,
+            Scope::Zone,
+            format!(
+                "{} exists already and is not this pool's (its {POOL_ID_LABEL} is {}): left \
+                 alone",
+                spec.name,
+                owner.as_deref().unwrap_or("missing")
+            ),
+        ))
+    }
 }

@@ -336,8 +336,10 @@ impl SliceCloud for ComputeCloud {
             .await
         {
             Ok(_) => {}
-            // Asked for before a crash: the same request, watched again.
-            Err(CallError::Failed { stderr, .. }) if already_exists(&stderr) => {}
+            // Asked for before a crash (the same request, watched again), or another owner's.
+            Err(CallError::Failed { stderr, .. }) if already_exists(&stderr) => {
+                self.check_owner(slice).await?
+            }
             Err(CallError::Failed { stderr, .. }) => return Err(classify_create_error(&stderr)),
             Err(e) => return Err(CreateError::transient(e.to_string())),
         }

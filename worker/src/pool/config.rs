@@ -135,8 +135,8 @@ impl std::error::Error for PoolFileError {}
 /// resource names and label values take only these.
 pub const POOL_NAME_RULE: &str = "1 to 40 lowercase letters, digits or `-`, starting with a letter";
 
-/// A slice is named `{pool}-{n}`, and a pod name is at most 63 characters: 40 leave room for
-/// any number a pool will reach.
+/// A slice is named `{pool}-{tag}-{n}` (`journal::Journal::ask`), and a pod name is at most
+/// 63 characters: 40 leave room for the tag and any number a pool will reach.
 const MAX_POOL_NAME: usize = 40;
 
 pub fn valid_pool_name(name: &str) -> bool {

@@ -6,7 +6,8 @@
 //!   its end (not
 //!   `--async`): a stockout or a quota error is the create's own answer, which
 //!   `classify_create_error` reads. A node of that name that exists already
-//!   (`ALREADY_EXISTS`) is the one asked for before a crash, so it is not an error;
+//!   (`ALREADY_EXISTS`) is the one asked for before a crash when its `podq-pool-id` is the
+//!   pool's, and another owner's otherwise (`SliceCloud::check_owner`);
 //! - list: `gcloud compute tpus tpu-vm list --zone=Z --filter=labels.podq-pool=POOL
 //!   --format=json`, once per zone of the pool (the TPU API lists one location at a time);
 //!   one zone that cannot be listed fails the whole look, so a slice is never taken for
@@ -145,7 +146,9 @@ impl SliceCloud for GcloudCloud {
             .await
         {
             Ok(_) => Ok(()),
-            Err(CallError::Failed { stderr, .. }) if stderr.contains("ALREADY_EXISTS") => Ok(()),
+            Err(CallError::Failed { stderr, .. }) if stderr.contains("ALREADY_EXISTS") => {
+                self.check_owner(spec).await
+            }
             Err(CallError::Failed { stderr, .. }) => Err(classify_create_error(&stderr)),
             Err(e) => Err(CreateError::transient(e.to_string())),
         }

@@ -12,6 +12,10 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+/// Hex digits of the pool's identity in each slice's name: a clash between two
+/// installations is one in 16 million, and is caught at create when it happens.
+pub const NAME_TAG_LEN: usize = 6;
+
 pub struct Journal {
     path: PathBuf,
     state: JournalState,
@@ -64,6 +68,11 @@ impl Journal {
         &self.state.owner
     }
 
+    /// The part of this pool's identity in its slices' names.
+    pub fn tag(&self) -> &str {
+        &self.state.owner[..NAME_TAG_LEN.min(self.state.owner.len())]
+    }
+
     /// Whether this pool ever asked for a slice named `name` (held or given up).
     pub fn knows(&self, name: &str) -> bool {
         self.state.slices.contains_key(name)
@@ -84,10 +93,13 @@ impl Journal {
         Ok(())
     }
 
-    /// Records a request for a slice in `zone` and answers its name.
+    /// Records a request for a slice in `zone` and answers its name, `{pool}-{tag}-{n}`:
+    /// the tag is the start of this pool's identity, so two installations that give a pool
+    /// one name in one project ask for different slices (and a clash the tag misses is
+    /// caught at create, `SliceCloud::check_owner`).
     pub fn ask(&mut self, pool: &str, zone: &str, now: DateTime<Utc>) -> anyhow::Result<String> {
         self.state.next += 1;
-        let name = format!("{pool}-{}", self.state.next);
+        let name = format!("{pool}-{}-{}", self.tag(), self.state.next);
         self.state.slices.insert(
             name.clone(),
             SliceRecord {
@@ -192,5 +204,11 @@ mod tests {
         assert_eq!(reread.owner().len(), 32);
         assert_eq!(reread.owner(), again.owner());
         assert!(reread.knows(&first) && !reread.knows("p-99"));
+        // Each installation's names carry its identity: two journals of one pool name never
+        // ask for the same slice.
+        assert_eq!(first, format!("p-{}-1", &reread.owner()[..NAME_TAG_LEN]));
+        let mut other = Journal::open(&dir.path().join("other.json")).unwrap();
+        assert_ne!(other.owner(), reread.owner());
+        assert_ne!(other.ask("p", "z-a", t0).unwrap(), first);
     }
 }

@@ -59,6 +59,9 @@ pub struct PoolSettings {
     pub gcloud: GcloudSettings,
     /// How long the sim cloud takes to make a slice.
     pub sim_create_time: Duration,
+    /// Where the local driver's simulated cloud lives: several installations (each with its
+    /// own state) may share one, as podq installations share a Google Cloud project.
+    pub sim_cloud: PathBuf,
     /// A slice READY this long whose worker has never called is deleted and replaced: its
     /// setup or preflight is stuck, and it costs while it waits.
     pub boot_deadline: Duration,
@@ -116,6 +119,12 @@ struct CreateAnswer {
     /// The demand it was started for, for its event.
     demand: u32,
     result: Result<(), CreateError>,
+}
+
+/// The oldest `bound` of `queue`, taken out of it; the rest wait for the next report.
+fn take_at_most<T>(queue: &mut Vec<T>, bound: usize) -> Vec<T> {
+    let rest = queue.split_off(bound.min(queue.len()));
+    std::mem::replace(queue, rest)
 }
 
 /// Where a pool's slices' hosts are, by driver.
@@ -241,8 +250,14 @@ impl PoolRun {
             Err(CallError::Shutdown) => return Ok(()),
             Err(e) => {
                 // The events and retirements stay queued for the next report.
-                self.events.extend(report.events);
-                self.retired.extend(report.retired);
+                let PoolReport {
+                    mut events,
+                    mut retired,
+                    ..
+                } = report;
+                events.append(&mut self.events);
+                retired.append(&mut self.retired);
+                (self.events, self.retired) = (events, retired);
                 return Err(e.into());
             }
         };
@@ -301,29 +316,27 @@ impl PoolRun {
                 strays.push((slice, "a delete left unfinished"));
                 continue;
             }
-            if self.journal.held(&slice.name).is_some() {
+            let ours = slice.owner.as_deref() == Some(self.journal.owner());
+            // No owner at all: a slice of an older podq, made before the identity label.
+            let not_theirs = ours || slice.owner.is_none();
+            if self.journal.held(&slice.name).is_some() && !not_theirs {
+                // Asked for under a name another installation's slice holds: never ours.
+                self.journal.gone(&slice.name, now)?;
+                self.retire(&slice.name);
+                self.report_foreign(slice);
+            } else if self.journal.held(&slice.name).is_some() {
                 self.journal.created(&slice.name, slice.created_at)?;
                 self.book.record_birth(&slice.zone, slice.created_at);
                 tracing::info!(pool = %self.pool.name, slice = %slice.name, "adopted");
                 self.held.insert(slice.name.clone(), held_from(slice));
-            } else if self.journal.knows(&slice.name)
-                || slice.owner.as_deref() == Some(self.journal.owner())
-            {
+            } else if ours || (self.journal.knows(&slice.name) && not_theirs) {
                 // This pool's, given up (mid-delete) or asked for under a lost journal.
                 strays.push((slice, "a slice this pool does not hold"));
                 self.retire(&slice.name);
-            } else if self.foreign.insert(slice.name.clone()) {
+            } else {
                 // Labelled with this pool's name by another podq (or a person): not ours
                 // to delete, whatever its name.
-                let owner = slice.owner.as_deref().unwrap_or("none");
-                self.event(
-                    "slice_foreign",
-                    format!(
-                        "{} in {} carries the label of pool {} but another owner ({owner}); \
-                         left alone",
-                        slice.name, slice.zone, self.pool.name
-                    ),
-                );
+                self.report_foreign(slice);
             }
         }
         // A request written down whose create never reached the cloud: nothing to adopt.
@@ -380,6 +393,22 @@ impl PoolRun {
             }
         }
         Ok(strays)
+    }
+
+    /// Says once that `slice`, labelled with this pool's name, is another owner's and is
+    /// left alone.
+    fn report_foreign(&mut self, slice: &CloudSlice) {
+        if !self.foreign.insert(slice.name.clone()) {
+            return;
+        }
+        let owner = slice.owner.as_deref().unwrap_or("none");
+        self.event(
+            "slice_foreign",
+            format!(
+                "{} in {} carries the label of pool {} but another owner ({owner}); left alone",
+                slice.name, slice.zone, self.pool.name
+            ),
+        );
     }
 
     /// Acts on what the server knows of each slice: idle ones go after `idle_after`, ones
@@ -639,6 +668,12 @@ impl PoolRun {
                     ErrorKind::Denied | ErrorKind::Invalid => "pool_paused",
                     ErrorKind::Transient => "create_failed",
                     ErrorKind::Stockout | ErrorKind::Quota => "zone_blocked",
+                    // Another owner's slice holds the name: left alone (and said once),
+                    // and the next create asks under the journal's next name.
+                    ErrorKind::NameTaken => {
+                        self.foreign.insert(name.clone());
+                        "slice_foreign"
+                    }
                 };
                 self.event(
                     kind,
@@ -653,6 +688,7 @@ impl PoolRun {
     }
 
     fn report(&mut self, now: DateTime<Utc>) -> PoolReport {
+        let bound = podq_api::report_list_bound(self.pool.max_slices);
         PoolReport {
             accelerator: self.pool.accelerator.clone(),
             max_slices: self.pool.max_slices,
@@ -678,10 +714,10 @@ impl PoolRun {
                     last_error: z.last_error,
                 })
                 .collect(),
-            events: std::mem::take(&mut self.events),
+            events: take_at_most(&mut self.events, bound),
             paused: self.book.paused().map(str::to_owned),
             slice_hours: self.journal.slice_hours(self.grant_start, now),
-            retired: std::mem::take(&mut self.retired),
+            retired: take_at_most(&mut self.retired, bound),
         }
     }
 
@@ -824,7 +860,7 @@ fn slice_cloud(
                 .filter_map(|z| Some((z.zone.clone(), z.sim.clone()?)))
                 .collect();
             let sim = Arc::new(SimCloud::new(
-                &settings.state_dir.join("cloud"),
+                &settings.sim_cloud,
                 scripts,
                 settings.sim_create_time,
             )?);

@@ -175,12 +175,25 @@ fn write_atomic(path: &Path, value: &impl Serialize) -> Result<(), String> {
     std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-#[async_trait]
-impl SliceCloud for SimCloud {
-    async fn create(&self, spec: &SliceSpec) -> Result<(), CreateError> {
-        if self.slice_path(&spec.name).exists() {
-            return Ok(());
-        }
+impl SimCloud {
+    /// The cloud's lock, across processes (two installations may share one sim cloud): a
+    /// zone's capacity check and the slice it lets through are one step, as the real API's
+    /// are, so two creates in flight never both take a zone's last slot.
+    fn lock(&self) -> Result<std::fs::File, CreateError> {
+        let path = self.root.join("lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| CreateError::transient(format!("{}: {e}", path.display())))?;
+        file.lock()
+            .map_err(|e| CreateError::transient(format!("{}: {e}", path.display())))?;
+        Ok(file)
+    }
+
+    /// Makes `spec`'s slice, or refuses it in the API's words; under the cloud's lock.
+    fn make(&self, spec: &SliceSpec) -> Result<(), CreateError> {
         let now = Utc::now();
         let mut zone = self.zone_file(&spec.zone);
         zone.first_create.get_or_insert(now);
@@ -214,7 +227,24 @@ impl SliceCloud for SimCloud {
         };
         std::fs::create_dir_all(self.pod_root(&spec.name))
             .map_err(|e| CreateError::transient(e.to_string()))?;
-        write_atomic(&self.slice_path(&spec.name), &slice).map_err(CreateError::transient)?;
+        write_atomic(&self.slice_path(&spec.name), &slice).map_err(CreateError::transient)
+    }
+}
+
+#[async_trait]
+impl SliceCloud for SimCloud {
+    async fn create(&self, spec: &SliceSpec) -> Result<(), CreateError> {
+        let taken = {
+            let _cloud = self.lock()?;
+            let taken = self.slice_path(&spec.name).exists();
+            if !taken {
+                self.make(spec)?;
+            }
+            taken
+        };
+        if taken {
+            return self.check_owner(spec).await;
+        }
         // A create answers once the slice is made, as `tpu-vm create` does without
         // `--async`: the pool must not wait on it.
         tokio::time::sleep(self.create_time).await;
@@ -335,5 +365,49 @@ mod tests {
         assert_eq!(denied.kind, ErrorKind::Denied);
         // Cleared from its first create on.
         cloud.create(&spec("c", "z-c")).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_name_another_owner_holds_is_refused_and_left_alone() {
+        use crate::pool::classify::ErrorKind;
+        let dir = tempfile::tempdir().unwrap();
+        let cloud = SimCloud::new(dir.path(), BTreeMap::new(), Duration::ZERO).unwrap();
+        cloud.create(&spec("p-1", "z-a")).await.unwrap();
+        let theirs = SliceSpec {
+            owner: "b2".into(),
+            ..spec("p-1", "z-a")
+        };
+        let taken = cloud.create(&theirs).await.unwrap_err();
+        assert_eq!(taken.kind, ErrorKind::NameTaken, "{}", taken.text);
+        assert!(taken.text.contains("a1"), "{}", taken.text);
+        let listed = cloud.list("p").await.unwrap();
+        assert_eq!(listed[0].owner.as_deref(), Some("a1"));
+        // Another pool's slice of that name is no more this pool's.
+        let other_pool = SliceSpec {
+            pool: "q".into(),
+            ..spec("p-1", "z-a")
+        };
+        let taken = cloud.create(&other_pool).await.unwrap_err();
+        assert_eq!(taken.kind, ErrorKind::NameTaken);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_creates_never_pass_a_zones_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let zones = BTreeMap::from([("z-a".to_owned(), script("{capacity: 1}"))]);
+        let cloud = std::sync::Arc::new(SimCloud::new(dir.path(), zones, Duration::ZERO).unwrap());
+        let mut creates = tokio::task::JoinSet::new();
+        for n in 0..16 {
+            let cloud = cloud.clone();
+            creates.spawn(async move { cloud.create(&spec(&format!("p-{n}"), "z-a")).await });
+        }
+        let made = creates
+            .join_all()
+            .await
+            .iter()
+            .filter(|r| r.is_ok())
+            .count();
+        assert_eq!(made, 1);
+        assert_eq!(cloud.list("p").await.unwrap().len(), 1);
     }
 }

@@ -213,6 +213,8 @@ impl ZoneBook {
                     z.last_error = Some(message.to_owned());
                 }
             }
+            // Nothing about the zone: the name was someone else's.
+            ErrorKind::NameTaken => {}
         }
     }
 

@@ -44,6 +44,9 @@ pub struct LiveLeases {
 struct PodSeen {
     recorded: PodDescription,
     last_seen: DateTime<Utc>,
+    /// Until when its last lease call that may lease waits for work: a pod counts as idle
+    /// capacity only while it is asking for a job, not while it merely reports.
+    asks_until: Option<DateTime<Utc>>,
 }
 
 impl LiveLeases {
@@ -160,17 +163,29 @@ impl LiveLeases {
 
     /// Notes that the database now holds `desc` for `pod`.
     pub(in crate::scheduler) fn pod_recorded(&self, pod: &str, desc: &PodDescription) {
-        self.pods().insert(
+        let mut pods = self.pods();
+        let asks_until = pods.get(pod).and_then(|seen| seen.asks_until);
+        pods.insert(
             pod.to_owned(),
             PodSeen {
                 recorded: desc.clone(),
                 last_seen: Utc::now(),
+                asks_until,
             },
         );
     }
 
-    /// Pods of `accelerator` heard from within a lease's TTL, ready, and holding no lease:
-    /// one of them leases the head of the queue soon, so nothing needs evicting.
+    /// Notes that `pod`, whose preflight allows it a lease, waits for work until `until`.
+    pub(in crate::scheduler) fn pod_asks(&self, pod: &str, until: DateTime<Utc>) {
+        if let Some(seen) = self.pods().get_mut(pod) {
+            seen.asks_until = Some(until);
+        }
+    }
+
+    /// Pods of `accelerator` that can lease and are asking for work (within a lease's TTL of
+    /// their last call's wait), ready, and holding no lease: one of them leases the head of
+    /// the queue soon, so nothing needs evicting or making. A pod that only reports, or whose
+    /// newest preflight failed, never leases and is no capacity.
     pub(in crate::scheduler) fn idle_pods(&self, accelerator: &str) -> usize {
         let busy: std::collections::HashSet<String> =
             self.lock().values().map(|l| l.pod.clone()).collect();
@@ -180,7 +195,8 @@ impl LiveLeases {
             .filter(|(pod, seen)| {
                 seen.recorded.accelerator == accelerator
                     && seen.recorded.state.eq_ignore_ascii_case("ready")
-                    && seen.last_seen >= recent
+                    && may_lease(&seen.recorded)
+                    && seen.asks_until.is_some_and(|until| until >= recent)
                     && !busy.contains(*pod)
             })
             .count()
@@ -202,4 +218,9 @@ impl LiveLeases {
             .get(pod)
             .map(|seen| (seen.recorded.clone(), seen.last_seen))
     }
+}
+
+/// Whether a pod described so is given jobs: none while its newest preflight failed.
+pub(in crate::scheduler) fn may_lease(desc: &PodDescription) -> bool {
+    desc.preflight.as_ref().is_none_or(|p| p.passed)
 }
