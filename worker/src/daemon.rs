@@ -38,6 +38,15 @@ pub async fn run(
     settings: DaemonSettings,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    // `podq worker` and `podq up` both start here: a template that quotes a placeholder
+    // would undo the quoting of its value (docs/trainer.md, "The command").
+    if let Some(name) = attempt::quoted_placeholder(&settings.attempt.trainer_command) {
+        anyhow::bail!(
+            "the trainer command writes {name} inside quotes: write every placeholder bare, \
+             as in `--config-name {{experiment}}`; podq fills each one in as a single \
+             shell-quoted word, and quotes around it would undo that (docs/trainer.md)"
+        );
+    }
     tracing::info!(
         pod = driver.name(),
         hosts = driver.hosts(),

@@ -198,6 +198,52 @@ fn fill_template(
     fill_quoted(template, &values)
 }
 
+/// Every placeholder of the trainer command (docs/trainer.md, "The command").
+pub const PLACEHOLDERS: [&str; 7] = [
+    "{config_dir}",
+    "{accelerator}",
+    "{experiment}",
+    "{checkpoint_dir}",
+    "{resume_from}",
+    "{host_index}",
+    "{host_count}",
+];
+
+/// The first placeholder `template` writes inside quotes (`'{x}'`, `"{x}"`), if any. Each
+/// value is filled in as one shell word already quoted; inside the operator's own quotes
+/// that quoting is undone (`'{x}'` with `a b` is `''a b''`, two words) or read as text
+/// (inside `"…"` a `$(…)` in the value would run). The worker refuses such a template.
+pub fn quoted_placeholder(template: &str) -> Option<&'static str> {
+    #[derive(PartialEq)]
+    enum In {
+        Bare,
+        Single,
+        Double,
+    }
+    let mut state = In::Bare;
+    let mut rest = template;
+    while let Some(c) = rest.chars().next() {
+        if state != In::Bare {
+            if let Some(name) = PLACEHOLDERS.iter().find(|p| rest.starts_with(**p)) {
+                return Some(name);
+            }
+        }
+        let mut step = c.len_utf8();
+        match (&state, c) {
+            (In::Bare, '\\') | (In::Double, '\\') => {
+                // The next character is escaped: skip it too.
+                step += rest[step..].chars().next().map_or(0, char::len_utf8);
+            }
+            (In::Bare, '\'') => state = In::Single,
+            (In::Bare, '"') => state = In::Double,
+            (In::Single, '\'') | (In::Double, '"') => state = In::Bare,
+            _ => {}
+        }
+        rest = &rest[step..];
+    }
+    None
+}
+
 /// The slice this attempt runs on: as the lease says, else (an older server) as this
 /// worker's pod is configured.
 fn slice_of(lease: &Lease, driver: &dyn PodDriver) -> podq_api::SliceShape {
@@ -279,6 +325,32 @@ fn trainer_env(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_placeholder_inside_quotes_is_found() {
+        for template in [
+            "run '{experiment}'",
+            "run --dir=\"{checkpoint_dir}\"",
+            "run \"a b {resume_from} c\"",
+            "run $'{host_index}'",
+            "cd \"$HOME\" && run 'x{accelerator}'",
+        ] {
+            assert!(quoted_placeholder(template).is_some(), "{template}");
+        }
+        for template in [
+            "exec run --config-path {config_dir} --config-name {experiment} \
+             checkpoint_path={checkpoint_dir} load_checkpoint={resume_from}",
+            "cd 'my dir' && exec run {experiment} \"$HOME\" {host_index}/{host_count}",
+            "echo \\'{experiment} \\\"{accelerator}",
+            "run '{' experiment '}'",
+        ] {
+            assert_eq!(quoted_placeholder(template), None, "{template}");
+        }
+        // Every placeholder filled in is one of the list.
+        for name in PLACEHOLDERS {
+            assert_eq!(quoted_placeholder(&format!("x \"{name}\"")), Some(name));
+        }
+    }
 
     #[test]
     fn every_placeholder_is_one_shell_word_of_data() {

@@ -35,6 +35,7 @@ use crate::report::{self, ReporterSettings};
 use crate::running::RunningAttempt;
 use end::Ended;
 use follow::Follow;
+pub use launch::{quoted_placeholder, PLACEHOLDERS};
 use lines::Routes;
 use outcome::Stop;
 use supervise::Hosts;
