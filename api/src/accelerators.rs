@@ -179,8 +179,41 @@ impl std::fmt::Display for UnknownSliceType {
     }
 }
 
-/// `name` as a slice type, or why not with the nearest known name.
+/// The longest slice type's name, in bytes (`v5litepod-256`): a longer name is no slice type
+/// nor a typo of one, and is refused before any near miss is looked for.
+pub fn longest_slice_type() -> usize {
+    GENERATIONS
+        .iter()
+        .flat_map(|g| {
+            g.sizes
+                .iter()
+                .map(|size| g.prefix.len() + 1 + digits(*size))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn digits(n: u32) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// `name` as a slice type, or why not with the nearest known name. Only the canonical
+/// spelling parses: `v4-64`, never `v4-064` nor `v4-+64`, so one slice type has one name
+/// (the waiters, the demand and the grant are kept by name).
 pub fn slice_type(name: &str) -> Result<SliceType, UnknownSliceType> {
+    let longest = longest_slice_type();
+    if name.len() > longest {
+        // Refused at the cost of reading its length: no edit distance against a megabyte,
+        // and the answer quotes only its start.
+        return Err(UnknownSliceType {
+            name: quoted_start(name),
+            did_you_mean: None,
+            why: format!(
+                "is no slice type: {} bytes, and no slice type is longer than {longest}",
+                name.len()
+            ),
+        });
+    }
     let unknown = |why: String| UnknownSliceType {
         name: name.to_owned(),
         did_you_mean: nearest(name),
@@ -198,8 +231,11 @@ pub fn slice_type(name: &str) -> Result<SliceType, UnknownSliceType> {
             known.join(", ")
         )));
     };
+    let canonical = size.bytes().all(|b| b.is_ascii_digit()) && !size.starts_with('0');
     match size.parse::<u32>() {
-        Ok(size) if generation.sizes.contains(&size) => Ok(SliceType { generation, size }),
+        Ok(size) if canonical && generation.sizes.contains(&size) => {
+            Ok(SliceType { generation, size })
+        }
         _ => Err(unknown(format!(
             "is no {} slice: its sizes are {}",
             generation.prefix,
@@ -213,7 +249,14 @@ pub fn slice_type(name: &str) -> Result<SliceType, UnknownSliceType> {
     }
 }
 
+/// The first 32 characters of a name too long to quote whole, and `…`.
+fn quoted_start(name: &str) -> String {
+    let start: String = name.chars().take(32).collect();
+    format!("{start}…")
+}
+
 /// The known slice name fewest edits from `name` (a transposition is one), when at most two.
+/// `name` is at most [`longest_slice_type`] bytes long: the work is bounded.
 fn nearest(name: &str) -> Option<String> {
     GENERATIONS
         .iter()
@@ -274,5 +317,49 @@ mod tests {
         assert!(e.why.contains("generation"), "{e}");
         assert_eq!(slice_type("big pod").unwrap_err().did_you_mean, None);
         assert_eq!(devices_of("v5litepod-4096"), 0);
+    }
+
+    #[test]
+    fn only_the_canonical_spelling_parses() {
+        assert_eq!(slice_type("v4-64").unwrap().size, 64);
+        assert_eq!(slice_type("v5litepod-256").unwrap().size, 256);
+        for name in [
+            "v4-064",
+            "v4-+64",
+            "v4-0064",
+            "v4- 64",
+            "v4-64 ",
+            "v4--64",
+            "v4-",
+            "v4-0",
+            "-64",
+            "V4-64",
+            "v4-６４",
+        ] {
+            let e = slice_type(name).unwrap_err();
+            assert_eq!(e.name, name, "{e}");
+        }
+        // A near miss of the canonical name is still named.
+        assert_eq!(
+            slice_type("v4-064").unwrap_err().did_you_mean.as_deref(),
+            Some("v4-64")
+        );
+    }
+
+    #[test]
+    fn a_name_longer_than_any_type_is_refused_without_a_search() {
+        assert_eq!(longest_slice_type(), "v5litepod-256".len());
+        let huge = "x".repeat(3 << 20);
+        let started = std::time::Instant::now();
+        let e = slice_type(&huge).unwrap_err();
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(100),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(e.did_you_mean, None);
+        assert!(e.to_string().len() < 200, "the answer quotes it whole");
+        let e = slice_type(&format!("v4-64{}", "4".repeat(20))).unwrap_err();
+        assert!(e.why.contains("no slice type is longer"), "{e}");
     }
 }

@@ -6,22 +6,64 @@
 //! neighbours, so `golbal` is one edit from `global`), where case does not count and `_` and
 //! `-` are the same character. A name that differs only in case and separators is the same
 //! name written another way, at distance 0 (`GlobalBatchSize` and `global_batch_size`).
+//!
+//! The work is bounded whatever is typed: an edit distance costs the product of the two
+//! lengths, so a name longer than [`MAX_COMPARED_CHARS`] is compared with nothing, and a known
+//! name is compared only when the two lengths are close enough for it to be a typo. Callers
+//! that can, refuse a name longer than every known one before asking ([`longer_than_all`]),
+//! and quote it with [`shown`].
 
 /// Edits that turn `a` into `b`.
 pub fn edit_distance(a: &str, b: &str) -> usize {
     strsim::osa_distance(a, b)
 }
 
+/// The longest name, typed or known, a did-you-mean compares, in characters. Every name podq
+/// suggests (groups, experiments, classes, states, config keys, metric series) is far
+/// shorter; a longer one reads as a typo of nothing.
+pub const MAX_COMPARED_CHARS: usize = 256;
+
+/// How many characters `name` has, or None when more than `most` (counted no further).
+fn chars_at_most(name: &str, most: usize) -> Option<usize> {
+    if name.len() > most.saturating_mul(4) {
+        return None;
+    }
+    Some(name.chars().count()).filter(|n| *n <= most)
+}
+
+/// Whether `typed` is longer (in bytes) than every name in `known`: it is none of them and too
+/// long to be a typo of one, so it is refused before any did-you-mean.
+pub fn longer_than_all<'a>(typed: &str, known: impl IntoIterator<Item = &'a str>) -> bool {
+    let longest = known.into_iter().map(str::len).max().unwrap_or(0);
+    typed.len() > longest + tolerance(longest)
+}
+
+/// How an answer quotes a name someone typed: whole up to 64 characters, else its first 64
+/// and how long it was, so a refused megabyte is not sent back.
+pub fn shown(typed: &str) -> String {
+    const MOST: usize = 64;
+    match typed.char_indices().nth(MOST) {
+        None => typed.to_owned(),
+        Some((cut, _)) => format!("{}… ({} bytes)", &typed[..cut], typed.len()),
+    }
+}
+
 /// The known names close enough to `typed` to read as a typo of them, each with its
-/// distance, in the order given.
+/// distance, in the order given. Names longer than [`MAX_COMPARED_CHARS`] are compared with
+/// nothing, and a pair whose lengths differ by more than the tolerance is never aligned (its
+/// distance is at least that difference), so the work is bounded by the known names.
 fn near_misses<'a>(typed: &str, known: impl IntoIterator<Item = &'a str>) -> Vec<(usize, &'a str)> {
+    let Some(typed_chars) = chars_at_most(typed, MAX_COMPARED_CHARS) else {
+        return Vec::new();
+    };
     let wanted = Spelling::of(typed);
     known
         .into_iter()
         .filter(|name| *name != typed)
-        .map(|name| (distance(&wanted, name), name))
-        .filter(|(distance, name)| {
-            *distance <= tolerance(typed.chars().count().max(name.chars().count()))
+        .filter_map(|name| {
+            let most = tolerance(typed_chars.max(chars_at_most(name, MAX_COMPARED_CHARS)?));
+            let distance = distance(&wanted, name, most)?;
+            (distance <= most).then_some((distance, name))
         })
         .collect()
 }
@@ -76,6 +118,8 @@ pub fn question(suggestions: &[String]) -> Option<String> {
 /// A name as it is compared: in lower case with `-` for `_`, and without separators.
 struct Spelling {
     lower: String,
+    /// `lower`'s length in characters.
+    chars: usize,
     bare: String,
 }
 
@@ -87,17 +131,24 @@ impl Spelling {
             .flat_map(char::to_lowercase)
             .collect();
         let bare = lower.chars().filter(|c| *c != '-').collect();
-        Spelling { lower, bare }
+        Spelling {
+            chars: lower.chars().count(),
+            lower,
+            bare,
+        }
     }
 }
 
-/// 0 for the same name written another way, else the edits between the two spellings.
-fn distance(typed: &Spelling, known: &str) -> usize {
+/// 0 for the same name written another way, else the edits between the two spellings; None
+/// when they are surely more than `most` apart (their lengths differ by more).
+fn distance(typed: &Spelling, known: &str, most: usize) -> Option<usize> {
     let known = Spelling::of(known);
     if typed.bare == known.bare {
-        0
+        Some(0)
+    } else if typed.chars.abs_diff(known.chars) > most {
+        None
     } else {
-        edit_distance(&typed.lower, &known.lower)
+        Some(edit_distance(&typed.lower, &known.lower))
     }
 }
 
@@ -157,6 +208,30 @@ mod tests {
         assert_eq!(edit_distance("golbal", "global"), 1);
         assert_eq!(edit_distance("", "lr"), 2);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn a_huge_name_costs_no_search_and_is_not_quoted_whole() {
+        let huge = "A".repeat(3 << 20);
+        let experiments: Vec<String> = (0..200).map(|i| format!("exp{i:03}_a_long_name")).collect();
+        let started = std::time::Instant::now();
+        assert!(did_you_mean(&huge, experiments.iter().map(String::as_str)).is_empty());
+        assert_eq!(closest(&huge, experiments.iter().map(String::as_str)), None);
+        // Just over the cap, and known names of every length: still quick.
+        let long = "exp001_a_long_name".repeat(20);
+        assert!(did_you_mean(&long, experiments.iter().map(String::as_str)).is_empty());
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(200),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(longer_than_all(&huge, GROUPS));
+        assert!(!longer_than_all("exp01-model-scalling", GROUPS));
+        assert!(shown(&huge).len() < 100, "{}", shown(&huge).len());
+        assert!(shown(&huge).ends_with("(3145728 bytes)"));
+        assert_eq!(shown("exp07a"), "exp07a");
+        // The length filter loses no near miss: separators and case still count for nothing.
+        assert_eq!(closest("a_b_c_d_e_f", ["abcdef"]), Some("abcdef"));
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 /// The accelerator the server submits jobs for (`ServerConfig::accelerator`).
 pub const ACCELERATOR: &str = "v4-64";
 /// An accelerator no job is for.
-pub const OTHER_ACCELERATOR: &str = "v5e-16";
+pub const OTHER_ACCELERATOR: &str = "v5litepod-16";
 const HOSTS: usize = 8;
 pub const ADMIN_TOKEN: &str = "bench-admin-token";
 pub const WORKER_TOKEN: &str = "bench-worker-token";

@@ -52,6 +52,7 @@ fn check_pod_name(name: &str) -> Result<(), ApiError> {
     responses(
         (status = 200, description = "A lease: run this attempt", body = Lease),
         (status = 204, description = "Nothing is leasable to this pod now; ask again"),
+        (status = 422, description = "`unknown_accelerator`: the pod's accelerator is no slice type of podq's table (`v4-64`, never `v4-064`); the details name the nearest (`did_you_mean`). Nothing is written and the call does not wait", body = ErrorBody),
     ),
     security(("worker_token" = ["worker"])),
 )]

@@ -93,11 +93,7 @@ impl Scheduler {
             .class
             .as_deref()
             .map(|name| {
-                let (rank, class) = self
-                    .catalog
-                    .classes
-                    .resolve(Some(name))
-                    .map_err(|message| SchedulerError::unprocessable("unknown_class", message))?;
+                let (rank, class) = self.resolve_class(Some(name))?;
                 Ok::<_, SchedulerError>((class.name.clone(), rank))
             })
             .transpose()?;

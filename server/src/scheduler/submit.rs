@@ -71,6 +71,10 @@ pub fn select<'c>(catalog: &'c Catalog, req: &SubmitRequest) -> Result<Vec<&'c E
             "`experiments` is empty: name at least one experiment",
         ));
     }
+    let known = || catalog.experiments.iter().map(|e| e.name.as_str());
+    if let Some(long) = names.iter().find(|n| names::longer_than_all(n, known())) {
+        return Err(too_long("unknown_experiment", "experiment", long, known()));
+    }
     let unknown: Vec<&String> = names
         .iter()
         .filter(|n| catalog.experiment(n).is_none())
@@ -85,9 +89,31 @@ pub fn select<'c>(catalog: &'c Catalog, req: &SubmitRequest) -> Result<Vec<&'c E
         .collect())
 }
 
+/// `code` for a name longer than every `known` one by more than a typo: refused before any
+/// did-you-mean, quoting only its start.
+fn too_long<'a>(
+    code: &'static str,
+    what: &str,
+    name: &str,
+    known: impl Iterator<Item = &'a str>,
+) -> SchedulerError {
+    let longest = known.map(str::len).max().unwrap_or(0);
+    SchedulerError::invalid(
+        code,
+        format!(
+            "no {what} `{}`: no {what} name is longer than {longest} bytes",
+            names::shown(name)
+        ),
+    )
+    .with_details(serde_json::json!({ "unknown": [names::shown(name)], "did_you_mean": [] }))
+}
+
 /// `unknown_group`, with the closest group names and every group.
 pub fn unknown_group(catalog: &Catalog, name: &str) -> SchedulerError {
     let groups = catalog.groups.iter().map(|g| g.name.as_str());
+    if names::longer_than_all(name, groups.clone()) {
+        return too_long("unknown_group", "group", name, groups);
+    }
     let suggestions = names::did_you_mean(name, groups.clone());
     SchedulerError::invalid(
         "unknown_group",
@@ -99,15 +125,21 @@ pub fn unknown_group(catalog: &Catalog, name: &str) -> SchedulerError {
     }))
 }
 
+/// The most unknown names one answer names (and looks for near misses of).
+const MAX_NAMED_UNKNOWN: usize = 20;
+
 /// `unknown_experiment`, with the closest experiment names: a list for one name, per name
-/// for several.
+/// for several (the first [`MAX_NAMED_UNKNOWN`], and how many more).
 pub fn unknown_experiments(catalog: &Catalog, unknown: &[&String]) -> SchedulerError {
     let known = || catalog.experiments.iter().map(|e| e.name.as_str());
-    let suggestions: Vec<(&str, Vec<String>)> = unknown
+    let suggestions: Vec<(String, Vec<String>)> = unknown
         .iter()
-        .map(|name| (name.as_str(), names::did_you_mean(name, known())))
+        .take(MAX_NAMED_UNKNOWN)
+        .map(|name| (names::shown(name), names::did_you_mean(name, known())))
         .collect();
-    let message = match suggestions.as_slice() {
+    let more = unknown.len() - suggestions.len();
+    let unknown: Vec<&str> = suggestions.iter().map(|(name, _)| name.as_str()).collect();
+    let mut message = match suggestions.as_slice() {
         [(name, s)] => format!("no experiment `{name}`{}", names::phrase(s)),
         many => format!(
             "no experiments {}",
@@ -120,16 +152,22 @@ pub fn unknown_experiments(catalog: &Catalog, unknown: &[&String]) -> SchedulerE
                 .join(", ")
         ),
     };
+    if more > 0 {
+        message.push_str(&format!(" and {more} more"));
+    }
     let did_you_mean = match suggestions.as_slice() {
         [(_, one)] => serde_json::json!(one),
         many => serde_json::Value::Object(
             many.iter()
-                .map(|(name, s)| ((*name).to_owned(), serde_json::json!(s)))
+                .map(|(name, s)| (name.clone(), serde_json::json!(s)))
                 .collect(),
         ),
     };
-    SchedulerError::invalid("unknown_experiment", message)
-        .with_details(serde_json::json!({ "unknown": unknown, "did_you_mean": did_you_mean }))
+    SchedulerError::invalid("unknown_experiment", message).with_details(serde_json::json!({
+        "unknown": unknown,
+        "unknown_count": unknown.len() + more,
+        "did_you_mean": did_you_mean,
+    }))
 }
 
 impl Scheduler {
@@ -160,15 +198,37 @@ impl Scheduler {
     /// The class a submission names (the suite's default when it names none), with its
     /// rank; an unknown name is 422 with the closest.
     pub(super) fn class_of(&self, req: &SubmitRequest) -> Result<Class> {
-        let (rank, class) = self
-            .catalog
-            .classes
-            .resolve(req.priority_class.as_deref())
-            .map_err(|message| SchedulerError::unprocessable("unknown_class", message))?;
+        let (rank, class) = self.resolve_class(req.priority_class.as_deref())?;
         Ok(Class {
             name: class.name.clone(),
             rank,
         })
+    }
+
+    /// The class `name` names (the default when None) and its rank; an unknown name is 422
+    /// `unknown_class` with the closest, and one longer than every class's is refused
+    /// before any is looked for, quoting only its start.
+    pub(super) fn resolve_class(
+        &self,
+        name: Option<&str>,
+    ) -> Result<(i64, &crate::catalog::classes::PriorityClass)> {
+        let classes = &self.catalog.classes;
+        if let Some(name) = name {
+            let known = || classes.all().iter().map(|c| c.name.as_str());
+            if names::longer_than_all(name, known()) {
+                return Err(SchedulerError::unprocessable(
+                    "unknown_class",
+                    format!(
+                        "no priority class `{}`; the suite's classes are {}",
+                        names::shown(name),
+                        known().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+        }
+        classes
+            .resolve(name)
+            .map_err(|message| SchedulerError::unprocessable("unknown_class", message))
     }
 
     /// The suite's classes in queue order, and whether `caller` may use each.

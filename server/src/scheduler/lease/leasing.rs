@@ -29,6 +29,12 @@ impl Scheduler {
         acting: &Acting,
     ) -> Result<Option<Lease>> {
         let worker = worker_for(acting, pod)?;
+        // Before anything is written or waited on: a type podq does not know has no job and
+        // never will, and a waiter kept for each new string would grow without end.
+        let wake = self
+            .waiters
+            .of(&req.pod.accelerator)
+            .map_err(unknown_slice_type)?;
         let wait = req
             .wait_s
             .map(Duration::from_secs)
@@ -54,7 +60,6 @@ impl Scheduler {
             tokio::time::sleep_until(deadline).await;
             return Ok(None);
         }
-        let wake = self.waiters.of(&req.pod.accelerator);
         loop {
             // Registered before the check, so a job that turns up between the check and the
             // wait still wakes this call.
@@ -175,6 +180,21 @@ impl Scheduler {
         self.live.pod_recorded(pod, &description);
         Ok(())
     }
+}
+
+/// 422 `unknown_accelerator` for a lease call whose pod names no slice type podq knows, with
+/// the nearest known one; the name is quoted escaped and bounded (`podq_api::slice_type`).
+fn unknown_slice_type(unknown: podq_api::UnknownSliceType) -> SchedulerError {
+    SchedulerError::unprocessable(
+        "unknown_accelerator",
+        podq_api::escape_controls(&format!(
+            "the pod's accelerator {unknown}: a pod leases only a slice type of podq's table"
+        )),
+    )
+    .with_details(serde_json::json!({
+        "accelerator": podq_api::escape_controls(&unknown.name),
+        "did_you_mean": unknown.did_you_mean.into_iter().collect::<Vec<_>>(),
+    }))
 }
 
 /// Writes a pod's description, and an event when its state or health changed.

@@ -14,24 +14,39 @@ use tokio::sync::Notify;
 
 #[derive(Default)]
 pub struct LeaseWaiters {
+    /// Known slice types only (`podq_api::slice_type`): a lease call for another name is
+    /// refused, so the map holds at most one entry per row of the types table.
     by_accelerator: Mutex<HashMap<String, Arc<Notify>>>,
     /// (ms since the epoch, accelerator) at which a backed-off job becomes leasable.
     backoff_ends: Mutex<BTreeSet<(i64, String)>>,
 }
 
 impl LeaseWaiters {
-    /// What a lease call for `accelerator` waits on.
-    pub fn of(&self, accelerator: &str) -> Arc<Notify> {
+    /// What a lease call for `accelerator` waits on, or why it is no slice type podq knows
+    /// (then nothing is kept).
+    pub fn of(&self, accelerator: &str) -> Result<Arc<Notify>, podq_api::UnknownSliceType> {
+        podq_api::slice_type(accelerator)?;
         let mut map = self
             .by_accelerator
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        Arc::clone(map.entry(accelerator.to_owned()).or_default())
+        Ok(Arc::clone(map.entry(accelerator.to_owned()).or_default()))
     }
 
-    /// `jobs` jobs for `accelerator` became leasable: wake that many waiters, no more.
+    /// `jobs` jobs for `accelerator` became leasable: wake that many waiters, no more. A type
+    /// no one has waited for has no entry and gets none: a later call checks the queue
+    /// before it waits.
     pub fn leasable(&self, accelerator: &str, jobs: usize) {
-        let notify = self.of(accelerator);
+        let notify = {
+            let map = self
+                .by_accelerator
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            match map.get(accelerator) {
+                Some(notify) => Arc::clone(notify),
+                None => return,
+            }
+        };
         for _ in 0..jobs {
             notify.notify_one();
         }
@@ -101,8 +116,8 @@ mod tests {
     #[tokio::test]
     async fn one_job_wakes_one_waiter_of_its_accelerator_only() {
         let waiters = LeaseWaiters::default();
-        let v4 = waiters.of("v4-64");
-        let v5 = waiters.of("v5e-16");
+        let v4 = waiters.of("v4-64").unwrap();
+        let v5 = waiters.of("v5litepod-16").unwrap();
         let mut first = Box::pin(v4.notified());
         let mut second = Box::pin(v4.notified());
         let mut other = Box::pin(v5.notified());
@@ -124,7 +139,7 @@ mod tests {
     #[tokio::test]
     async fn an_ended_backoff_wakes_one_waiter_once() {
         let waiters = LeaseWaiters::default();
-        let v4 = waiters.of("v4-64");
+        let v4 = waiters.of("v4-64").unwrap();
         waiters.leasable_at("v4-64", 1_000);
         waiters.wake_ended_backoffs(999);
         assert!(!woken(&v4).await, "not before its end");
@@ -132,5 +147,20 @@ mod tests {
         assert!(woken(&v4).await);
         waiters.wake_ended_backoffs(2_000);
         assert!(!woken(&v4).await, "only once");
+    }
+
+    #[test]
+    fn only_known_slice_types_are_kept() {
+        let waiters = LeaseWaiters::default();
+        for name in ["v9-999", "v4-064", "v4-+64", &"x".repeat(2_000)] {
+            assert!(waiters.of(name).is_err(), "{name}");
+            waiters.leasable(name, 1);
+            waiters.leasable_at(name, 0);
+        }
+        waiters.wake_ended_backoffs(1);
+        waiters.leasable("v6e-32", 1);
+        assert!(waiters.by_accelerator.lock().unwrap().is_empty());
+        waiters.of("v4-64").unwrap();
+        assert_eq!(waiters.by_accelerator.lock().unwrap().len(), 1);
     }
 }
