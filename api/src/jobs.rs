@@ -197,7 +197,8 @@ pub struct SubmitRequest {
     pub experiments: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub all: Option<bool>,
-    /// Higher runs first. Default 0.
+    /// Higher runs first, within the job's class. Default 0. A submitter's lies in 0 to 100
+    /// (else 403 `priority_not_allowed`); an admin's may be any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
     /// The priority class (the suite's `priority_classes`); default the suite's default,

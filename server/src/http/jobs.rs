@@ -52,6 +52,8 @@ const JOB_ID: &str = "A job's uuid, or an experiment name: that experiment's new
     responses(
         (status = 201, description = "Jobs were created or linked", body = SubmitResponse),
         (status = 200, description = "A dry run, or nothing new to create", body = SubmitResponse),
+        (status = 400, description = "`unknown_experiment`, `unknown_group` (with did-you-mean in details; a name longer than every known one gets none, and is quoted only in part)", body = ErrorBody),
+        (status = 403, description = "`class_not_allowed`: a class the caller may not use (by default a class that runs ahead of the suite's default, may evict, or is never evicted is an admin's); `priority_not_allowed`: a submitter's priority outside 0 to 100. Nothing is written", body = ErrorBody),
         (status = 404, description = "`not_found`: an unknown group (with did-you-mean in details)", body = ErrorBody),
         (status = 422, description = "`idempotency_key_reused`: the key came with another body", body = ErrorBody),
     ),
@@ -74,19 +76,15 @@ async fn submit_jobs(
 }
 
 /// The scheduler's form of a request's `Idempotency-Key`, if it sent one.
-/// Keys are the caller's own: another person's key names another request, so it can
-/// neither replay that answer nor skip this caller's checks.
+/// Keys are the caller's own (`IdempotencyKey::of`): another person's key names another
+/// request, so it can neither replay that answer nor skip this caller's checks.
 fn remembered(
     acting: &Acting,
     key: Option<String>,
     route: &'static str,
     digest: BodyDigest,
 ) -> Option<scheduler::IdempotencyKey> {
-    key.map(|key| scheduler::IdempotencyKey {
-        key: format!("{}:{key}", acting.caller.name),
-        route,
-        request_sha256: digest.0,
-    })
+    key.map(|key| scheduler::IdempotencyKey::of(acting, &key, route, digest.0))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -353,7 +351,7 @@ async fn requeue(
     request_body = PatchJobRequest,
     responses(
         (status = 200, description = "The job", body = Job),
-        (status = 403, description = "`not_owner`: a submitter changing another's job", body = ErrorBody),
+        (status = 403, description = "`not_owner`: a submitter changing another's job; `class_not_allowed`, `priority_not_allowed`: as at submit. Nothing is changed", body = ErrorBody),
         (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
         (status = 422, description = "`unknown_class`, with the closest class", body = ErrorBody),
         (status = 409, description = "The job's state does not allow it", body = ErrorBody),

@@ -100,6 +100,7 @@ impl Scheduler {
         if let Some((name, _)) = &class {
             self.check_class_allowed(acting, name)?;
         }
+        self.check_priority(acting, change.priority)?;
         let acting = acting.clone();
         let job = self
             .store

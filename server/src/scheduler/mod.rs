@@ -249,9 +249,30 @@ impl Scheduler {
     }
 }
 
-/// A client's `Idempotency-Key`, the route it was sent to and the sha256 of the request.
+/// A client's `Idempotency-Key`, scoped to its caller, the route it was sent to and the
+/// sha256 of the request. Made only by [`IdempotencyKey::of`], so no route can store or find
+/// an answer under a key another caller sent: the same key from two callers is two requests.
 pub struct IdempotencyKey {
-    pub key: String,
-    pub route: &'static str,
-    pub request_sha256: String,
+    key: String,
+    route: &'static str,
+    request_sha256: String,
+}
+
+impl IdempotencyKey {
+    /// `key` as `acting` sent it to `route`, stored as `CALLER:KEY`. A caller's name holds no
+    /// `:` (`team::users_file::NAME_RULE`, and the reserved names), so no caller's key can
+    /// spell another's.
+    pub fn of(
+        acting: &crate::team::Acting,
+        key: &str,
+        route: &'static str,
+        request_sha256: String,
+    ) -> IdempotencyKey {
+        debug_assert!(!acting.caller.name.contains(':'), "{}", acting.caller.name);
+        IdempotencyKey {
+            key: format!("{}:{key}", acting.caller.name),
+            route,
+            request_sha256,
+        }
+    }
 }

@@ -19,6 +19,8 @@ use crate::store::jobs::{self, NewJob};
 use crate::store::StoreError;
 
 pub const DEFAULT_MAX_FAILURES: u32 = 3;
+/// The priorities a submitter may give a job (an admin's may be anything).
+pub const DEFAULT_PRIORITY_RANGE: std::ops::RangeInclusive<i64> = 0..=100;
 pub const MAX_MAX_FAILURES: u32 = 100;
 
 /// The experiments a request names, in catalog order, or why the request is wrong.
@@ -183,6 +185,7 @@ impl Scheduler {
             select(&self.catalog, &req)?.into_iter().cloned().collect();
         let class = self.class_of(&req)?;
         self.check_class_allowed(acting, &class.name)?;
+        self.check_priority(acting, req.priority)?;
         let actor = acting.actor.clone();
         let answer = self
             .idempotent_write(key, move |conn| {
@@ -241,29 +244,92 @@ impl Scheduler {
             .map(|class| podq_api::ClassUse {
                 name: class.name.clone(),
                 default: class.name == *default,
-                allowed: class.allows(caller),
+                allowed: self.class_admits(class, caller).is_ok(),
             })
             .collect()
     }
 
-    /// 403 `class_not_allowed` unless `acting` may put a job in class `name` (its
-    /// `allowed:`, by default admins for a class that may evict): a class that evicts others'
-    /// runs is not every submitter's to choose.
+    /// Whether `caller` may put a job in `class`, or who the class is for. An admin always
+    /// may. A class's `allowed:` names who else may. Without it, the suite's default class
+    /// and the classes below it are every submitter's, except one whose jobs are never
+    /// evicted; a class ranked above the default, or never evicted, is for admins (a class
+    /// that may evict is too, `catalog/classes.rs`). A class that runs ahead of others, or
+    /// keeps its pod for good, is not every submitter's to choose.
+    fn class_admits(
+        &self,
+        class: &crate::catalog::classes::PriorityClass,
+        caller: &crate::team::Caller,
+    ) -> std::result::Result<(), String> {
+        if let Some(allowed) = &class.allowed {
+            return if class.allows(caller) {
+                Ok(())
+            } else {
+                Err(allowed.join(", "))
+            };
+        }
+        if caller.role == crate::team::Role::Admin {
+            return Ok(());
+        }
+        let classes = &self.catalog.classes;
+        let default = classes.default_class();
+        if class.name == default.name {
+            return Ok(());
+        }
+        let rank_of = |name: &str| classes.get(name).map_or(0, |(rank, _)| rank);
+        if rank_of(&class.name) < rank_of(&default.name) {
+            return Err(format!(
+                "admins: it runs ahead of the suite's default class, {}",
+                default.name
+            ));
+        }
+        if !class.evictable {
+            return Err("admins: its jobs are never evicted".to_owned());
+        }
+        Ok(())
+    }
+
+    /// 403 `class_not_allowed` unless `acting` may put a job in class `name`
+    /// ([`Self::class_admits`]).
     pub(super) fn check_class_allowed(&self, acting: &Acting, name: &str) -> Result<()> {
         let Some((_, class)) = self.catalog.classes.get(name) else {
             return Ok(());
         };
-        if class.allows(&acting.caller) {
-            return Ok(());
+        self.class_admits(class, &acting.caller).map_err(|who| {
+            SchedulerError::forbidden(
+                "class_not_allowed",
+                format!(
+                    "{} may not put a job in class {name}: it is for {who}",
+                    acting.caller.name
+                ),
+            )
+        })
+    }
+
+    /// The priorities a submitter may give a job: [`DEFAULT_PRIORITY_RANGE`].
+    pub fn priority_range(&self) -> std::ops::RangeInclusive<i64> {
+        DEFAULT_PRIORITY_RANGE
+    }
+
+    /// 403 `priority_not_allowed` when a caller other than an admin gives a job a priority
+    /// outside [`Self::priority_range`]: a priority orders jobs within their class, and one
+    /// submitter's `i64::MAX` would put their jobs ahead of everyone's.
+    pub(super) fn check_priority(&self, acting: &Acting, priority: Option<i64>) -> Result<()> {
+        let range = self.priority_range();
+        match priority {
+            Some(p) if !range.contains(&p) && acting.caller.role != crate::team::Role::Admin => {
+                Err(SchedulerError::forbidden(
+                    "priority_not_allowed",
+                    format!(
+                        "{} may give a job a priority from {} to {}, not {p}; a priority \
+                         beyond that is an admin's to give",
+                        acting.caller.name,
+                        range.start(),
+                        range.end()
+                    ),
+                ))
+            }
+            _ => Ok(()),
         }
-        Err(SchedulerError::forbidden(
-            "class_not_allowed",
-            format!(
-                "{} may not put a job in class {name}: it is for {}",
-                acting.caller.name,
-                class.allowed.as_deref().unwrap_or_default().join(", ")
-            ),
-        ))
     }
 
     /// Wakes one waiting pod of each slice type an experiment may lease, per experiment whose
