@@ -87,6 +87,20 @@ pub fn csv_number(v: f64) -> String {
     }
 }
 
+/// A text cell as CSV writes it, after OWASP's rule against CSV injection: text that begins
+/// with `=`, `+`, `-`, `@`, a tab or a carriage return, which a spreadsheet would read as a
+/// formula, is written after a single quote (`'=HYPERLINK(...)`); other text as it is.
+/// Metric names and config values come from trainers and people: every text cell of every
+/// CSV podq writes (`results.csv`'s header and cells, `metrics.csv`'s names) goes through
+/// this. Numbers are not text: `-0.5` stays a number ([`csv_number`]).
+pub fn csv_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{text}").into()
+    } else {
+        text.into()
+    }
+}
+
 /// One point of a metric series in long format: a line of `metrics.ndjson`, a row of
 /// `metrics.csv` (`step,name,value`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -108,11 +122,11 @@ pub enum Cell {
 }
 
 impl Cell {
-    /// The cell as CSV text.
+    /// The cell as CSV text: text neutralised ([`csv_text`]), numbers and JSON as they are.
     pub fn to_csv(&self) -> String {
         match self {
             Cell::Empty => String::new(),
-            Cell::Text(t) => t.clone(),
+            Cell::Text(t) => csv_text(t).into_owned(),
             Cell::Int(i) => i.to_string(),
             Cell::Number(v) => csv_number(*v),
             Cell::Json(serde_json::Value::Null) => String::new(),
@@ -133,6 +147,14 @@ impl Cell {
 }
 
 impl Results {
+    /// The table's header as CSV writes it: each column name neutralised ([`csv_text`]).
+    pub fn csv_columns(&self) -> Vec<String> {
+        self.columns()
+            .iter()
+            .map(|c| csv_text(c).into_owned())
+            .collect()
+    }
+
     /// The table's header: `experiment`, `group`, the varied params, `<metric>.final` and
     /// `<metric>.best` for each eval metric, `steps`, `state`, `pod_hours`, `attempts`,
     /// `accelerators`, `job_id`.
@@ -220,6 +242,37 @@ mod tests {
         for name in ["eval/exact_accuracy", "eval/reward", "train/tokens_per_s"] {
             assert!(!lower_is_better(name), "{name} is better higher");
         }
+    }
+
+    #[test]
+    fn text_a_spreadsheet_would_run_is_neutralised_and_numbers_are_not() {
+        for (text, written) in [
+            ("=HYPERLINK(\"http://x\")", "'=HYPERLINK(\"http://x\")"),
+            ("+1", "'+1"),
+            ("-2+3", "'-2+3"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("\t=1", "'\t=1"),
+            ("\r=1", "'\r=1"),
+            ("eval/loss", "eval/loss"),
+            ("a=b", "a=b"),
+            ("", ""),
+        ] {
+            assert_eq!(csv_text(text), written, "{text:?}");
+            assert_eq!(Cell::Text(text.to_owned()).to_csv(), written, "{text:?}");
+        }
+        assert_eq!(Cell::Number(-0.5).to_csv(), "-0.5");
+        assert_eq!(Cell::Number(f64::NEG_INFINITY).to_csv(), "-inf");
+        assert_eq!(Cell::Int(-3).to_csv(), "-3");
+        assert_eq!(Cell::Json(serde_json::json!(-0.5)).to_csv(), "-0.5");
+        let results = Results {
+            group: None,
+            params: vec!["=p".into()],
+            metrics: vec!["@m".into()],
+            rows: Vec::new(),
+        };
+        let columns = results.csv_columns();
+        assert!(columns.contains(&"'=p".to_owned()), "{columns:?}");
+        assert!(columns.contains(&"'@m.final".to_owned()), "{columns:?}");
     }
 
     #[test]

@@ -48,7 +48,7 @@ async fn suite_results(State(state): State<AppState>) -> Result<Json<Results>, A
     path = "/results.csv",
     tag = "catalog",
     summary = "The whole suite's results as CSV",
-    description = "Columns: `experiment`, `group`, the varied config keys (dotted; empty where an experiment's config lacks one), `<metric>.final` and `<metric>.best` for each eval metric (best: the lowest for a name with loss, error or perplexity, else the highest), `steps`, `state`, `pod_hours`, `attempts`, `job_id`. A never-submitted experiment has state `not_submitted` and empty cells. Non-finite values are `NaN`, `inf`, `-inf`.",
+    description = "Columns: `experiment`, `group`, the varied config keys (dotted; empty where an experiment's config lacks one), `<metric>.final` and `<metric>.best` for each eval metric (best: the lowest for a name with loss, error or perplexity, else the highest), `steps`, `state`, `pod_hours`, `attempts`, `job_id`. A never-submitted experiment has state `not_submitted` and empty cells. Non-finite values are `NaN`, `inf`, `-inf`. A text cell or column name that begins with `=`, `+`, `-` or `@` (or a tab or carriage return) is written after a `'` (OWASP's rule against CSV injection); numbers are written as they are.",
     responses((status = 200, description = "The results table", content_type = "text/csv", body = String)),
 )]
 async fn suite_results_csv(State(state): State<AppState>) -> Result<Response, ApiError> {
@@ -118,7 +118,7 @@ struct MetricsExportParams {
     path = "/jobs/{id}/metrics.csv",
     tag = "jobs",
     summary = "Every point of the run's metric series as CSV, streamed",
-    description = "Long format, `step,name,value`, ordered by name then step; every stored point, not downsampled. Non-finite values are `NaN`, `inf`, `-inf`. The body is streamed (chunked) as the store is read page by page.",
+    description = "Long format, `step,name,value`, ordered by name then step; every stored point, not downsampled. Non-finite values are `NaN`, `inf`, `-inf`. A name that begins with `=`, `+`, `-` or `@` (or a tab or carriage return) is written after a `'`, as OWASP's rule against CSV injection says. The body is streamed (chunked) as the store is read page by page.",
     params(("id" = String, Path, description = "A job's uuid, or an experiment name: that experiment's newest job"), MetricsExportParams),
     responses(
         (status = 200, description = "The points", content_type = "text/csv", body = String),
@@ -136,11 +136,12 @@ async fn metrics_csv(
     let export = state.scheduler.metrics_export(id, query).await?;
     let header = csv_bytes(|w| w.write_record(["step", "name", "value"]))?;
     let body = stream_pages(export.pages, header, |page| {
+        let name = podq_api::csv_text(&page.name);
         csv_bytes(|w| {
             for (step, value) in &page.points {
                 w.write_record([
                     step.to_string().as_str(),
-                    page.name.as_str(),
+                    name.as_ref(),
                     podq_api::csv_number(*value).as_str(),
                 ])?;
             }
@@ -266,7 +267,7 @@ async fn stream_pages(
 
 fn results_csv(results: &Results) -> Result<Bytes, ApiError> {
     csv_bytes(|w| {
-        w.write_record(results.columns())?;
+        w.write_record(results.csv_columns())?;
         for row in &results.rows {
             w.write_record(results.cells(row).iter().map(|c| c.to_csv()))?;
         }
