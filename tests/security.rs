@@ -4,7 +4,10 @@
 //! people, another site's page against a tokenless server, catalog paths out of the root, a
 //! disabled token on an open stream; checkpoint URIs that would be commands,
 //! worker calls on a server without a worker token, pool reports out of bounds, a submitter's
-//! evicting class, a framed dashboard, and two workers of one pod racing for leases.
+//! evicting class, a framed dashboard, and two workers of one pod racing for leases; names
+//! of megabytes, leases for slice types podq does not know, classes and priorities beyond a
+//! submitter's, formulas in CSV cells, another caller's idempotency key, and a trainer
+//! command that quotes a placeholder.
 
 mod common;
 
@@ -1058,4 +1061,511 @@ async fn two_workers_of_one_pod_never_hold_two_leases_through_cancels_and_a_cras
         granted >= 2,
         "the race leased {granted} jobs: it raced nothing"
     );
+}
+
+/// An answer as a failed assertion prints it: its first 300 bytes.
+fn short(answer: &Value) -> String {
+    answer.to_string().chars().take(300).collect()
+}
+
+/// One call and how long its answer took.
+async fn timed_call(
+    server: &Server,
+    token: Option<&str>,
+    path: &str,
+    body: Value,
+) -> (u16, Value, Duration) {
+    let started = std::time::Instant::now();
+    let (status, answer) = call(server, token, Method::POST, path, body, &[]).await;
+    (status, answer, started.elapsed())
+}
+
+/// A name of megabytes costs the server no search: a submitter's experiment or group, a
+/// class, a pool's accelerator and a pod's are refused at the cost of reading them, quoted
+/// only in part, and `/healthz` answers meanwhile. (Before the bound, one 3 MiB name took
+/// seconds of a release build's CPU in edit distances.)
+#[tokio::test]
+async fn a_name_of_megabytes_is_refused_without_a_search() {
+    let server = team_server(None).await;
+    let sam = add_person(&server, "sam", "submitter", None).await;
+    let before = snapshot(&server).await;
+    let pods = server.count_rows("pods").await;
+    let huge = "A".repeat(3 << 20);
+    // Far more than the bounded work takes in a debug build on a loaded machine; an edit
+    // distance against every name takes many times this.
+    let quick = Duration::from_secs(5);
+    let lease = json!({"accelerator": huge, "hosts": 4, "state": "READY",
+                       "health": "HEALTHY", "wait_s": 30});
+    let pool = json!({"accelerator": huge, "max_slices": 1, "zones": [], "slices": []});
+    for (token, path, body, status_wanted, code) in [
+        (
+            sam.as_str(),
+            "/jobs",
+            json!({"experiments": [huge]}),
+            400,
+            "unknown_experiment",
+        ),
+        (
+            sam.as_str(),
+            "/jobs",
+            json!({"experiments": (0..200_000).map(|i| format!("e{i:06}")).collect::<Vec<_>>()}),
+            400,
+            "unknown_experiment",
+        ),
+        (
+            sam.as_str(),
+            "/jobs",
+            json!({"group": huge}),
+            400,
+            "unknown_group",
+        ),
+        (
+            sam.as_str(),
+            "/jobs",
+            json!({"experiments": ["exp07a"], "priority_class": huge}),
+            422,
+            "unknown_class",
+        ),
+        (
+            WORKER,
+            "/pools/evil/report",
+            pool,
+            422,
+            "invalid_pool_report",
+        ),
+        (
+            WORKER,
+            "/pods/pod-x/lease",
+            lease,
+            422,
+            "unknown_accelerator",
+        ),
+    ] {
+        let healthz = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let started = std::time::Instant::now();
+            let url = format!("{}/healthz", server.url);
+            let response = server.client.get(url).send().await.unwrap();
+            (response.status().as_u16(), started.elapsed())
+        };
+        let ((status, answer, took), (health, health_took)) =
+            tokio::join!(timed_call(&server, Some(token), path, body), healthz);
+        let what = format!("{path} {code}");
+        assert_eq!(status, status_wanted, "{what}: {}", short(&answer));
+        assert_eq!(answer["error"]["code"], code, "{what}: {}", short(&answer));
+        eprintln!("{what}: answered in {took:?}, /healthz in {health_took:?}");
+        assert!(took < quick, "{what} took {took:?}");
+        assert!(
+            answer.to_string().len() < 16_384,
+            "{what}: the answer quotes the name whole ({} bytes)",
+            answer.to_string().len()
+        );
+        assert_eq!(health, 200);
+        assert!(
+            health_took < quick,
+            "/healthz took {health_took:?} meanwhile"
+        );
+    }
+    assert_eq!(
+        snapshot(&server).await,
+        before,
+        "a refused name changed a row"
+    );
+    assert_eq!(server.count_rows("pods").await, pods, "a pod was recorded");
+    // A near miss of a short name is still named.
+    let (status, answer) = call(
+        &server,
+        Some(&sam),
+        Method::POST,
+        "/jobs",
+        json!({"experiments": ["exp07z"]}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        !answer["error"]["details"]["did_you_mean"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{answer}"
+    );
+}
+
+/// A lease call for a slice type podq's table does not hold is 422 with the nearest known
+/// type, at once: it is not parked for its wait (a waiter kept for each new string would
+/// grow without end), and nothing of the pod is written. Only the canonical spelling is a
+/// type: `v4-064` and `v4-+64` are not `v4-64`.
+#[tokio::test]
+async fn a_lease_for_a_slice_type_podq_does_not_know_is_refused_not_parked() {
+    let server = team_server(None).await;
+    submit(&server, "exp07a").await;
+    let before = snapshot(&server).await;
+    let pods = server.count_rows("pods").await;
+    let xs = "x".repeat(2_000);
+    for (accelerator, near) in [
+        ("v9-999", None),
+        ("v4-064", Some("v4-64")),
+        ("v4-+64", Some("v4-64")),
+        ("v4-63", Some("v4-64")),
+        ("v5e-16", Some("v5p-16")),
+        (xs.as_str(), None),
+        ("v4-64\u{1b}[2J", None),
+    ] {
+        let ask = json!({"accelerator": accelerator, "hosts": 4, "state": "READY",
+                         "health": "HEALTHY", "wait_s": 30});
+        let (status, answer, took) =
+            timed_call(&server, Some(WORKER), "/pods/pod-x/lease", ask).await;
+        let shown = &accelerator[..accelerator.len().min(20)];
+        assert_eq!(status, 422, "{shown}: {}", short(&answer));
+        assert_eq!(
+            answer["error"]["code"],
+            "unknown_accelerator",
+            "{}",
+            short(&answer)
+        );
+        assert!(
+            took < Duration::from_secs(10),
+            "{shown} was parked {took:?}"
+        );
+        let suggested: Vec<&str> = answer["error"]["details"]["did_you_mean"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no did_you_mean: {}", short(&answer)))
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(suggested, near.into_iter().collect::<Vec<_>>(), "{shown}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(!message.chars().any(char::is_control), "{message:?}");
+        assert!(message.len() < 1_000, "{} bytes", message.len());
+    }
+    assert_eq!(
+        snapshot(&server).await,
+        before,
+        "a refused lease changed a row"
+    );
+    assert_eq!(server.count_rows("pods").await, pods, "a pod was recorded");
+    // The known type leases the job.
+    lease_for(&server, "pod-x", WORKER).await;
+}
+
+/// A catalog, copied from the shipped one, whose `suite.yaml` declares these classes.
+fn catalog_with_classes(root: &std::path::Path, classes: &str) -> std::path::PathBuf {
+    let catalog = root.join("catalog");
+    common::copy_dir(&common::experiments_dir(), &catalog);
+    let suite = std::fs::read_to_string(catalog.join("suite.yaml")).unwrap();
+    let start = suite
+        .find("priority_classes:")
+        .expect("the suite's classes");
+    let end = suite[start..]
+        .find("\n#")
+        .map_or(suite.len(), |i| start + i + 1);
+    let suite = format!("{}{classes}{}", &suite[..start], &suite[end..]);
+    std::fs::write(catalog.join("suite.yaml"), suite).unwrap();
+    catalog
+}
+
+/// A class that runs ahead of the default or is never evicted is an admin's unless its
+/// `allowed:` says otherwise; classes below the default stay open. A submitter's priority
+/// lies in 0–100, an admin's anywhere; a refused submit or change writes nothing.
+#[tokio::test]
+async fn a_class_ahead_of_the_default_and_a_priority_out_of_range_are_admins() {
+    let root = common::shared_tempdir();
+    let catalog = catalog_with_classes(
+        root.path(),
+        "priority_classes:\n  - name: first\n  - name: lab\n    allowed: [submitter]\n  - name: normal\n    default: true\n  - name: pinned\n    evictable: false\n  - name: later\n",
+    );
+    let server = team_server(Some(&catalog)).await;
+    let sam = add_person(&server, "sam", "submitter", None).await;
+    let before = snapshot(&server).await;
+    let submit_as = |token: String, extra: Value| {
+        let server = &server;
+        async move {
+            let mut body = json!({"experiments": ["exp07a"], "force": true});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            call(server, Some(&token), Method::POST, "/jobs", body, &[]).await
+        }
+    };
+    for (extra, code) in [
+        (json!({"priority_class": "first"}), "class_not_allowed"),
+        (json!({"priority_class": "pinned"}), "class_not_allowed"),
+        (json!({"priority": 101}), "priority_not_allowed"),
+        (json!({"priority": -1}), "priority_not_allowed"),
+        (json!({"priority": i64::MAX}), "priority_not_allowed"),
+        (
+            json!({"priority_class": "later", "priority": 1_000_000}),
+            "priority_not_allowed",
+        ),
+    ] {
+        let (status, answer) = submit_as(sam.clone(), extra.clone()).await;
+        assert_eq!(status, 403, "{extra}: {answer}");
+        assert_eq!(answer["error"]["code"], code, "{extra}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains("sam"));
+    }
+    assert_eq!(
+        snapshot(&server).await,
+        before,
+        "a refused submit changed a row"
+    );
+    // Open to a submitter: the default, a class below it, one whose `allowed:` says so, and
+    // the ends of the range.
+    let mut sams = Vec::new();
+    for extra in [
+        json!({}),
+        json!({"priority_class": "later", "priority": 100}),
+        json!({"priority_class": "lab", "priority": 0}),
+    ] {
+        let (status, answer) = submit_as(sam.clone(), extra.clone()).await;
+        assert_eq!(status, 201, "{extra}: {answer}");
+        sams.push(answer["created"][0]["job_id"].as_str().unwrap().to_owned());
+    }
+    // `GET /whoami` says the same.
+    let (_, me) = call(
+        &server,
+        Some(&sam),
+        Method::GET,
+        "/whoami",
+        Value::Null,
+        &[],
+    )
+    .await;
+    let allowed: Vec<(&str, bool)> = me["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["allowed"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        allowed,
+        [
+            ("first", false),
+            ("lab", true),
+            ("normal", true),
+            ("pinned", false),
+            ("later", true)
+        ],
+        "{me}"
+    );
+    // A change is held to the same rules.
+    let path = format!("/jobs/{}", sams[0]);
+    for change in [
+        json!({"priority": 1000}),
+        json!({"priority_class": "first"}),
+        json!({"priority_class": "pinned", "priority": 5}),
+    ] {
+        let (status, answer) = call(
+            &server,
+            Some(&sam),
+            Method::PATCH,
+            &path,
+            change.clone(),
+            &[],
+        )
+        .await;
+        assert_eq!(status, 403, "{change}: {answer}");
+    }
+    let job = server.job(&sams[0]).await;
+    assert_eq!(
+        (&job["priority"], &job["priority_class"]),
+        (&json!(0), &json!("normal")),
+        "{job}"
+    );
+    // An admin may do all of it.
+    let (status, answer) = submit_as(
+        ADMIN.to_owned(),
+        json!({"priority_class": "first", "priority": -5_000}),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    let change = json!({"priority_class": "pinned", "priority": 1000});
+    let (status, answer) = call(&server, Some(ADMIN), Method::PATCH, &path, change, &[]).await;
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// Each line of `text` split at its commas (no cell of these files holds a comma but those
+/// the test joins back).
+fn csv_lines(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .map(|line| line.split(',').map(str::to_owned).collect())
+        .collect()
+}
+
+/// Every CSV podq writes neutralises a text cell a spreadsheet would read as a formula
+/// (OWASP: a `'` before a leading `=`, `+`, `-`, `@`), and leaves numbers as numbers.
+#[tokio::test]
+async fn a_csv_cell_is_never_a_spreadsheet_formula() {
+    let root = common::shared_tempdir();
+    let catalog = root.path().join("catalog");
+    common::copy_dir(&common::experiments_dir(), &catalog);
+    let exp = catalog.join("groups/exp07-precision/exp07a.yaml");
+    let text = std::fs::read_to_string(&exp).unwrap();
+    std::fs::write(&exp, format!("{text}sweep_tag: \"=1+2*cmd|x\"\n")).unwrap();
+    let server = team_server(Some(&catalog)).await;
+    let job = submit(&server, "exp07a").await;
+    let lease = lease_for(&server, "pod-c", WORKER).await;
+    let hostile = [
+        "=HYPERLINK(\"http://evil.example\")",
+        "+1",
+        "-2+3",
+        "@SUM(A1)",
+    ];
+    let mut values = serde_json::Map::new();
+    for name in hostile {
+        values.insert(name.to_owned(), json!(-0.5));
+    }
+    values.insert("eval/exact_accuracy".to_owned(), json!(-0.5));
+    let (status, answer) = call(
+        &server,
+        Some(WORKER),
+        Method::POST,
+        &format!("/leases/{lease}/metrics"),
+        json!({"points": [{"step": 1, "values": values}]}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+
+    let metrics = server.text(&format!("/jobs/{job}/metrics.csv")).await;
+    let rows = csv_lines(&metrics);
+    assert_eq!(rows[0], ["step", "name", "value"], "{metrics}");
+    for row in &rows[1..] {
+        let name = row[1..row.len() - 1].join(",");
+        assert!(
+            !name
+                .trim_start_matches('"')
+                .starts_with(['=', '+', '-', '@']),
+            "a formula in metrics.csv: {name}"
+        );
+        assert_eq!(row.last().unwrap(), "-0.5", "a number was quoted: {row:?}");
+    }
+    for name in ["'+1", "'-2+3", "'@SUM(A1)"] {
+        assert!(
+            rows.iter().any(|r| r[1] == name),
+            "{name} missing: {metrics}"
+        );
+    }
+    assert!(metrics.contains("'=HYPERLINK("), "{metrics}");
+
+    for path in ["/results.csv", "/groups/exp07-precision/results.csv"] {
+        let results = server.text(path).await;
+        for (i, row) in csv_lines(&results).iter().enumerate() {
+            for cell in row {
+                let bare = cell.trim_start_matches('"');
+                assert!(
+                    !bare.starts_with(['=', '+', '@']),
+                    "{path} line {i}: a formula {cell}: {results}"
+                );
+                if bare.starts_with('-') {
+                    assert!(bare.parse::<f64>().is_ok(), "{path}: {cell} is text");
+                }
+            }
+        }
+        assert!(results.contains("'=1+2*cmd|x"), "{path}: {results}");
+        assert!(
+            results.contains(",-0.5,"),
+            "{path}: a number was quoted: {results}"
+        );
+    }
+}
+
+/// An `Idempotency-Key` is its caller's: the same key from another caller is another
+/// request. It never replays the first caller's answer, nor says the key was used.
+#[tokio::test]
+async fn an_idempotency_key_is_its_callers_own() {
+    let server = team_server(None).await;
+    let sam = add_person(&server, "sam", "submitter", None).await;
+    let ada = add_person(&server, "ada", "submitter", None).await;
+    let body = json!({"experiments": ["exp07a"], "force": true});
+    let key = [("idempotency-key", "nightly-1")];
+    let submit_with = |token: String, body: Value| {
+        let server = &server;
+        async move { call(server, Some(&token), Method::POST, "/jobs", body, &key).await }
+    };
+    let (status, first) = submit_with(sam.clone(), body.clone()).await;
+    assert_eq!(status, 201, "{first}");
+    let sams = first["created"][0]["job_id"].clone();
+    // Sam's retry gets Sam's answer, and makes nothing.
+    let jobs = server.count_rows("jobs").await;
+    let (_, again) = submit_with(sam.clone(), body.clone()).await;
+    assert_eq!(again["created"][0]["job_id"], sams, "{again}");
+    assert_eq!(server.count_rows("jobs").await, jobs);
+    // Ada, same key, same body: her own request, her own job.
+    let (status, hers) = submit_with(ada.clone(), body.clone()).await;
+    assert_eq!(status, 201, "{hers}");
+    assert_ne!(hers["created"][0]["job_id"], sams, "Ada got Sam's answer");
+    let job = server
+        .job(hers["created"][0]["job_id"].as_str().unwrap())
+        .await;
+    assert_eq!(job["submitted_by"], "ada", "{job}");
+    // Her own key with another body is hers to be told of; the admin's first use of it,
+    // with any body, is a new request: nothing tells a caller that another used a key.
+    let (status, other) = submit_with(
+        ada.clone(),
+        json!({"experiments": ["exp07b"], "force": true, "dry_run": true}),
+    )
+    .await;
+    assert_eq!(status, 422, "{other}");
+    assert_eq!(other["error"]["code"], "idempotency_key_reused", "{other}");
+    let (status, other) = submit_with(
+        ADMIN.to_owned(),
+        json!({"experiments": ["exp07b"], "dry_run": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "the admin's first use of the key: {other}");
+    // A cancel with a key Sam used is Ada's own, and she may not cancel Sam's job.
+    let cancel = format!("/jobs/{}/cancel", sams.as_str().unwrap());
+    let (status, answer) = call(
+        &server,
+        Some(&sam),
+        Method::POST,
+        &cancel,
+        Value::Null,
+        &key,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = call(
+        &server,
+        Some(&ada),
+        Method::POST,
+        &cancel,
+        Value::Null,
+        &key,
+    )
+    .await;
+    assert_eq!(status, 403, "Ada was answered with Sam's cancel: {answer}");
+}
+
+/// A trainer command that writes a placeholder inside quotes would undo podq's quoting of
+/// its value: the worker refuses to start with it, and leases nothing.
+#[tokio::test]
+async fn a_trainer_command_that_quotes_a_placeholder_is_refused() {
+    let server = team_server(None).await;
+    let job = submit(&server, "exp07a").await;
+    for command in [
+        "exec run --dir '{checkpoint_dir}'",
+        "exec run \"{resume_from}\"",
+    ] {
+        let mut worker = server.worker(
+            "pod-q",
+            2,
+            &["--token", WORKER, "--trainer-command", command],
+        );
+        let exited = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                if let Some(status) = worker.process.child.try_wait().unwrap() {
+                    return status;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("the worker ran with {command}"));
+        assert!(!exited.success(), "{command}");
+        let log = worker.log_text();
+        assert!(log.contains("inside quotes"), "{command}: {log}");
+    }
+    assert_eq!(server.job(&job).await["state"], "queued");
 }
