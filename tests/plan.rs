@@ -14,6 +14,12 @@
 //!   would need at least 360 + 120 + 160 + 160 = 800 h. Among the choices of six, the plan
 //!   keeps the groups earliest in the suite (the user's own order): exp01 and exp06. Their
 //!   18 runs end at 680 h, and no further run fits in the 40 h left: 18 runs.
+//! - With rungs at 25% and 50% keeping 1/2 on the six sweep groups
+//!   (`tests/fixtures/sweep-rungs.yaml`), each sweep's runs are played with the hours the
+//!   rungs leave: exp08 and exp10 (5 runs) 120 h instead of 200, exp06 70 h more than the
+//!   baseline instead of 120, exp09 30 instead of 80, contrib01 and contrib02 50 instead of 80.
+//!   The baseline, exp07 and the six sweeps take 480 h (520 with the work redone after
+//!   preemptions), and exp02b (160 h) fits in what is left: 8 groups.
 
 mod common;
 
@@ -241,4 +247,168 @@ async fn a_bad_grant_or_deadline_is_refused_and_changes_nothing() {
         "48 h fit one 40 h run: {}",
         plan["deadline"]
     );
+}
+
+/// The six groups that ask "which one is best".
+const SWEEPS: [&str; 6] = [
+    "exp06-batch-size",
+    "exp08-ema",
+    "exp09-optimizer",
+    "exp10-lr-schedule",
+    "contrib01-curriculum",
+    "contrib02-adaptive-halting",
+];
+
+/// A server on a copy of `experiments/` whose six sweep groups carry the rungs of
+/// `tests/fixtures/sweep-rungs.yaml`, with `keep` as given.
+async fn server_with_sweep_rungs(keep: &str) -> (Server, tempfile::TempDir) {
+    let catalog = common::shared_tempdir();
+    common::copy_dir(&common::experiments_dir(), catalog.path());
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sweep-rungs.yaml");
+    let rungs = std::fs::read_to_string(fixture)
+        .unwrap()
+        .replace("keep: 1/2", &format!("keep: {keep}"));
+    for group in SWEEPS {
+        let file = catalog.path().join("groups").join(group).join("group.yaml");
+        let mut yaml = std::fs::read_to_string(&file).unwrap();
+        yaml.push('\n');
+        yaml.push_str(&rungs);
+        std::fs::write(&file, yaml).unwrap();
+    }
+    let server = Server::start_with(common::ServerOptions {
+        experiments: catalog.path().to_path_buf(),
+        ..common::ServerOptions::default()
+    })
+    .await;
+    (server, catalog)
+}
+
+fn group<'a>(plan: &'a Value, name: &str) -> &'a Value {
+    plan["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == name)
+        .unwrap_or_else(|| panic!("group {name}: {}", plan["groups"]))
+}
+
+/// Each sweep group's `keep_chosen`, in `SWEEPS` order.
+fn keeps_chosen(plan: &Value) -> Vec<f64> {
+    SWEEPS
+        .iter()
+        .map(|name| group(plan, name)["rungs"]["keep_chosen"].as_f64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn rungs_on_the_six_sweeps_fit_more_whole_groups() {
+    let (server, _catalog) = server_with_sweep_rungs("1/2").await;
+    let (status, _) = put_grant(&server, thirty_days()).await;
+    assert_eq!(status, 200);
+    let (status, plan) = server.get("/plan").await;
+    assert_eq!(status, 200, "{plan}");
+    // Today's order reaches none of the sweeps: the same 3 groups.
+    assert_eq!(plan["current"]["groups_fit"], 3, "{}", plan["groups"]);
+    assert_eq!(plan["recommended"]["groups_fit"], 8, "{}", plan["groups"]);
+    assert_eq!(plan["recommended"]["runs_fit"], 25);
+    assert_eq!(
+        groups_that_fit(&plan, "fits_recommended"),
+        [
+            "exp02b-h-cycles",
+            "exp06-batch-size",
+            "exp07-precision",
+            "exp08-ema",
+            "exp09-optimizer",
+            "exp10-lr-schedule",
+            "contrib01-curriculum",
+            "contrib02-adaptive-halting"
+        ]
+    );
+    // Each sweep shows its rungs: 5 runs of exp08 to 25%, 3 to 50%, 2 (the baseline and
+    // one more) to the end.
+    let exp08 = &group(&plan, "exp08-ema")["rungs"];
+    assert_eq!(exp08["metric"], "eval/exact_accuracy");
+    assert_eq!(exp08["at"], json!([0.25, 0.5]));
+    assert_eq!(
+        (exp08["keep"].as_f64(), exp08["keep_chosen"].as_f64()),
+        (Some(0.5), Some(0.5))
+    );
+    assert_eq!(
+        exp08["per_rung"],
+        json!([
+            {"at": 0.25, "runs": 5, "promoted": 3, "pruned": 2},
+            {"at": 0.5, "runs": 3, "promoted": 2, "pruned": 1},
+        ])
+    );
+    assert!(group(&plan, "exp07-precision")["rungs"].is_null());
+    // 80 of exp08's 200 h, and the work they would have redone after preemptions.
+    let saved = |g: &Value| g["rungs"]["hours_saved"].as_f64().unwrap();
+    assert!(
+        (80.0..90.0).contains(&saved(group(&plan, "exp08-ema"))),
+        "{exp08}"
+    );
+    let by_groups: f64 = SWEEPS.iter().map(|name| saved(group(&plan, name))).sum();
+    let total = plan["pod_hours_saved_by_rungs"].as_f64().unwrap();
+    assert!(
+        (total - by_groups).abs() < 1e-6,
+        "{total} against {by_groups}"
+    );
+    assert!((320.0..360.0).contains(&total), "{total}");
+    let none = plan["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "no_interruptions")
+        .unwrap();
+    assert_eq!(
+        none["total_hours"], 1800.0,
+        "2,120 h less the 320 h the rungs save"
+    );
+    assert_eq!(none["groups_fit"], 8);
+    // A group with rungs fits when its promoted runs finish: every run of exp08 ends before
+    // the deadline, the pruned ones at their rung.
+    let exp08_runs: Vec<&Value> = plan["recommended"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["group"] == "exp08-ema" || r["experiment"] == "exp01c")
+        .collect();
+    assert_eq!(exp08_runs.len(), 5);
+    assert!(exp08_runs.iter().all(|r| r["fits_deadline"] == true));
+    let table = server.text("/plan").await;
+    assert!(table.contains("8 of 14"), "{table}");
+}
+
+#[tokio::test]
+async fn keep_auto_on_the_six_sweeps_prunes_only_as_far_as_the_grant_needs() {
+    let (server, _catalog) = server_with_sweep_rungs("auto").await;
+    // With no grant, nothing is pruned.
+    let (_, plan) = server.get("/plan").await;
+    assert_eq!(keeps_chosen(&plan), [1.0; 6]);
+    assert_eq!(plan["pod_hours_saved_by_rungs"], 0.0);
+
+    // The 720-hour grant: as many whole groups as the most pruning completes (8), each
+    // sweep keeping the most that still allows it, the earliest in the suite first.
+    let (status, _) = put_grant(&server, thirty_days()).await;
+    assert_eq!(status, 200);
+    let (status, plan) = server.get("/plan").await;
+    assert_eq!(status, 200, "{plan}");
+    assert_eq!(plan["recommended"]["groups_fit"], 8, "{}", plan["groups"]);
+    assert_eq!(plan["recommended"]["runs_fit"], 25);
+    // exp06 1; exp08 3/5 (5, 3, 2 runs); exp09 1/2; exp10 2/5 (5, 2, 1); contrib 1/2.
+    assert_eq!(keeps_chosen(&plan), [1.0, 0.6, 0.5, 0.4, 0.5, 0.5]);
+    assert!(group(&plan, "exp10-lr-schedule")["rungs"]["keep"].is_null());
+
+    // A grant that holds the whole suite: nothing is pruned.
+    let (status, _) = put_grant(
+        &server,
+        json!({"end": (Utc::now() + Duration::days(365)).to_rfc3339()}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (_, plan) = server.get("/plan").await;
+    assert_eq!(plan["recommended"]["groups_fit"], 14);
+    assert_eq!(keeps_chosen(&plan), [1.0; 6]);
+    assert_eq!(plan["pod_hours_saved_by_rungs"], 0.0);
 }

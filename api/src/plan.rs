@@ -78,7 +78,8 @@ pub struct Plan {
     pub capacity_hours: Option<f64>,
     /// The same by accelerator type: each type's runs play out on its own pods only.
     pub pools: Vec<PoolPlan>,
-    /// Pod-hours still to go over every run of the catalog.
+    /// Pod-hours still to go over every run of the catalog, as played: a run expected to be
+    /// pruned at a rung, to that rung.
     pub total_hours: f64,
     /// Each estimate is multiplied by this to cover the time around training (setup,
     /// start-up, stopping): (kept + overhead) / kept over the attempts so far, or 1.0 before
@@ -88,6 +89,10 @@ pub struct Plan {
     pub expected_waste_hours: f64,
     /// Pod-hours the advised checkpoint intervals would save over the runs still to go.
     pub pod_hours_saved_by_advice: f64,
+    /// Pod-hours the groups' rungs are expected to save over the runs still to go: the runs
+    /// expected to be pruned at a rung do not train past it (each group's `rungs`).
+    #[serde(default)]
+    pub pod_hours_saved_by_rungs: f64,
     pub scenarios: Vec<PlanScenario>,
     /// Runs whose estimate is measured, from the catalog, or done.
     pub estimates: BTreeMap<String, usize>,
@@ -153,7 +158,8 @@ pub struct PlannedRun {
     pub state: crate::RunState,
     pub priority: Option<i64>,
     /// Pod-hours to go on the slice type the run is reckoned on (its latest measured
-    /// attempt's, else the one it prefers).
+    /// attempt's, else the one it prefers); for a run its group's rungs are expected to
+    /// prune, to that rung.
     pub remaining_hours: f64,
     pub estimate: EstimateSource,
     /// The slice type the run is played out on: the first of its types whose pods would
@@ -201,6 +207,95 @@ pub struct GroupPlan {
     /// Null without a deadline.
     pub fits_current: Option<bool>,
     pub fits_recommended: Option<bool>,
+    /// Its rungs and what the plan expects of them; absent for a group without rungs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rungs: Option<GroupRungsPlan>,
+}
+
+/// A group's rungs in the plan (docs/plan.md, "Rungs"): its runs are played out with the
+/// pod-hours the rungs leave. Which runs will go on is not known ahead, so the plan takes the
+/// baseline row and the runs furthest along (then the longest) as the ones promoted; the
+/// others stop at the rung they are expected to be pruned at. A group with rungs fits when
+/// its promoted runs finish before the deadline.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GroupRungsPlan {
+    /// The metric its runs are ranked by at each rung.
+    pub metric: String,
+    /// Whether a lower value of `metric` is better (loss, error, perplexity).
+    pub lower_is_better: bool,
+    /// Each rung's place in a run's steps, as a share (0.25 for 25%).
+    pub at: Vec<f64>,
+    /// The share kept past each rung, as `rungs:` writes it; null for `keep: auto`.
+    pub keep: Option<f64>,
+    /// The share in force: `keep`, or under `keep: auto` the plan's choice, the largest for
+    /// which the recommended plan still completes as many whole groups as the most pruning
+    /// would (all of them when the grant holds the suite). 1 prunes nothing.
+    pub keep_chosen: f64,
+    /// Per rung, first rung first: the runs expected to reach it, to be promoted past it and
+    /// to be pruned there.
+    pub per_rung: Vec<RungOutlook>,
+    /// Pod-hours the rungs are expected to save over the group's runs still to go.
+    pub hours_saved: f64,
+}
+
+/// What the plan expects at one rung of a group.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RungOutlook {
+    /// The rung's place in a run's steps, as a share.
+    pub at: f64,
+    /// Distinct runs expected to be judged there.
+    pub runs: usize,
+    /// Of those, the runs expected to go on past it (the baseline row always does).
+    pub promoted: usize,
+    /// And the runs expected to end there.
+    pub pruned: usize,
+}
+
+impl GroupRungsPlan {
+    /// One line, as the plan's table and `podq plan apply` print it: "eval/exact_accuracy at
+    /// 25%, 50%, keep auto (1/2 chosen): 5 -> 3 -> 2 runs, 80 pod-hours saved".
+    pub fn describe(&self) -> String {
+        let at: Vec<String> = self.at.iter().map(|a| percent(*a)).collect();
+        let keep = match self.keep {
+            Some(keep) => share(keep),
+            None => format!("auto ({} chosen)", share(self.keep_chosen)),
+        };
+        let mut runs: Vec<String> = self
+            .per_rung
+            .first()
+            .map_or_else(Vec::new, |first| vec![first.runs.to_string()]);
+        runs.extend(self.per_rung.iter().map(|r| r.promoted.to_string()));
+        format!(
+            "{} at {}, keep {keep}: {} runs, {:.0} pod-hours saved",
+            self.metric,
+            at.join(", "),
+            runs.join(" -> "),
+            self.hours_saved
+        )
+    }
+}
+
+/// A share as people write it: a fraction with a small denominator (1/2, 2/3), else a
+/// percentage; 1 as "1".
+fn share(value: f64) -> String {
+    if (value - 1.0).abs() < 1e-9 {
+        return "1".into();
+    }
+    for b in 2..=16u32 {
+        let a = (value * f64::from(b)).round();
+        if a >= 1.0 && (a / f64::from(b) - value).abs() < 1e-9 {
+            return format!("{a}/{b}");
+        }
+    }
+    percent(value)
+}
+
+/// 0.25 as "25%".
+fn percent(value: f64) -> String {
+    let p = value * 100.0;
+    format!("{}%", (p * 1000.0).round() / 1000.0)
 }
 
 /// `POST /api/v1/plan/apply`: what applying the recommended order did.
@@ -212,4 +307,43 @@ pub struct PlanApplied {
     /// Jobs whose priority changed.
     pub reprioritised: usize,
     pub plan: Plan,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_groups_rungs_read_as_one_line() {
+        let outlook = |at, runs, promoted| RungOutlook {
+            at,
+            runs,
+            promoted,
+            pruned: runs - promoted,
+        };
+        let mut rungs = GroupRungsPlan {
+            metric: "eval/exact_accuracy".into(),
+            lower_is_better: false,
+            at: vec![0.25, 0.5],
+            keep: None,
+            keep_chosen: 0.5,
+            per_rung: vec![outlook(0.25, 5, 3), outlook(0.5, 3, 2)],
+            hours_saved: 80.4,
+        };
+        assert_eq!(
+            rungs.describe(),
+            "eval/exact_accuracy at 25%, 50%, keep auto (1/2 chosen): 5 -> 3 -> 2 runs, 80 \
+             pod-hours saved"
+        );
+        rungs.keep = Some(2.0 / 3.0);
+        rungs.keep_chosen = 2.0 / 3.0;
+        rungs.at = vec![0.125];
+        rungs.per_rung.truncate(1);
+        assert_eq!(
+            rungs.describe(),
+            "eval/exact_accuracy at 12.5%, keep 2/3: 5 -> 3 runs, 80 pod-hours saved"
+        );
+        assert_eq!(share(1.0), "1");
+        assert_eq!(share(0.37), "37%");
+    }
 }

@@ -128,6 +128,12 @@ fn describe_applied(applied: &PlanApplied) -> String {
         )),
         _ => out.push_str("no deadline: set one with `podq grant set --end ...`\n"),
     }
+    // Each group with rungs: what the plan expects of them.
+    for group in &plan.groups {
+        if let Some(rungs) = &group.rungs {
+            out.push_str(&format!("rungs of {}: {}\n", group.name, rungs.describe()));
+        }
+    }
     out
 }
 

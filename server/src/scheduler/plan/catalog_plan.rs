@@ -12,7 +12,7 @@ use podq_api::{
 };
 
 use super::grant::check_deadline;
-use super::planner::{self, Group, Limits, Phase, Pool, Run};
+use super::planner::{self, Group, GroupRungs, Limits, Phase, Pool, Run};
 use super::pod_time::ExpectedWaste;
 use super::{forecast, speed};
 use crate::scheduler::{submit, Result, Scheduler};
@@ -37,6 +37,51 @@ impl Scheduler {
             .plan
             .get_or(|| async { self.project(None, true).await.map(|(plan, _)| plan) })
             .await
+    }
+
+    /// The share kept past each rung of `group` in force now, for `scheduler::rungs::decide`:
+    /// the share its `rungs:` writes; under `keep: auto`, the choice of the most recent plan
+    /// (`GET /api/v1/plan` with the grant's deadline, made again at its first read after a
+    /// change), 1 while none was made; 1 for a group without rungs or unknown. Cheap: it
+    /// reads no store and makes no plan ([`Scheduler::keep_in_force`] does).
+    pub fn keep_for(&self, group: &str) -> f64 {
+        let Some(rungs) = self.catalog.group(group).and_then(|g| g.rungs.as_ref()) else {
+            return 1.0;
+        };
+        rungs
+            .keep
+            .share()
+            .or_else(|| self.planned_keep(group))
+            .unwrap_or(1.0)
+    }
+
+    /// [`Scheduler::keep_for`], with a plan made first if none is kept (or it is stale): the
+    /// auto share as the grant stands now. A plan can take a second on a large catalog; it
+    /// is made once per change of state, whoever asks.
+    pub async fn keep_in_force(&self, group: &str) -> Result<f64> {
+        let auto = self
+            .catalog
+            .group(group)
+            .and_then(|g| g.rungs.as_ref())
+            .is_some_and(|r| r.keep.share().is_none());
+        if auto {
+            self.plan(None).await?;
+        }
+        Ok(self.keep_for(group))
+    }
+
+    /// The share the most recent plan (kept for `GET /plan`) chose for `group`'s rungs.
+    fn planned_keep(&self, group: &str) -> Option<f64> {
+        self.read_cache
+            .plan
+            .peek(|plan| {
+                plan.groups
+                    .iter()
+                    .find(|g| g.name == group)
+                    .and_then(|g| g.rungs.as_ref())
+                    .map(|r| r.keep_chosen)
+            })
+            .flatten()
     }
 
     /// The status line: the grant's end and what fits under today's order.
@@ -159,7 +204,10 @@ impl Scheduler {
         }
         let grant = self.grant().await?;
         let deadline = deadline.or(grant.as_ref().map(|g| g.end));
-        let Gathered { mut runs, groups } = self.gather(now_ms()).await?;
+        let Gathered {
+            mut runs,
+            mut groups,
+        } = self.gather(now_ms()).await?;
         let waste = self.expect_waste(&mut runs).await?;
         // Taken after the calls above, which take their own: a method holding a pooled
         // connection while another waits for one can exhaust the pool.
@@ -196,9 +244,26 @@ impl Scheduler {
             pools,
             overhead_factor,
         };
+        // Under `keep: auto` the recommended plan chooses each group's share; the status
+        // line (no recommendation) keeps the most recent plan's (`gather`).
+        if recommend {
+            planner::choose_auto_keeps(&runs, &mut groups, &limits);
+        }
         let planned = planner::plan(&runs, &groups, &limits, recommend);
         let with_pools = self.with_pools_at_max(&runs, &groups, &limits, &pod_counts);
+        // Hours and expected waste as played: what the rungs leave of each run.
+        let cuts = planner::rung_cuts(&runs, &groups);
+        let waste = ExpectedWaste {
+            configured: (0..runs.len())
+                .map(|i| cuts.played[i] * runs[i].expected_waste_hours)
+                .sum(),
+            advised: (0..runs.len())
+                .map(|i| cuts.played[i] * (runs[i].expected_waste_hours + waste.advised_change[i]))
+                .sum(),
+            advised_change: waste.advised_change,
+        };
         let scenarios = scenarios(&runs, &groups, &limits, &planned.recommended, &waste);
+        let runs = cuts.apply(&runs);
         let mut estimates = std::collections::BTreeMap::new();
         for run in &runs {
             let key = serde_json::to_value(run.estimate)
@@ -260,6 +325,7 @@ impl Scheduler {
                 overhead_factor,
                 expected_waste_hours: waste.configured,
                 pod_hours_saved_by_advice: (waste.configured - waste.advised).max(0.0),
+                pod_hours_saved_by_rungs: planned.saved_by_rungs,
                 scenarios,
                 estimates,
                 current: planned.current,
@@ -393,6 +459,7 @@ impl Scheduler {
                             elsewhere: Vec::new(),
                             expected_waste_hours: 0.0,
                             checkpoint_advice: None,
+                            done_share: 0.0,
                         };
                         run.elsewhere = elsewhere(&speeds, &run, &e.accelerators);
                         runs.push(run);
@@ -414,9 +481,22 @@ impl Scheduler {
             .catalog
             .groups
             .iter()
-            .map(|g| Group {
-                name: g.name.clone(),
-                runs: group_runs.remove(g.name.as_str()).unwrap_or_default(),
+            .map(|g| {
+                let members = group_runs.remove(g.name.as_str()).unwrap_or_default();
+                // The run its baseline row trains (its own, or the one it shares).
+                let baseline = g.baseline_row.as_ref().and_then(|row| {
+                    members.iter().copied().find(|&i| {
+                        runs[i].experiment == *row || runs[i].also_finishes.contains(row)
+                    })
+                });
+                Group {
+                    name: g.name.clone(),
+                    rungs: g.rungs.clone().map(|rungs| {
+                        let auto_keep = self.planned_keep(&g.name).unwrap_or(1.0);
+                        GroupRungs::new(rungs, auto_keep, baseline)
+                    }),
+                    runs: members,
+                }
             })
             .collect();
         Ok(Gathered { runs, groups })
@@ -473,6 +553,13 @@ fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
         elsewhere: Vec::new(),
         expected_waste_hours: 0.0,
         checkpoint_advice: None,
+        done_share: match (phase, job.last_step, job.total_steps) {
+            (Phase::Done, _, _) if job.state == JobState::Succeeded => 1.0,
+            (_, Some(step), Some(total)) if total > 0 => {
+                (step as f64 / total as f64).clamp(0.0, 1.0)
+            }
+            _ => 0.0,
+        },
     })
 }
 
@@ -484,8 +571,11 @@ fn scenarios(
     planned: &podq_api::Projection,
     waste: &ExpectedWaste,
 ) -> Vec<PlanScenario> {
+    // As played: what the groups' rungs leave of each run.
     let to_go_hours = |runs: &[Run]| -> f64 {
-        runs.iter()
+        planner::rung_cuts(runs, groups)
+            .apply(runs)
+            .iter()
             .filter(|r| matches!(r.phase, Phase::OnPod | Phase::Waiting))
             .map(|r| r.remaining_hours * limits.overhead_factor)
             .sum()

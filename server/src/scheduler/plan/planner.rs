@@ -8,12 +8,23 @@
 //! (2^14 = 16,384 choices, most discarded at once because their hours exceed the
 //! capacity); above `EXACT_GROUPS` groups a greedy
 //! choice by smallest added cost is used and the plan says so in docs.
+//!
+//! A group with rungs (`catalog/rungs.rs`) plays its runs with the pod-hours the rungs leave
+//! ([`rung_cuts`]): n runs to its first rung, ⌈n × keep⌉ past it, and so on
+//! (`rungs::runs_per_stretch`), the baseline row always to its end. Under `keep: auto`,
+//! [`choose_auto_keeps`] picks each such group's share before the plan is made.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
-use podq_api::{EstimateSource, GroupPlan, JobId, PlannedRun, Projection, RunState};
+use podq_api::{
+    EstimateSource, GroupPlan, GroupRungsPlan, JobId, JobState, PlannedRun, Projection, RunState,
+    RungOutlook,
+};
+
+use crate::catalog::rungs::{Keep, Rungs};
+use crate::scheduler::rungs::{largest_keep, runs_per_stretch};
 
 /// Up to this many groups the planner tries every subset.
 pub const EXACT_GROUPS: usize = 16;
@@ -60,6 +71,9 @@ pub struct Run {
     /// checkpoint interval and its pod type's interruption rate.
     pub expected_waste_hours: f64,
     pub checkpoint_advice: Option<podq_api::CheckpointAdvice>,
+    /// The share of its steps done (0 before its first step): where it stands against its
+    /// group's rungs.
+    pub done_share: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -67,6 +81,35 @@ pub struct Group {
     pub name: String,
     /// Indices into the runs, one per distinct run the group needs.
     pub runs: Vec<usize>,
+    /// Its rungs, if it has any.
+    pub rungs: Option<GroupRungs>,
+}
+
+/// A group's rungs as the plan plays them.
+#[derive(Debug, Clone)]
+pub struct GroupRungs {
+    /// As the catalog gives them (`keep` as written, `auto` included).
+    pub rungs: Rungs,
+    /// The share kept past each rung in force: the written one, or the choice for `auto`
+    /// ([`choose_auto_keeps`]; 1, nothing pruned, until it is made).
+    pub keep: f64,
+    /// The run of its `baseline_row` (an index into the runs): never pruned.
+    pub baseline: Option<usize>,
+}
+
+impl GroupRungs {
+    /// `rungs` with the share in force: the written one, else `auto_keep`.
+    pub fn new(rungs: Rungs, auto_keep: f64, baseline: Option<usize>) -> GroupRungs {
+        GroupRungs {
+            keep: rungs.keep.share().unwrap_or(auto_keep),
+            rungs,
+            baseline,
+        }
+    }
+
+    pub fn is_auto(&self) -> bool {
+        self.rungs.keep == Keep::Auto
+    }
 }
 
 /// The pods of one accelerator type: a run plays out only on its own type's pods, and spends
@@ -115,6 +158,237 @@ pub struct Planned {
     pub groups: Vec<GroupPlan>,
     /// The recommended order of the waiting runs (indices into the runs).
     pub recommended_order: Vec<usize>,
+    /// Pod-hours the rungs are expected to save over the runs still to go.
+    pub saved_by_rungs: f64,
+}
+
+/// What the groups' rungs leave of each run, and what they expect at each rung.
+#[derive(Debug, Clone)]
+pub struct RungCuts {
+    /// Per run, the share of its remaining hours it is expected to train: 1 for a run that
+    /// goes on to its end, less for one expected to be pruned at a rung.
+    pub played: Vec<f64>,
+    /// Per group with rungs: each rung's expected runs, promotions and prunes.
+    pub per_rung: Vec<Option<Vec<RungOutlook>>>,
+}
+
+impl RungCuts {
+    /// The runs with their remaining hours (and the work expected to be redone in them) cut
+    /// to what they are expected to train.
+    pub fn apply(&self, runs: &[Run]) -> Vec<Run> {
+        runs.iter()
+            .zip(&self.played)
+            .map(|(run, share)| Run {
+                remaining_hours: run.remaining_hours * share,
+                expected_waste_hours: run.expected_waste_hours * share,
+                ..run.clone()
+            })
+            .collect()
+    }
+
+    /// Pod-hours (before the overhead factor) the rungs save over `runs` still to go: over
+    /// the members of `group`, else every run.
+    pub fn saved_hours(&self, runs: &[Run], group: Option<&Group>) -> f64 {
+        let saved = |i: usize| match runs[i].phase {
+            Phase::OnPod | Phase::Waiting => runs[i].remaining_hours * (1.0 - self.played[i]),
+            _ => 0.0,
+        };
+        match group {
+            Some(g) => g.runs.iter().map(|&i| saved(i)).sum(),
+            None => (0..runs.len()).map(saved).sum(),
+        }
+    }
+}
+
+/// A margin for rung places compared as shares.
+const AT_EPSILON: f64 = 1e-9;
+
+/// Where each run of a group with rungs is expected to stop, as a share of its steps (1 for
+/// its end). Which runs will go on is not known ahead: the baseline row first, then the runs
+/// that are done (a `stopped` one last), then those furthest along, then the longest to go,
+/// then catalog order, take the places `runs_per_stretch` keeps past each rung. A run already
+/// past the rung it would stop at went on there: it stops at its group's next rung beyond
+/// where it stands, else at its end.
+fn stops_in_group(runs: &[Run], group: &Group, gr: &GroupRungs) -> Vec<(usize, f64)> {
+    let at = &gr.rungs.at;
+    let counts = runs_per_stretch(group.runs.len(), at.len(), gr.keep);
+    let mut order: Vec<(usize, usize)> = group.runs.iter().copied().enumerate().collect();
+    order.sort_by(|&(pa, a), &(pb, b)| {
+        let key = |i: usize| {
+            (
+                Some(i) != gr.baseline,
+                runs[i].state == RunState::Job(JobState::Stopped),
+            )
+        };
+        key(a)
+            .cmp(&key(b))
+            .then(runs[b].done_share.total_cmp(&runs[a].done_share))
+            .then(runs[b].remaining_hours.total_cmp(&runs[a].remaining_hours))
+            .then(pa.cmp(&pb))
+    });
+    order
+        .into_iter()
+        .enumerate()
+        .map(|(place, (_, i))| {
+            // The stretches it trains: the first, and each past a rung that keeps it.
+            let stretches = counts.iter().take_while(|&&kept| place < kept).count();
+            let mut stop = if Some(i) == gr.baseline || stretches > at.len() {
+                1.0
+            } else {
+                at[stretches.max(1) - 1]
+            };
+            let done = runs[i].done_share;
+            if stop < 1.0 && done >= stop - AT_EPSILON {
+                stop = at
+                    .iter()
+                    .copied()
+                    .find(|&a| a > done + AT_EPSILON)
+                    .unwrap_or(1.0);
+            }
+            (i, stop)
+        })
+        .collect()
+}
+
+/// What the groups' rungs leave of each run. A run of several groups trains as far as the
+/// one that needs the most of it (a group without rungs needs all of it).
+pub fn rung_cuts(runs: &[Run], groups: &[Group]) -> RungCuts {
+    let mut stop: Vec<Option<f64>> = vec![None; runs.len()];
+    for group in groups {
+        let stops = match &group.rungs {
+            Some(gr) => stops_in_group(runs, group, gr),
+            None => group.runs.iter().map(|&i| (i, 1.0)).collect(),
+        };
+        for (i, s) in stops {
+            stop[i] = Some(stop[i].map_or(s, |t: f64| t.max(s)));
+        }
+    }
+    let stop: Vec<f64> = stop.into_iter().map(|s| s.unwrap_or(1.0)).collect();
+    let played = runs
+        .iter()
+        .zip(&stop)
+        .map(|(run, &s)| {
+            let done = run.done_share.clamp(0.0, 1.0);
+            if s >= 1.0 || done >= 1.0 {
+                1.0
+            } else {
+                ((s - done) / (1.0 - done)).clamp(0.0, 1.0)
+            }
+        })
+        .collect();
+    let per_rung = groups
+        .iter()
+        .map(|group| {
+            let gr = group.rungs.as_ref()?;
+            Some(
+                gr.rungs
+                    .at
+                    .iter()
+                    .map(|&at| {
+                        let reach = |past: bool| {
+                            group
+                                .runs
+                                .iter()
+                                .filter(|&&i| {
+                                    if past {
+                                        stop[i] > at + AT_EPSILON
+                                    } else {
+                                        stop[i] >= at - AT_EPSILON
+                                    }
+                                })
+                                .count()
+                        };
+                        let (reached, promoted) = (reach(false), reach(true));
+                        RungOutlook {
+                            at,
+                            runs: reached,
+                            promoted,
+                            pruned: reached - promoted,
+                        }
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    RungCuts { played, per_rung }
+}
+
+/// Chooses the share kept for each group under `keep: auto`: the largest (`largest_keep`) for
+/// which the recommended plan still completes as many whole groups as it would with every
+/// such group pruned the most (one run past each rung). When the grant holds the suite, or
+/// pruning completes no more groups, or there is neither a deadline nor a budget, that is 1:
+/// nothing is pruned. Groups are chosen for in suite order, each with the later ones still
+/// pruned the most, so a group earlier in the suite (the user's own order) keeps more.
+pub fn choose_auto_keeps(runs: &[Run], groups: &mut [Group], limits: &Limits) {
+    let auto: Vec<usize> = (0..groups.len())
+        .filter(|&g| groups[g].rungs.as_ref().is_some_and(GroupRungs::is_auto))
+        .collect();
+    let set = |groups: &mut [Group], g: usize, keep: f64| {
+        if let Some(gr) = groups[g].rungs.as_mut() {
+            gr.keep = keep;
+        }
+    };
+    for &g in &auto {
+        set(groups, g, 1.0);
+    }
+    if auto.is_empty() || !limits.has_limit() {
+        return;
+    }
+    let whole = |groups: &[Group]| whole_groups_recommended(runs, groups, limits);
+    let unpruned = whole(groups);
+    if unpruned == groups.len() {
+        return;
+    }
+    let least = |groups: &[Group], g: usize| 1.0 / groups[g].runs.len().max(1) as f64;
+    for &g in &auto {
+        set(groups, g, least(groups, g));
+    }
+    let target = whole(groups);
+    if unpruned >= target {
+        for &g in &auto {
+            set(groups, g, 1.0);
+        }
+        return;
+    }
+    for &g in &auto {
+        let n = groups[g].runs.len();
+        let rungs = groups[g].rungs.as_ref().map_or(0, |gr| gr.rungs.at.len());
+        // Shares that keep the same runs past every rung play the same plan.
+        let mut tried: BTreeMap<Vec<usize>, bool> = BTreeMap::new();
+        let chosen = largest_keep(n, |keep| {
+            let counts = runs_per_stretch(n, rungs, keep);
+            if let Some(&fits) = tried.get(&counts) {
+                return fits;
+            }
+            set(groups, g, keep);
+            let fits = whole(groups) >= target;
+            tried.insert(counts, fits);
+            fits
+        });
+        let keep = chosen.unwrap_or_else(|| least(groups, g));
+        set(groups, g, keep);
+    }
+}
+
+/// Whole groups the recommended order completes.
+fn whole_groups_recommended(runs: &[Run], groups: &[Group], limits: &Limits) -> usize {
+    let runs = rung_cuts(runs, groups).apply(runs);
+    let (on_pod, waiting) = on_pod_and_waiting(&runs);
+    let order = recommended_order(&runs, groups, limits, &on_pod, &waiting);
+    let full: Vec<usize> = on_pod.iter().chain(&order).copied().collect();
+    Timeline::play(&runs, &full, limits).score(&runs, groups).0
+}
+
+/// The runs on a pod, and the waiting runs in today's order.
+fn on_pod_and_waiting(runs: &[Run]) -> (Vec<usize>, Vec<usize>) {
+    let on_pod: Vec<usize> = (0..runs.len())
+        .filter(|&i| runs[i].phase == Phase::OnPod)
+        .collect();
+    let mut waiting: Vec<usize> = (0..runs.len())
+        .filter(|&i| runs[i].phase == Phase::Waiting)
+        .collect();
+    waiting.sort_by_key(|&i| runs[i].order);
+    (on_pod, waiting)
 }
 
 /// How good an order is: (whole groups, runs that fit), then which groups are whole.
@@ -273,15 +547,15 @@ impl Timeline {
 }
 
 /// Projects today's order and, when `recommend`, searches for a better one (otherwise the
-/// recommended projection is today's).
+/// recommended projection is today's). Runs of groups with rungs are played with the hours
+/// the rungs leave them, at each group's share in force (`GroupRungs::keep`).
 pub fn plan(runs: &[Run], groups: &[Group], limits: &Limits, recommend: bool) -> Planned {
-    let on_pod: Vec<usize> = (0..runs.len())
-        .filter(|&i| runs[i].phase == Phase::OnPod)
-        .collect();
-    let mut waiting: Vec<usize> = (0..runs.len())
-        .filter(|&i| runs[i].phase == Phase::Waiting)
-        .collect();
-    waiting.sort_by_key(|&i| runs[i].order);
+    let cuts = rung_cuts(runs, groups);
+    let saved_by_rungs = cuts.saved_hours(runs, None) * limits.overhead_factor;
+    let uncut = runs;
+    let played = cuts.apply(runs);
+    let runs = &played[..];
+    let (on_pod, waiting) = on_pod_and_waiting(runs);
 
     let current_order: Vec<usize> = on_pod.iter().chain(&waiting).copied().collect();
     let current = Timeline::play(runs, &current_order, limits);
@@ -317,7 +591,8 @@ pub fn plan(runs: &[Run], groups: &[Group], limits: &Limits, recommend: bool) ->
     };
     let group_plans = groups
         .iter()
-        .map(|g| GroupPlan {
+        .zip(&cuts.per_rung)
+        .map(|(g, per_rung)| GroupPlan {
             name: g.name.clone(),
             runs: g.runs.len(),
             runs_done: g
@@ -329,6 +604,15 @@ pub fn plan(runs: &[Run], groups: &[Group], limits: &Limits, recommend: bool) ->
             end_recommended: recommended.group_end(runs, g, limits.now),
             fits_current: has_deadline.then(|| current.group_fits(runs, g)),
             fits_recommended: has_deadline.then(|| recommended.group_fits(runs, g)),
+            rungs: g.rungs.as_ref().map(|gr| GroupRungsPlan {
+                metric: gr.rungs.metric.clone(),
+                lower_is_better: gr.rungs.lower_is_better,
+                at: gr.rungs.at.clone(),
+                keep: gr.rungs.keep.share(),
+                keep_chosen: gr.keep,
+                per_rung: per_rung.clone().unwrap_or_default(),
+                hours_saved: cuts.saved_hours(uncut, Some(g)) * limits.overhead_factor,
+            }),
         })
         .collect();
     Planned {
@@ -336,6 +620,7 @@ pub fn plan(runs: &[Run], groups: &[Group], limits: &Limits, recommend: bool) ->
         recommended: project(&recommended, &recommended_order),
         groups: group_plans,
         recommended_order: recommended_waiting,
+        saved_by_rungs,
     }
 }
 
@@ -581,6 +866,7 @@ mod tests {
             also_finishes: Vec::new(),
             accelerator: "v4-64".into(),
             elsewhere: Vec::new(),
+            done_share: 0.0,
         }
     }
 
@@ -591,6 +877,7 @@ mod tests {
         let groups = vec![Group {
             name: "g".into(),
             runs: vec![0, 1],
+            rungs: None,
         }];
         let only_v4 = plan(&runs, &groups, &limits, false).current;
         assert_eq!(
@@ -636,10 +923,12 @@ mod tests {
             Group {
                 name: "a".into(),
                 runs: vec![0, 1],
+                rungs: None,
             },
             Group {
                 name: "b".into(),
                 runs: vec![2],
+                rungs: None,
             },
         ];
         let planned = plan(&runs, &groups, &limits, true);
@@ -675,14 +964,17 @@ mod tests {
             Group {
                 name: "a".into(),
                 runs: vec![0, 1, 2],
+                rungs: None,
             },
             Group {
                 name: "b".into(),
                 runs: vec![3, 4],
+                rungs: None,
             },
             Group {
                 name: "c".into(),
                 runs: vec![3, 5],
+                rungs: None,
             },
         ];
         (runs, groups)
@@ -766,10 +1058,12 @@ mod tests {
             Group {
                 name: "big".into(),
                 runs: vec![0, 1],
+                rungs: None,
             },
             Group {
                 name: "small".into(),
                 runs: vec![2, 3],
+                rungs: None,
             },
         ];
         let mut two_pools = limits(80);
@@ -801,5 +1095,156 @@ mod tests {
             [fits("big1"), fits("big2"), fits("small1"), fits("small2")],
             [Some(true), Some(true), Some(true), Some(false)]
         );
+    }
+
+    /// A sweep of five 40 h runs, the first its baseline row, with rungs at 25% and 50%
+    /// keeping `keep` (None for `auto`); and a group of one 40 h run without rungs.
+    fn sweep(keep: Option<f64>) -> (Vec<Run>, Vec<Group>) {
+        let mut runs: Vec<Run> = (0..5)
+            .map(|i| run(&format!("s{i}"), "sweep", 40.0, i))
+            .collect();
+        runs.push(run("other", "other", 40.0, 5));
+        let rungs = Rungs {
+            metric: "eval/exact_accuracy".into(),
+            lower_is_better: false,
+            at: vec![0.25, 0.5],
+            keep: keep.map_or(Keep::Auto, Keep::Share),
+        };
+        let groups = vec![
+            Group {
+                name: "sweep".into(),
+                runs: (0..5).collect(),
+                rungs: Some(GroupRungs::new(rungs, 1.0, Some(0))),
+            },
+            Group {
+                name: "other".into(),
+                runs: vec![5],
+                rungs: None,
+            },
+        ];
+        (runs, groups)
+    }
+
+    #[test]
+    fn rungs_cut_the_runs_expected_to_be_pruned_and_never_the_baseline() {
+        let (mut runs, groups) = sweep(Some(0.5));
+        let cuts = rung_cuts(&runs, &groups);
+        // 5 runs to 25%, ⌈5/2⌉ = 3 to 50%, 2 to the end: the baseline and one more.
+        assert_eq!(cuts.played, [1.0, 1.0, 0.5, 0.25, 0.25, 1.0]);
+        let outlook = |at, runs, promoted| RungOutlook {
+            at,
+            runs,
+            promoted,
+            pruned: runs - promoted,
+        };
+        assert_eq!(
+            cuts.per_rung,
+            [Some(vec![outlook(0.25, 5, 3), outlook(0.5, 3, 2)]), None]
+        );
+        // The same hours as `rungs::expected_hours`: 200 h less 120 h.
+        let saved = cuts.saved_hours(&runs, Some(&groups[0]));
+        let expected = crate::scheduler::rungs::expected_hours(&[40.0; 5], &[0.25, 0.5], 0.5);
+        assert!((saved - (200.0 - expected)).abs() < 1e-9, "{saved}");
+        assert_eq!(cuts.saved_hours(&runs, None), saved);
+
+        // The baseline goes on wherever it stands in the group; then the run furthest along,
+        // then the others in catalog order.
+        let mut groups = groups;
+        groups[0].rungs.as_mut().unwrap().baseline = Some(4);
+        runs[3].done_share = 0.3;
+        runs[3].remaining_hours = 28.0;
+        let cuts = rung_cuts(&runs, &groups);
+        assert_eq!(cuts.played, [0.5, 0.25, 0.25, 1.0, 1.0, 1.0]);
+
+        // Past the rung it would be pruned at, a run went on there: it stops at the next.
+        let mut past = groups.clone();
+        past[0].rungs.as_mut().unwrap().baseline = Some(0);
+        runs[3].done_share = 0.3;
+        runs[2].done_share = 0.3;
+        runs[1].done_share = 0.3;
+        runs[4].done_share = 0.3;
+        let cuts = rung_cuts(&runs, &past);
+        // s1..s4 are all at 30%: two of them are kept to 50% only, and one of those would
+        // stop at 25%, which it passed: it stops at 50% too.
+        let to_half = (0.5 - 0.3) / 0.7;
+        assert_eq!(cuts.played[0], 1.0);
+        assert_eq!(
+            cuts.played[1..5].iter().filter(|&&p| p == 1.0).count(),
+            1,
+            "{:?}",
+            cuts.played
+        );
+        assert!(cuts.played[1..5]
+            .iter()
+            .all(|&p| p == 1.0 || (p - to_half).abs() < 1e-9));
+
+        // A run that another group needs whole trains whole.
+        let (runs, mut groups) = sweep(Some(0.5));
+        groups[1].runs.push(4);
+        assert_eq!(rung_cuts(&runs, &groups).played[4], 1.0);
+    }
+
+    #[test]
+    fn a_group_with_rungs_fits_when_its_promoted_runs_finish() {
+        // 240 h without rungs; 160 h with them (120 h of the sweep, 40 h of the other).
+        let (runs, groups) = sweep(Some(0.5));
+        let planned = plan(&runs, &groups, &limits(170), true);
+        assert_eq!(
+            planned.recommended.groups_fit,
+            Some(2),
+            "{:#?}",
+            planned.groups
+        );
+        assert!((planned.saved_by_rungs - 80.0).abs() < 1e-9);
+        let sweep = &planned.groups[0];
+        let rungs = sweep.rungs.as_ref().unwrap();
+        assert_eq!((rungs.keep, rungs.keep_chosen), (Some(0.5), 0.5));
+        assert!((rungs.hours_saved - 80.0).abs() < 1e-9);
+        assert_eq!(planned.groups[1].rungs, None);
+        let hours: f64 = planned
+            .recommended
+            .runs
+            .iter()
+            .map(|r| r.remaining_hours)
+            .sum();
+        assert!((hours - 160.0).abs() < 1e-9, "as played: {hours}");
+        // Without rungs the sweep does not fit.
+        let mut plain = groups.clone();
+        plain[0].rungs = None;
+        assert_eq!(
+            plan(&runs, &plain, &limits(170), true)
+                .recommended
+                .groups_fit,
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn keep_auto_prunes_nothing_with_a_large_grant_and_prunes_with_a_tight_one() {
+        let chosen = |hours: i64| {
+            let (runs, mut groups) = sweep(None);
+            choose_auto_keeps(&runs, &mut groups, &limits(hours));
+            let planned = plan(&runs, &groups, &limits(hours), true);
+            let rungs = planned.groups[0].rungs.clone().unwrap();
+            assert_eq!(rungs.keep, None);
+            (rungs.keep_chosen, planned.recommended.groups_fit)
+        };
+        // The grant holds everything (240 h): nothing is pruned.
+        assert_eq!(chosen(10_000), (1.0, Some(2)));
+        assert_eq!(chosen(240), (1.0, Some(2)));
+        // As the deadline shrinks the share falls: at 170 h the sweep may take 130 h, which
+        // 3/5 keeps (5, 3, 2 runs: 120 h; 2/3 keeps 5, 4, 3: 150 h); at 130 h it may take
+        // 90 h: 2/5 (5, 2, 1 runs).
+        assert_eq!(chosen(170), (0.6, Some(2)));
+        assert_eq!(chosen(130), (0.4, Some(2)));
+        // When pruning completes no more groups, nothing is pruned: at 100 h one group fits
+        // either way.
+        assert_eq!(chosen(100), (1.0, Some(1)));
+        // Without a deadline or budget nothing is pruned.
+        let (runs, mut groups) = sweep(None);
+        let mut open = limits(1);
+        open.deadline = None;
+        choose_auto_keeps(&runs, &mut groups, &open);
+        assert_eq!(groups[0].rungs.as_ref().unwrap().keep, 1.0);
     }
 }

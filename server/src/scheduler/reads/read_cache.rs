@@ -167,6 +167,12 @@ impl<T: Clone> ReadCache<T> {
         Ok(value)
     }
 
+    /// `look` at the value kept last, fresh or not; None before any was made. Never makes
+    /// one: for a figure the most recent view chose (the plan's `keep: auto` shares).
+    pub fn peek<R>(&self, look: impl FnOnce(&T) -> R) -> Option<R> {
+        self.lock().as_ref().map(|kept| look(&kept.value))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Kept<T>>> {
         self.slot.lock().unwrap_or_else(|e| e.into_inner())
     }
