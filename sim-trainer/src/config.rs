@@ -24,6 +24,39 @@ pub struct TrainConfig {
     pub checkpoint_path: Option<String>,
     #[serde(default)]
     pub load_checkpoint: Option<String>,
+    /// Hyper-parameters the simulated curves follow (`curves.rs`); a value of the wrong type
+    /// is as good as absent here (the catalog's checks judge it).
+    #[serde(default, deserialize_with = "lenient")]
+    pub lr_min_ratio: Option<f64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub beta2: Option<f64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub ema: Option<bool>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub ema_rate: Option<f64>,
+    /// The sim trainer's own settings, `sim:` (TRM's trainer ignores the key).
+    #[serde(default)]
+    pub sim: SimSettings,
+}
+
+/// `sim:` in a config: what the simulation draws, where the config's hyper-parameters would
+/// not say it.
+#[derive(Debug, Default, Deserialize)]
+pub struct SimSettings {
+    /// The run's final `eval/exact_accuracy`, within [0, 1]: its curves are scaled to it
+    /// (`sim: {final_accuracy: 0.8}`). Default: drawn from the config (`curves.rs`).
+    #[serde(default)]
+    pub final_accuracy: Option<f64>,
+}
+
+/// A value of the type wanted, or None for any other.
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = serde_yaml::Value::deserialize(deserializer)?;
+    Ok(serde_yaml::from_value(value).ok())
 }
 
 impl TrainConfig {
@@ -57,6 +90,13 @@ impl TrainConfig {
         }
         if !self.lr.is_finite() || self.lr <= 0.0 {
             return Err(format!("lr must be a positive number, got {}", self.lr));
+        }
+        if let Some(accuracy) = self.sim.final_accuracy {
+            if !(0.0..=1.0).contains(&accuracy) {
+                return Err(format!(
+                    "sim.final_accuracy must lie within [0, 1], got {accuracy}"
+                ));
+            }
         }
         Ok(())
     }
@@ -164,6 +204,27 @@ use_tpu: true
         let text = BASELINE.replace("arch:", "arch_config:");
         let err = TrainConfig::parse(&text).unwrap_err();
         assert!(err.contains("missing field `arch`"), "{err}");
+    }
+
+    #[test]
+    fn sim_final_accuracy_is_read_and_checked() {
+        assert_eq!(
+            TrainConfig::parse(BASELINE).unwrap().sim.final_accuracy,
+            None
+        );
+        let text = format!("{BASELINE}sim:\n  final_accuracy: 0.8\n");
+        assert_eq!(
+            TrainConfig::parse(&text).unwrap().sim.final_accuracy,
+            Some(0.8)
+        );
+        for bad in ["1.5", "-0.1", "high"] {
+            let text = format!("{BASELINE}sim: {{final_accuracy: {bad}}}\n");
+            assert!(TrainConfig::parse(&text).is_err(), "accepted {bad}");
+        }
+        // Hyper-parameters of another type are not the sim's to refuse.
+        let text = format!("{BASELINE}ema: maybe\nbeta2: 0.99\n");
+        let config = TrainConfig::parse(&text).unwrap();
+        assert_eq!((config.ema, config.beta2), (None, Some(0.99)));
     }
 
     #[test]

@@ -1,26 +1,42 @@
 //! Plausible TRM training curves. Every value is a pure function of (config, step): a resumed
 //! run re-reports exactly what the first attempt reported for the same step, which is what
 //! the server's replace-on-re-report rule expects.
+//!
+//! Each run's curves are one monotone shape per metric, scaled to the run's final
+//! `eval/exact_accuracy`: `sim.final_accuracy` in its config, else drawn from its
+//! hyper-parameters (model size, data, learning rate and its decay, EMA, beta2) with a little
+//! jitter of its own. The evaluation metrics carry no noise, and the training metrics' noise
+//! is the same for every run at a step, so a group's runs rank the same way at every step
+//! (at a rung as at the end): a sweep pruned on the simulated pod keeps the run that ends
+//! best.
 
 use crate::config::TrainConfig;
 
-/// Where the baseline (hidden 512, 1000 puzzles) ends, from the paper.
+/// Where the baseline (hidden 512, 1000 puzzles) ends on evaluation, from the paper.
 const BASELINE_EXACT_ACCURACY: f64 = 0.87;
 const BASELINE_HIDDEN: f64 = 512.0;
 const BASELINE_GROUPS: f64 = 1000.0;
+const BASELINE_LR: f64 = 1e-4;
+const BASELINE_BATCH: f64 = 6144.0;
+const BASELINE_EMA_RATE: f64 = 0.999;
+const BASELINE_BETA2: f64 = 0.95;
 const DEFAULT_HALT_MAX_STEPS: f64 = 16.0;
+/// Evaluation trails training by this much.
+const EVAL_OVER_TRAIN: f64 = 0.98;
 
 #[derive(Debug, Clone)]
 pub struct Curves {
     seed: u64,
     total_steps: u64,
+    /// The final `eval/exact_accuracy`.
     final_exact: f64,
     halt_max_steps: f64,
     batch: f64,
 }
 
 impl Curves {
-    /// `config_sha256` seeds the noise so that two experiments never draw identical curves.
+    /// `config_sha256` seeds the jitter of a drawn final accuracy, so that two experiments
+    /// never draw identical curves.
     pub fn new(
         config_sha256: &str,
         config: &TrainConfig,
@@ -28,13 +44,10 @@ impl Curves {
         total_steps: u64,
     ) -> Self {
         let seed = u64::from_str_radix(config_sha256.get(..16).unwrap_or("0"), 16).unwrap_or(0);
-        let hidden = config.arch_u64("hidden_size").unwrap_or(512) as f64;
-        // Capacity and data both help, with diminishing returns, and nothing beats ~0.93.
-        let capacity = (0.035 * (hidden.max(1.0) / BASELINE_HIDDEN).log2()).clamp(-0.2, 0.03);
-        let data =
-            (0.05 * (total_groups.max(1) as f64 / BASELINE_GROUPS).log10()).clamp(-0.2, 0.03);
-        let jitter = 0.01 * unit_noise(seed, 0, 0);
-        let final_exact = (BASELINE_EXACT_ACCURACY + capacity + data + jitter).clamp(0.3, 0.93);
+        let final_exact = config
+            .sim
+            .final_accuracy
+            .unwrap_or_else(|| drawn_final(seed, config, total_groups));
         Self {
             seed,
             total_steps: total_steps.max(1),
@@ -46,27 +59,37 @@ impl Curves {
         }
     }
 
+    /// The final `eval/exact_accuracy`: what the last evaluation reports.
     pub fn final_exact_accuracy(&self) -> f64 {
         self.final_exact
+    }
+
+    /// Training's final exact accuracy: a little above evaluation's.
+    fn train_final(&self) -> f64 {
+        (self.final_exact / EVAL_OVER_TRAIN).min(1.0)
     }
 
     /// The training metrics the real trainer logs every 10 steps.
     pub fn train(&self, step: u64) -> Vec<(&'static str, f64)> {
         let p = self.progress(step);
-        let n = |salt| unit_noise(self.seed, step, salt);
+        // The same for every run at a step: it moves a group's runs together.
+        let shared = |salt| unit_noise(0, step, salt);
+        // A run's own, on metrics that do not say how good it is.
+        let own = |salt| unit_noise(self.seed, step, salt);
         let learned = 1.0 - (-5.0 * p).exp();
         let solved = solved_fraction(p);
+        let train_final = self.train_final();
 
-        let exact = (self.final_exact * solved * (1.0 + 0.015 * n(1))).clamp(0.0, 1.0);
-        let token_final = 0.6 + 0.4 * self.final_exact;
-        let accuracy = (0.45 + (token_final - 0.45) * learned + 0.004 * n(2)).clamp(0.0, 1.0);
-        let lm_floor = 0.15 + 0.6 * (1.0 - self.final_exact);
-        let lm_loss = (lm_floor + 1.9 * (-4.0 * p).exp()) * (1.0 + 0.02 * n(3));
-        let q_halt_loss = (0.05 + 0.65 * (-4.0 * p).exp()) * (1.0 + 0.03 * n(4));
-        let q_halt_accuracy = (0.5 + 0.47 * learned + 0.005 * n(5)).clamp(0.0, 1.0);
+        let exact = (train_final * solved * (1.0 + 0.015 * shared(1))).clamp(0.0, 1.0);
+        let token_final = 0.6 + 0.4 * train_final;
+        let accuracy = (0.45 + (token_final - 0.45) * learned + 0.004 * shared(2)).clamp(0.0, 1.0);
+        let lm_floor = 0.15 + 0.6 * (1.0 - train_final);
+        let lm_loss = (lm_floor + 1.9 * (-4.0 * p).exp()) * (1.0 + 0.02 * shared(3));
+        let q_halt_loss = (0.05 + 0.65 * (-4.0 * p).exp()) * (1.0 + 0.03 * shared(4));
+        let q_halt_accuracy = (0.5 + 0.47 * learned + 0.005 * own(5)).clamp(0.0, 1.0);
         // The model learns to halt early once it solves puzzles.
-        let avg_steps = self.halt_max_steps * (1.0 - 0.6 * solved) * (1.0 + 0.01 * n(6));
-        let act_steps = self.halt_max_steps * (1.0 - 0.45 * solved) * (1.0 + 0.01 * n(7));
+        let avg_steps = self.halt_max_steps * (1.0 - 0.6 * solved) * (1.0 + 0.01 * own(6));
+        let act_steps = self.halt_max_steps * (1.0 - 0.45 * solved) * (1.0 + 0.01 * own(7));
 
         [
             ("train/accuracy", accuracy),
@@ -85,17 +108,18 @@ impl Curves {
         .collect()
     }
 
-    /// The held-out metrics of an evaluation: a little worse than training.
+    /// The held-out metrics of an evaluation: a little worse than training, and smooth. Each
+    /// is monotone in the step and in the final accuracy; the last evaluation reports the
+    /// final accuracy itself.
     pub fn eval(&self, step: u64) -> Vec<(&'static str, f64)> {
         let p = self.progress(step);
-        let n = |salt| unit_noise(self.seed, step, salt);
-        let exact =
-            (self.final_exact * 0.98 * solved_fraction(p) * (1.0 + 0.01 * n(11))).clamp(0.0, 1.0);
-        let token_final = 0.6 + 0.4 * self.final_exact;
+        let exact = (self.final_exact * solved_fraction(p)).clamp(0.0, 1.0);
+        let train_final = self.train_final();
+        let token_final = 0.6 + 0.4 * train_final;
         let learned = 1.0 - (-5.0 * p).exp();
-        let accuracy = (0.45 + (token_final - 0.46) * learned + 0.003 * n(12)).clamp(0.0, 1.0);
-        let lm_floor = 0.15 + 0.6 * (1.0 - self.final_exact);
-        let loss = (lm_floor + 1.9 * (-4.0 * p).exp()) * 1.08 * (1.0 + 0.01 * n(13));
+        let accuracy = (0.45 + (token_final - 0.46) * learned).clamp(0.0, 1.0);
+        let lm_floor = 0.15 + 0.6 * (1.0 - train_final);
+        let loss = (lm_floor + 1.9 * (-4.0 * p).exp()) * 1.08;
         [
             ("eval/loss", loss),
             ("eval/accuracy", accuracy),
@@ -109,6 +133,36 @@ impl Curves {
     fn progress(&self, step: u64) -> f64 {
         (step as f64 / self.total_steps as f64).clamp(0.0, 1.0)
     }
+}
+
+/// A run's final `eval/exact_accuracy` from its config: the baseline's, moved by capacity and
+/// data (diminishing returns), by a learning rate away from the baseline's (scaled by the
+/// square root of the batch, as exp06 scales it) either way, a little gain from decaying it
+/// (`lr_min_ratio` below 1), EMA off or at another rate, beta2 away from 0.95, and a jitter
+/// of ±0.005 seeded by the config's hash. Nothing beats ~0.93.
+fn drawn_final(seed: u64, config: &TrainConfig, total_groups: u64) -> f64 {
+    let hidden = config.arch_u64("hidden_size").unwrap_or(512) as f64;
+    let capacity = (0.035 * (hidden.max(1.0) / BASELINE_HIDDEN).log2()).clamp(-0.2, 0.03);
+    let data = (0.05 * (total_groups.max(1) as f64 / BASELINE_GROUPS).log10()).clamp(-0.2, 0.03);
+    let lr_scaled = BASELINE_LR * (config.global_batch_size.max(1) as f64 / BASELINE_BATCH).sqrt();
+    let lr = -0.03 * (config.lr / lr_scaled).log10().powi(2);
+    let decay = 0.01 * (1.0 - config.lr_min_ratio.unwrap_or(1.0).clamp(0.0, 1.0));
+    let ema = match (config.ema, config.ema_rate) {
+        (Some(false), _) => -0.015,
+        (_, Some(rate)) if rate > 0.0 && rate < 1.0 => {
+            -0.01 * ((1.0 - rate) / (1.0 - BASELINE_EMA_RATE)).log10().powi(2)
+        }
+        _ => 0.0,
+    };
+    let beta2 = match config.beta2 {
+        Some(b) if b > 0.0 && b < 1.0 => {
+            -0.01 * ((1.0 - b) / (1.0 - BASELINE_BETA2)).log10().powi(2)
+        }
+        _ => 0.0,
+    };
+    let hyper = (lr + decay + ema + beta2).clamp(-0.3, 0.02);
+    let jitter = 0.005 * unit_noise(seed, 0, 0);
+    (BASELINE_EXACT_ACCURACY + capacity + data + hyper + jitter).clamp(0.3, 0.93)
 }
 
 /// Fraction of the final exact accuracy reached at progress `p`: exact accuracy on Sudoku stays
@@ -201,6 +255,144 @@ mod tests {
         let small = curves(SHA_A, 256).final_exact_accuracy();
         let base = curves(SHA_A, 512).final_exact_accuracy();
         assert!(small < base && base - small < 0.1, "{small} vs {base}");
+    }
+
+    /// A config of the baseline's with `changes` made (each `(from, to)` as text).
+    fn config_with(changes: &[(&str, &str)]) -> TrainConfig {
+        let mut text = BASELINE.to_owned();
+        for (from, to) in changes {
+            assert!(text.contains(from), "{from}");
+            text = text.replace(from, to);
+        }
+        TrainConfig::parse(&text).unwrap()
+    }
+
+    /// The runs' indices, best first by `metric` at `step`.
+    fn ranking(runs: &[Curves], step: u64, metric: &str) -> Vec<usize> {
+        let lower_is_better = metric.ends_with("loss");
+        let values: Vec<f64> = runs
+            .iter()
+            .map(|c| {
+                let mut all = c.train(step);
+                all.extend(c.eval(step));
+                value(&all, metric)
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        order.sort_by(|&a, &b| {
+            let by = values[a].total_cmp(&values[b]);
+            if lower_is_better {
+                by
+            } else {
+                by.reverse()
+            }
+        });
+        order
+    }
+
+    #[test]
+    fn a_groups_runs_rank_the_same_at_a_rung_as_at_the_end() {
+        // exp10-lr-schedule's five rows, and two model sizes, each its own config hash.
+        let configs = [
+            config_with(&[("lr: 1e-4", "lr: 3.0e-05")]),
+            config_with(&[("lr: 1e-4", "lr: 1e-4\nlr_min_ratio: 1.0")]),
+            config_with(&[("lr: 1e-4", "lr: 3.0e-04")]),
+            config_with(&[("lr: 1e-4", "lr: 1e-4\nlr_min_ratio: 0.1")]),
+            config_with(&[("lr: 1e-4", "lr: 1e-4\nlr_min_ratio: 0.01")]),
+            config_with(&[("hidden_size: 512", "hidden_size: 256")]),
+            config_with(&[("lr: 1e-4", "lr: 1e-4\nema: false")]),
+        ];
+        let total = 8138;
+        let runs: Vec<Curves> = configs
+            .iter()
+            .enumerate()
+            .map(|(i, config)| {
+                let sha = format!(
+                    "{:016x}{}",
+                    (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                    &SHA_A[16..]
+                );
+                Curves::new(&sha, config, 1000, total)
+            })
+            .collect();
+        let finals: Vec<f64> = runs.iter().map(Curves::final_exact_accuracy).collect();
+        for (i, a) in finals.iter().enumerate() {
+            for b in &finals[i + 1..] {
+                assert!((a - b).abs() > 1e-4, "runs end apart: {finals:?}");
+            }
+        }
+        for metric in [
+            "eval/exact_accuracy",
+            "eval/accuracy",
+            "eval/loss",
+            "train/exact_accuracy",
+            "train/accuracy",
+            "train/lm_loss",
+            "train/loss",
+        ] {
+            let at_end = ranking(&runs, total, metric);
+            for rung in [0.125, 0.25, 0.5] {
+                let step = (total as f64 * rung).ceil() as u64;
+                assert_eq!(ranking(&runs, step, metric), at_end, "{metric} at {rung}");
+            }
+        }
+        let best_first: Vec<f64> = ranking(&runs, total, "eval/exact_accuracy")
+            .into_iter()
+            .map(|i| finals[i])
+            .collect();
+        assert!(best_first.windows(2).all(|w| w[0] > w[1]), "{best_first:?}");
+    }
+
+    #[test]
+    fn hyper_parameters_move_the_final_accuracy() {
+        let at = |changes: &[(&str, &str)]| {
+            Curves::new(SHA_A, &config_with(changes), 1000, 8138).final_exact_accuracy()
+        };
+        let base = at(&[]);
+        // A learning rate off the baseline's either way ends lower; a decay a little higher.
+        assert!(at(&[("lr: 1e-4", "lr: 3.0e-05")]) < base);
+        assert!(at(&[("lr: 1e-4", "lr: 3.0e-04")]) < base);
+        let decayed = at(&[("lr: 1e-4", "lr: 1e-4\nlr_min_ratio: 0.1")]);
+        assert!(
+            decayed > base && decayed - base < 0.02,
+            "{decayed} vs {base}"
+        );
+        // The square-root rule: batch 1536 at lr 5e-5 is the baseline's rate.
+        let scaled = at(&[
+            ("global_batch_size: 6144", "global_batch_size: 1536"),
+            ("lr: 1e-4", "lr: 5.0e-05"),
+        ]);
+        assert!((scaled - base).abs() < 1e-9);
+        assert!(at(&[("lr: 1e-4", "lr: 1e-4\nema: false")]) < base);
+        assert!(at(&[("lr: 1e-4", "lr: 1e-4\nbeta2: 0.999")]) < base);
+    }
+
+    #[test]
+    fn the_config_may_set_the_final_accuracy() {
+        let total = 8138;
+        let set = |accuracy: f64| {
+            let config = config_with(&[(
+                "lr: 1e-4",
+                &format!("lr: 1e-4\nsim:\n  final_accuracy: {accuracy}"),
+            )]);
+            Curves::new(SHA_A, &config, 1000, total)
+        };
+        let (low, high) = (set(0.6), set(0.65));
+        assert_eq!(value(&low.eval(total), "eval/exact_accuracy"), 0.6);
+        assert_eq!(value(&high.eval(total), "eval/exact_accuracy"), 0.65);
+        // A monotone shape: better at every evaluation, loss lower, and the lower run stays
+        // lower from its first evaluation on.
+        let evals: Vec<u64> = (1..=10).map(|i| i * total / 10).collect();
+        for pair in evals.windows(2) {
+            let (before, after) = (low.eval(pair[0]), low.eval(pair[1]));
+            assert!(value(&after, "eval/exact_accuracy") > value(&before, "eval/exact_accuracy"));
+            assert!(value(&after, "eval/loss") < value(&before, "eval/loss"));
+        }
+        for step in evals {
+            let (l, h) = (low.eval(step), high.eval(step));
+            assert!(value(&l, "eval/exact_accuracy") < value(&h, "eval/exact_accuracy"));
+            assert!(value(&l, "eval/loss") > value(&h, "eval/loss"));
+        }
     }
 
     #[test]
