@@ -1063,6 +1063,88 @@ async fn two_workers_of_one_pod_never_hold_two_leases_through_cancels_and_a_cras
     );
 }
 
+/// Pool `pool`'s report `body` with `token`: its status and answer.
+async fn report_pool(server: &Server, token: &str, pool: &str, body: Value) -> (u16, Value) {
+    let path = format!("/pools/{pool}/report");
+    let (status, answer) = call(server, Some(token), Method::POST, &path, body, &[]).await;
+    (status, answer)
+}
+
+#[tokio::test]
+async fn one_pools_report_spends_no_other_pools_grant_nor_claims_capacity_it_lacks() {
+    let server = team_server(None).await;
+    let grant = json!({"end": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339(),
+                       "pod_hours": {"v4-64": 100.0}});
+    let (status, answer) = call(&server, Some(ADMIN), Method::PUT, "/grant", grant, &[]).await;
+    assert_eq!(status, 200, "{answer}");
+    let evil = add_person(&server, "evil", "worker", Some(&["pool:evil"])).await;
+    let zone = json!([{"zone": "zone-a", "state": "ready"}]);
+    let report = |accelerator: &str, hours: f64| {
+        json!({"accelerator": accelerator, "max_slices": 1, "zones": zone,
+               "slices": [], "slice_hours": hours})
+    };
+    // A pool that says it used a billion years of v4-64 has used what the server saw: none.
+    let (status, answer) = report_pool(&server, &evil, "evil", report("v4-64", 1e15)).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = report_pool(&server, WORKER, "a", report("v4-64", 0.0)).await;
+    assert_eq!(status, 200, "{answer}");
+    let left = answer["grant_pod_hours"].as_f64().unwrap();
+    assert!(
+        left > 99.9,
+        "pool a's grant was spent by pool evil's word: {answer}"
+    );
+
+    // Forty thousand events in one report: refused whole, nothing written.
+    let before = snapshot(&server).await;
+    let mut flood = report("v4-64", 0.0);
+    flood["events"] = json!(vec![
+        json!({"kind": "slice_created", "message": "x"});
+        40_000
+    ]);
+    let (status, answer) = report_pool(&server, &evil, "evil", flood).await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["error"]["code"], "invalid_pool_report", "{answer}");
+    assert_eq!(snapshot(&server).await, before, "a refused report wrote");
+
+    // A job that lists v4-64 then v6e-32, the v4 pools out of capacity: its demand goes to
+    // the v6e pool, and a pod that never asks for a lease (its preflight failed) does not
+    // take it away.
+    let later = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    for (pool, token) in [("a", WORKER), ("evil", evil.as_str())] {
+        let mut blocked = report("v4-64", 0.0);
+        blocked["zones"] = json!([{"zone": "zone-a", "state": "stockout", "next_try_at": later}]);
+        let (status, answer) = report_pool(&server, token, pool, blocked).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let job = submit(&server, "exp07a").await;
+    let (status, answer) = report_pool(&server, WORKER, "b", report("v6e-32", 0.0)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["demand"], 1, "{answer}");
+    let broken = json!({"accelerator": "v6e-32", "hosts": 8, "state": "READY",
+                        "health": "HEALTHY",
+                        "preflight": {"passed": false, "failures": [
+                            {"check": "tpu", "message": "no TPU devices"}]}});
+    let (status, answer) = call(
+        &server,
+        Some(WORKER),
+        Method::POST,
+        "/pods/broken-1/report",
+        broken,
+        &[],
+    )
+    .await;
+    assert!((200..300).contains(&status), "{answer}");
+    for _ in 0..3 {
+        let (status, answer) = report_pool(&server, WORKER, "b", report("v6e-32", 0.0)).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(
+            answer["demand"], 1,
+            "a pod that never leases is no capacity: {answer}"
+        );
+    }
+    assert_eq!(server.job(&job).await["state"], "queued");
+}
+
 /// An answer as a failed assertion prints it: its first 300 bytes.
 fn short(answer: &Value) -> String {
     answer.to_string().chars().take(300).collect()

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::Utc;
 use futures::FutureExt;
 use podq_api::{Lease, LeaseId, LeaseRequest, PodReport};
 
@@ -55,11 +56,15 @@ impl Scheduler {
             }
         }
         self.note_pod(pod, &req.pod).await?;
-        if !req.pod.preflight.as_ref().is_none_or(|p| p.passed) {
+        if !super::live::may_lease(&req.pod) {
             // A pod that failed preflight gets no job; it asks again after the wait.
             tokio::time::sleep_until(deadline).await;
             return Ok(None);
         }
+        self.live.pod_asks(
+            pod,
+            Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default(),
+        );
         loop {
             // Registered before the check, so a job that turns up between the check and the
             // wait still wakes this call.
