@@ -409,6 +409,29 @@ pub struct JobDetail {
     /// URL of each name, over all attempts, by name.
     #[serde(default)]
     pub links: Vec<crate::JobLink>,
+    /// Its group's rungs' decisions about its run, first rung first: empty for a group
+    /// without rungs, or a run that has reached none.
+    #[serde(default)]
+    pub rungs: Vec<RungDecision>,
+}
+
+/// What a group's rung decided about a run there.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RungDecision {
+    /// 1 for the first rung.
+    pub rung: i64,
+    /// `promoted` (it goes on), `paused` (it waits, holding no pod), `pruned` (it ended
+    /// `stopped`), or `no_value` (its metric never reported there: not judged, it goes on).
+    pub verdict: String,
+    /// Its rank among the runs judged at the rung (1 the best), of `of`.
+    pub rank: Option<i64>,
+    pub of: Option<i64>,
+    /// Its value of the rungs' metric at the rung.
+    pub value: Option<f64>,
+    pub decided_at: DateTime<Utc>,
+    /// `podq`, or the person who promoted it by hand.
+    pub decided_by: String,
 }
 
 /// `PATCH /api/v1/jobs/{id}`.

@@ -128,6 +128,10 @@ pub struct PodTimeReport {
     /// stopped run's time to go when it stopped.
     #[serde(default)]
     pub saved_by_stopping: SavedByStopping,
+    /// Pod-hours not spent because a group's rungs pruned runs: each pruned run's estimate
+    /// less the part it had trained.
+    #[serde(default)]
+    pub saved_by_rungs: SavedByStopping,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -261,6 +261,11 @@ impl Table for Plan {
                 format!("{:<3} {}", fits(g.fits_recommended), day(g.end_recommended)),
             );
         }
+        for g in &self.groups {
+            if let Some(rungs) = &g.rungs {
+                let _ = writeln!(out, "  {} rungs: {}", g.name, rungs.describe());
+            }
+        }
         let _ = writeln!(out);
         let _ = writeln!(
             out,

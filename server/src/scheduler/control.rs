@@ -9,6 +9,7 @@ use podq_api::{Job, JobState};
 use podq_api::{JobId, LeaseId};
 
 use super::lease::policy::StopRequest;
+use super::lease::rung_judge;
 use super::{IdempotencyKey, Result, Scheduler, SchedulerError};
 use crate::store::jobs::get_job;
 
@@ -44,10 +45,14 @@ impl Scheduler {
         key: Option<IdempotencyKey>,
     ) -> Result<Job> {
         let acting = acting.clone();
+        let (catalog, keeps) = (self.catalog.clone(), self.auto_keeps.clone());
         let (job, lease) = self
             .idempotent_write(key, move |conn| {
                 async move {
                     let (row, lease) = cancel(conn, &acting, id).await?;
+                    // A cancelled run leaves its group's count at every rung: a rung it
+                    // held open may close.
+                    rung_judge::decide_group(conn, &catalog, &keeps, &row.group_name, None).await?;
                     Ok((row.into_api()?, lease))
                 }
                 .boxed()
@@ -221,6 +226,7 @@ impl Scheduler {
                             format!("job {id} is still stopping on its pod; resume it once the pod has let go"),
                         ));
                     }
+                    rung_judge::promoted_by_hand(conn, id, &acting.caller.name).await?;
                     jobs::resume(conn, id).await?;
                     events::insert_event(conn, &acting.actor, Some(id), None, "resumed", "resumed")
                         .await?;

@@ -66,6 +66,8 @@ pub struct Scheduler {
     directory: users::Directory,
     /// Metrics and log batches waiting to be stored together (`lease/merge.rs`).
     metrics_reports: Arc<lease::reports::MetricsMerger>,
+    /// The share the plan keeps past each rung of a `keep: auto` group.
+    pub(crate) auto_keeps: Arc<lease::rung_judge::AutoKeeps>,
     log_reports: Arc<lease::reports::LogMerger>,
     /// Each pool's last report (`pools.rs`).
     pool_reports: pools::PoolReports,
@@ -102,6 +104,7 @@ impl Scheduler {
         let store_instruments = store.instruments();
         let live = LiveLeases::new(Vec::new(), config.lease_ttl)?;
         let waiters = wake::LeaseWaiters::default();
+        let auto_keeps = Arc::new(lease::rung_judge::AutoKeeps::default());
         let read_cache = ReadCaches {
             queue: read_cache::ReadCache::over(&store),
             grant: read_cache::ReadCache::over(&store),
@@ -110,7 +113,11 @@ impl Scheduler {
             status_json: read_cache::ReadCache::answers(&store),
         };
         let scheduler = Scheduler {
-            metrics_reports: lease::reports::metrics_merger(Arc::clone(&catalog)),
+            metrics_reports: lease::reports::metrics_merger(
+                Arc::clone(&catalog),
+                Arc::clone(&auto_keeps),
+            ),
+            auto_keeps,
             log_reports: lease::reports::log_merger(config.log_lines_per_host),
             read_cache,
             store,

@@ -14,7 +14,7 @@ use super::{Backend, Location, Store, StoreError};
 /// copied: the destination's triggers count the rows as they arrive, and the check below
 /// compares them with the source's. `webhook_outbox` comes after `events`, `webhooks` after
 /// both: the outbox trigger must not queue old events again.
-const TABLES: [&str; 21] = [
+const TABLES: [&str; 23] = [
     "experiments",
     "jobs",
     "job_accelerators",
@@ -36,6 +36,8 @@ const TABLES: [&str; 21] = [
     "goodput_totals",
     "users",
     "job_links",
+    "rung_values",
+    "rung_decisions",
 ];
 
 /// Tables whose ids are generated: their sequences continue after the copied ids.

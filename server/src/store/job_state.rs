@@ -21,13 +21,15 @@ pub enum Change {
     Requeue,
     /// A person suspended a queued job.
     Hold,
-    /// A person resumed a held job.
+    /// A person resumed a held job, or its rung promoted it.
     Resume,
+    /// Its rung pruned a run paused there (`scheduler/lease/rung_judge.rs`).
+    Prune,
 }
 
 impl Change {
     /// Every change, an attempt's end once per state it can end in.
-    pub const ALL: [Change; 12] = [
+    pub const ALL: [Change; 13] = [
         Change::Lease,
         Change::Start,
         Change::End(Queued),
@@ -40,6 +42,7 @@ impl Change {
         Change::Requeue,
         Change::Hold,
         Change::Resume,
+        Change::Prune,
     ];
 
     /// As docs/architecture.md names it.
@@ -52,6 +55,7 @@ impl Change {
             Change::Requeue => "requeue".into(),
             Change::Hold => "suspend while queued".into(),
             Change::Resume => "resume".into(),
+            Change::Prune => "prune at a rung".into(),
         }
     }
 }
@@ -85,6 +89,7 @@ pub fn next(from: JobState, change: Change) -> Result<JobState, Refused> {
         (Change::Requeue, Failed | Cancelled | Held | Stopped) => Ok(Queued),
         (Change::Hold, Queued) => Ok(Held),
         (Change::Resume, Held) => Ok(Queued),
+        (Change::Prune, Held) => Ok(Stopped),
         _ => Err(refused),
     }
 }

@@ -465,6 +465,27 @@ pub async fn resume(conn: &mut Conn, id: JobId) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Ends a run paused at its rung: `stopped`, uncharged, with `why` (the rung, its rank and
+/// value). Its checkpoints stay; `requeue --ignore-stop-rules` runs it on.
+pub async fn prune(conn: &mut Conn, id: JobId, why: &str) -> Result<(), StoreError> {
+    let write = job_state::write(Change::Prune);
+    let changed = db::query(AssertSqlSafe(format!(
+        "UPDATE jobs SET state = ?, message = ?, stop_request = NULL, stop_message = NULL, \
+         reserved_pod = NULL, reserved_until = NULL, updated_at = ? WHERE id = ? AND {}",
+        write.guard
+    )))
+    .bind(write.to)
+    .bind(why)
+    .bind(now_ms())
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    if changed == 0 {
+        return Err(refused(conn, id, Change::Prune).await);
+    }
+    Ok(())
+}
+
 pub async fn set_priority(conn: &mut Conn, id: JobId, priority: i64) -> Result<(), StoreError> {
     db::query("UPDATE jobs SET priority = ?, updated_at = ? WHERE id = ?")
         .bind(priority)
@@ -487,6 +508,7 @@ pub struct DetailRows {
     pub pod_time: BTreeMap<i64, api::PodTime>,
     pub advice: AdviceInputs,
     pub links: Vec<api::JobLink>,
+    pub rungs: Vec<super::rungs::RungDecision>,
 }
 
 /// What the checkpoint advice needs of a run beyond the job row.
@@ -524,7 +546,9 @@ pub async fn detail(tx: &mut Conn, id: JobId) -> Result<Option<DetailRows>, Stor
     let advice = advice_inputs(tx, run, &job.accelerator).await?;
     let links = super::links::of_job(tx, run).await?;
     let accelerators = super::leases::accelerators_of(tx, id).await?;
+    let rungs = super::rungs::of_job(tx, run).await?;
     Ok(Some(DetailRows {
+        rungs,
         job,
         accelerators,
         attempts,

@@ -38,6 +38,7 @@ pub mod pod_time_model;
 pub mod pods;
 mod readers;
 mod rows;
+pub mod rungs;
 pub mod schedules;
 pub mod stop_rules;
 mod time;

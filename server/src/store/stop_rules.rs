@@ -175,7 +175,8 @@ pub async fn best_before(
 pub async fn saved_by_stopping(conn: &mut Conn) -> Result<(f64, i64), StoreError> {
     Ok(db::query_as(
         "SELECT COALESCE(SUM(stop_saved_hours), 0.0), COUNT(*) FROM jobs WHERE state = 'stopped' \
-         AND same_as IS NULL",
+         AND same_as IS NULL AND id NOT IN \
+         (SELECT job_id FROM rung_decisions WHERE verdict = 'pruned')",
     )
     .fetch_one(conn)
     .await?)

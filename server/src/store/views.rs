@@ -72,13 +72,17 @@ pub struct PlanJob {
     pub measured_on: Option<String>,
     /// The slice type of the attempt on a pod now, if one is.
     pub live_on: Option<String>,
+    /// Held at a rung, waiting for its siblings' values (not stuck: it goes on or ends).
+    pub rung_paused: bool,
 }
 
 const PLAN_JOB: &str = "SELECT j.id, j.seq, j.experiment, j.group_name, j.state, j.priority, \
      j.class_rank, j.queue_head, j.same_as, j.est_hours, j.last_step, j.total_steps, j.config_sha256, \
      j.accelerator, a.first_step, a.first_step_at, a.end_step, a.ended_at, \
      a.accelerator AS measured_on, \
-     (SELECT l.accelerator FROM attempts l WHERE l.lease_id = j.lease_id) AS live_on FROM jobs j \
+     (SELECT l.accelerator FROM attempts l WHERE l.lease_id = j.lease_id) AS live_on, \
+     EXISTS (SELECT 1 FROM rung_decisions r WHERE r.job_id = j.id AND r.verdict = 'paused') \
+       AS rung_paused FROM jobs j \
      LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt = (SELECT MAX(attempt) FROM attempts \
        WHERE job_id = j.id AND first_step IS NOT NULL)";
 

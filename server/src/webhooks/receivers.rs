@@ -7,8 +7,8 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 /// Event kinds a receiver gets unless its config lists others: attempt outcomes, job state
-/// changes and pod state changes.
-pub const DEFAULT_KINDS: [&str; 12] = [
+/// changes, a run pruned at a rung and pod state changes.
+pub const DEFAULT_KINDS: [&str; 13] = [
     "leased",
     "running",
     "preempted",
@@ -20,6 +20,7 @@ pub const DEFAULT_KINDS: [&str; 12] = [
     "cancelled",
     "stopped",
     "requeued",
+    "rung_pruned",
     "pod_state",
 ];
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

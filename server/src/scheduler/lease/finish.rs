@@ -7,10 +7,12 @@ use podq_api::{JobId, LeaseId};
 
 use super::authority::worker_for;
 use super::policy::{self, AttemptProgress, JobBudget, StopRequest};
+use super::rung_judge;
 use crate::scheduler::plan::forecast;
 use crate::scheduler::{Result, Scheduler, SchedulerError};
 use crate::store::events::{insert_event, Actor};
 use crate::store::leases::{self as sql, AttemptEnd, JobAfter};
+use crate::store::rungs as rung_store;
 use crate::store::{now_ms, stop_rules, Conn, StoreError};
 use crate::team::Acting;
 
@@ -56,6 +58,7 @@ impl Scheduler {
         caused: Caused,
     ) -> Result<FinishResponse> {
         let config = self.config.clone();
+        let (catalog, keeps) = (self.catalog.clone(), self.auto_keeps.clone());
         let jitter: f64 = rand::random();
         let (answer, requeued, ended) = self
             .store
@@ -130,6 +133,10 @@ impl Scheduler {
                             "; requeued at the head of its class".to_owned()
                         }
                         Some(StopRequest::Suspended) => "; held until `podq resume`".to_owned(),
+                        Some(StopRequest::Paused) => {
+                            "; held at its rung until its siblings' values promote or prune it"
+                                .to_owned()
+                        }
                         Some(StopRequest::Ruled) => {
                             "; job stopped (not charged; `podq requeue --ignore-stop-rules` runs it on)"
                                 .to_owned()
@@ -202,12 +209,27 @@ impl Scheduler {
                             .await?;
                         }
                     }
-                    let requeued = (decision.state == JobState::Queued)
-                        .then_some((holder.id, not_before));
+                    // A run paused at its rung whose siblings decided while it stopped goes
+                    // on, or ends pruned, now that it has let go of its pod.
+                    let mut job_state = decision.state;
+                    if requested == Some(StopRequest::Paused) && job_state == JobState::Held {
+                        if let Some(settled) =
+                            rung_judge::settle_paused(conn, holder.id).await?
+                        {
+                            job_state = settled;
+                        }
+                    }
+                    if job_state.is_terminal() {
+                        // A run that trains no further closes the rungs it held open.
+                        if let Some(group) = rung_store::group_of(conn, holder.id).await? {
+                            rung_judge::decide_group(conn, &catalog, &keeps, &group, None)
+                                .await?;
+                        }
+                    }
+                    let requeued =
+                        (job_state == JobState::Queued).then_some((holder.id, not_before));
                     Ok::<_, SchedulerError>((
-                        FinishResponse {
-                            job_state: decision.state,
-                        },
+                        FinishResponse { job_state },
                         requeued,
                         Some((req.outcome, decision.preemption)),
                     ))

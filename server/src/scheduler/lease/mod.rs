@@ -17,5 +17,6 @@ pub mod policy;
 mod progress;
 mod reaper;
 pub(super) mod reports;
+pub mod rung_judge;
 pub(super) mod wake;
 pub use reaper::Reaped;

@@ -26,6 +26,9 @@ pub enum StopRequest {
     /// A stop rule or the divergence guard judged the run lost (judge.rs): `stopped`,
     /// uncharged and not retried.
     Ruled,
+    /// Its rung paused it (rung_judge.rs): held, uncharged, until its siblings' values
+    /// promote or prune it.
+    Paused,
 }
 
 impl StopRequest {
@@ -34,6 +37,7 @@ impl StopRequest {
             StopRequest::Evicted => "evicted",
             StopRequest::Suspended => "suspended",
             StopRequest::Ruled => "ruled",
+            StopRequest::Paused => "paused",
         }
     }
 
@@ -42,6 +46,7 @@ impl StopRequest {
             "evicted" => Some(StopRequest::Evicted),
             "suspended" => Some(StopRequest::Suspended),
             "ruled" => Some(StopRequest::Ruled),
+            "paused" => Some(StopRequest::Paused),
             _ => None,
         }
     }
@@ -109,7 +114,9 @@ pub fn ends_a_requested_stop(outcome: AttemptOutcome) -> bool {
 pub fn ends_the_stop(stop: StopRequest, outcome: AttemptOutcome) -> bool {
     match stop {
         StopRequest::Ruled => outcome != AttemptOutcome::Succeeded,
-        StopRequest::Evicted | StopRequest::Suspended => ends_a_requested_stop(outcome),
+        StopRequest::Evicted | StopRequest::Suspended | StopRequest::Paused => {
+            ends_a_requested_stop(outcome)
+        }
     }
 }
 
@@ -145,7 +152,7 @@ pub fn decide(
         decision.stalled_attempts = budget.stalled_attempts;
         decision.state = match stop {
             StopRequest::Evicted => JobState::Queued,
-            StopRequest::Suspended => JobState::Held,
+            StopRequest::Suspended | StopRequest::Paused => JobState::Held,
             StopRequest::Ruled => JobState::Stopped,
         };
         return decision;

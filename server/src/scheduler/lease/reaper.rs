@@ -17,6 +17,9 @@ use crate::store::{leases as sql, now_ms};
 
 const TICK: Duration = Duration::from_millis(250);
 const EVICT_EVERY: u64 = 8;
+/// Every minute the plan is made again (if anything changed) when a group's rungs keep
+/// `auto`, so their share follows the grant even while nobody reads the plan.
+const AUTO_KEEPS_EVERY: u64 = 240;
 
 /// What one tick did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -43,6 +46,16 @@ impl Scheduler {
             if ticks % EVICT_EVERY == 0 {
                 if let Err(e) = self.evict_tick().await {
                     tracing::error!(error = %e, "weighing evictions failed");
+                }
+            }
+            let auto = self.catalog.groups.iter().any(|g| {
+                g.rungs
+                    .as_ref()
+                    .is_some_and(|r| r.keep == crate::catalog::rungs::Keep::Auto)
+            });
+            if auto && ticks % AUTO_KEEPS_EVERY == 0 {
+                if let Err(e) = self.plan(None).await {
+                    tracing::error!(error = %e, "planning the rungs' auto shares failed");
                 }
             }
         }

@@ -10,6 +10,7 @@ use podq_api::{HostLogLine, LeaseId, MetricsBatch};
 
 use super::judge;
 use super::merge::{Merger, StoreMany};
+use super::rung_judge::{self, AutoKeeps};
 use crate::catalog::Catalog;
 use crate::scheduler::{Result, SchedulerError};
 use crate::store::events::{insert_event, Actor};
@@ -35,12 +36,16 @@ pub(in crate::scheduler) struct LogReport {
 /// Answers how many lines were new.
 pub(in crate::scheduler) type LogMerger = Merger<LogReport, u64>;
 
-pub(in crate::scheduler) fn metrics_merger(catalog: Arc<Catalog>) -> Arc<MetricsMerger> {
+pub(in crate::scheduler) fn metrics_merger(
+    catalog: Arc<Catalog>,
+    keeps: Arc<AutoKeeps>,
+) -> Arc<MetricsMerger> {
     let series_ids = Arc::new(metrics::SeriesIds::default());
     let store_many: StoreMany<MetricsReport, Option<String>> = Arc::new(move |conn, reports| {
         let catalog = Arc::clone(&catalog);
+        let keeps = Arc::clone(&keeps);
         let series_ids = Arc::clone(&series_ids);
-        async move { store_metrics(conn, &catalog, &series_ids, reports).await }.boxed()
+        async move { store_metrics(conn, &catalog, &keeps, &series_ids, reports).await }.boxed()
     });
     Merger::new(store_many)
 }
@@ -91,6 +96,7 @@ async fn fence<A>(
 async fn store_metrics(
     conn: &mut Conn,
     catalog: &Catalog,
+    keeps: &AutoKeeps,
     series_ids: &metrics::SeriesIds,
     reports: &[MetricsReport],
 ) -> Result<Vec<Result<Option<String>>>> {
@@ -116,6 +122,15 @@ async fn store_metrics(
                 pod_time::record_phases(conn, report.lease_id, phases).await?;
             }
             let (stop, streak) = judge_report(conn, catalog, report, fenced).await?;
+            // A run a rule stops is judged at no rung: it is not going on either way.
+            let stop = match stop {
+                Some(stop) => Some(stop),
+                None => {
+                    let (job, judged) = (fenced.job_id, &fenced.judged);
+                    rung_judge::judge_batch(conn, catalog, keeps, job, judged, &report.batch)
+                        .await?
+                }
+            };
             if let Some(streak) = streak {
                 streaks.push((fenced.job_id, streak.reports, streak.step));
             }

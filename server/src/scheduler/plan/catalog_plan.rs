@@ -33,10 +33,19 @@ impl Scheduler {
         if deadline.is_some() {
             return self.project(deadline, true).await.map(|(plan, _)| plan);
         }
-        self.read_cache
+        let plan = self
+            .read_cache
             .plan
             .get_or(|| async { self.project(None, true).await.map(|(plan, _)| plan) })
-            .await
+            .await?;
+        // The rungs' decisions read the auto shares inside their own write, from here.
+        self.auto_keeps.set(
+            plan.groups
+                .iter()
+                .filter_map(|g| Some((g.name.clone(), g.rungs.as_ref()?.keep_chosen)))
+                .collect(),
+        );
+        Ok(plan)
     }
 
     /// The share kept past each rung of `group` in force now, for `scheduler::rungs::decide`:
@@ -521,6 +530,8 @@ fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
         JobState::Succeeded | JobState::Stopped => Phase::Done,
         JobState::Leased | JobState::Running => Phase::OnPod,
         JobState::Queued => Phase::Waiting,
+        // Paused at a rung: it goes on, or is pruned, once its siblings are judged there.
+        JobState::Held if job.rung_paused => Phase::Waiting,
         JobState::Failed | JobState::Cancelled | JobState::Held => Phase::Blocked,
     };
     let (rate, to_go) = forecast::time_to_go(job, now);

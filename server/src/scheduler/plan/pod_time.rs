@@ -82,12 +82,14 @@ impl Scheduler {
     /// Pod time for the grant, each pod and each group, up to now: one read transaction, so
     /// an attempt settling meanwhile is counted once.
     pub async fn pod_time(&self) -> Result<PodTimeReport> {
-        let (totals, (saved, stopped)) = self
+        let (totals, (saved, stopped), (saved_by_rungs, pruned)) = self
             .store
             .read_snapshot(|conn| {
                 async move {
                     let totals = pod_time::totals(conn).await?;
-                    Ok::<_, StoreError>((totals, stop_rules::saved_by_stopping(conn).await?))
+                    let stopping = stop_rules::saved_by_stopping(conn).await?;
+                    let rungs = crate::store::rungs::saved_hours(conn).await?;
+                    Ok::<_, StoreError>((totals, stopping, rungs))
                 }
                 .boxed()
             })
@@ -99,6 +101,10 @@ impl Scheduler {
             saved_by_stopping: podq_api::SavedByStopping {
                 pod_hours: saved,
                 runs: stopped,
+            },
+            saved_by_rungs: podq_api::SavedByStopping {
+                pod_hours: saved_by_rungs,
+                runs: pruned,
             },
         })
     }

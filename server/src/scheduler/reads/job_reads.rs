@@ -76,6 +76,20 @@ impl Scheduler {
             pod_time: run_time,
             checkpoint_advice: advice,
             links: detail.links,
+            rungs: detail
+                .rungs
+                .into_iter()
+                .map(|d| podq_api::RungDecision {
+                    rung: d.rung + 1,
+                    verdict: d.verdict,
+                    rank: d.rank,
+                    of: d.of_runs,
+                    value: d.value,
+                    decided_at: chrono::DateTime::from_timestamp_millis(d.decided_at)
+                        .unwrap_or_default(),
+                    decided_by: d.decided_by,
+                })
+                .collect(),
         })
     }
 
