@@ -59,6 +59,9 @@ enum Command {
     Logs(client::LogsArgs),
     /// A group's or the suite's results, one row per experiment, as CSV or JSON.
     Results(client::ResultsArgs),
+    /// A group's runs side by side: state, varied params, final value and, with rungs, each
+    /// run's value, rank and decision at each rung.
+    Study(client::StudyArgs),
     /// Cancel a job; a running one is stopped on every host.
     Cancel(client::JobArg),
     /// Put a failed, cancelled, held or stopped job back in the queue with a fresh failure
@@ -367,6 +370,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Job(args) => client::job(args).await,
         Command::Logs(args) => client::logs(args).await,
         Command::Results(args) => client::results(args).await,
+        Command::Study(args) => client::study(args).await,
         Command::Cancel(args) => client::cancel(args).await,
         Command::Requeue(args) => client::requeue(args).await,
         Command::Priority(args) => client::priority(args).await,

@@ -3,9 +3,11 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{Server, PODQ};
+use common::{Server, ServerOptions, PODQ};
 use serde_json::{json, Value};
 
 /// What one `podq` run printed, and how it ended.
@@ -329,6 +331,188 @@ async fn a_dry_run_prints_no_ids_and_submits_nothing() {
     assert!(has_uuid(&out), "{out}");
 }
 
+/// The exp10 group, whose rungs the rung test gives it: its baseline row is exp10b.
+const RUNG_GROUP: &str = "exp10-lr-schedule";
+
+/// The repository's catalog with `rungs` (YAML) on the exp10 group (as tests/rungs.rs).
+fn catalog_with_rungs(dir: &Path, rungs: &str) -> PathBuf {
+    let root = dir.join("experiments");
+    common::copy_dir(&common::experiments_dir(), &root);
+    let group = root.join(format!("groups/{RUNG_GROUP}/group.yaml"));
+    let mut text = std::fs::read_to_string(&group).unwrap();
+    text.push_str(&format!("rungs: {rungs}\n"));
+    std::fs::write(&group, text).unwrap();
+    root
+}
+
+/// The next run a pod played through the worker API is given, reporting `value(experiment)`
+/// of eval/exact_accuracy at a quarter of its steps (or past it, when it was judged there
+/// before): stopped there when the server asks, else trained to its end. Answers its
+/// experiment, or None when the queue is empty.
+async fn play_one(
+    server: &Server,
+    judged: &mut Vec<String>,
+    value: impl Fn(&str) -> f64,
+) -> Option<String> {
+    let ask = json!({"accelerator": "v4-64", "hosts": 8, "state": "READY",
+                     "health": "HEALTHY", "wait_s": 0});
+    let (status, lease) = server.post("/pods/pod-r/lease", ask).await;
+    if status == 204 {
+        return None;
+    }
+    assert_eq!(status, 200, "{lease}");
+    let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
+    let experiment = lease["experiment"].as_str().unwrap().to_owned();
+    let total = server.job(lease["job_id"].as_str().unwrap()).await["total_steps"]
+        .as_i64()
+        .expect("total steps");
+    let beat = json!({"phase": "running", "step": 0, "hosts_alive": [true]});
+    let (status, answer) = server
+        .post(&format!("/leases/{lease_id}/heartbeat"), beat)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let step = (total as f64 * 0.25).ceil() as i64;
+    let report = if judged.contains(&experiment) {
+        step + 10
+    } else {
+        step
+    };
+    judged.push(experiment.clone());
+    let batch = json!({"points": [{"step": report,
+        "values": {"eval/exact_accuracy": value(&experiment), "train/loss": 1.0}}]});
+    let (status, ack) = server
+        .post(&format!("/leases/{lease_id}/metrics"), batch)
+        .await;
+    assert_eq!(status, 200, "{ack}");
+    let (outcome, end) = match ack["stop"]["reason"].as_str() {
+        Some(_) => ("cancelled", report),
+        None => ("succeeded", total),
+    };
+    let end = json!({"outcome": outcome, "exit_codes": [0], "end_step": end,
+                     "knows_stopped": true});
+    let (status, answer) = server
+        .post(&format!("/leases/{lease_id}/finish"), end)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    Some(experiment)
+}
+
+/// The line of `table` whose first column is `experiment`.
+fn row_of<'t>(table: &'t str, experiment: &str) -> &'t str {
+    table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(experiment))
+        .unwrap_or_else(|| panic!("no row for {experiment}:\n{table}"))
+}
+
+#[tokio::test]
+async fn podq_study_prints_each_runs_value_rank_and_decision_at_each_rung() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ServerOptions {
+        experiments: catalog_with_rungs(
+            dir.path(),
+            "{metric: eval/exact_accuracy, at: [25%], keep: 1/2}",
+        ),
+        ..ServerOptions::default()
+    };
+    let server = Server::start_with(options).await;
+    podq(&server, &["submit", "--group", RUNG_GROUP]).ok();
+    // The baseline row (exp10b, the best here) is judged and trains on; the first other
+    // run judged ranks below it and waits.
+    let mut judged = Vec::new();
+    let first = loop {
+        let experiment = play_one(
+            &server,
+            &mut judged,
+            |e| if e == "exp10b" { 0.95 } else { 0.8 },
+        )
+        .await
+        .expect("a run to lease");
+        if experiment != "exp10b" {
+            break experiment;
+        }
+    };
+    let table = podq(&server, &["study", RUNG_GROUP]).ok();
+    assert!(
+        table.contains("rungs       eval/exact_accuracy at 25%, keep 50%"),
+        "{table}"
+    );
+    let header = table
+        .lines()
+        .find(|l| l.starts_with("EXPERIMENT"))
+        .unwrap_or_else(|| panic!("a header: {table}"));
+    assert!(
+        header.contains("STATE") && header.contains("RUNG 1 (25%)"),
+        "{table}"
+    );
+    let row = row_of(&table, &first);
+    assert!(
+        row.contains("held") && row.contains("0.8 2/2 waiting"),
+        "{row}"
+    );
+    assert!(
+        row_of(&table, "exp10b").contains("0.95 1/1 promoted"),
+        "{table}"
+    );
+
+    // The others are judged below it: it is promoted, and the two worst are pruned.
+    let others: Vec<String> = ["exp10a", "exp10c", "exp10d", "exp10e"]
+        .into_iter()
+        .filter(|e| *e != first)
+        .map(str::to_owned)
+        .collect();
+    let values: BTreeMap<String, f64> = others
+        .iter()
+        .cloned()
+        .zip([0.5, 0.3, 0.1])
+        .chain([(first.clone(), 0.8), ("exp10b".to_owned(), 0.95)])
+        .collect();
+    while play_one(&server, &mut judged, |e| values[e])
+        .await
+        .is_some()
+    {}
+    let table = podq(&server, &["study", RUNG_GROUP]).ok();
+    let row = row_of(&table, &first);
+    // Promoted once four were judged, second of them.
+    assert!(
+        row.contains("succeeded") && row.contains("0.8 2/4 promoted"),
+        "{table}"
+    );
+    assert!(
+        row_of(&table, &others[0]).contains("0.5 3/5 promoted"),
+        "{table}"
+    );
+    assert!(
+        row_of(&table, &others[1]).contains("0.3 4/5 pruned"),
+        "{table}"
+    );
+    let worst = row_of(&table, &others[2]);
+    assert!(
+        worst.contains("stopped") && worst.contains("0.1 5/5 pruned"),
+        "{table}"
+    );
+    // Its detail says the decision too.
+    let job = podq(&server, &["job", &others[2]]).ok();
+    assert!(
+        job.lines()
+            .any(|l| l.starts_with("rung") && l.contains("1: pruned, rank 5 of 5, value 0.1")),
+        "{job}"
+    );
+    // --json is the server's study.
+    let json: Value = serde_json::from_str(&podq(&server, &["study", RUNG_GROUP, "--json"]).ok())
+        .expect("the study as JSON");
+    assert_eq!(json["rungs"]["metric"], "eval/exact_accuracy", "{json}");
+    // A group without rungs says so, and has no rung column.
+    let plain = podq(&server, &["study", "exp07-precision"]).ok();
+    assert!(
+        plain.contains("rungs       none") && !plain.contains("RUNG 1"),
+        "{plain}"
+    );
+    let typo = podq(&server, &["study", "exp10-lr-schedul"]);
+    assert_eq!(typo.code, 1, "{}", typo.stderr);
+    assert!(typo.stderr.contains(RUNG_GROUP), "{}", typo.stderr);
+}
+
 /// The flag lines of a `--help` text that have no description: a flag line followed by
 /// another flag line or the end, with nothing after the flag on its own line.
 fn undocumented(help: &str) -> Vec<String> {
@@ -377,6 +561,7 @@ fn every_flag_has_help_and_up_shows_its_own_defaults() {
         vec!["jobs"],
         vec!["job"],
         vec!["logs"],
+        vec!["study"],
         vec!["cancel"],
         vec!["requeue"],
         vec!["priority"],

@@ -10,6 +10,7 @@
 mod browser;
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -530,6 +531,251 @@ fn a_group_study_overlays_growing_curves_and_marks_a_preemption() {
             "document.getElementById('job-detail').hidden && document.body.dataset.view === 'study'",
         )
         .await;
+        browser.close().await;
+    });
+}
+
+/// The exp10 group, whose rungs the rung test gives it: its baseline row is exp10b.
+const RUNG_GROUP: &str = "exp10-lr-schedule";
+
+/// The repository's catalog with `rungs` (YAML) on the exp10 group (as tests/rungs.rs).
+fn catalog_with_rungs(dir: &Path, rungs: &str) -> PathBuf {
+    let root = dir.join("experiments");
+    common::copy_dir(&common::experiments_dir(), &root);
+    let group = root.join(format!("groups/{RUNG_GROUP}/group.yaml"));
+    let mut text = std::fs::read_to_string(&group).unwrap();
+    text.push_str(&format!("rungs: {rungs}\n"));
+    std::fs::write(&group, text).unwrap();
+    root
+}
+
+/// The next run a pod played through the worker API is given (as tests/rungs.rs plays
+/// one): it reports `value(experiment)` of eval/exact_accuracy at a quarter of its steps
+/// (past it, when judged there before), stops there when the server asks, else trains to
+/// its end. Answers its experiment, or None when the queue is empty.
+async fn play_one(
+    server: &Server,
+    judged: &mut Vec<String>,
+    value: impl Fn(&str) -> f64,
+) -> Option<String> {
+    let ask = json!({"accelerator": "v4-64", "hosts": 8, "state": "READY",
+                     "health": "HEALTHY", "wait_s": 0});
+    let (status, lease) = server.post("/pods/pod-r/lease", ask).await;
+    if status == 204 {
+        return None;
+    }
+    assert_eq!(status, 200, "{lease}");
+    let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
+    let experiment = lease["experiment"].as_str().unwrap().to_owned();
+    let total = server.job(lease["job_id"].as_str().unwrap()).await["total_steps"]
+        .as_i64()
+        .expect("total steps");
+    let beat = json!({"phase": "running", "step": 0, "hosts_alive": [true]});
+    let (status, answer) = server
+        .post(&format!("/leases/{lease_id}/heartbeat"), beat)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let step = (total as f64 * 0.25).ceil() as i64;
+    let report = if judged.contains(&experiment) {
+        step + 10
+    } else {
+        step
+    };
+    judged.push(experiment.clone());
+    // Two points before the rung, so each run draws a curve.
+    let v = value(&experiment);
+    let points: Vec<Value> = [report / 3, report * 2 / 3, report]
+        .iter()
+        .map(|&s| {
+            let at = if s == report {
+                v
+            } else {
+                v * s as f64 / report as f64
+            };
+            json!({"step": s, "values": {"eval/exact_accuracy": at, "train/loss": 1.0}})
+        })
+        .collect();
+    let (status, ack) = server
+        .post(
+            &format!("/leases/{lease_id}/metrics"),
+            json!({"points": points}),
+        )
+        .await;
+    assert_eq!(status, 200, "{ack}");
+    let (outcome, end) = match ack["stop"]["reason"].as_str() {
+        Some(_) => ("cancelled", report),
+        None => ("succeeded", total),
+    };
+    let end = json!({"outcome": outcome, "exit_codes": [0], "end_step": end,
+                     "knows_stopped": true});
+    let (status, answer) = server
+        .post(&format!("/leases/{lease_id}/finish"), end)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    Some(experiment)
+}
+
+#[test]
+fn the_study_marks_each_runs_rung_and_the_panel_says_its_decision() {
+    run(async {
+        let dir = tempfile::tempdir().unwrap();
+        let options = ServerOptions {
+            experiments: catalog_with_rungs(
+                dir.path(),
+                "{metric: eval/exact_accuracy, at: [25%], keep: 1/2}",
+            ),
+            ..ServerOptions::default()
+        };
+        let server = Server::start_with(options).await;
+        let (status, answer) = server.post("/jobs", json!({"group": RUNG_GROUP})).await;
+        assert_eq!(status, 201, "{answer}");
+        let ids: std::collections::BTreeMap<String, String> = answer["created"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["experiment"].as_str().unwrap().to_owned(),
+                    c["job_id"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        // The baseline row goes on; the first other run judged ranks below it and waits.
+        let mut judged = Vec::new();
+        let first = loop {
+            let experiment = play_one(
+                &server,
+                &mut judged,
+                |e| if e == "exp10b" { 0.95 } else { 0.8 },
+            )
+            .await
+            .expect("a run to lease");
+            if experiment != "exp10b" {
+                break experiment;
+            }
+        };
+
+        let browser = Browser::launch().await;
+        let page = browser
+            .open(&format!("{}/#study={RUNG_GROUP}", server.url))
+            .await;
+        wait_live(&page).await;
+        let marker = |id: &str, verdict: &str| {
+            format!(
+                "(() => {{ const m = document.querySelector('#study-chart g.curve[data-job-id={id}] \
+                 [data-marker=\"rung\"][data-verdict={verdict}]'); \
+                 return m ? {{step: Number(m.dataset.step), rung: Number(m.dataset.rung), \
+                 title: m.querySelector('title').textContent}} : null; }})()",
+                id = js_str(id),
+                verdict = js_str(verdict)
+            )
+        };
+        let waiting: Value = page
+            .wait_for(
+                SHOW,
+                "the waiting run's rung mark",
+                &marker(&ids[&first], "paused"),
+            )
+            .await;
+        assert_eq!(waiting["rung"], 1, "{waiting}");
+        assert!(
+            waiting["title"]
+                .as_str()
+                .unwrap()
+                .contains("waiting for its siblings"),
+            "{waiting}"
+        );
+        page.wait_for::<bool>(
+            SHOW,
+            "the rungs table",
+            "!document.getElementById('study-rungs').hidden && \
+             document.getElementById('study-rungs-desc').textContent.startsWith('eval/exact_accuracy at 25%, keep 50%')",
+        )
+        .await;
+
+        // The others are judged below it: it is promoted, and the two worst are pruned, which
+        // the page shows live.
+        let others: Vec<String> = ["exp10a", "exp10c", "exp10d", "exp10e"]
+            .into_iter()
+            .filter(|e| *e != first)
+            .map(str::to_owned)
+            .collect();
+        let values: std::collections::BTreeMap<String, f64> = others
+            .iter()
+            .cloned()
+            .zip([0.5, 0.3, 0.1])
+            .chain([(first.clone(), 0.8), ("exp10b".to_owned(), 0.95)])
+            .collect();
+        while play_one(&server, &mut judged, |e| values[e])
+            .await
+            .is_some()
+        {}
+        let pruned = &others[1];
+        let mark: Value = page
+            .wait_for(
+                SHOW,
+                "the pruned run's rung mark",
+                &marker(&ids[pruned], "pruned"),
+            )
+            .await;
+        let job = server.job(&ids[pruned]).await;
+        assert_eq!(job["state"], "stopped", "{job}");
+        let total = job["total_steps"].as_i64().unwrap();
+        assert_eq!(
+            mark["step"],
+            (total as f64 * 0.25).ceil() as i64,
+            "the mark sits at the rung's step: {mark}"
+        );
+        let title = mark["title"].as_str().unwrap();
+        assert!(
+            title.contains("rung 1 (25%)")
+                && title.contains("eval/exact_accuracy = 0.3")
+                && title.contains("rank 4 of 5")
+                && title.ends_with("pruned"),
+            "{title}"
+        );
+        page.wait_for::<Value>(
+            SHOW,
+            "the promoted run's rung mark",
+            &marker(&ids[&first], "promoted"),
+        )
+        .await;
+        let cell: Value = page
+            .wait_for(
+                SHOW,
+                "the pruned run's cell in the rungs table",
+                &format!(
+                    "(() => {{ const td = document.querySelector('#study-rungs-table tbody tr[data-experiment={exp}] td[data-rung=\"1\"]'); \
+                     return td && td.dataset.verdict === 'pruned' ? {{text: td.textContent}} : null; }})()",
+                    exp = js_str(pruned)
+                ),
+            )
+            .await;
+        assert_eq!(cell["text"], "0.3 4/5 pruned", "{cell}");
+        let legend: String = page
+            .eval(&format!(
+                "document.querySelector('#study-legend li[data-experiment={exp}] [data-rung-verdict]').textContent",
+                exp = js_str(pruned)
+            ))
+            .await;
+        assert_eq!(legend, "pruned at rung 1");
+        page.screenshot("study-rungs").await;
+
+        // The job's panel, opened from the rungs table, says its decision.
+        page.click(&format!(
+            "#study-rungs-table tbody tr[data-experiment={}] a[data-open-job]",
+            js_str(pruned)
+        ))
+        .await;
+        let said: String = page
+            .wait_for(
+                SHOW,
+                "the panel's rung decision",
+                "document.querySelector('#detail-facts dd.rungs [data-verdict=\"pruned\"]')?.textContent ?? null",
+            )
+            .await;
+        assert_eq!(said, "rung 1: pruned, rank 4 of 5 (0.3)");
+        page.screenshot("job-pruned-at-rung").await;
         browser.close().await;
     });
 }

@@ -207,6 +207,8 @@ async fn results_csv_reads_in_python_and_pandas_and_matches_the_study() {
             "pod_hours",
             "attempts",
             "accelerators",
+            "rung",
+            "rung_decision",
             "job_id",
         ]
         .map(String::from),
@@ -270,6 +272,12 @@ async fn results_csv_reads_in_python_and_pandas_and_matches_the_study() {
         }
         assert_eq!(row["job_id"], s["job_id"], "{exp}");
         assert_eq!(row["attempts"], s["attempts"].to_string(), "{exp}");
+        // A group without rungs: no rung, no decision.
+        assert_eq!(
+            (&row["rung"], &row["rung_decision"]),
+            (&json!(""), &json!("")),
+            "{exp}"
+        );
         for m in ["eval/exact_accuracy", "eval/loss"] {
             for (column, key) in [("final", "final"), ("best", "best")] {
                 let want = s[key][m]["value"].as_f64().unwrap();
@@ -675,4 +683,189 @@ async fn the_study_views_download_sends_the_token() {
         "the saved file is the server's results.csv"
     );
     browser.close().await;
+}
+
+/// The exp10 group, whose rungs these tests give it: its baseline row is exp10b.
+const RUNG_GROUP: &str = "exp10-lr-schedule";
+const RUNG_METRIC: &str = "eval/exact_accuracy";
+
+/// The repository's catalog with `rungs` (YAML) on the exp10 group (as tests/rungs.rs).
+fn catalog_with_rungs(dir: &Path, rungs: &str) -> PathBuf {
+    let root = dir.join("experiments");
+    common::copy_dir(&common::experiments_dir(), &root);
+    let group = root.join(format!("groups/{RUNG_GROUP}/group.yaml"));
+    let mut text = std::fs::read_to_string(&group).unwrap();
+    text.push_str(&format!("rungs: {rungs}\n"));
+    std::fs::write(&group, text).unwrap();
+    root
+}
+
+/// A pod played through the worker API (as tests/rungs.rs plays one): each run reports its
+/// value of the rungs' metric at `at` of its steps; paused or pruned there, it stops;
+/// promoted (at once or later), it trains to its end.
+async fn play_rungs(server: &Server, at: f64, values: &BTreeMap<&str, f64>) {
+    let mut judged: Vec<String> = Vec::new();
+    loop {
+        let ask = json!({"accelerator": "v4-64", "hosts": 8, "state": "READY",
+                         "health": "HEALTHY", "wait_s": 0});
+        let (status, lease) = server.post("/pods/pod-r/lease", ask).await;
+        if status == 204 {
+            return;
+        }
+        assert_eq!(status, 200, "{lease}");
+        let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
+        let experiment = lease["experiment"].as_str().unwrap().to_owned();
+        let total = server.job(lease["job_id"].as_str().unwrap()).await["total_steps"]
+            .as_i64()
+            .expect("total steps");
+        let beat = json!({"phase": "running", "step": 0, "hosts_alive": [true]});
+        let (status, answer) = server
+            .post(&format!("/leases/{lease_id}/heartbeat"), beat)
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        let step = (total as f64 * at).ceil() as i64;
+        let again = judged.contains(&experiment);
+        let report = if again { step + 10 } else { step };
+        judged.push(experiment.clone());
+        let batch = json!({"points": [{"step": report,
+                                       "values": {RUNG_METRIC: values[experiment.as_str()], "train/loss": 1.0}}]});
+        let (status, ack) = server
+            .post(&format!("/leases/{lease_id}/metrics"), batch)
+            .await;
+        assert_eq!(status, 200, "{ack}");
+        let (outcome, end) = match ack["stop"]["reason"].as_str() {
+            Some(_) => ("cancelled", report),
+            None => ("succeeded", total),
+        };
+        let end = json!({"outcome": outcome, "exit_codes": [0], "end_step": end,
+                         "knows_stopped": true});
+        let (status, answer) = server
+            .post(&format!("/leases/{lease_id}/finish"), end)
+            .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+}
+
+/// A group with rungs: the study says each run's value, rank and decision at each rung, and
+/// `results.csv` (read by Python's `csv` and pandas) its last rung and the decision there.
+#[tokio::test]
+async fn the_study_and_results_csv_say_each_runs_rung_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = ServerOptions {
+        experiments: catalog_with_rungs(
+            dir.path(),
+            "{metric: eval/exact_accuracy, at: [25%], keep: 1/2}",
+        ),
+        ..ServerOptions::default()
+    };
+    if let Some(i) = options.args.iter().position(|a| a == "--lease-ttl-s") {
+        options.args[i + 1] = "120".into();
+    }
+    let server = Server::start_with(options).await;
+    let (status, answer) = server.post("/jobs", json!({"group": RUNG_GROUP})).await;
+    assert_eq!(status, 201, "{answer}");
+    // exp10b is the baseline row, and the worst: it goes on all the same.
+    let values = BTreeMap::from([
+        ("exp10a", 0.9),
+        ("exp10b", 0.1),
+        ("exp10c", 0.5),
+        ("exp10d", 0.7),
+        ("exp10e", 0.3),
+    ]);
+    play_rungs(&server, 0.25, &values).await;
+
+    let (status, study) = server.get(&format!("/groups/{RUNG_GROUP}/study")).await;
+    assert_eq!(status, 200, "{study}");
+    assert_eq!(study["rungs"]["metric"], RUNG_METRIC, "{study}");
+    assert_eq!(study["rungs"]["at"], json!([0.25]), "{study}");
+    assert_eq!(study["rungs"]["keep"], 0.5, "{study}");
+    assert_eq!(study["rungs"]["keep_auto"], false, "{study}");
+    assert_eq!(study["rungs"]["lower_is_better"], false, "{study}");
+    let rows = study["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 5, "{study}");
+    for row in rows {
+        let exp = row["experiment"].as_str().unwrap();
+        let job = server.job(row["job_id"].as_str().unwrap()).await;
+        let rung = &row["rungs"][0];
+        assert_eq!(row["rungs"].as_array().unwrap().len(), 1, "{exp}: {row}");
+        assert_eq!(rung["rung"], 1, "{exp}: {row}");
+        assert_eq!(rung["value"], values[exp], "{exp}: {row}");
+        let total = job["total_steps"].as_i64().unwrap();
+        assert_eq!(
+            rung["step"],
+            (total as f64 * 0.25).ceil() as i64,
+            "{exp}: judged on its value at 25% of its steps"
+        );
+        // The study says what the job's detail says.
+        for key in ["verdict", "rank", "of", "value", "decided_by"] {
+            assert_eq!(
+                rung[key], job["rungs"][0][key],
+                "{exp} {key}: {row} / {job}"
+            );
+        }
+        let want = if exp == "exp10e" {
+            "pruned"
+        } else {
+            "promoted"
+        };
+        assert_eq!(rung["verdict"], want, "{exp}: {row}");
+    }
+    let pruned = rows.iter().find(|r| r["experiment"] == "exp10e").unwrap();
+    assert_eq!(
+        (&pruned["rungs"][0]["rank"], &pruned["rungs"][0]["of"]),
+        (&json!(4), &json!(5))
+    );
+    assert_eq!(pruned["state"], "stopped");
+
+    // results.csv: the last rung and its decision, as Python and pandas read them.
+    let (_, text) = download(&server, &format!("/groups/{RUNG_GROUP}/results.csv")).await;
+    let file = server.dir.path().join("rungs.csv");
+    std::fs::write(&file, &text).unwrap();
+    let read = read_with_python(&file, false);
+    let columns = read["pandas"]["columns"].as_array().unwrap();
+    let at = |name: &str| columns.iter().position(|c| c == name);
+    assert_eq!(
+        (
+            at("rung").map(|i| i + 1),
+            at("rung_decision").map(|i| i + 1)
+        ),
+        (at("rung_decision"), at("job_id")),
+        "rung, rung_decision just before job_id: {columns:?}"
+    );
+    assert_eq!(
+        read["pandas"]["dtypes"]["rung"], "int64",
+        "{}",
+        read["pandas"]["dtypes"]
+    );
+    for row in read["csv"].as_array().unwrap() {
+        let exp = row["experiment"].as_str().unwrap();
+        let want = if exp == "exp10e" {
+            "pruned"
+        } else {
+            "promoted"
+        };
+        assert_eq!(row["rung"], "1", "{exp}: {row}");
+        assert_eq!(row["rung_decision"], want, "{exp}: {row}");
+    }
+    // The JSON form, and the suite's file, say the same; other groups have no rung.
+    let (_, results) = server.get(&format!("/groups/{RUNG_GROUP}/results")).await;
+    let e = results["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["experiment"] == "exp10e")
+        .unwrap();
+    assert_eq!(
+        (&e["rung"], &e["rung_decision"]),
+        (&json!(1), &json!("pruned")),
+        "{e}"
+    );
+    let (_, suite) = download(&server, "/results.csv").await;
+    let file = server.dir.path().join("suite-rungs.csv");
+    std::fs::write(&file, &suite).unwrap();
+    let read = read_with_python(&file, false);
+    for row in read["csv"].as_array().unwrap() {
+        let exp10 = row["group"] == RUNG_GROUP;
+        assert_eq!(row["rung"] != "", exp10, "{row}");
+    }
 }

@@ -101,7 +101,8 @@ function niceTicks(lo, hi, count = 5) {
 
 /**
  * The study's chart: `curves` ({ row, color, pts, marks }, one per run) against step or
- * pod-hours, each with its interruption (▼) and resume (○) marks.
+ * pod-hours, each with its interruption (▼) and resume (○) marks, and a mark at each rung it
+ * reached: ◆ promoted, ◇ waiting (paused), ✕ pruned.
  */
 export function drawStudyChart(svg, curves, { metric, xAxis, smooth, runs }) {
   const hours = xAxis === "hours";
@@ -164,9 +165,18 @@ export function drawStudyChart(svg, curves, { metric, xAxis, smooth, runs }) {
     for (const m of c.marks) {
       const x = sx(m.x), y = sy(m.y);
       const attrs = { class: `mark mark-${m.role}`, "data-marker": m.kind, "data-step": m.step, "data-job-id": c.row.run_id };
-      const shape = m.role === "stop"
-        ? svgEl("path", { ...attrs, d: `M${(x - 5).toFixed(1)},${(y - 11).toFixed(1)} h10 l-5,8 z` })
-        : svgEl("circle", { ...attrs, cx: x.toFixed(1), cy: y.toFixed(1), r: 4.5 });
+      let shape;
+      if (m.role === "stop") {
+        shape = svgEl("path", { ...attrs, d: `M${(x - 5).toFixed(1)},${(y - 11).toFixed(1)} h10 l-5,8 z` });
+      } else if (m.role === "rung") {
+        // A rung: a cross where the run was pruned, else a diamond (hollow while it waits).
+        const d = m.kind === "pruned"
+          ? `M${(x - 5).toFixed(1)},${(y - 5).toFixed(1)} l10,10 m0,-10 l-10,10`
+          : `M${x.toFixed(1)},${(y - 6).toFixed(1)} l6,6 l-6,6 l-6,-6 z`;
+        shape = svgEl("path", { ...attrs, class: `mark mark-rung rung-${m.kind}`, "data-marker": "rung", "data-rung": m.rung, "data-verdict": m.kind, d });
+      } else {
+        shape = svgEl("circle", { ...attrs, cx: x.toFixed(1), cy: y.toFixed(1), r: 4.5 });
+      }
       shape.append(svgEl("title", null, m.title));
       g.append(shape);
     }

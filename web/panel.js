@@ -1,6 +1,6 @@
-// The job panel: one job's facts (who submitted it, its class, who last acted on it), pod
-// time, charts, attempts, checkpoints and timeline, with Cancel, Requeue, Suspend, Resume and a
-// change of class or priority for whoever may; its log is logs.js's.
+// The job panel: one job's facts (who submitted it, its class, who last acted on it, its rung
+// decisions), pod time, charts, attempts, checkpoints and timeline, with Cancel, Requeue,
+// Suspend, Resume and a change of class or priority for whoever may; its log is logs.js's.
 
 import { HttpError, change, getJSON } from "./api.js";
 import { lineChart } from "./charts.js";
@@ -68,6 +68,27 @@ function stoppedBy(fired) {
   return `\`${fired.rule}\` at step ${fmtInt(fired.step)} (${fired.metric} = ${value})`;
 }
 
+// A run's standing at each rung its group's rungs judged it at (GET /jobs/{id} `rungs`).
+const RUNG_SAYS = {
+  promoted: "promoted",
+  paused: "paused: waits for its siblings, holding no pod",
+  pruned: "pruned",
+  no_value: "not judged: its metric never reported there",
+};
+
+/** "rung 1: pruned, rank 4 of 5 (0.3)", one line per rung. */
+function rungFacts(rungs) {
+  if (!Array.isArray(rungs) || !rungs.length) return [];
+  return [el("dt", null, rungs.length > 1 ? "Rungs" : "Rung"), el("dd", { class: "rungs" },
+    ...rungs.map((r) => {
+      const rank = r.rank && r.of ? `, rank ${r.rank} of ${r.of}` : "";
+      const value = typeof r.value === "number" ? ` (${fmtNum(r.value)})` : "";
+      const by = r.decided_by && r.decided_by !== "podq" ? ` by ${r.decided_by}` : "";
+      return el("div", { class: `rung-verdict rung-${r.verdict}`, "data-rung": r.rung, "data-verdict": r.verdict, title: r.decided_at || null },
+        `rung ${r.rung}: ${RUNG_SAYS[r.verdict] || r.verdict}${by}${rank}${value}`);
+    }))];
+}
+
 function fact(label, value, cls) {
   if (value === null || value === undefined || value === "") return [];
   return [el("dt", null, label), el("dd", { class: cls || null }, value)];
@@ -116,6 +137,7 @@ function renderDetail(detail, metrics, events) {
     ...(detail.same_as ? [el("dt", null, "Shares run of"), el("dd", null, jobLink(detail.same_as))] : []),
     ...fact("Message", detail.message),
     ...fact("Stopped by", stoppedBy(detail.stopped_by), "bad-text"),
+    ...rungFacts(detail.rungs),
     ...linkFacts(detail.links),
     ...fact("Checkpoints", detail.checkpoint_dir, "mono wrap"),
     ...fact(detail.state === "succeeded" ? "Last checkpoint" : "Next resume from", detail.resume_from, "mono wrap"),

@@ -1,5 +1,6 @@
 // The study view: a group's runs side by side (GET /api/v1/groups/{name}/study), one metric
-// against step or pod-hours with smoothing and interruption marks, and its results table.
+// against step or pod-hours with smoothing and interruption marks, each run's mark at each
+// rung it reached (promoted, waiting or pruned), the rungs' table, and its results table.
 
 import { HttpError, getJSON } from "./api.js";
 import { drawStudyChart } from "./charts.js";
@@ -37,6 +38,14 @@ function studyRuns() {
   return out;
 }
 
+/** The metrics the group watches, its rungs' metric first. */
+function watchedMetrics() {
+  const data = ui.studyData;
+  const watch = (data && data.metrics_to_watch) || [];
+  const rungMetric = data && data.rungs ? data.rungs.metric : null;
+  return rungMetric ? [rungMetric, ...watch.filter((m) => m !== rungMetric)] : watch;
+}
+
 export function studyConcerns(jobId) {
   return Boolean(ui.studyData && ui.studyData.rows.some((r) => r.job_id === jobId || r.run_id === jobId));
 }
@@ -54,7 +63,7 @@ function recordedMetrics() {
 
 function effectiveMetric() {
   if (ui.metric) return ui.metric;
-  const watch = (ui.studyData && ui.studyData.metrics_to_watch) || [];
+  const watch = watchedMetrics();
   const recorded = recordedMetrics();
   return watch.find((m) => recorded.has(m)) || watch[0] || [...recorded].sort()[0] || "train/lm_loss";
 }
@@ -133,7 +142,7 @@ function renderStudy() {
 
   // the metric choice: the ones to watch first, then every other recorded one
   const recorded = recordedMetrics();
-  const watch = data.metrics_to_watch || [];
+  const watch = watchedMetrics();
   const names = [...watch, ...[...recorded].filter((n) => !watch.includes(n)).sort()];
   const metric = effectiveMetric();
   if (!names.includes(metric)) names.unshift(metric);
@@ -146,7 +155,68 @@ function renderStudy() {
   }
   select.value = metric;
   renderStudyChart();
+  renderRungTable();
   renderStudyTable();
+}
+
+// What a run's standing at a rung reads as: a paused run waits for its siblings' values.
+const VERDICT_TEXT = { promoted: "promoted", paused: "waiting", pruned: "pruned", no_value: "not judged" };
+const VERDICT_PILL = { promoted: "ok", paused: "warn", pruned: "bad" };
+
+function pct(share) {
+  return `${Number((share * 100).toFixed(1))}%`;
+}
+
+function verdictOf(r) {
+  return r.verdict || "judging";
+}
+
+/** "rung 1 (25%) at step 250: eval/exact_accuracy = 0.3, rank 4 of 5: pruned". */
+function rungText(r, rungs) {
+  const at = rungs.at[r.rung - 1];
+  const where = `rung ${r.rung}${at === undefined ? "" : ` (${pct(at)})`}${r.step === null || r.step === undefined ? "" : ` at step ${fmtInt(r.step)}`}`;
+  const value = r.value === null || r.value === undefined ? `no ${rungs.metric}` : `${rungs.metric} = ${fmtNum(r.value)}`;
+  const rank = r.rank && r.of ? `, rank ${r.rank} of ${r.of}` : "";
+  const by = r.decided_by && r.decided_by !== "podq" ? ` by ${r.decided_by}` : "";
+  const verdict = r.verdict === "paused" ? "waiting for its siblings (paused, holding no pod)"
+    : r.verdict === "no_value" ? "not judged: its metric never reported there" : `${verdictOf(r)}${by}`;
+  return `${where}: ${value}${rank}: ${verdict}`;
+}
+
+/** The rungs' table: one row per experiment, a column per rung with value, rank and decision. */
+function renderRungTable() {
+  const data = ui.studyData;
+  const rungs = data.rungs;
+  const card = $("study-rungs");
+  const table = $("study-rungs-table");
+  card.hidden = !rungs;
+  if (!rungs) {
+    table.tHead.replaceChildren();
+    table.tBodies[0].replaceChildren();
+    $("study-rungs-desc").textContent = "";
+    return;
+  }
+  $("study-rungs-desc").textContent = rungs.description +
+    (rungs.keep_auto ? ` (keep: auto; the plan keeps ${pct(rungs.keep)})` : "") +
+    (rungs.lower_is_better ? " · lower is better" : " · higher is better");
+  table.tHead.replaceChildren(el("tr", null,
+    el("th", null, "Experiment"), el("th", null, "State"),
+    ...rungs.at.map((at, k) => el("th", { "data-rung": k + 1, title: `rung ${k + 1}: judged at ${pct(at)} of each run's steps` }, `Rung ${k + 1} · ${pct(at)}`))));
+  table.tBodies[0].replaceChildren(...data.rows.map((row) => el("tr", {
+    "data-experiment": row.experiment, "data-job-id": row.job_id || "", class: row.baseline ? "baseline" : null,
+  },
+  el("td", { class: "exp" }, row.job_id ? el("a", { href: "#", "data-open-job": row.job_id }, row.experiment) : row.experiment,
+    row.baseline ? el("span", { class: "pill" }, "baseline") : null),
+  el("td", null, badge(row.state)),
+  ...rungs.at.map((_, k) => {
+    const r = (row.rungs || []).find((x) => x.rung === k + 1);
+    if (!r) return el("td", { class: "rung-cell muted", "data-rung": k + 1 }, "–");
+    const verdict = verdictOf(r);
+    return el("td", { class: "rung-cell", "data-rung": k + 1, "data-verdict": verdict, title: rungText(r, rungs) },
+      el("span", { class: "mono" }, r.value === null || r.value === undefined ? "no value" : fmtNum(r.value)),
+      r.rank && r.of ? el("span", { class: "muted mono rung-rank" }, ` ${r.rank}/${r.of} `) : " ",
+      el("span", { class: `pill ${VERDICT_PILL[verdict] || ""}`.trim() }, VERDICT_TEXT[verdict] || verdict));
+  }))));
 }
 
 /** Exponential moving average, debiased as TensorBoard's smoothing. */
@@ -239,6 +309,15 @@ export function renderStudyChart() {
       marks.push({ kind: "resume", role: "resume", step: resume, x: resumeX, y: pointNear(pts, resumeX, true).y,
         title: `${row.experiment}: attempt ${next.attempt.attempt} resumed from step ${fmtInt(resume)}` });
     });
+    // Each rung it reached, on its curve at the step it was judged there.
+    const rungs = data.rungs;
+    for (const r of (rungs && row.rungs) || []) {
+      if (r.step === null || r.step === undefined || !pts.length) continue;
+      const x = hours ? hoursAt(spans, r.step) : r.step;
+      if (x === null) continue;
+      marks.push({ kind: verdictOf(r), role: "rung", rung: r.rung, step: r.step, x, y: pointNear(pts, x, false).y,
+        title: `${row.experiment}: ${rungText(r, rungs)}` });
+    }
     curves.push({ row, color, pts, marks });
   });
   drawStudyChart($("study-chart"), curves, { metric, xAxis: ui.xAxis, smooth: ui.smooth, runs: rows.length });
@@ -252,13 +331,27 @@ function paramsText(row) {
   return entries.map(([k, v]) => `${k.split(".").pop()}=${typeof v === "string" ? v : JSON.stringify(v)}`).join(", ");
 }
 
+/** "pruned at rung 1": the run's newest rung decision, for the legend. */
+function lastRung(row) {
+  const decided = (row.rungs || []).filter((r) => r.verdict);
+  const r = decided[decided.length - 1];
+  if (!r) return null;
+  const verdict = verdictOf(r);
+  return el("span", { class: `rung-verdict rung-${verdict}`, "data-rung-verdict": verdict, title: ui.studyData.rungs ? rungText(r, ui.studyData.rungs) : null },
+    `${VERDICT_TEXT[verdict] || verdict} at rung ${r.rung}`);
+}
+
 function renderLegend(curves) {
-  $("study-legend").replaceChildren(...curves.map((c) => el("li", { "data-experiment": c.row.experiment, style: `--curve:${c.color}` },
-    el("span", { class: "swatch", "aria-hidden": "true" }),
-    el("a", { href: "#", "data-open-job": c.row.job_id || c.row.run_id }, c.row.experiment),
-    el("span", { class: "muted" }, ` ${paramsText(c.row)} `),
-    badge(c.row.state),
-    c.marks.length ? el("span", { class: "warn-text small" }, ` ${c.marks.filter((m) => m.role === "stop").length} interrupted`) : null)));
+  $("study-legend").replaceChildren(...curves.map((c) => {
+    const stops = c.marks.filter((m) => m.role === "stop").length;
+    return el("li", { "data-experiment": c.row.experiment, style: `--curve:${c.color}` },
+      el("span", { class: "swatch", "aria-hidden": "true" }),
+      el("a", { href: "#", "data-open-job": c.row.job_id || c.row.run_id }, c.row.experiment),
+      el("span", { class: "muted" }, ` ${paramsText(c.row)} `),
+      badge(c.row.state),
+      lastRung(c.row),
+      stops ? el("span", { class: "warn-text small" }, ` ${stops} interrupted`) : null);
+  }));
 }
 
 function paramValue(v) {
@@ -270,7 +363,7 @@ function renderStudyTable() {
   const data = ui.studyData;
   const table = $("study-table");
   const keys = [...new Set(data.rows.flatMap((r) => Object.keys(r.params || {})))].sort();
-  const watch = data.metrics_to_watch || [];
+  const watch = watchedMetrics();
   const metrics = [...watch.filter((m) => m.startsWith("eval/")), ...watch.filter((m) => !m.startsWith("eval/"))];
   table.tHead.replaceChildren(el("tr", null,
     el("th", null, "Experiment"), el("th", null, "State"),
@@ -311,6 +404,9 @@ export function openStudy(name) {
     $("study-legend").replaceChildren();
     $("study-table").tHead.replaceChildren();
     $("study-table").tBodies[0].replaceChildren();
+    $("study-rungs").hidden = true;
+    $("study-rungs-table").tHead.replaceChildren();
+    $("study-rungs-table").tBodies[0].replaceChildren();
     $("study-title").textContent = name;
     $("study-sub").textContent = "";
     $("study-metric").dataset.options = "";

@@ -66,6 +66,14 @@ pub struct ResultRow {
     /// (`v4-64 v6e-32`); null before its first attempt.
     #[serde(default)]
     pub accelerators: Option<String>,
+    /// The last rung its group's rungs decided its run at (1 for the first); null for a
+    /// group without rungs or a run before its first rung.
+    #[serde(default)]
+    pub rung: Option<i64>,
+    /// The decision there: `promoted`, `paused` (waiting for its siblings), `pruned` or
+    /// `no_value` (its metric never reported there).
+    #[serde(default)]
+    pub rung_decision: Option<String>,
     /// The experiment's newest job; null when never submitted.
     pub job_id: Option<JobId>,
 }
@@ -157,7 +165,7 @@ impl Results {
 
     /// The table's header: `experiment`, `group`, the varied params, `<metric>.final` and
     /// `<metric>.best` for each eval metric, `steps`, `state`, `pod_hours`, `attempts`,
-    /// `accelerators`, `job_id`.
+    /// `accelerators`, `rung`, `rung_decision`, `job_id`.
     pub fn columns(&self) -> Vec<String> {
         let mut columns = vec!["experiment".to_owned(), "group".to_owned()];
         columns.extend(self.params.iter().cloned());
@@ -172,6 +180,8 @@ impl Results {
                 "pod_hours",
                 "attempts",
                 "accelerators",
+                "rung",
+                "rung_decision",
                 "job_id",
             ]
             .iter()
@@ -201,6 +211,8 @@ impl Results {
         cells.push(row.pod_hours.map_or(Cell::Empty, Cell::Number));
         cells.push(row.attempts.map_or(Cell::Empty, Cell::Int));
         cells.push(row.accelerators.clone().map_or(Cell::Empty, Cell::Text));
+        cells.push(row.rung.map_or(Cell::Empty, Cell::Int));
+        cells.push(row.rung_decision.clone().map_or(Cell::Empty, Cell::Text));
         cells.push(
             row.job_id
                 .map_or(Cell::Empty, |id| Cell::Text(id.to_string())),

@@ -256,6 +256,27 @@ fn describe(detail: &JobDetail, events: &[Event]) -> String {
     if job.ignore_stop_rules {
         line("stop rules", "lifted (requeue --ignore-stop-rules)".into());
     }
+    for r in &detail.rungs {
+        let verdict = match r.verdict.as_str() {
+            "paused" => "paused, waiting for its siblings",
+            "no_value" => "not judged: its metric never reported there",
+            other => other,
+        };
+        let rank = match (r.rank, r.of) {
+            (Some(rank), Some(of)) => format!(", rank {rank} of {of}"),
+            _ => String::new(),
+        };
+        let value = r.value.map(|v| format!(", value {v}")).unwrap_or_default();
+        line(
+            "rung",
+            format!(
+                "{}: {verdict}{rank}{value} ({}, {})",
+                r.rung,
+                r.decided_by,
+                time(r.decided_at)
+            ),
+        );
+    }
     line("priority", job.priority.to_string());
     line("step", progress(job));
     line(

@@ -25,6 +25,7 @@ mod jobs;
 mod plan;
 mod pools;
 mod results;
+mod study;
 mod submit;
 mod table;
 mod team;
@@ -42,6 +43,7 @@ pub use jobs::{job, jobs, logs, JobArgs, JobsArgs, LogsArgs};
 pub use plan::{grant, plan, GrantArgs, PlanArgs};
 pub use pools::{pools, PoolsArgs};
 pub use results::{results, ResultsArgs};
+pub use study::{study, StudyArgs};
 pub use submit::{status, submit, StatusArgs, SubmitArgs};
 pub use team::{audit, users, whoami, AuditArgs, UsersArgs, WhoAmIArgs};
 

@@ -75,7 +75,7 @@ async fn detail(
     summary = "What a group's runs show, row by row",
     params(("name" = String, Path, description = "The group")),
     responses(
-        (status = 200, description = "The group's rows with their params and metrics", body = GroupStudy),
+        (status = 200, description = "The group's rows with their params and metrics, and, for a group with rungs, the rungs and each run's value, rank and decision at each", body = GroupStudy),
         (status = 404, description = "`not_found`: no such group (with did-you-mean in details)", body = ErrorBody),
     ),
 )]

@@ -82,6 +82,8 @@ impl Scheduler {
                         .sum();
                     pod_hours = Some(seconds / 3600.0);
                 }
+                // The last rung decided, and its decision.
+                let decided = row.rungs.iter().rev().find(|r| r.verdict.is_some());
                 rows.push(ResultRow {
                     group: study.group.clone(),
                     params: params
@@ -94,6 +96,8 @@ impl Scheduler {
                     pod_hours,
                     attempts: row.job_id.map(|_| row.attempts),
                     accelerators,
+                    rung: decided.map(|r| r.rung),
+                    rung_decision: decided.and_then(|r| r.verdict.clone()),
                     job_id: row.job_id,
                     state: row.state,
                     experiment: row.experiment,
