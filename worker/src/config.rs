@@ -188,7 +188,7 @@ fn seconds(value: f64, what: &str) -> anyhow::Result<Duration> {
 pub fn default_trainer_command() -> anyhow::Result<String> {
     let exe = std::env::current_exe().context("cannot find this program's path")?;
     let exe = exe.to_str().context("this program's path is not UTF-8")?;
-    let exe = shlex::try_quote(exe).context("this program's path holds a NUL byte")?;
+    let exe = crate::shell::word(exe, "this program's path")?;
     Ok(format!(
         "{exe} sim-trainer --config-path {{config_dir}} --config-name {{experiment}} \
          checkpoint_path={{checkpoint_dir}} load_checkpoint={{resume_from}}"

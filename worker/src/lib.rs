@@ -15,4 +15,5 @@ pub mod pool;
 pub mod procs;
 pub mod report;
 pub mod running;
+pub mod shell;
 pub mod trust;

@@ -12,6 +12,7 @@ use super::{AttemptSettings, Context};
 use crate::checkpoints::CheckpointStore;
 use crate::client::ServerClient;
 use crate::pod::{AgentStart, HostLaunch, PodDriver, StagedConfig};
+use crate::shell::{word, NulByte};
 
 /// What a launch gives the supervision loop.
 pub(super) struct Launched {
@@ -67,26 +68,29 @@ pub(super) async fn launch(
         .await
         .map_err(|e| format!("no coordinator address: {e:#}"))?;
     let launches: Vec<HostLaunch> = (0..driver.hosts())
-        .map(|host| HostLaunch {
-            host,
-            command: fill_template(
-                &settings.trainer_command,
-                driver,
+        .map(|host| {
+            Ok(HostLaunch {
                 host,
-                lease,
-                resume_from.as_deref(),
-            ),
-            env: trainer_env(
-                settings,
-                driver,
-                host,
-                lease,
-                resume_from.as_deref(),
-                &config.sha256,
-                &coordinator,
-            ),
+                command: fill_template(
+                    &settings.trainer_command,
+                    driver,
+                    host,
+                    lease,
+                    resume_from.as_deref(),
+                )?,
+                env: trainer_env(
+                    settings,
+                    driver,
+                    host,
+                    lease,
+                    resume_from.as_deref(),
+                    &config.sha256,
+                    &coordinator,
+                ),
+            })
         })
-        .collect();
+        .collect::<Result<_, NulByte>>()
+        .map_err(|e| format!("cannot build the trainer command: {e}"))?;
     let start = AgentStart {
         config,
         lease: lease_id.to_string(),
@@ -177,13 +181,15 @@ pub(super) async fn choose_resume(
 
 /// The trainer command for `host`: every placeholder's value shell-quoted, so that no
 /// value (a name, a path, a URI) is ever read by the shell as more than one word of data.
+/// A value with a NUL byte cannot be one word: the attempt fails with [`NulByte`] naming
+/// the placeholder, and no command is built.
 fn fill_template(
     template: &str,
     driver: &dyn PodDriver,
     host: u32,
     lease: &Lease,
     resume: Option<&str>,
-) -> String {
+) -> Result<String, NulByte> {
     let config_dir = driver.config_dir(host).display().to_string();
     let slice = slice_of(lease, driver);
     let values = [
@@ -256,13 +262,13 @@ fn slice_of(lease: &Lease, driver: &dyn PodDriver) -> podq_api::SliceShape {
 
 /// `template` with each placeholder replaced by its value, shell-quoted, in one pass: a
 /// value that holds another placeholder's name is not filled in again.
-fn fill_quoted(template: &str, values: &[(&str, &str)]) -> String {
+fn fill_quoted(template: &str, values: &[(&str, &str)]) -> Result<String, NulByte> {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     'scan: while !rest.is_empty() {
         for (name, value) in values {
             if let Some(after) = rest.strip_prefix(name) {
-                out.push_str(&quote(value));
+                out.push_str(&word(value, format_args!("the value of {name}"))?);
                 rest = after;
                 continue 'scan;
             }
@@ -271,13 +277,7 @@ fn fill_quoted(template: &str, values: &[(&str, &str)]) -> String {
         out.push(c);
         rest = &rest[c.len_utf8()..];
     }
-    out
-}
-
-/// `value` as one shell word. A value with a NUL byte cannot be one, and no path, name or
-/// URI podq hands a trainer has one; it becomes an empty word.
-fn quote(value: &str) -> std::borrow::Cow<'_, str> {
-    shlex::try_quote(value).unwrap_or(std::borrow::Cow::Borrowed("''"))
+    Ok(out)
 }
 
 fn trainer_env(
@@ -352,6 +352,43 @@ mod tests {
         }
     }
 
+    /// Every placeholder's value, whatever it holds, reaches the trainer as the one argument
+    /// it was, as bash (which runs the trainer command) and a POSIX word-splitter read it; a
+    /// value with a NUL byte is refused, naming its placeholder.
+    #[test]
+    fn odd_values_reach_the_trainer_as_one_argument_each() {
+        let hostile = [
+            "two words",
+            "line\nbreak",
+            "it's",
+            "say \"hi\"",
+            "$(touch /tmp/podq-pwned)",
+            "`touch /tmp/podq-pwned`",
+            "all of it: 'a' \"b\" $(c) `d` ${HOME} \\ ; | & \n end {experiment}",
+        ];
+        let template = format!("printf '%s\\0' {}", PLACEHOLDERS.join(" "));
+        for value in hostile {
+            let values: Vec<(&str, &str)> = PLACEHOLDERS.iter().map(|p| (*p, value)).collect();
+            let filled = fill_quoted(&template, &values).unwrap();
+            let words = shlex::split(&filled).unwrap();
+            assert_eq!(words[2..], [value; PLACEHOLDERS.len()], "{filled}");
+            let out = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(&filled)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{filled}");
+            let args: Vec<&[u8]> = out.stdout.split(|&b| b == 0).collect();
+            let mut want = vec![value.as_bytes(); PLACEHOLDERS.len()];
+            want.push(b"");
+            assert_eq!(args, want, "{filled}");
+        }
+        for name in PLACEHOLDERS {
+            let err = fill_quoted(&template, &[(name, "a\0b")]).unwrap_err();
+            assert_eq!(err.what, format!("the value of {name}"));
+        }
+    }
+
     #[test]
     fn every_placeholder_is_one_shell_word_of_data() {
         let filled = fill_quoted(
@@ -361,7 +398,8 @@ mod tests {
                 ("{resume_from}", "gs://b/x$(touch /tmp/m)/814"),
                 ("{checkpoint_dir}", "/data/it's {experiment}"),
             ],
-        );
+        )
+        .unwrap();
         let words = shlex::split(&filled).unwrap();
         assert_eq!(
             words,

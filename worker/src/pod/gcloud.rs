@@ -509,7 +509,14 @@ impl PodDriver for GcloudPod {
                 _ => {}
             }
         }
-        let script = remote::signal(lease, kill);
+        let script = match remote::signal(lease, kill) {
+            Ok(script) => script,
+            Err(e) => {
+                // A lease `valid_lease` passed has no NUL byte: this is not reached.
+                tracing::warn!(lease, "{e}; nothing to signal");
+                return true;
+            }
+        };
         let results = self
             .ssh_all(
                 &self.stop_runner,

@@ -95,11 +95,17 @@ impl GcloudPod {
             .filter(|p| !p.starts_with("gs://"))
             .cloned()
             .collect();
-        let script = remote::preflight(&remote::PreflightScript {
+        let script = match remote::preflight(&remote::PreflightScript {
             code_dir: &code_dir,
             python_check: &python_check,
             dataset_paths: &local_datasets,
-        });
+        }) {
+            Ok(script) => script,
+            Err(e) => {
+                failures.push(failure(None, "config", e.to_string()));
+                return done(failures);
+            }
+        };
         let results = self.ssh_every_host(&script).await;
         let mut commits = BTreeMap::new();
         let mut versions = BTreeMap::new();

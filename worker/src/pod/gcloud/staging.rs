@@ -136,7 +136,7 @@ impl GcloudPod {
         for launch in &start.launches {
             let name = format!("podq-stage-{token}-launch-{}.sh", launch.host);
             let local = dir.join(&name);
-            write_private(&local, &remote::launch_file(&launch.env, &start.secret))?;
+            write_private(&local, &remote::launch_file(&launch.env, &start.secret)?)?;
             local_files.push(local);
             launch_names.insert(launch.host, format!("/tmp/{name}"));
         }
@@ -185,33 +185,32 @@ impl GcloudPod {
         let by_host: BTreeMap<u32, &HostLaunch> =
             start.launches.iter().map(|l| (l.host, l)).collect();
         let hosts: Vec<u32> = by_host.keys().copied().collect();
+        let stage = remote::stage(&remote::StageScript {
+            tmp: copied.map(|c| c.config.as_str()),
+            dir: &self.settings.config_dir,
+            name: &start.config.file_name,
+            sha256: &start.config.sha256,
+            code_dir: &self.settings.code_dir,
+            datasets,
+        })?;
+        let mut scripts = BTreeMap::new();
+        for (&host, launch) in &by_host {
+            let agent = remote::start_agent(&remote::AgentScript {
+                agent_path: &self.settings.agent_path,
+                agent_dir: &self.settings.agent_dir,
+                build_id,
+                worker_url: &start.worker_url,
+                lease: &start.lease,
+                host,
+                launch_tmp: copied.and_then(|c| c.launch.get(&host)).map(String::as_str),
+                command: &launch.command,
+            })?;
+            scripts.insert(host, format!("{stage}{agent}"));
+        }
         let results = self
             .ssh_all(
                 &self.runner,
-                |host| {
-                    let launch = by_host[&host];
-                    let stage = remote::stage(&remote::StageScript {
-                        tmp: copied.map(|c| c.config.as_str()),
-                        dir: &self.settings.config_dir,
-                        name: &start.config.file_name,
-                        sha256: &start.config.sha256,
-                        code_dir: &self.settings.code_dir,
-                        datasets,
-                    });
-                    stage
-                        + &remote::start_agent(&remote::AgentScript {
-                            agent_path: &self.settings.agent_path,
-                            agent_dir: &self.settings.agent_dir,
-                            build_id,
-                            worker_url: &start.worker_url,
-                            lease: &start.lease,
-                            host,
-                            launch_tmp: copied
-                                .and_then(|c| c.launch.get(&host))
-                                .map(String::as_str),
-                            command: &launch.command,
-                        })
-                },
+                |host| scripts[&host].clone(),
                 self.timing.ssh,
                 Retry::Ssh,
                 &hosts,
@@ -262,7 +261,7 @@ impl GcloudPod {
         if !failed.is_empty() {
             bail!("cannot copy the agent: {}", failed.join("; "));
         }
-        let script = remote::install_agent(&remote_tmp, &self.settings.agent_path);
+        let script = remote::install_agent(&remote_tmp, &self.settings.agent_path)?;
         let results = self
             .ssh_all(
                 &self.runner,
