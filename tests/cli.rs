@@ -4,9 +4,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::rungs::{catalog_with_rungs, RungPod, RUNG_GROUP};
 use common::{Server, ServerOptions, PODQ};
 use serde_json::{json, Value};
 
@@ -331,72 +331,6 @@ async fn a_dry_run_prints_no_ids_and_submits_nothing() {
     assert!(has_uuid(&out), "{out}");
 }
 
-/// The exp10 group, whose rungs the rung test gives it: its baseline row is exp10b.
-const RUNG_GROUP: &str = "exp10-lr-schedule";
-
-/// The repository's catalog with `rungs` (YAML) on the exp10 group (as tests/rungs.rs).
-fn catalog_with_rungs(dir: &Path, rungs: &str) -> PathBuf {
-    let root = dir.join("experiments");
-    common::copy_dir(&common::experiments_dir(), &root);
-    let group = root.join(format!("groups/{RUNG_GROUP}/group.yaml"));
-    let mut text = std::fs::read_to_string(&group).unwrap();
-    text.push_str(&format!("rungs: {rungs}\n"));
-    std::fs::write(&group, text).unwrap();
-    root
-}
-
-/// The next run a pod played through the worker API is given, reporting `value(experiment)`
-/// of eval/exact_accuracy at a quarter of its steps (or past it, when it was judged there
-/// before): stopped there when the server asks, else trained to its end. Answers its
-/// experiment, or None when the queue is empty.
-async fn play_one(
-    server: &Server,
-    judged: &mut Vec<String>,
-    value: impl Fn(&str) -> f64,
-) -> Option<String> {
-    let ask = json!({"accelerator": "v4-64", "hosts": 8, "state": "READY",
-                     "health": "HEALTHY", "wait_s": 0});
-    let (status, lease) = server.post("/pods/pod-r/lease", ask).await;
-    if status == 204 {
-        return None;
-    }
-    assert_eq!(status, 200, "{lease}");
-    let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
-    let experiment = lease["experiment"].as_str().unwrap().to_owned();
-    let total = server.job(lease["job_id"].as_str().unwrap()).await["total_steps"]
-        .as_i64()
-        .expect("total steps");
-    let beat = json!({"phase": "running", "step": 0, "hosts_alive": [true]});
-    let (status, answer) = server
-        .post(&format!("/leases/{lease_id}/heartbeat"), beat)
-        .await;
-    assert_eq!(status, 200, "{answer}");
-    let step = (total as f64 * 0.25).ceil() as i64;
-    let report = if judged.contains(&experiment) {
-        step + 10
-    } else {
-        step
-    };
-    judged.push(experiment.clone());
-    let batch = json!({"points": [{"step": report,
-        "values": {"eval/exact_accuracy": value(&experiment), "train/loss": 1.0}}]});
-    let (status, ack) = server
-        .post(&format!("/leases/{lease_id}/metrics"), batch)
-        .await;
-    assert_eq!(status, 200, "{ack}");
-    let (outcome, end) = match ack["stop"]["reason"].as_str() {
-        Some(_) => ("cancelled", report),
-        None => ("succeeded", total),
-    };
-    let end = json!({"outcome": outcome, "exit_codes": [0], "end_step": end,
-                     "knows_stopped": true});
-    let (status, answer) = server
-        .post(&format!("/leases/{lease_id}/finish"), end)
-        .await;
-    assert_eq!(status, 200, "{answer}");
-    Some(experiment)
-}
-
 /// The line of `table` whose first column is `experiment`.
 fn row_of<'t>(table: &'t str, experiment: &str) -> &'t str {
     table
@@ -421,13 +355,14 @@ async fn podq_study_prints_each_runs_value_rank_and_decision_at_each_rung() {
     // run judged ranks below it and waits.
     let mut judged = Vec::new();
     let first = loop {
-        let experiment = play_one(
-            &server,
-            &mut judged,
-            |e| if e == "exp10b" { 0.95 } else { 0.8 },
-        )
-        .await
-        .expect("a run to lease");
+        let experiment = RungPod::new(&server, "pod-r")
+            .play_one(
+                0.25,
+                &mut judged,
+                |e| if e == "exp10b" { 0.95 } else { 0.8 },
+            )
+            .await
+            .expect("a run to lease");
         if experiment != "exp10b" {
             break experiment;
         }
@@ -467,7 +402,8 @@ async fn podq_study_prints_each_runs_value_rank_and_decision_at_each_rung() {
         .zip([0.5, 0.3, 0.1])
         .chain([(first.clone(), 0.8), ("exp10b".to_owned(), 0.95)])
         .collect();
-    while play_one(&server, &mut judged, |e| values[e])
+    while RungPod::new(&server, "pod-r")
+        .play_one(0.25, &mut judged, |e| values[e])
         .await
         .is_some()
     {}

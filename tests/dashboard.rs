@@ -10,12 +10,12 @@
 mod browser;
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use browser::{Browser, Page};
 use chrono::{DateTime, Utc};
+use common::rungs::{catalog_with_rungs, RungPod, RUNG_GROUP};
 use common::{eventually, Server, ServerOptions};
 use serde_json::{json, Value};
 
@@ -535,86 +535,6 @@ fn a_group_study_overlays_growing_curves_and_marks_a_preemption() {
     });
 }
 
-/// The exp10 group, whose rungs the rung test gives it: its baseline row is exp10b.
-const RUNG_GROUP: &str = "exp10-lr-schedule";
-
-/// The repository's catalog with `rungs` (YAML) on the exp10 group (as tests/rungs.rs).
-fn catalog_with_rungs(dir: &Path, rungs: &str) -> PathBuf {
-    let root = dir.join("experiments");
-    common::copy_dir(&common::experiments_dir(), &root);
-    let group = root.join(format!("groups/{RUNG_GROUP}/group.yaml"));
-    let mut text = std::fs::read_to_string(&group).unwrap();
-    text.push_str(&format!("rungs: {rungs}\n"));
-    std::fs::write(&group, text).unwrap();
-    root
-}
-
-/// The next run a pod played through the worker API is given (as tests/rungs.rs plays
-/// one): it reports `value(experiment)` of eval/exact_accuracy at a quarter of its steps
-/// (past it, when judged there before), stops there when the server asks, else trains to
-/// its end. Answers its experiment, or None when the queue is empty.
-async fn play_one(
-    server: &Server,
-    judged: &mut Vec<String>,
-    value: impl Fn(&str) -> f64,
-) -> Option<String> {
-    let ask = json!({"accelerator": "v4-64", "hosts": 8, "state": "READY",
-                     "health": "HEALTHY", "wait_s": 0});
-    let (status, lease) = server.post("/pods/pod-r/lease", ask).await;
-    if status == 204 {
-        return None;
-    }
-    assert_eq!(status, 200, "{lease}");
-    let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
-    let experiment = lease["experiment"].as_str().unwrap().to_owned();
-    let total = server.job(lease["job_id"].as_str().unwrap()).await["total_steps"]
-        .as_i64()
-        .expect("total steps");
-    let beat = json!({"phase": "running", "step": 0, "hosts_alive": [true]});
-    let (status, answer) = server
-        .post(&format!("/leases/{lease_id}/heartbeat"), beat)
-        .await;
-    assert_eq!(status, 200, "{answer}");
-    let step = (total as f64 * 0.25).ceil() as i64;
-    let report = if judged.contains(&experiment) {
-        step + 10
-    } else {
-        step
-    };
-    judged.push(experiment.clone());
-    // Two points before the rung, so each run draws a curve.
-    let v = value(&experiment);
-    let points: Vec<Value> = [report / 3, report * 2 / 3, report]
-        .iter()
-        .map(|&s| {
-            let at = if s == report {
-                v
-            } else {
-                v * s as f64 / report as f64
-            };
-            json!({"step": s, "values": {"eval/exact_accuracy": at, "train/loss": 1.0}})
-        })
-        .collect();
-    let (status, ack) = server
-        .post(
-            &format!("/leases/{lease_id}/metrics"),
-            json!({"points": points}),
-        )
-        .await;
-    assert_eq!(status, 200, "{ack}");
-    let (outcome, end) = match ack["stop"]["reason"].as_str() {
-        Some(_) => ("cancelled", report),
-        None => ("succeeded", total),
-    };
-    let end = json!({"outcome": outcome, "exit_codes": [0], "end_step": end,
-                     "knows_stopped": true});
-    let (status, answer) = server
-        .post(&format!("/leases/{lease_id}/finish"), end)
-        .await;
-    assert_eq!(status, 200, "{answer}");
-    Some(experiment)
-}
-
 #[test]
 fn the_study_marks_each_runs_rung_and_the_panel_says_its_decision() {
     run(async {
@@ -643,13 +563,14 @@ fn the_study_marks_each_runs_rung_and_the_panel_says_its_decision() {
         // The baseline row goes on; the first other run judged ranks below it and waits.
         let mut judged = Vec::new();
         let first = loop {
-            let experiment = play_one(
-                &server,
-                &mut judged,
-                |e| if e == "exp10b" { 0.95 } else { 0.8 },
-            )
-            .await
-            .expect("a run to lease");
+            let experiment = curve_pod(&server)
+                .play_one(
+                    0.25,
+                    &mut judged,
+                    |e| if e == "exp10b" { 0.95 } else { 0.8 },
+                )
+                .await
+                .expect("a run to lease");
             if experiment != "exp10b" {
                 break experiment;
             }
@@ -706,7 +627,8 @@ fn the_study_marks_each_runs_rung_and_the_panel_says_its_decision() {
             .zip([0.5, 0.3, 0.1])
             .chain([(first.clone(), 0.8), ("exp10b".to_owned(), 0.95)])
             .collect();
-        while play_one(&server, &mut judged, |e| values[e])
+        while curve_pod(&server)
+            .play_one(0.25, &mut judged, |e| values[e])
             .await
             .is_some()
         {}
@@ -1543,4 +1465,12 @@ fn a_person_signs_in_suspends_resumes_moves_their_job_and_submits_a_group() {
         assert_eq!(hers, 3);
         browser.close().await;
     });
+}
+
+/// A pod played through the worker API whose runs each draw a curve to their rung.
+fn curve_pod(server: &Server) -> RungPod<'_> {
+    RungPod {
+        curve: true,
+        ..RungPod::new(server, "pod-r")
+    }
 }

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::rungs::{catalog_with_rungs, RungPod, RUNG_GROUP, RUNG_METRIC};
 use common::{Server, ServerOptions};
 use serde_json::{json, Value};
 
@@ -685,67 +686,6 @@ async fn the_study_views_download_sends_the_token() {
     browser.close().await;
 }
 
-/// The exp10 group, whose rungs these tests give it: its baseline row is exp10b.
-const RUNG_GROUP: &str = "exp10-lr-schedule";
-const RUNG_METRIC: &str = "eval/exact_accuracy";
-
-/// The repository's catalog with `rungs` (YAML) on the exp10 group (as tests/rungs.rs).
-fn catalog_with_rungs(dir: &Path, rungs: &str) -> PathBuf {
-    let root = dir.join("experiments");
-    common::copy_dir(&common::experiments_dir(), &root);
-    let group = root.join(format!("groups/{RUNG_GROUP}/group.yaml"));
-    let mut text = std::fs::read_to_string(&group).unwrap();
-    text.push_str(&format!("rungs: {rungs}\n"));
-    std::fs::write(&group, text).unwrap();
-    root
-}
-
-/// A pod played through the worker API (as tests/rungs.rs plays one): each run reports its
-/// value of the rungs' metric at `at` of its steps; paused or pruned there, it stops;
-/// promoted (at once or later), it trains to its end.
-async fn play_rungs(server: &Server, at: f64, values: &BTreeMap<&str, f64>) {
-    let mut judged: Vec<String> = Vec::new();
-    loop {
-        let ask = json!({"accelerator": "v4-64", "hosts": 8, "state": "READY",
-                         "health": "HEALTHY", "wait_s": 0});
-        let (status, lease) = server.post("/pods/pod-r/lease", ask).await;
-        if status == 204 {
-            return;
-        }
-        assert_eq!(status, 200, "{lease}");
-        let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
-        let experiment = lease["experiment"].as_str().unwrap().to_owned();
-        let total = server.job(lease["job_id"].as_str().unwrap()).await["total_steps"]
-            .as_i64()
-            .expect("total steps");
-        let beat = json!({"phase": "running", "step": 0, "hosts_alive": [true]});
-        let (status, answer) = server
-            .post(&format!("/leases/{lease_id}/heartbeat"), beat)
-            .await;
-        assert_eq!(status, 200, "{answer}");
-        let step = (total as f64 * at).ceil() as i64;
-        let again = judged.contains(&experiment);
-        let report = if again { step + 10 } else { step };
-        judged.push(experiment.clone());
-        let batch = json!({"points": [{"step": report,
-                                       "values": {RUNG_METRIC: values[experiment.as_str()], "train/loss": 1.0}}]});
-        let (status, ack) = server
-            .post(&format!("/leases/{lease_id}/metrics"), batch)
-            .await;
-        assert_eq!(status, 200, "{ack}");
-        let (outcome, end) = match ack["stop"]["reason"].as_str() {
-            Some(_) => ("cancelled", report),
-            None => ("succeeded", total),
-        };
-        let end = json!({"outcome": outcome, "exit_codes": [0], "end_step": end,
-                         "knows_stopped": true});
-        let (status, answer) = server
-            .post(&format!("/leases/{lease_id}/finish"), end)
-            .await;
-        assert_eq!(status, 200, "{answer}");
-    }
-}
-
 /// A group with rungs: the study says each run's value, rank and decision at each rung, and
 /// `results.csv` (read by Python's `csv` and pandas) its last rung and the decision there.
 #[tokio::test]
@@ -772,7 +712,7 @@ async fn the_study_and_results_csv_say_each_runs_rung_decision() {
         ("exp10d", 0.7),
         ("exp10e", 0.3),
     ]);
-    play_rungs(&server, 0.25, &values).await;
+    RungPod::new(&server, "pod-r").play(0.25, &values).await;
 
     let (status, study) = server.get(&format!("/groups/{RUNG_GROUP}/study")).await;
     assert_eq!(status, 200, "{study}");

@@ -10,23 +10,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::rungs::{catalog_with_rungs, RungPod, RUNG_GROUP};
 use common::{eventually, Server, ServerOptions, StoreKind};
 use serde_json::{json, Value};
 
 const RUN: Duration = Duration::from_secs(150);
-const GROUP: &str = "exp10-lr-schedule";
-const METRIC: &str = "eval/exact_accuracy";
-
-/// The repository's catalog with `rungs` (YAML) on the exp10 group.
-fn catalog_with_rungs(dir: &Path, rungs: &str) -> PathBuf {
-    let root = dir.join("experiments");
-    common::copy_dir(&common::experiments_dir(), &root);
-    let group = root.join(format!("groups/{GROUP}/group.yaml"));
-    let mut text = std::fs::read_to_string(&group).unwrap();
-    text.push_str(&format!("rungs: {rungs}\n"));
-    std::fs::write(&group, text).unwrap();
-    root
-}
+const GROUP: &str = RUNG_GROUP;
 
 async fn server_with_rungs(dir: &Path, rungs: &str) -> Server {
     server_with_rungs_on(dir, rungs, StoreKind::Sqlite).await
@@ -57,114 +46,15 @@ async fn submit_group(server: &Server) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// A pod played through the worker API.
-struct Pod<'a> {
-    server: &'a Server,
-    name: &'static str,
-}
-
-/// An attempt a `Pod` holds.
-struct Held {
-    lease: String,
-    experiment: String,
-    total: i64,
-}
-
-impl Pod<'_> {
-    /// The next run that is not the baseline row, the baseline trained to its end on the way
-    /// (it goes on at every rung).
-    async fn lease_not_baseline(&self, at: f64, baseline_value: f64) -> Held {
-        loop {
-            let held = self.lease().await.expect("a run to lease");
-            if held.experiment != "exp10b" {
-                return held;
-            }
-            let step = (held.total as f64 * at).ceil() as i64;
-            assert_eq!(self.report(&held, step, baseline_value).await, None);
-            let total = held.total;
-            self.finish(held, "succeeded", total).await;
-        }
-    }
-
-    /// The next job the queue gives this pod, running; none when the queue has none.
-    async fn lease(&self) -> Option<Held> {
-        let ask = json!({"accelerator": "v4-64", "hosts": 8, "state": "READY",
-                         "health": "HEALTHY", "wait_s": 0});
-        let (status, lease) = self
-            .server
-            .post(&format!("/pods/{}/lease", self.name), ask)
-            .await;
-        if status == 204 {
-            return None;
-        }
-        assert_eq!(status, 200, "{lease}");
-        let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
-        let job = self.server.job(lease["job_id"].as_str().unwrap()).await;
-        let total = job["total_steps"].as_i64().expect("total steps");
-        let beat = json!({"phase": "running", "step": 0, "hosts_alive": [true]});
-        let (status, answer) = self
-            .server
-            .post(&format!("/leases/{lease_id}/heartbeat"), beat)
-            .await;
-        assert_eq!(status, 200, "{answer}");
-        Some(Held {
-            lease: lease_id,
-            experiment: lease["experiment"].as_str().unwrap().to_owned(),
-            total,
-        })
-    }
-
-    /// Reports `value` of the rungs' metric at `step`: whether the server asked for a stop.
-    async fn report(&self, held: &Held, step: i64, value: f64) -> Option<String> {
-        let batch =
-            json!({"points": [{"step": step, "values": {METRIC: value, "train/loss": 1.0}}]});
-        let (status, ack) = self
-            .server
-            .post(&format!("/leases/{}/metrics", held.lease), batch)
-            .await;
-        assert_eq!(status, 200, "{ack}");
-        ack["stop"]["reason"].as_str().map(str::to_owned)
-    }
-
-    /// Ends the attempt: its run finished, or it stopped as it was asked to.
-    async fn finish(&self, held: Held, outcome: &str, step: i64) -> Value {
-        let end = json!({"outcome": outcome, "exit_codes": [0], "end_step": step,
-                         "knows_stopped": true});
-        let (status, answer) = self
-            .server
-            .post(&format!("/leases/{}/finish", held.lease), end)
-            .await;
-        assert_eq!(status, 200, "{answer}");
-        answer
-    }
-
-    /// Plays the queue to its end: each run reports `values[experiment]` at `at` of its
-    /// steps; paused there, it stops; promoted (at once or later), it trains to its end.
-    /// Answers the order in which runs were judged.
-    async fn play(&self, at: f64, values: &BTreeMap<&str, f64>) -> Vec<String> {
-        let mut judged = Vec::new();
-        while let Some(held) = self.lease().await {
-            let step = (held.total as f64 * at).ceil() as i64;
-            let value = values[held.experiment.as_str()];
-            if judged.contains(&held.experiment) {
-                // Promoted after it paused: it resumes and trains on.
-                self.report(&held, step + 10, value).await;
-                self.finish(held, "succeeded", step + 10).await;
-                continue;
-            }
-            judged.push(held.experiment.clone());
-            match self.report(&held, step, value).await {
-                Some(_) => {
-                    self.finish(held, "cancelled", step).await;
-                }
-                None => {
-                    let total = held.total;
-                    self.finish(held, "succeeded", total).await;
-                }
-            }
-        }
-        judged
-    }
+/// The five runs' values at their rung: exp10b, the baseline row, is the worst.
+fn spread() -> BTreeMap<&'static str, f64> {
+    BTreeMap::from([
+        ("exp10a", 0.9),
+        ("exp10b", 0.1),
+        ("exp10c", 0.5),
+        ("exp10d", 0.7),
+        ("exp10e", 0.3),
+    ])
 }
 
 async fn state_of(server: &Server, jobs: &BTreeMap<String, String>, experiment: &str) -> Value {
@@ -190,18 +80,8 @@ async fn promotions_and_prunes_follow_the_values_and_the_pruned_are_not_charged(
     let rungs = "{metric: eval/exact_accuracy, at: [25%], keep: 1/2}";
     let server = server_with_rungs_on(dir.path(), rungs, store).await;
     let jobs = submit_group(&server).await;
-    // exp10b is the baseline row, and the worst.
-    let values = BTreeMap::from([
-        ("exp10a", 0.9),
-        ("exp10b", 0.1),
-        ("exp10c", 0.5),
-        ("exp10d", 0.7),
-        ("exp10e", 0.3),
-    ]);
-    let pod = Pod {
-        server: &server,
-        name: "pod-a",
-    };
+    let values = spread();
+    let pod = RungPod::new(&server, "pod-a");
     let judged = pod.play(0.25, &values).await;
     assert_eq!(judged.len(), 5, "every run judged at 25%: {judged:?}");
     // The best ⌈5 × 1/2⌉ by value go on, and the baseline with them.
@@ -251,10 +131,7 @@ async fn a_run_judged_first_waits_then_is_promoted_when_its_siblings_rank_below_
     )
     .await;
     let jobs = submit_group(&server).await;
-    let pod = Pod {
-        server: &server,
-        name: "pod-a",
-    };
+    let pod = RungPod::new(&server, "pod-a");
     // The first run judged beside the baseline (which goes on at once, whatever its rank):
     // below it, it is not among the best ⌊n × 1/2⌋ so far, so it waits.
     let first = pod.lease_not_baseline(0.25, 0.95).await;
@@ -281,25 +158,19 @@ async fn a_run_judged_first_waits_then_is_promoted_when_its_siblings_rank_below_
     .collect();
     let mut values = rest.clone();
     values.insert(&experiment, 0.8);
-    // Leases the rest until the first is promoted.
-    let promoted = eventually(RUN, "the paused run promoted", || async {
+    // Plays the rest until the first is promoted.
+    let mut judged = vec![experiment.clone()];
+    let promoted = loop {
         let job = state_of(&server, &jobs, &experiment).await;
         if job["state"] == "queued" {
-            return Some(job);
+            break job;
         }
-        let held = pod.lease().await?;
-        let step = (held.total as f64 * 0.25).ceil() as i64;
-        let value = values[held.experiment.as_str()];
-        match pod.report(&held, step, value).await {
-            Some(_) => pod.finish(held, "cancelled", step).await,
-            None => {
-                let total = held.total;
-                pod.finish(held, "succeeded", total).await
-            }
-        };
-        None
-    })
-    .await;
+        let played = pod.play_one(0.25, &mut judged, |e| values[e]).await;
+        assert!(
+            played.is_some(),
+            "the queue ran dry, {experiment} still waits: {job}"
+        );
+    };
     assert_eq!(promoted["rungs"][0]["verdict"], "promoted", "{promoted}");
     let events = kinds(&events_of(&server, &jobs[&experiment]).await);
     assert!(
@@ -324,10 +195,7 @@ async fn the_baseline_row_is_never_pruned_however_it_ranks() {
         ("exp10d", 0.7),
         ("exp10e", 0.3),
     ]);
-    let pod = Pod {
-        server: &server,
-        name: "pod-a",
-    };
+    let pod = RungPod::new(&server, "pod-a");
     pod.play(0.25, &values).await;
     let baseline = state_of(&server, &jobs, "exp10b").await;
     assert_eq!(baseline["state"], "succeeded", "{baseline}");
@@ -350,17 +218,8 @@ async fn a_preemption_before_a_rung_and_after_it_costs_nothing_and_judges_once()
     )
     .await;
     let jobs = submit_group(&server).await;
-    let values = BTreeMap::from([
-        ("exp10a", 0.9),
-        ("exp10b", 0.1),
-        ("exp10c", 0.5),
-        ("exp10d", 0.7),
-        ("exp10e", 0.3),
-    ]);
-    let pod = Pod {
-        server: &server,
-        name: "pod-a",
-    };
+    let values = spread();
+    let pod = RungPod::new(&server, "pod-a");
     // Preempted at 10%: requeued uncharged, no rung decision yet.
     let first = pod.lease().await.unwrap();
     let before = first.experiment.clone();
@@ -424,39 +283,16 @@ async fn a_cancelled_run_leaves_its_groups_count_and_closes_the_rung() {
     )
     .await;
     let jobs = submit_group(&server).await;
-    let pod = Pod {
-        server: &server,
-        name: "pod-a",
-    };
+    let pod = RungPod::new(&server, "pod-a");
     // Four runs judged; the fifth is cancelled before it reaches the rung.
-    let values = BTreeMap::from([
-        ("exp10a", 0.9),
-        ("exp10b", 0.1),
-        ("exp10c", 0.5),
-        ("exp10d", 0.7),
-        ("exp10e", 0.3),
-    ]);
-    let last = {
-        let mut seen = Vec::new();
-        loop {
-            let held = pod.lease().await.unwrap();
-            if seen.len() == 4 {
-                break held;
-            }
-            let step = (held.total as f64 * 0.25).ceil() as i64;
-            seen.push(held.experiment.clone());
-            match pod
-                .report(&held, step, values[held.experiment.as_str()])
-                .await
-            {
-                Some(_) => pod.finish(held, "cancelled", step).await,
-                None => {
-                    let total = held.total;
-                    pod.finish(held, "succeeded", total).await
-                }
-            };
-        }
-    };
+    let values = spread();
+    let mut judged = Vec::new();
+    while judged.len() < 4 {
+        pod.play_one(0.25, &mut judged, |e| values[e])
+            .await
+            .unwrap();
+    }
+    let last = pod.lease().await.unwrap();
     let cancelled = last.experiment.clone();
     let (status, answer) = server
         .post(&format!("/jobs/{}/cancel", jobs[&cancelled]), json!({}))
@@ -490,32 +326,15 @@ async fn a_server_killed_during_decisions_leaves_none_both_promoted_and_pruned()
     )
     .await;
     let jobs = submit_group(&server).await;
-    let values = BTreeMap::from([
-        ("exp10a", 0.9),
-        ("exp10b", 0.1),
-        ("exp10c", 0.5),
-        ("exp10d", 0.7),
-        ("exp10e", 0.3),
-    ]);
+    let values = spread();
     // Three runs judged, then the server is killed with -9 and started again.
     {
-        let pod = Pod {
-            server: &server,
-            name: "pod-a",
-        };
+        let pod = RungPod::new(&server, "pod-a");
+        let mut judged = Vec::new();
         for _ in 0..3 {
-            let held = pod.lease().await.unwrap();
-            let step = (held.total as f64 * 0.25).ceil() as i64;
-            match pod
-                .report(&held, step, values[held.experiment.as_str()])
+            pod.play_one(0.25, &mut judged, |e| values[e])
                 .await
-            {
-                Some(_) => pod.finish(held, "cancelled", step).await,
-                None => {
-                    let total = held.total;
-                    pod.finish(held, "succeeded", total).await
-                }
-            };
+                .unwrap();
         }
     }
     let before: BTreeMap<String, Value> = {
@@ -534,10 +353,7 @@ async fn a_server_killed_during_decisions_leaves_none_both_promoted_and_pruned()
             "{experiment}: a decision was lost"
         );
     }
-    let pod = Pod {
-        server: &server,
-        name: "pod-b",
-    };
+    let pod = RungPod::new(&server, "pod-b");
     pod.play(0.25, &values).await;
     for (experiment, job) in &jobs {
         let job = server.job(job).await;
@@ -565,10 +381,7 @@ async fn a_paused_run_promoted_by_hand_goes_on_and_is_not_pruned_there() {
     )
     .await;
     let jobs = submit_group(&server).await;
-    let pod = Pod {
-        server: &server,
-        name: "pod-a",
-    };
+    let pod = RungPod::new(&server, "pod-a");
     let first = pod.lease_not_baseline(0.25, 0.1).await;
     let experiment = first.experiment.clone();
     let step = (first.total as f64 * 0.25).ceil() as i64;
@@ -578,13 +391,7 @@ async fn a_paused_run_promoted_by_hand_goes_on_and_is_not_pruned_there() {
         .post(&format!("/jobs/{}/resume", jobs[&experiment]), json!({}))
         .await;
     assert_eq!(status, 200, "{answer}");
-    let values = BTreeMap::from([
-        ("exp10a", 0.9),
-        ("exp10b", 0.1),
-        ("exp10c", 0.5),
-        ("exp10d", 0.7),
-        ("exp10e", 0.3),
-    ]);
+    let values = spread();
     let mut values = values;
     values.insert(Box::leak(experiment.clone().into_boxed_str()), 0.01);
     pod.play(0.25, &values).await;

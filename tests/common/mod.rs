@@ -11,6 +11,7 @@ use serde_json::Value;
 pub mod gcs;
 pub mod pools;
 pub mod postgres;
+pub mod rungs;
 pub mod tls;
 
 pub const PODQ: &str = env!("CARGO_BIN_EXE_podq");
