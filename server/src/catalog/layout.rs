@@ -88,6 +88,9 @@ struct SuiteFile {
     /// Every group's rungs, unless its `group.yaml` says otherwise (catalog/rungs.rs).
     #[serde(default)]
     rungs: Option<serde_yaml::Value>,
+    /// `[LOW, HIGH]`: the priorities a submitter may give (scheduler/submit.rs).
+    #[serde(default)]
+    priority_range: Option<(i64, i64)>,
 }
 
 impl Catalog {
@@ -160,6 +163,18 @@ impl Catalog {
                                 line_of_key(&text, "divergence_guard"),
                             )),
                         }
+                    }
+                    match suite.priority_range {
+                        Some((low, high)) if low > high => self.file_findings.push(error_at(
+                            "invalid_priority_range",
+                            format!(
+                                "priority_range [{low}, {high}]: the first must not exceed the \
+                                 second"
+                            ),
+                            "suite.yaml",
+                            line_of_key(&text, "priority_range"),
+                        )),
+                        range => self.priority_range = range,
                     }
                     if let Some(value) = &suite.priority_classes {
                         match super::classes::PriorityClasses::parse(value) {

@@ -162,6 +162,9 @@ pub struct Catalog {
     pub classes: classes::PriorityClasses,
     /// The suite's `divergence_guard:` (defaults when absent).
     pub guard: stop_rules::DivergenceGuard,
+    /// The suite's `priority_range: [LOW, HIGH]`: the priorities a submitter may give a
+    /// job (an admin's may be any); none for the default, 0 to 100.
+    pub priority_range: Option<(i64, i64)>,
 }
 
 /// What the loader knows about an experiment before composing it.
@@ -527,6 +530,25 @@ mod tests {
     fn line_in(root: &Path, rel: &str, needle: &str) -> u32 {
         let text = std::fs::read_to_string(root.join(rel)).unwrap();
         text.lines().position(|l| l.contains(needle)).unwrap() as u32 + 1
+    }
+
+    #[test]
+    fn the_suite_sets_the_priorities_a_submitter_may_give() {
+        let dir = suite_copy();
+        let shipped = Catalog::load(dir.path(), &CatalogOptions::default());
+        assert_eq!(shipped.priority_range, None, "the default, 0 to 100");
+        append(dir.path(), "suite.yaml", "priority_range: [0, 10]\n");
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        assert!(errors(&catalog).is_empty(), "{:#?}", errors(&catalog));
+        assert_eq!(catalog.priority_range, Some((0, 10)));
+        let dir = suite_copy();
+        append(dir.path(), "suite.yaml", "priority_range: [10, 0]\n");
+        let catalog = Catalog::load(dir.path(), &CatalogOptions::default());
+        let found = errors(&catalog);
+        assert!(
+            found.iter().any(|f| f.code == "invalid_priority_range"),
+            "{found:#?}"
+        );
     }
 
     #[test]

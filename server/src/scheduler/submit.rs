@@ -305,9 +305,13 @@ impl Scheduler {
         })
     }
 
-    /// The priorities a submitter may give a job: [`DEFAULT_PRIORITY_RANGE`].
+    /// The priorities a submitter may give a job: the suite's `priority_range`, else
+    /// [`DEFAULT_PRIORITY_RANGE`].
     pub fn priority_range(&self) -> std::ops::RangeInclusive<i64> {
-        DEFAULT_PRIORITY_RANGE
+        match self.catalog.priority_range {
+            Some((low, high)) => low..=high,
+            None => DEFAULT_PRIORITY_RANGE,
+        }
     }
 
     /// 403 `priority_not_allowed` when a caller other than an admin gives a job a priority
