@@ -94,7 +94,7 @@ async fn promotions_and_prunes_follow_the_values_and_the_pruned_are_not_charged(
     assert_eq!(pruned["failures"], 0, "not charged: {pruned}");
     let message = pruned["message"].as_str().unwrap();
     assert!(
-        message.contains("pruned at rung 1: rank 4 of 5"),
+        message.contains("pruned at rung 1: rank 4 of 5 by eval/exact_accuracy (0.3)"),
         "{message}"
     );
     let events = events_of(&server, &jobs["exp10e"]).await;
@@ -206,6 +206,13 @@ async fn the_baseline_row_is_never_pruned_however_it_ranks() {
     for experiment in ["exp10c", "exp10d", "exp10e"] {
         let job = state_of(&server, &jobs, experiment).await;
         assert_eq!(job["state"], "stopped", "{experiment}: {job}");
+        // Paused first or judged last, the job says why as the rung did.
+        let message = job["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("pruned at rung 1: rank ")
+                && message.contains(" by eval/exact_accuracy ("),
+            "{experiment}: {message}"
+        );
     }
 }
 

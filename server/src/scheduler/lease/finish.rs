@@ -213,8 +213,12 @@ impl Scheduler {
                     // on, or ends pruned, now that it has let go of its pod.
                     let mut job_state = decision.state;
                     if requested == Some(StopRequest::Paused) && job_state == JobState::Held {
+                        let group = rung_store::group_of(conn, holder.id).await?;
+                        let metric = group
+                            .and_then(|g| catalog.group(&g)?.rungs.as_ref())
+                            .map_or("its metric", |r| r.metric.as_str());
                         if let Some(settled) =
-                            rung_judge::settle_paused(conn, holder.id).await?
+                            rung_judge::settle_paused(conn, metric, holder.id).await?
                         {
                             job_state = settled;
                         }

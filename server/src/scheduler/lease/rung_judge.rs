@@ -205,7 +205,7 @@ async fn carry_out(
         }
         // A run still stopping is settled when its attempt ends (`settle_paused`).
         Verdict::Promote(_) | Verdict::Prune(_) if state == Some(JobState::Held) => {
-            settle_paused(conn, job).await?;
+            settle_paused(conn, &rungs.metric, job).await?;
         }
         _ => {}
     }
@@ -213,8 +213,13 @@ async fn carry_out(
 }
 
 /// A held run paused at a rung, once its rung's decision came: promoted, it goes back to
-/// the queue; pruned, it ends `stopped`. Answers its new state, if it changed.
-pub async fn settle_paused(conn: &mut Conn, job: JobId) -> Result<Option<JobState>, StoreError> {
+/// the queue; pruned, it ends `stopped`, with its rank and value by `metric`. Answers its
+/// new state, if it changed.
+pub async fn settle_paused(
+    conn: &mut Conn,
+    metric: &str,
+    job: JobId,
+) -> Result<Option<JobState>, StoreError> {
     let decisions = store::of_job(conn, job).await?;
     let Some(last) = decisions.last() else {
         return Ok(None);
@@ -225,9 +230,12 @@ pub async fn settle_paused(conn: &mut Conn, job: JobId) -> Result<Option<JobStat
             Ok(Some(JobState::Queued))
         }
         "pruned" => {
+            let value = last
+                .value
+                .map_or_else(|| "NaN".to_owned(), |v| v.to_string());
             let why = format!(
-                "pruned at rung {}: rank {} of {} (checkpoints kept; \
-                 `podq requeue --ignore-stop-rules` runs it on)",
+                "pruned at rung {}: rank {} of {} by {metric} ({value}); checkpoints kept, \
+                 `podq requeue --ignore-stop-rules` runs it on",
                 last.rung + 1,
                 last.rank.unwrap_or_default(),
                 last.of_runs.unwrap_or_default()
