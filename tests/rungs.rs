@@ -535,3 +535,57 @@ async fn a_real_jax_sweep_prunes_the_two_worst_and_the_best_resumes_where_it_pau
         "resumed at {resumed}, paused at {paused_at}"
     );
 }
+
+/// `keep: auto`: a grant that holds everything prunes nothing; a tight one prunes as far as
+/// the plan needs to finish the group before the deadline.
+#[tokio::test]
+async fn keep_auto_prunes_nothing_with_a_large_grant_and_prunes_with_a_tight_one() {
+    for (hours, prunes) in [(1.0e6, false), (150.0, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let rungs = "{metric: eval/exact_accuracy, at: [25%], keep: auto}";
+        // The suite is this one group, so the plan weighs its share alone: 200 pod-hours
+        // whole, about half with one run in five past the rung.
+        let root = catalog_with_rungs(dir.path(), rungs);
+        for entry in std::fs::read_dir(root.join("groups")).unwrap().flatten() {
+            if entry.file_name() != GROUP {
+                std::fs::remove_dir_all(entry.path()).unwrap();
+            }
+        }
+        let suite = root.join("suite.yaml");
+        let text = std::fs::read_to_string(&suite).unwrap();
+        let start = text.find("groups:\n").unwrap();
+        let end = start + text[start..].find("\n# ").unwrap();
+        let only = format!("groups:\n  - {GROUP}");
+        std::fs::write(&suite, format!("{}{only}{}", &text[..start], &text[end..])).unwrap();
+        let server = Server::start_with(ServerOptions {
+            experiments: root,
+            ..ServerOptions::default()
+        })
+        .await;
+        let jobs = submit_group(&server).await;
+        let grant = json!({"end": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339(),
+                           "pod_hours": {"v4-64": hours}});
+        let (status, answer) = server
+            .send(reqwest::Method::PUT, "/grant", grant.to_string(), &[])
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        // The plan chooses the share (the server also makes it again every minute).
+        let (status, plan) = server.get("/plan").await;
+        assert_eq!(status, 200, "{plan}");
+        let group = plan["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == GROUP)
+            .cloned()
+            .unwrap();
+        let chosen = group["rungs"]["keep_chosen"].as_f64().unwrap();
+        assert_eq!(chosen < 1.0, prunes, "{hours} pod-hours: {group}");
+        RungPod::new(&server, "pod-a").play(0.25, &spread()).await;
+        let mut stopped = 0;
+        for job in jobs.values() {
+            stopped += usize::from(server.job(job).await["state"] == "stopped");
+        }
+        assert_eq!(stopped > 0, prunes, "{hours} pod-hours, keep {chosen}: {stopped} pruned");
+    }
+}
