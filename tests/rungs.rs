@@ -586,6 +586,10 @@ async fn keep_auto_prunes_nothing_with_a_large_grant_and_prunes_with_a_tight_one
         for job in jobs.values() {
             stopped += usize::from(server.job(job).await["state"] == "stopped");
         }
-        assert_eq!(stopped > 0, prunes, "{hours} pod-hours, keep {chosen}: {stopped} pruned");
+        assert_eq!(
+            stopped > 0,
+            prunes,
+            "{hours} pod-hours, keep {chosen}: {stopped} pruned"
+        );
     }
 }
