@@ -366,25 +366,41 @@ async fn a_stockout_is_shown_and_retried_and_quota_is_held_until_a_person_raises
 
 #[tokio::test]
 async fn flex_start_stops_the_run_before_its_max_run_duration_and_resumes_on_the_next_slice() {
-    // Each slice lives 40 s and the worker stops the run 10 s before its end; the run needs
-    // about 30 s of training, so it takes two slices.
+    // Each slice lives 40 s from its VMs' start and the worker stops the run 10 s before its
+    // end, so no slice trains for 30 s: a run of 32 s of training on this slice cannot end on
+    // the first, however fast the machine (the sim paces its steps, never faster), and the
+    // next slices finish it. The sim trainer's PODQ_SIM_RUN_SECS is the length on a v4-64 (a
+    // v6e-16, of more peak FLOPs, runs it sooner), so the 32 s go through the sim's own rule.
+    let on_slice = 32.0 / podq_sim_trainer::run_secs_on_slice(1.0, Some(ACCELERATOR));
     let run = slice(
         "flex_start",
         json!({"max_run_duration_s": 40}),
         json!({"ce_flex_wait_checks": 3}),
-        json!({"trainer_env": {"PODQ_SIM_RUN_SECS": "30"}, "maintenance_lead_s": 10}),
+        json!({
+            "trainer_env": {"PODQ_SIM_RUN_SECS": format!("{on_slice:.1}")},
+            "maintenance_lead_s": 10,
+        }),
     )
     .await;
-    eventually(RUN, "the first slice's run stopped", || async {
+    let first = eventually(RUN, "the first slice's run stopped", || async {
         let job = run.server.job(&run.id).await;
         attempts(&job)
             .first()
             .filter(|a| !a["outcome"].is_null())
-            .map(|_| ())
+            .cloned()
     })
     .await;
+    // Said now, not as a wait for a second attempt that a finished run never makes.
+    assert_eq!(
+        first["outcome"],
+        "preempted",
+        "the first slice's run was not stopped ahead of its end: {first}\n{}",
+        log_tail(&run.log)
+    );
     let moving = second_attempt_moving(&run).await;
-    let job = wait_job(&run.server, &run.id, "succeeded", &run.log).await;
+    // A loaded machine sets up each slice slower and trains less on it: the run may need a
+    // third slice, each some 50 s from create to its end.
+    let job = wait_job_within(&run.server, &run.id, "succeeded", &run.log, 2 * RUN).await;
     report_fault("flex-start slice of 40 s, stopped 10 s ahead", &job, moving);
     let tries = attempts(&job);
     assert_eq!(job["failures"], 0, "{job}");

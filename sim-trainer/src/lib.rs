@@ -312,7 +312,8 @@ const REFERENCE_SLICE: &str = "v4-64";
 /// How long the run takes on the slice podq says it runs on (`PODQ_ACCELERATOR`): `run_secs`
 /// is its length on a v4-64, and a slice of more peak bf16 FLOPs runs it faster in
 /// proportion, as the plan's prior assumes. An unknown or absent type keeps `run_secs`.
-fn run_secs_on_slice(run_secs: f64, accelerator: Option<&str>) -> f64 {
+/// Public so that a test can ask for a run of a given length on the slice it runs on.
+pub fn run_secs_on_slice(run_secs: f64, accelerator: Option<&str>) -> f64 {
     let peak = |name: &str| {
         podq_api::slice_type(name)
             .ok()
