@@ -506,6 +506,9 @@ async fn pools_of_one_accelerator_share_the_demand_and_the_grant() {
     );
     let (status, answer) = as_limited("a", report(slice("a-7"), 3.0)).await;
     assert_eq!(status, 200, "{answer}");
+    // A slice named as the pool's journal names it (its identity's tag, then its number).
+    let (status, answer) = as_limited("a", report(slice("a-3fa2b1-8"), 3.0)).await;
+    assert_eq!(status, 200, "{answer}");
 
     // Pools of another accelerator take nothing from them.
     let other = json!({"accelerator": "v5p-8", "max_slices": 1, "slices": [], "zones": [],

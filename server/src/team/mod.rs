@@ -120,11 +120,27 @@ impl Caller {
 /// The prefix of a worker token's `pods` entry that names a pool rather than a pod.
 pub const POOL_ENTRY: &str = "pool:";
 
-/// Whether `pod` is a slice of pool `pool`: `POOL-N`, N its number.
+/// Whether `pod` is a slice of pool `pool`: `POOL-TAG-N`, TAG the six hex digits of the
+/// pool's identity and N its number (`worker/src/pool/journal.rs`), or `POOL-N` as slices
+/// were named before the tag.
 fn is_slice_of(pod: &str, pool: &str) -> bool {
-    pod.strip_prefix(pool)
+    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    let Some(rest) = pod
+        .strip_prefix(pool)
         .and_then(|rest| rest.strip_prefix('-'))
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    else {
+        return false;
+    };
+    match rest.split_once('-') {
+        Some((tag, n)) => {
+            tag.len() == 6
+                && tag
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                && number(n)
+        }
+        None => number(rest),
+    }
 }
 
 /// A call being made: who makes it (for the checks) and how the audit names it.
@@ -214,6 +230,12 @@ mod tests {
             ("v4-x", false),
             ("v4-1-2", false),
             ("v4x-1", false),
+            // As the journal names them: the pool identity's tag, then the number.
+            ("v4-3fa2b1-1", true),
+            ("v4-3fa2b1-", false),
+            ("v4-3FA2B1-1", false),
+            ("v4-3fa2b-1", false),
+            ("v4-3fa2b1-1-2", false),
             ("stable-2", false),
         ];
         for (pod, allowed) in pods {

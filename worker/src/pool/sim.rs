@@ -179,7 +179,7 @@ impl SimCloud {
     /// The cloud's lock, across processes (two installations may share one sim cloud): a
     /// zone's capacity check and the slice it lets through are one step, as the real API's
     /// are, so two creates in flight never both take a zone's last slot.
-    fn lock(&self) -> Result<std::fs::File, CreateError> {
+    fn lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>, CreateError> {
         let path = self.root.join("lock");
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -187,9 +187,10 @@ impl SimCloud {
             .write(true)
             .open(&path)
             .map_err(|e| CreateError::transient(format!("{}: {e}", path.display())))?;
-        file.lock()
-            .map_err(|e| CreateError::transient(format!("{}: {e}", path.display())))?;
-        Ok(file)
+        // flock(2), held until the guard drops (nix: std's File::lock needs a newer Rust
+        // than the workspace's rust-version).
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| CreateError::transient(format!("{}: {e}", path.display())))
     }
 
     /// Makes `spec`'s slice, or refuses it in the API's words; under the cloud's lock.
