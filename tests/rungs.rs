@@ -593,3 +593,23 @@ async fn keep_auto_prunes_nothing_with_a_large_grant_and_prunes_with_a_tight_one
         );
     }
 }
+
+/// A trainer that crashes while it saves at its pause still waits at the rung, uncharged:
+/// requeued, it would train past the rung its siblings are still deciding.
+#[tokio::test]
+async fn a_run_that_fails_on_its_way_out_of_a_pause_still_waits_at_its_rung() {
+    let dir = tempfile::tempdir().unwrap();
+    let rungs = "{metric: eval/exact_accuracy, at: [25%], keep: 1/2}";
+    let server = server_with_rungs(dir.path(), rungs).await;
+    let jobs = submit_group(&server).await;
+    let pod = RungPod::new(&server, "pod-a");
+    let first = pod.lease_not_baseline(0.25, 0.95).await;
+    let experiment = first.experiment.clone();
+    let step = (first.total as f64 * 0.25).ceil() as i64;
+    pod.report(&first, step, 0.5).await.expect("paused");
+    let answer = pod.finish(first, "failed", step).await;
+    assert_eq!(answer["job_state"], "held", "{answer}");
+    let job = state_of(&server, &jobs, &experiment).await;
+    assert_eq!(job["failures"], 0, "{job}");
+    assert_eq!(job["rungs"][0]["verdict"], "paused", "{job}");
+}

@@ -78,9 +78,10 @@ impl Scheduler {
         let job = self
             .idempotent_write(key, move |conn| {
                 async move {
-                    Ok(requeue(conn, &acting, id, ignore_stop_rules)
-                        .await?
-                        .into_api()?)
+                    let row = requeue(conn, &acting, id, ignore_stop_rules).await?;
+                    // A run paused at a rung and put back in the queue by a person goes on.
+                    rung_judge::promoted_by_hand(conn, id, &acting.caller.name).await?;
+                    Ok(row.into_api()?)
                 }
                 .boxed()
             })

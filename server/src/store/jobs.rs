@@ -426,6 +426,27 @@ pub async fn request_stop(
     Ok(())
 }
 
+/// Asks the job's worker to stop as `request` says, unless a stop is already asked for (a
+/// person's suspension, an eviction, a rule): a rung's pause never replaces another's stop.
+pub async fn request_stop_if_none(
+    conn: &mut Conn,
+    id: JobId,
+    request: &str,
+    why: &str,
+) -> Result<bool, StoreError> {
+    let changed = db::query(
+        "UPDATE jobs SET stop_request = ?, stop_message = ?, updated_at = ? \
+         WHERE id = ? AND stop_request IS NULL",
+    )
+    .bind(request)
+    .bind(why)
+    .bind(now_ms())
+    .bind(id)
+    .execute(conn)
+    .await?;
+    Ok(changed > 0)
+}
+
 /// Holds a queued job (a person's pause): no pod leases it until it is resumed.
 pub async fn hold(conn: &mut Conn, id: JobId, why: &str) -> Result<(), StoreError> {
     let write = job_state::write(Change::Hold);

@@ -37,6 +37,8 @@ pub struct GroupJob {
     pub experiment: String,
     pub state: JobState,
     pub same_as: Option<JobId>,
+    /// `requeue --ignore-stop-rules` lifted its rules and its rungs.
+    pub ignore_stop_rules: i64,
 }
 
 /// The rungs `job` has a value (or a judged absence of one) at.
@@ -72,7 +74,8 @@ pub async fn record_value(
 /// The jobs of `group`, in submission order.
 pub async fn group_jobs(conn: &mut Conn, group: &str) -> Result<Vec<GroupJob>, StoreError> {
     Ok(db::query_as(
-        "SELECT id, experiment, state, same_as FROM jobs WHERE group_name = ? ORDER BY seq",
+        "SELECT id, experiment, state, same_as, ignore_stop_rules FROM jobs WHERE group_name = ? \
+         ORDER BY seq",
     )
     .bind(group)
     .fetch_all(conn)
@@ -85,6 +88,18 @@ pub async fn group_of(conn: &mut Conn, job: JobId) -> Result<Option<String>, Sto
         .bind(job)
         .fetch_optional(conn)
         .await?)
+}
+
+/// The groups of `job` and of the jobs linked to its run: each one's rungs may change when
+/// the run ends.
+pub async fn groups_of_run(conn: &mut Conn, job: JobId) -> Result<Vec<String>, StoreError> {
+    Ok(db::query_scalar(
+        "SELECT DISTINCT group_name FROM jobs WHERE id = ? OR same_as = ? ORDER BY group_name",
+    )
+    .bind(job)
+    .bind(job)
+    .fetch_all(conn)
+    .await?)
 }
 
 /// Every value the jobs of `group` were judged on.

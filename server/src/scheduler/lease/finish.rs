@@ -224,8 +224,9 @@ impl Scheduler {
                         }
                     }
                     if job_state.is_terminal() {
-                        // A run that trains no further closes the rungs it held open.
-                        if let Some(group) = rung_store::group_of(conn, holder.id).await? {
+                        // A run that trains no further closes the rungs it held open, in its
+                        // group and in those of the jobs linked to it.
+                        for group in rung_store::groups_of_run(conn, holder.id).await? {
                             rung_judge::decide_group(conn, &catalog, &keeps, &group, None)
                                 .await?;
                         }

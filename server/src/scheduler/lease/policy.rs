@@ -113,10 +113,11 @@ pub fn ends_a_requested_stop(outcome: AttemptOutcome) -> bool {
 /// finished first.
 pub fn ends_the_stop(stop: StopRequest, outcome: AttemptOutcome) -> bool {
     match stop {
-        StopRequest::Ruled => outcome != AttemptOutcome::Succeeded,
-        StopRequest::Evicted | StopRequest::Suspended | StopRequest::Paused => {
-            ends_a_requested_stop(outcome)
-        }
+        // A run judged lost, or paused at its rung, is held to that however its trainer
+        // ends on the way out: a paused run requeued after a crash would train past the rung
+        // its siblings are still deciding.
+        StopRequest::Ruled | StopRequest::Paused => outcome != AttemptOutcome::Succeeded,
+        StopRequest::Evicted | StopRequest::Suspended => ends_a_requested_stop(outcome),
     }
 }
 

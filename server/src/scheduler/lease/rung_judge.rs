@@ -128,6 +128,7 @@ pub async fn decide_group(
     let jobs = store::group_jobs(conn, group).await?;
     let values = store::group_values(conn, group).await?;
     let earlier = store::group_decisions(conn, group).await?;
+    let members: std::collections::BTreeSet<JobId> = jobs.iter().map(|j| j.id).collect();
     let runs: Vec<RungRun<JobId>> = jobs
         .iter()
         .map(|job| {
@@ -138,7 +139,16 @@ pub async fn decide_group(
                 id: job.id,
                 baseline: baseline.as_deref() == Some(job.experiment.as_str()),
                 link: job.same_as.unwrap_or(job.id),
-                state: run_state(job.state),
+                // A run whose rungs were lifted, or whose training is another group's (linked
+                // to a job outside this one), holds none of this group's rungs open: it is
+                // judged here at none.
+                state: if job.ignore_stop_rules != 0
+                    || job.same_as.is_some_and(|run| !members.contains(&run))
+                {
+                    RunState::Ended
+                } else {
+                    run_state(job.state)
+                },
                 values: mine
                     .iter()
                     .map(|v| v.step.map(|_| nan_if_none(v.value)))
@@ -190,8 +200,10 @@ async fn carry_out(
     let live = matches!(state, Some(JobState::Leased | JobState::Running));
     match decision.verdict {
         Verdict::Pause(_) if live => {
-            jobs::request_stop(conn, job, StopRequest::Paused.as_str(), &reason).await?;
-            return Ok(current.then_some(reason));
+            let asked =
+                jobs::request_stop_if_none(conn, job, StopRequest::Paused.as_str(), &reason)
+                    .await?;
+            return Ok((current && asked).then_some(reason));
         }
         Verdict::Pause(_) if state == Some(JobState::Queued) => {
             jobs::hold(conn, job, &reason).await?;
