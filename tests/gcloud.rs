@@ -135,13 +135,16 @@ async fn a_preempted_node_is_recreated_set_up_checked_and_the_run_resumes() {
         assert_eq!(&call[..call.len() - 1], ssh_prefix(*host).as_slice());
         let command = call.last().unwrap();
         for needle in [
-            format!("--pgid-file /tmp/podq-trainer-{lease}.pgid"),
+            // Outside values are shell words, set once and used quoted.
+            format!("lease={lease}\n"),
+            "--pgid-file \"/tmp/podq-trainer-$lease.pgid\"".to_owned(),
             "setsid nohup \"$agent\" agent".to_owned(),
             "--config-path /tmp/podq/configs --config-name exp01a".to_owned(),
             // The config is checked in the same call, before the agent starts.
-            "sha256sum \"$dir\"/exp01a.yaml".to_owned(),
+            "name=exp01a.yaml\n".to_owned(),
+            "sha256sum 2>/dev/null < \"$dir/$name\"".to_owned(),
             // The environment and the secret come from the launch file copied with scp.
-            format!(". \"$dir\"/{lease}.env"),
+            ". \"$dir/$lease.env\"".to_owned(),
         ] {
             assert!(command.contains(&needle), "{needle:?} not in {command}");
         }
@@ -234,7 +237,7 @@ async fn a_preempted_node_is_recreated_set_up_checked_and_the_run_resumes() {
     assert!(after[relaunch[0].0]
         .last()
         .unwrap()
-        .contains(&format!("--lease {lease2}")));
+        .contains(&format!("lease={lease2}\n")));
     // A recreated node has fresh disks: the setup ran once more, on empty hosts.
     for host in 0..HOSTS {
         let setup_log = std::fs::read_to_string(cloud.home(host).join("setup.log")).unwrap();
