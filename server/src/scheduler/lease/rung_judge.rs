@@ -75,12 +75,6 @@ pub async fn judge_batch(
     let Some(newest) = batch.points.iter().map(|p| p.step).max() else {
         return Ok(None);
     };
-    let brought: Vec<i64> = batch
-        .points
-        .iter()
-        .filter(|p| p.values.contains_key(&rungs.metric))
-        .map(|p| p.step)
-        .collect();
     let steps = rungs.steps(total);
     let reached = store::reached(conn, job).await?;
     let mut recorded = false;
@@ -88,7 +82,9 @@ pub async fn judge_batch(
         if reached.contains(&(k as i64)) {
             continue;
         }
-        let value = if brought.iter().any(|s| *s >= step) {
+        // Read from the store, not the batch: a value an earlier batch brought (before the
+        // catalog gave the group rungs, say) counts as well.
+        let value = if newest >= step {
             facts::first_at_or_after(conn, job, &rungs.metric, step)
                 .await?
                 .map(|(at, value)| (at, crate::store::metrics::read(value)))
