@@ -405,39 +405,24 @@ pub async fn rerank_classes(
     Ok(update.build().execute(conn).await?)
 }
 
-/// Asks the worker holding the job's lease to stop it ('evicted' or 'suspended'), saying why.
-/// A stop a rule asked for ('ruled') stays: the run ends `stopped` all the same.
+/// Asks the job's worker to stop as `request` says. A rule's stop is never replaced; a
+/// rung's pause (`paused`) replaces no stop at all (a person's suspension, an eviction).
+/// Answers whether it was asked.
 pub async fn request_stop(
     conn: &mut Conn,
     id: JobId,
     request: &str,
     why: &str,
-) -> Result<(), StoreError> {
-    db::query(
-        "UPDATE jobs SET stop_request = ?, stop_message = ?, updated_at = ? \
-         WHERE id = ? AND (stop_request IS NULL OR stop_request <> 'ruled')",
-    )
-    .bind(request)
-    .bind(why)
-    .bind(now_ms())
-    .bind(id)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// Asks the job's worker to stop as `request` says, unless a stop is already asked for (a
-/// person's suspension, an eviction, a rule): a rung's pause never replaces another's stop.
-pub async fn request_stop_if_none(
-    conn: &mut Conn,
-    id: JobId,
-    request: &str,
-    why: &str,
 ) -> Result<bool, StoreError> {
-    let changed = db::query(
+    let replaces = if request == "paused" {
+        "stop_request IS NULL"
+    } else {
+        "(stop_request IS NULL OR stop_request <> 'ruled')"
+    };
+    let changed = db::query(AssertSqlSafe(format!(
         "UPDATE jobs SET stop_request = ?, stop_message = ?, updated_at = ? \
-         WHERE id = ? AND stop_request IS NULL",
-    )
+         WHERE id = ? AND {replaces}"
+    )))
     .bind(request)
     .bind(why)
     .bind(now_ms())

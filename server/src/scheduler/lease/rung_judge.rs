@@ -197,8 +197,7 @@ async fn carry_out(
     match decision.verdict {
         Verdict::Pause(_) if live => {
             let asked =
-                jobs::request_stop_if_none(conn, job, StopRequest::Paused.as_str(), &reason)
-                    .await?;
+                jobs::request_stop(conn, job, StopRequest::Paused.as_str(), &reason).await?;
             return Ok((current && asked).then_some(reason));
         }
         Verdict::Pause(_) if state == Some(JobState::Queued) => {
