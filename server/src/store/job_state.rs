@@ -1,9 +1,16 @@
 //! Which changes of a job's state are legal: one pure table, state × change → state, that
 //! docs/architecture.md's "Job states" table is tested against. The store's writes of
 //! `jobs.state` name their change, bind the state `next` answers, and guard their row with
-//! `sources`, so that a write the table refuses changes nothing.
+//! `sources`, so that a write the table refuses changes nothing. [`apply`] runs such a write
+//! and says why it changed nothing: the files that write a state (`jobs.rs`, `leases.rs`)
+//! share it here, not through each other.
 
+use podq_api::JobId;
 use podq_api::JobState::{self, *};
+use sqlx::AssertSqlSafe;
+
+use super::db::{self, Conn};
+use super::StoreError;
 
 /// What changes a job's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +136,56 @@ pub fn write(change: Change) -> Write {
     Write {
         to: to.as_str(),
         guard: guard(change),
+    }
+}
+
+/// The new state of [`apply`]'s statement: the one `write(change)` answers.
+pub(super) const TO: &str = "?";
+
+/// The one guarded write of job `id`'s state for `change`: `UPDATE jobs SET state = {state},
+/// {sets} WHERE id = ? AND` the change's guard. `state` is the SQL of the new state with one
+/// `?`, where the state `write(change)` answers is bound ([`TO`] but for a requeued linked
+/// job, which takes its run's); `bind` binds the `?`s of `sets`, in order. A row the table
+/// refuses `change` from is not changed, and the answer says why
+/// ([`StoreError::StateRefused`]).
+pub(super) async fn apply(
+    conn: &mut Conn,
+    id: JobId,
+    change: Change,
+    state: &str,
+    sets: &str,
+    bind: impl FnOnce(db::Query) -> db::Query,
+) -> Result<(), StoreError> {
+    let write = write(change);
+    let update = db::query(AssertSqlSafe(format!(
+        "UPDATE jobs SET state = {state}, {sets} WHERE id = ? AND {}",
+        write.guard
+    )))
+    .bind(write.to);
+    let changed = bind(update).bind(id).execute(&mut *conn).await?;
+    if changed == 0 {
+        return Err(refused(conn, id, change).await);
+    }
+    Ok(())
+}
+
+/// Why a write of job `id`'s state through `write(change)` changed no row: the table refuses
+/// `change` from the job's state (or there is no such job).
+pub(super) async fn refused(conn: &mut Conn, id: JobId, change: Change) -> StoreError {
+    let state: Result<Option<String>, _> = db::query_scalar("SELECT state FROM jobs WHERE id = ?")
+        .bind(id)
+        .fetch_optional(conn)
+        .await;
+    match state {
+        Ok(Some(state)) => match state.parse() {
+            Ok(from) => StoreError::StateRefused {
+                job: id,
+                refused: Refused { from, change },
+            },
+            Err(e) => StoreError::Corrupt(e),
+        },
+        Ok(None) => StoreError::Corrupt(format!("job {id} is gone")),
+        Err(e) => e.into(),
     }
 }
 

@@ -1,7 +1,8 @@
 //! SQL about jobs and their attempts, and what a job's page gathers from the other files.
 
 use super::db::{self, Builder, Conn};
-use super::job_state::{self, Change};
+use super::job_accelerators;
+use super::job_state::{self, Change, TO};
 use sqlx::AssertSqlSafe;
 use std::collections::BTreeMap;
 
@@ -197,17 +198,7 @@ pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreErr
     .bind(job.class_rank)
     .execute(&mut *conn)
     .await?;
-    for (preference, accelerator) in job.accelerators.iter().enumerate() {
-        db::query(
-            "INSERT INTO job_accelerators (job_id, accelerator, preference) VALUES (?, ?, ?)",
-        )
-        .bind(job.id)
-        .bind(accelerator)
-        .bind(preference as i64)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
+    job_accelerators::insert(conn, job.id, job.accelerators).await
 }
 
 pub async fn attempts(db: &mut Conn, job_id: JobId) -> Result<Vec<AttemptRow>, StoreError> {
@@ -298,67 +289,36 @@ pub async fn live_lease(conn: &mut Conn, id: JobId) -> Result<Option<LeaseId>, S
 /// Marks the job cancelled and answers the lease its pod must be told to stop. A linked job
 /// only cancels its link: the run goes on for the others.
 pub async fn cancel(conn: &mut Conn, id: JobId, by: &str) -> Result<Option<LeaseId>, StoreError> {
-    let write = job_state::write(Change::Cancel);
-    let lease: Option<Option<LeaseId>> = db::query_scalar(AssertSqlSafe(format!(
-        "UPDATE jobs SET state = ?, link_cancelled = CASE WHEN same_as IS NULL THEN 0 ELSE 1 END, \
+    job_state::apply(
+        conn,
+        id,
+        Change::Cancel,
+        TO,
+        "link_cancelled = CASE WHEN same_as IS NULL THEN 0 ELSE 1 END, \
          cancel_requested = CASE WHEN lease_id IS NULL THEN 0 ELSE 1 END, message = ?, \
-         reserved_pod = NULL, reserved_until = NULL, updated_at = ? WHERE id = ? AND {} \
-         RETURNING lease_id",
-        write.guard
-    )))
-    .bind(write.to)
-    .bind(format!("cancelled by {by}"))
-    .bind(now_ms())
-    .bind(id)
-    .fetch_optional(&mut *conn)
+         reserved_pod = NULL, reserved_until = NULL, updated_at = ?",
+        |update| update.bind(format!("cancelled by {by}")).bind(now_ms()),
+    )
     .await?;
-    let Some(lease) = lease else {
-        return Err(refused(conn, id, Change::Cancel).await);
-    };
-    Ok(lease)
-}
-
-/// Why a write of job `id`'s state through `job_state::write(change)` changed no row: the
-/// table refuses `change` from the job's state (or there is no such job).
-pub(super) async fn refused(conn: &mut Conn, id: JobId, change: Change) -> StoreError {
-    let state: Result<Option<String>, _> = db::query_scalar("SELECT state FROM jobs WHERE id = ?")
-        .bind(id)
-        .fetch_optional(conn)
-        .await;
-    match state {
-        Ok(Some(state)) => match state.parse() {
-            Ok(from) => StoreError::StateRefused {
-                job: id,
-                refused: job_state::Refused { from, change },
-            },
-            Err(e) => StoreError::Corrupt(e),
-        },
-        Ok(None) => StoreError::Corrupt(format!("job {id} is gone")),
-        Err(e) => e.into(),
-    }
+    // The write leaves the lease as it was.
+    live_lease(conn, id).await
 }
 
 /// Puts the job back in the queue with a fresh failure budget; a linked job shares its run
 /// again, in the run's state.
 pub async fn requeue(conn: &mut Conn, id: JobId) -> Result<(), StoreError> {
     // A linked job takes its run's state, which the mirror trigger keeps it in from then on.
-    let write = job_state::write(Change::Requeue);
-    let changed = db::query(AssertSqlSafe(format!(
-        "UPDATE jobs SET state = COALESCE((SELECT r.state FROM jobs r WHERE r.id = jobs.same_as), ?), \
-         link_cancelled = 0, failures = 0, stalled_attempts = 0, not_before = NULL, \
+    job_state::apply(
+        conn,
+        id,
+        Change::Requeue,
+        "COALESCE((SELECT r.state FROM jobs r WHERE r.id = jobs.same_as), ?)",
+        "link_cancelled = 0, failures = 0, stalled_attempts = 0, not_before = NULL, \
          cancel_requested = 0, message = NULL, reserved_pod = NULL, reserved_until = NULL, \
-         queue_head = 0, updated_at = ? WHERE id = ? AND {}",
-        write.guard
-    )))
-    .bind(write.to)
-    .bind(now_ms())
-    .bind(id)
-    .execute(&mut *conn)
-    .await?;
-    if changed == 0 {
-        return Err(refused(conn, id, Change::Requeue).await);
-    }
-    Ok(())
+         queue_head = 0, updated_at = ?",
+        |update| update.bind(now_ms()),
+    )
+    .await
 }
 
 /// Moves a job to another priority class; `rank` is the class's place in the queue order.
@@ -434,62 +394,44 @@ pub async fn request_stop(
 
 /// Holds a queued job (a person's pause): no pod leases it until it is resumed.
 pub async fn hold(conn: &mut Conn, id: JobId, why: &str) -> Result<(), StoreError> {
-    let write = job_state::write(Change::Hold);
-    let changed = db::query(AssertSqlSafe(format!(
-        "UPDATE jobs SET state = ?, message = ?, reserved_pod = NULL, reserved_until = NULL, \
-         updated_at = ? WHERE id = ? AND {}",
-        write.guard
-    )))
-    .bind(write.to)
-    .bind(why)
-    .bind(now_ms())
-    .bind(id)
-    .execute(&mut *conn)
-    .await?;
-    if changed == 0 {
-        return Err(refused(conn, id, Change::Hold).await);
-    }
-    Ok(())
+    job_state::apply(
+        conn,
+        id,
+        Change::Hold,
+        TO,
+        "message = ?, reserved_pod = NULL, reserved_until = NULL, updated_at = ?",
+        |update| update.bind(why).bind(now_ms()),
+    )
+    .await
 }
 
 /// Puts a suspended job back in the queue as it was: its failure budget is untouched.
 pub async fn resume(conn: &mut Conn, id: JobId) -> Result<(), StoreError> {
-    let write = job_state::write(Change::Resume);
-    let changed = db::query(AssertSqlSafe(format!(
-        "UPDATE jobs SET state = ?, message = NULL, not_before = NULL, \
-         reserved_pod = NULL, reserved_until = NULL, updated_at = ? WHERE id = ? AND {}",
-        write.guard
-    )))
-    .bind(write.to)
-    .bind(now_ms())
-    .bind(id)
-    .execute(&mut *conn)
-    .await?;
-    if changed == 0 {
-        return Err(refused(conn, id, Change::Resume).await);
-    }
-    Ok(())
+    job_state::apply(
+        conn,
+        id,
+        Change::Resume,
+        TO,
+        "message = NULL, not_before = NULL, reserved_pod = NULL, reserved_until = NULL, \
+         updated_at = ?",
+        |update| update.bind(now_ms()),
+    )
+    .await
 }
 
 /// Ends a run paused at its rung: `stopped`, uncharged, with `why` (the rung, its rank and
 /// value). Its checkpoints stay; `requeue --ignore-stop-rules` runs it on.
 pub async fn prune(conn: &mut Conn, id: JobId, why: &str) -> Result<(), StoreError> {
-    let write = job_state::write(Change::Prune);
-    let changed = db::query(AssertSqlSafe(format!(
-        "UPDATE jobs SET state = ?, message = ?, stop_request = NULL, stop_message = NULL, \
-         reserved_pod = NULL, reserved_until = NULL, updated_at = ? WHERE id = ? AND {}",
-        write.guard
-    )))
-    .bind(write.to)
-    .bind(why)
-    .bind(now_ms())
-    .bind(id)
-    .execute(&mut *conn)
-    .await?;
-    if changed == 0 {
-        return Err(refused(conn, id, Change::Prune).await);
-    }
-    Ok(())
+    job_state::apply(
+        conn,
+        id,
+        Change::Prune,
+        TO,
+        "message = ?, stop_request = NULL, stop_message = NULL, reserved_pod = NULL, \
+         reserved_until = NULL, updated_at = ?",
+        |update| update.bind(why).bind(now_ms()),
+    )
+    .await
 }
 
 pub async fn set_priority(conn: &mut Conn, id: JobId, priority: i64) -> Result<(), StoreError> {
@@ -551,7 +493,7 @@ pub async fn detail(tx: &mut Conn, id: JobId) -> Result<Option<DetailRows>, Stor
     let pod_time = super::pod_time::of_run(tx, run).await?;
     let advice = advice_inputs(tx, run, &job.accelerator).await?;
     let links = super::links::of_job(tx, run).await?;
-    let accelerators = super::leases::accelerators_of(tx, id).await?;
+    let accelerators = job_accelerators::of_job(tx, id).await?;
     let rungs = super::rungs::of_job(tx, run).await?;
     Ok(Some(DetailRows {
         rungs,

@@ -12,12 +12,12 @@ use super::events::{insert_event, Actor};
 use super::pod_time::PodActivity;
 use super::{now_ms, StoreError};
 
-/// A queued job whose slice types hold `?1`: the queue is walked by state and each job's
-/// list looked up by its primary key.
-pub(crate) const ANY_LEASABLE: &str = "SELECT 1 FROM jobs WHERE state = 'queued' \
-     AND same_as IS NULL AND (not_before IS NULL OR not_before <= ?2) AND EXISTS \
-     (SELECT 1 FROM job_accelerators ja WHERE ja.job_id = jobs.id AND ja.accelerator = ?1) \
-     LIMIT 1";
+/// A queued job whose slice types hold `?1`: only the queue of that type is walked
+/// (`job_accelerators_queue`, migration 0027), each job looked up by its primary key for its
+/// backoff. Jobs of other types cost nothing.
+pub(crate) const ANY_LEASABLE: &str = "SELECT 1 FROM job_accelerators ja \
+     JOIN jobs q ON q.id = ja.job_id WHERE ja.accelerator = ?1 AND ja.queued = 1 \
+     AND (q.not_before IS NULL OR q.not_before <= ?2) LIMIT 1";
 
 /// Whether a job is leasable now for `accelerator` (the claim's own condition, read-only).
 pub async fn any_leasable(db: &mut Conn, accelerator: &str) -> Result<bool, StoreError> {
@@ -32,26 +32,17 @@ pub async fn any_leasable(db: &mut Conn, accelerator: &str) -> Result<bool, Stor
 /// The id of the head of pod type `{a}`'s queue at `{now}` (SQL placeholders): the first
 /// leasable job, in the queue's order (class, an evicted job at the head of its class,
 /// priority, submission), whose slice types hold the type, and among equals one whose first
-/// choice it is. Two index walks of a row each, whatever the depth of the queue: the first
-/// job whose first choice is the type (`jobs_leasable`), and the first whose list holds it at
-/// all (`jobs_queue_order`, each job's list looked up by primary key); of the two, the
-/// earlier, the first choice between equals. A list's later choices are not told apart.
+/// choice it is. One walk of the type's own queue (`job_accelerators_queue`, migration 0027:
+/// the rows of the lists that hold the type, of jobs in the queue, in its order), each job
+/// looked up by its primary key for its backoff: jobs of other types are never read, however
+/// many. A list's later choices are not told apart.
 pub(crate) fn queue_head(a: &str, now: &str) -> String {
-    let leasable = format!(
-        "q.state = 'queued' AND q.same_as IS NULL AND (q.not_before IS NULL OR q.not_before <= {now})"
-    );
-    let order = "q.class_rank, q.queue_head DESC, q.priority DESC, q.seq";
     format!(
-        "SELECT id FROM ( \
-           SELECT * FROM (SELECT q.id, q.class_rank, q.queue_head, q.priority, q.seq, \
-             0 AS later_choice FROM jobs q WHERE {leasable} AND q.accelerator = {a} \
-             ORDER BY {order} LIMIT 1) first_choice \
-           UNION ALL \
-           SELECT * FROM (SELECT q.id, q.class_rank, q.queue_head, q.priority, q.seq, \
-             1 AS later_choice FROM jobs q WHERE {leasable} AND EXISTS (SELECT 1 FROM \
-             job_accelerators ja WHERE ja.job_id = q.id AND ja.accelerator = {a}) \
-             ORDER BY {order} LIMIT 1) any_choice \
-         ) heads ORDER BY class_rank, queue_head DESC, priority DESC, later_choice, seq LIMIT 1"
+        "SELECT ja.job_id FROM job_accelerators ja JOIN jobs q ON q.id = ja.job_id \
+         WHERE ja.accelerator = {a} AND ja.queued = 1 \
+           AND (q.not_before IS NULL OR q.not_before <= {now}) \
+         ORDER BY ja.class_rank, ja.queue_head DESC, ja.priority DESC, ja.later_choice, ja.seq \
+         LIMIT 1"
     )
 }
 
@@ -101,16 +92,6 @@ pub async fn backoff_ends(db: &mut Conn) -> Result<Vec<(String, i64)>, StoreErro
          JOIN job_accelerators ja ON ja.job_id = j.id \
          WHERE j.state = 'queued' AND j.same_as IS NULL AND j.not_before IS NOT NULL",
     )
-    .fetch_all(db)
-    .await?)
-}
-
-/// The slice types a job may lease, most preferred first.
-pub async fn accelerators_of(db: &mut Conn, job: JobId) -> Result<Vec<String>, StoreError> {
-    Ok(db::query_scalar(
-        "SELECT accelerator FROM job_accelerators WHERE job_id = ? ORDER BY preference",
-    )
-    .bind(job)
     .fetch_all(db)
     .await?)
 }
@@ -434,33 +415,29 @@ pub async fn end_attempt(
         .fetch_one(conn)
         .await?;
     super::pod_time::pod_ledger(conn, &pod, PodActivity::Between, now).await?;
-    let change = Change::End(job.state);
-    let write = job_state::write(change);
-    let changed = db::query(AssertSqlSafe(format!(
-        "UPDATE jobs SET state = ?, lease_id = NULL, lease_pod = NULL, cancel_requested = 0, \
-         stop_request = NULL, stop_message = NULL, queue_head = ?, \
-         failures = ?, stalled_attempts = ?, preemptions = preemptions + ?, not_before = ?, \
-         verify_checkpoints = ?, message = COALESCE(?, message), updated_at = ? \
-         WHERE id = ? AND {}",
-        write.guard
-    )))
-    .bind(write.to)
-    .bind(job.queue_head)
-    .bind(job.failures)
-    .bind(job.stalled_attempts)
-    .bind(i64::from(job.preemption))
-    .bind(job.not_before)
-    .bind(job.verify_checkpoints)
-    .bind(job.message)
-    .bind(now)
-    .bind(job_id)
-    .execute(conn)
-    .await?;
-    if changed == 0 {
-        // The transaction rolls back: the attempt's end is not recorded either.
-        return Err(super::jobs::refused(conn, job_id, change).await);
-    }
-    Ok(())
+    // Refused, the transaction rolls back: the attempt's end is not recorded either.
+    job_state::apply(
+        conn,
+        job_id,
+        Change::End(job.state),
+        job_state::TO,
+        "lease_id = NULL, lease_pod = NULL, cancel_requested = 0, stop_request = NULL, \
+         stop_message = NULL, queue_head = ?, failures = ?, stalled_attempts = ?, \
+         preemptions = preemptions + ?, not_before = ?, verify_checkpoints = ?, \
+         message = COALESCE(?, message), updated_at = ?",
+        |update| {
+            update
+                .bind(job.queue_head)
+                .bind(job.failures)
+                .bind(job.stalled_attempts)
+                .bind(i64::from(job.preemption))
+                .bind(job.not_before)
+                .bind(job.verify_checkpoints)
+                .bind(job.message)
+                .bind(now)
+        },
+    )
+    .await
 }
 
 /// For a lease that is no longer live: the outcome its attempt recorded, its job's state and
@@ -513,8 +490,8 @@ mod tests {
     use super::*;
     use crate::store::test_support::scratch_store;
 
-    /// The head of a type's queue reads a row or a few through the queue's indexes, and
-    /// sorts only the two candidates it found, never every queued job.
+    /// The head of a type's queue walks that type's queue in its order and nothing else:
+    /// never the queue of every type, never a sort.
     #[tokio::test]
     async fn the_head_of_a_types_queue_walks_an_index() {
         let (store, _dir) = scratch_store().await;
@@ -528,28 +505,26 @@ mod tests {
         .await
         .unwrap();
         let details: Vec<&str> = plan.iter().map(|(.., d)| d.as_str()).collect();
-        // The tables are searched through an index; what is scanned is the subqueries' own
-        // rows, one each.
-        for detail in &details {
-            assert!(
-                !(detail.starts_with("SCAN ")
-                    && ["q", "ja", "jobs"]
-                        .iter()
-                        .any(|t| detail[5..].starts_with(t))),
-                "a full scan of a table: {details:?}"
-            );
-        }
-        assert!(
-            details.contains(&"SEARCH q USING INDEX jobs_queue_order (state=?)"),
-            "{details:?}"
-        );
         assert!(
             details
                 .iter()
-                .any(|d| d.starts_with("SEARCH q USING INDEX jobs_leasable")),
-            "{details:?}"
+                .any(|d| d
+                    .starts_with("SEARCH ja USING INDEX job_accelerators_queue (accelerator=?)")),
+            "the type's own queue is walked: {details:?}"
         );
-        let sorts = details.iter().filter(|d| d.contains("TEMP B-TREE")).count();
-        assert_eq!(sorts, 1, "only the two candidates are sorted: {details:?}");
+        for detail in &details {
+            assert!(
+                !detail.starts_with("SCAN "),
+                "a scan of a table: {details:?}"
+            );
+            assert!(
+                !detail.contains("TEMP B-TREE"),
+                "the rows come in the queue's order, unsorted: {details:?}"
+            );
+            assert!(
+                !detail.contains("jobs_queue_order") && !detail.contains("jobs_leasable"),
+                "the queue of every type is not walked: {details:?}"
+            );
+        }
     }
 }

@@ -24,6 +24,7 @@ pub mod goodput;
 pub mod grant;
 pub mod idempotency;
 mod index_checks;
+pub mod job_accelerators;
 pub mod job_state;
 pub mod jobs;
 mod lead;
@@ -33,6 +34,8 @@ mod location;
 pub mod logs;
 pub mod metric_export;
 pub mod metrics;
+#[cfg(test)]
+mod module_graph;
 pub mod pod_time;
 pub mod pod_time_model;
 pub mod pods;

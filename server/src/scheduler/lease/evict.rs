@@ -85,7 +85,7 @@ impl Scheduler {
                 return Ok(false);
             }
             // An idle pod of another type the head may run on takes it without an eviction.
-            let elsewhere = crate::store::leases::accelerators_of(&mut conn, head.id).await?;
+            let elsewhere = crate::store::job_accelerators::of_job(&mut conn, head.id).await?;
             if elsewhere.iter().any(|a| self.live.idle_pods(a) > 0) {
                 return Ok(false);
             }

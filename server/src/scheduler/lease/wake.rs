@@ -83,7 +83,7 @@ impl crate::scheduler::Scheduler {
     /// logged, not answered, and waiting pods still find the job at their next call.
     pub(in crate::scheduler) async fn wake_for_job(&self, id: podq_api::JobId, at_ms: Option<i64>) {
         let read = async {
-            crate::store::leases::accelerators_of(&mut self.store.read().await?, id).await
+            crate::store::job_accelerators::of_job(&mut self.store.read().await?, id).await
         };
         let accelerators = match read.await {
             Ok(accelerators) => accelerators,
