@@ -80,16 +80,27 @@
 //!    (a server where the bench may create databases) or else a throwaway cluster started with
 //!    `scripts/postgres-cluster` on this machine.
 //!
+//! 6. `crowded`: submissions/s on a store already holding 40,000 jobs of other types, with
+//!    nobody waiting and with 64 workers long-polling for a slice type no job lists, on one
+//!    server (`crowded.rs` says how; target: with the waiters at least 0.8 of the rate
+//!    without, the mean of a run before and a run after), and the p50 of an empty claim for
+//!    that type on the empty store and on the crowded one. `PODQ_BENCH_CROWDED_JOBS` changes
+//!    the 40,000. Only this section: `PODQ_BENCH_ONLY=crowded cargo bench --profile dev
+//!    --bench throughput` (the dev profile builds the server in a fraction of release's time;
+//!    the ratio is what is judged).
+//!
 //! It is a report: the process exits 0 whether the targets are met or not (1 only when a
-//! section could not run; its error is printed). `PODQ_BENCH_ONLY=cycles,metrics,submit,history,cycles-postgres`
+//! section could not run; its error is printed). `PODQ_BENCH_ONLY=cycles,metrics,submit,crowded,history,cycles-postgres`
 //! runs only the sections named (the baselines always run).
 //!
 //! Each section is a file of its own under `benches/throughput/`: `cycles.rs` (sections 1 and
-//! 5), `metrics.rs`, `submit.rs` and `history.rs`, with `postgres.rs` for the PostgreSQL server
+//! 5), `metrics.rs`, `submit.rs`, `history.rs` and `crowded.rs`, with `postgres.rs` for the PostgreSQL server
 //! of section 5. They share `podq_testkit::harness` with the fleet bench: the server as its
 //! own process, the simulated clients, the raw baselines, /proc's figures and percentiles. This file picks the sections, runs them
 //! and prints the table.
 
+#[path = "throughput/crowded.rs"]
+mod crowded;
 #[path = "throughput/cycles.rs"]
 mod cycles;
 #[path = "throughput/history.rs"]
@@ -110,6 +121,7 @@ use std::time::Instant;
 static PODQ: LazyLock<String> =
     LazyLock::new(|| podq_testkit::program_under_test(env!("CARGO_BIN_EXE_podq")));
 
+use crate::crowded::{crowded_submit_rate, CrowdedRun, CROWDED_WAITERS, TARGET_CROWDED_RATIO};
 use crate::cycles::{
     lease_cycles, lease_cycles_on, CycleRun, CYCLE_WORKERS, MAIN_WORKERS, TARGET_CYCLE_RATIO,
 };
@@ -144,6 +156,7 @@ struct Report {
     metrics: Vec<MetricRun>,
     query: Option<QueryRun>,
     submits: Vec<SubmitRun>,
+    crowded: Option<CrowdedRun>,
     history: Option<HistoryRun>,
     failed: Vec<String>,
 }
@@ -237,6 +250,15 @@ async fn run() -> Res<bool> {
                     e,
                 ),
             }
+        }
+    }
+    if wanted("crowded") {
+        match crowded_submit_rate().await {
+            Ok(run) => {
+                run.print();
+                report.crowded = Some(run);
+            }
+            Err(e) => report.fail("submissions on a crowded store", e),
         }
     }
     if wanted("history") {
@@ -423,6 +445,32 @@ impl Report {
                 String::new(),
                 format!("≈ 0: ≤ {:.0} ms (1 % of a core)", TARGET_IDLE_CPU_S * 1e3),
                 main.then_some(server_s <= TARGET_IDLE_CPU_S),
+            ));
+        }
+        if let Some(c) = &self.crowded {
+            let ratio = c.ratio();
+            rows.push((
+                format!(
+                    "submits/s, {} jobs stored, {CROWDED_WAITERS} waiting for a type no job lists",
+                    thousands(c.waiting.jobs_before as f64)
+                ),
+                format!("{} /s", thousands(c.waiting.submits_per_s)),
+                format!("0 waiting, same store {} /s", thousands(c.baseline())),
+                format!("{ratio:.3}"),
+                format!("≥ {TARGET_CROWDED_RATIO} × baseline"),
+                Some(ratio >= TARGET_CROWDED_RATIO),
+            ));
+            let ((empty, _), (crowded, _)) = c.empty_claim;
+            rows.push((
+                format!(
+                    "empty claim p50, {} jobs of other types stored",
+                    thousands(c.before.jobs_before as f64)
+                ),
+                format!("{crowded:.2} ms"),
+                format!("empty store {empty:.2} ms"),
+                format!("{:.2}", crowded / empty),
+                String::new(),
+                None,
             ));
         }
         if let Some(h) = &self.history {

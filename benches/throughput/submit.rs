@@ -66,16 +66,16 @@ impl SubmitRun {
 }
 
 #[derive(Default)]
-struct WaiterCounts {
-    taken: AtomicU64,
-    timeouts: AtomicU64,
-    errors: AtomicU64,
-    first_error: Mutex<Option<String>>,
+pub struct WaiterCounts {
+    pub taken: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub errors: AtomicU64,
+    pub first_error: Mutex<Option<String>>,
 }
 
 /// A worker whose pod is idle: long-polls for a job; finishes a job it gets at once and
 /// waits again.
-async fn waiter(w: WorkerClient, accelerator: &'static str, counts: Arc<WaiterCounts>) {
+pub async fn waiter(w: WorkerClient, accelerator: &'static str, counts: Arc<WaiterCounts>) {
     loop {
         let result = async {
             match w.lease(accelerator, WAITER_WAIT_S).await? {
