@@ -16,6 +16,7 @@
 //!   while its hosts stopped answering, before a trainer is blamed.
 
 mod compute;
+pub mod errors;
 mod node;
 mod preflight;
 mod recovery;
@@ -42,7 +43,7 @@ pub(crate) use compute::{
 pub use compute::{ComputeSettings, ProvisioningModel};
 pub use node::{classify_health, classify_state, HealthClass, Node, StateClass};
 use runner::Output;
-pub use runner::{already_exists, CallError, EnsureError, Retry, Runner};
+pub use runner::{CallError, EnsureError, Retry, Runner};
 use settings::{secs, Timing};
 pub use settings::{Api, Capacity, CreateSettings, GcloudSettings};
 

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::classify::{CreateError, ErrorKind, Scope};
+use super::classify::{CloudError, CreateError, ErrorKind, Scope};
 use chrono::{DateTime, Utc};
 
 /// The label every slice of a pool carries, with the pool's name as its value (GCP label
@@ -46,20 +46,18 @@ pub trait SliceCloud: Send + Sync {
     /// not an error: a pool that crashed after asking asks again under the same name, and so
     /// never makes a second slice for one request.
     async fn create(&self, spec: &SliceSpec) -> Result<(), CreateError>;
-    /// Deletes slice `name`; one that is gone already is not an error.
-    async fn delete(&self, name: &str, zone: &str) -> Result<(), String>;
-    /// Every slice labelled as `pool`'s.
-    async fn list(&self, pool: &str) -> Result<Vec<CloudSlice>, String>;
+    /// Deletes slice `name`; one that is gone already is not an error. `Err` is the cloud's
+    /// answer, read as a create's is (`pod::gcloud::errors`).
+    async fn delete(&self, name: &str, zone: &str) -> Result<(), CloudError>;
+    /// Every slice labelled as `pool`'s. `Err` is read as `delete`'s.
+    async fn list(&self, pool: &str) -> Result<Vec<CloudSlice>, CloudError>;
 
     /// Whether the slice that already holds `spec`'s name is the pool's own (asked for
     /// before a crash): a create that finds its name taken adopts only then. Another
     /// installation's slice, or one with no owner at all, is `NameTaken`: a second podq in the
     /// same project must never start a worker (and its preflight) on the first one's slice.
     async fn check_owner(&self, spec: &SliceSpec) -> Result<(), CreateError> {
-        let listed = self
-            .list(&spec.pool)
-            .await
-            .map_err(CreateError::transient)?;
+        let listed = self.list(&spec.pool).await.map_err(CreateError::from)?;
         let owner = listed
             .into_iter()
             .find(|slice| slice.name == spec.name)

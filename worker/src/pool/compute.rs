@@ -13,8 +13,8 @@
 //!   on trying by itself (https://docs.cloud.google.com/compute/docs/instance-groups/
 //!   view-cancel-vm-bulk-creation-in-migs). So the create watches the group until its
 //!   instances exist, or an error shows, and then deletes the group (cancelling the bulk
-//!   creation) and answers with that error for `classify_create_error`: the waterfall moves
-//!   on instead of the group waiting in a zone that is out.
+//!   creation) and answers with that error, read by `pod::gcloud::errors` as every gcloud
+//!   answer is: the waterfall moves on instead of the group waiting in a zone that is out.
 //! - list: one `instance-groups managed list` for every zone at once (zonal groups of all
 //!   zones are listed by default,
 //!   https://cloud.google.com/sdk/gcloud/reference/compute/instance-groups/managed/list).
@@ -31,12 +31,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::classify::{classify_create_error, CreateError, ErrorKind, Scope};
+use super::classify::{classify_create_error, CloudError, CreateError, ErrorKind, Kind, Scope};
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_ID_LABEL, POOL_LABEL};
 use super::config::{Pool, Provisioning};
+use crate::pod::gcloud::errors::classify_call;
 use crate::pod::gcloud::{
-    already_exists, instance_rank, CallError, ComputeSettings, ComputeSliceSpec, EnsureError,
-    ErrorItem, GroupStatus, Place, ProvisioningModel, Retry, Runner,
+    instance_rank, CallError, ComputeSettings, ComputeSliceSpec, EnsureError, ErrorItem,
+    GroupStatus, Place, ProvisioningModel, Retry, Runner,
 };
 use crate::pod::state::{classify_compute, StateClass};
 
@@ -134,10 +135,7 @@ impl ComputeCloud {
             .await
         {
             Ok(()) => Ok(()),
-            Err(EnsureError::Describe(e) | EnsureError::Create(e)) => Err(match e {
-                CallError::Failed { stderr, .. } => classify_create_error(&stderr),
-                e => CreateError::transient(e.to_string()),
-            }),
+            Err(EnsureError::Describe(e) | EnsureError::Create(e)) => Err(classify_call(&e).into()),
         }
     }
 
@@ -292,9 +290,14 @@ fn group_state(group: &ListedGroup, spot: bool) -> SliceState {
 }
 
 /// The groups of one listing that carry `pool`'s mark, in the pool's words.
-fn parse_listing(json: &str, pool: &str, spot: bool) -> Result<Vec<CloudSlice>, String> {
-    let groups: Vec<ListedGroup> = serde_json::from_str(json)
-        .map_err(|e| format!("instance-groups managed list answered JSON podq cannot read: {e}"))?;
+fn parse_listing(json: &str, pool: &str, spot: bool) -> Result<Vec<CloudSlice>, CloudError> {
+    let groups: Vec<ListedGroup> = serde_json::from_str(json).map_err(|e| {
+        CloudError::new(
+            Kind::Unknown,
+            Scope::Zone,
+            format!("instance-groups managed list answered JSON podq cannot read: {e}"),
+        )
+    })?;
     Ok(groups
         .into_iter()
         .filter_map(|g| {
@@ -337,16 +340,15 @@ impl SliceCloud for ComputeCloud {
         {
             Ok(_) => {}
             // Asked for before a crash (the same request, watched again), or another owner's.
-            Err(CallError::Failed { stderr, .. }) if already_exists(&stderr) => {
-                self.check_owner(slice).await?
-            }
-            Err(CallError::Failed { stderr, .. }) => return Err(classify_create_error(&stderr)),
-            Err(e) => return Err(CreateError::transient(e.to_string())),
+            Err(e) => match classify_call(&e) {
+                read if read.kind == Kind::AlreadyExists => self.check_owner(slice).await?,
+                read => return Err(read.into()),
+            },
         }
         self.watch(&spec, &slice.zone).await
     }
 
-    async fn delete(&self, name: &str, zone: &str) -> Result<(), String> {
+    async fn delete(&self, name: &str, zone: &str) -> Result<(), CloudError> {
         let mut args: Vec<String> = self.settings.track.iter().cloned().collect();
         args.extend(
             ["compute", "instance-groups", "managed", "delete", name]
@@ -357,12 +359,15 @@ impl SliceCloud for ComputeCloud {
         args.push(format!("--project={}", self.project));
         args.push("--quiet".into());
         match self.runner.call(&args, OPERATION_TIMEOUT, Retry::Api).await {
-            Ok(_) | Err(CallError::NotFound(_)) => Ok(()),
-            Err(e) => Err(e.to_string()),
+            Ok(_) => Ok(()),
+            Err(e) => match classify_call(&e) {
+                read if read.kind == Kind::NotFound => Ok(()),
+                read => Err(read),
+            },
         }
     }
 
-    async fn list(&self, pool: &str) -> Result<Vec<CloudSlice>, String> {
+    async fn list(&self, pool: &str) -> Result<Vec<CloudSlice>, CloudError> {
         let mut args: Vec<String> = self.settings.track.iter().cloned().collect();
         args.extend(
             ["compute", "instance-groups", "managed", "list"]
@@ -375,7 +380,7 @@ impl SliceCloud for ComputeCloud {
             .runner
             .call(&args, CALL_TIMEOUT, Retry::Api)
             .await
-            .map_err(|e| format!("instance-groups managed list: {e}"))?;
+            .map_err(|e| classify_call(&e).during("instance-groups managed list"))?;
         let spot = self.settings.provisioning_model == ProvisioningModel::Spot;
         let mut slices = parse_listing(&output.stdout, pool, spot)?;
         slices.sort_by(|a, b| a.name.cmp(&b.name));

@@ -5,14 +5,17 @@
 //!   --version=V --labels=podq-pool=POOL,podq-pool-id=ID [--spot | --reserved]`, run to
 //!   its end (not
 //!   `--async`): a stockout or a quota error is the create's own answer, which
-//!   `classify_create_error` reads. A node of that name that exists already
-//!   (`ALREADY_EXISTS`) is the one asked for before a crash when its `podq-pool-id` is the
+//!   `pod::gcloud::errors` reads. A node of that name that exists already
+//!   (`ALREADY_EXISTS`, `Kind::AlreadyExists`) is the one asked for before a crash when its `podq-pool-id` is the
 //!   pool's, and another owner's otherwise (`SliceCloud::check_owner`);
 //! - list: `gcloud compute tpus tpu-vm list --zone=Z --filter=labels.podq-pool=POOL
 //!   --format=json`, once per zone of the pool (the TPU API lists one location at a time);
 //!   one zone that cannot be listed fails the whole look, so a slice is never taken for
 //!   gone because its zone did not answer;
 //! - delete: `gcloud compute tpus tpu-vm delete NAME --zone=Z --quiet`; `NOT_FOUND` is done.
+//!
+//! Every refusal, of a create, a list or a delete, is read by `pod::gcloud::errors`, the one
+//! reading a pod's recovery acts on too.
 //!
 //! `api: compute` pools (a managed instance group per slice) are `compute.rs`'s.
 
@@ -23,10 +26,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::classify::{classify_create_error, CreateError};
+use super::classify::{CloudError, CreateError, Kind};
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_ID_LABEL, POOL_LABEL};
 use super::config::Provisioning;
-use crate::pod::gcloud::{CallError, Retry, Runner};
+use crate::pod::gcloud::errors::{classify_call, Scope};
+use crate::pod::gcloud::{Retry, Runner};
 
 /// How long a create may run: a v4-64 takes minutes, a stockout answers in seconds.
 const CREATE_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -116,9 +120,14 @@ fn slice_state(state: Option<&str>) -> SliceState {
 }
 
 /// The nodes of one zone's listing that carry `pool`'s label.
-fn parse_listing(json: &str, zone: &str, pool: &str) -> Result<Vec<CloudSlice>, String> {
-    let nodes: Vec<ListedNode> =
-        serde_json::from_str(json).map_err(|e| format!("tpu-vm list in {zone}: {e}"))?;
+fn parse_listing(json: &str, zone: &str, pool: &str) -> Result<Vec<CloudSlice>, CloudError> {
+    let nodes: Vec<ListedNode> = serde_json::from_str(json).map_err(|e| {
+        CloudError::new(
+            Kind::Unknown,
+            Scope::Zone,
+            format!("tpu-vm list in {zone} answered JSON podq cannot read: {e}"),
+        )
+    })?;
     Ok(nodes
         .into_iter()
         .filter(|node| node.labels.get(POOL_LABEL).map(String::as_str) == Some(pool))
@@ -146,15 +155,14 @@ impl SliceCloud for GcloudCloud {
             .await
         {
             Ok(_) => Ok(()),
-            Err(CallError::Failed { stderr, .. }) if stderr.contains("ALREADY_EXISTS") => {
-                self.check_owner(spec).await
-            }
-            Err(CallError::Failed { stderr, .. }) => Err(classify_create_error(&stderr)),
-            Err(e) => Err(CreateError::transient(e.to_string())),
+            Err(e) => match classify_call(&e) {
+                read if read.kind == Kind::AlreadyExists => self.check_owner(spec).await,
+                read => Err(read.into()),
+            },
         }
     }
 
-    async fn delete(&self, name: &str, zone: &str) -> Result<(), String> {
+    async fn delete(&self, name: &str, zone: &str) -> Result<(), CloudError> {
         let mut args: Vec<String> = ["compute", "tpus", "tpu-vm", "delete", name]
             .iter()
             .map(|s| s.to_string())
@@ -162,12 +170,15 @@ impl SliceCloud for GcloudCloud {
         args.extend(self.place(zone));
         args.push("--quiet".into());
         match self.runner.call(&args, DELETE_TIMEOUT, Retry::Api).await {
-            Ok(_) | Err(CallError::NotFound(_)) => Ok(()),
-            Err(e) => Err(e.to_string()),
+            Ok(_) => Ok(()),
+            Err(e) => match classify_call(&e) {
+                read if read.kind == Kind::NotFound => Ok(()),
+                read => Err(read),
+            },
         }
     }
 
-    async fn list(&self, pool: &str) -> Result<Vec<CloudSlice>, String> {
+    async fn list(&self, pool: &str) -> Result<Vec<CloudSlice>, CloudError> {
         let mut slices = Vec::new();
         for zone in &self.zones {
             let mut args: Vec<String> = ["compute", "tpus", "tpu-vm", "list"]
@@ -181,7 +192,7 @@ impl SliceCloud for GcloudCloud {
                 .runner
                 .call(&args, LIST_TIMEOUT, Retry::Api)
                 .await
-                .map_err(|e| format!("tpu-vm list in {zone}: {e}"))?;
+                .map_err(|e| classify_call(&e).during(&format!("tpu-vm list in {zone}")))?;
             slices.extend(parse_listing(&output.stdout, zone, pool)?);
         }
         slices.sort_by(|a, b| a.name.cmp(&b.name));

@@ -3,7 +3,7 @@
 //! hosts are the local driver's simulated hosts under `<root>/pods/<name>`.
 //!
 //! What it answers is what the Cloud TPU API answers in the same case, word for word where
-//! the words are known (worker/src/pool/classify.rs cites them):
+//! the words are known (worker/src/pod/gcloud/errors.rs cites them):
 //! - `capacity: N`: a create beyond N slices alive in the zone is a stockout;
 //! - `fault: stockout | quota | denied`: every create fails so, until `clears_after` has
 //!   passed since the zone's first create (a quota raised, a role granted);
@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::classify::{classify_create_error, CreateError};
+use super::classify::{classify_create_error, CloudError, CreateError};
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_ID_LABEL, POOL_LABEL};
 use super::config::{SimFault, SimScript};
 
@@ -252,23 +252,25 @@ impl SliceCloud for SimCloud {
         Ok(())
     }
 
-    async fn delete(&self, name: &str, _zone: &str) -> Result<(), String> {
+    async fn delete(&self, name: &str, _zone: &str) -> Result<(), CloudError> {
         let path = self.slice_path(name);
         let Ok(bytes) = std::fs::read(&path) else {
             return Ok(());
         };
         if let Ok(mut slice) = serde_json::from_slice::<SliceFile>(&bytes) {
             slice.deleting = true;
-            write_atomic(&path, &slice)?;
+            write_atomic(&path, &slice).map_err(CloudError::transient)?;
         }
         let _ = std::fs::remove_dir_all(self.pod_root(name));
         match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.to_string()),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(CloudError::transient(format!("{}: {e}", path.display())))
+            }
             _ => Ok(()),
         }
     }
 
-    async fn list(&self, pool: &str) -> Result<Vec<CloudSlice>, String> {
+    async fn list(&self, pool: &str) -> Result<Vec<CloudSlice>, CloudError> {
         let now = Utc::now();
         let mut slices: Vec<CloudSlice> = self
             .slices()

@@ -186,116 +186,6 @@ impl QueuedResource {
     }
 }
 
-/// What an error of the TPU API asks of the worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// No capacity now (a stockout, a reservation that is full, a `valid until` that
-    /// expired) or a passing fault: the same request may succeed later. Back off, retry.
-    Capacity,
-    /// A quota the project does not have: asking again changes nothing until a person
-    /// raises it (or frees what uses it).
-    Quota,
-    /// The request itself is wrong or not allowed (bad accelerator type or runtime
-    /// version, a network that does not exist, no permission): it can never succeed.
-    Invalid,
-}
-
-impl ErrorClass {
-    /// Asking again cannot help: the worker stops and reports.
-    pub fn holds(self) -> bool {
-        !matches!(self, ErrorClass::Capacity)
-    }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            ErrorClass::Capacity => "no capacity",
-            ErrorClass::Quota => "over quota",
-            ErrorClass::Invalid => "the request is invalid or not allowed",
-        }
-    }
-}
-
-/// The `google.rpc.Code` names, by number.
-const RPC_CODES: [&str; 17] = [
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-];
-
-/// The `google.rpc.Code` of an error as gcloud prints it: `{"code": 8, "message": ...}`
-/// (a failed operation), `RESOURCE_EXHAUSTED: ...` (a refused request), or an HTTP status.
-pub fn error_code(text: &str) -> Option<i64> {
-    if let Some(at) = text.find("\"code\"") {
-        let digits: String = text[at + 6..]
-            .trim_start_matches(|c: char| c == ':' || c.is_whitespace())
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        if let Ok(code) = digits.parse() {
-            return Some(code);
-        }
-    }
-    if let Some(code) = RPC_CODES.iter().position(|name| {
-        text.match_indices(name).any(|(i, _)| {
-            let before = text[..i].chars().next_back();
-            let after = text[i + name.len()..].chars().next();
-            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
-        })
-    }) {
-        if code > 0 {
-            return Some(code as i64);
-        }
-    }
-    for (http, code) in [
-        ("400", 3),
-        ("401", 16),
-        ("403", 7),
-        ("404", 5),
-        ("409", 6),
-        ("429", 8),
-        ("500", 13),
-        ("503", 14),
-    ] {
-        if text.contains(&format!("HttpError {http}")) || text.contains(&format!("Error {http}")) {
-            return Some(code);
-        }
-    }
-    None
-}
-
-/// What an API error means for the next create: the `google.rpc.Code` when known, and the
-/// message, whose words tell a quota (`Quota limit '...' has been exceeded`, `Quota '...'
-/// exhausted`) from a stockout (`There is no more capacity in the zone ...`), both
-/// `RESOURCE_EXHAUSTED`.
-pub fn classify_error(code: Option<i64>, message: &str) -> ErrorClass {
-    let lower = message.to_ascii_lowercase();
-    if lower.contains("quota") {
-        return ErrorClass::Quota;
-    }
-    match code {
-        // INVALID_ARGUMENT, NOT_FOUND (a network, disk or accelerator type), PERMISSION_DENIED,
-        // FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, UNAUTHENTICATED.
-        Some(3 | 5 | 7 | 9 | 11 | 12 | 16) => ErrorClass::Invalid,
-        _ if lower.contains("bad request") || lower.contains("is not valid") => ErrorClass::Invalid,
-        _ => ErrorClass::Capacity,
-    }
-}
-
 /// What a queued resource's state asks of the worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueuedClass {
@@ -431,47 +321,11 @@ mod tests {
         assert_eq!(qr.state(), "FAILED");
         let error = qr.failure().unwrap();
         assert_eq!(error.code, Some(8));
-        assert_eq!(
-            classify_error(error.code, error.message.as_deref().unwrap()),
-            ErrorClass::Quota
-        );
+        assert!(error.message.as_deref().unwrap().starts_with("Quota limit"));
         assert!(QueuedResource::parse(r#"{"state": {"state": "FAILED"}}"#)
             .unwrap()
             .failure()
             .is_none());
-    }
-
-    #[test]
-    fn errors_are_told_apart() {
-        let stockout = "ERROR: (gcloud.compute.tpus.tpu-vm.create) {\"code\": 8, \"message\": \"There is no more capacity in the zone \\\"us-central2-b\\\"; you can try in another zone\"}";
-        assert_eq!(error_code(stockout), Some(8));
-        assert_eq!(
-            classify_error(error_code(stockout), stockout),
-            ErrorClass::Capacity
-        );
-        let quota = "ERROR: (gcloud.compute.tpus.queued-resources.create) RESOURCE_EXHAUSTED: \
-                     Quota 'TPUV4sPreemptiblePodPerProjectPerRegionForTPUAPI' exhausted. Limit 0";
-        assert_eq!(error_code(quota), Some(8));
-        assert_eq!(classify_error(error_code(quota), quota), ErrorClass::Quota);
-        let invalid = "ERROR: (gcloud.compute.tpus.tpu-vm.create) INVALID_ARGUMENT: \
-                       Cloud TPU received a bad request. the accelerator v4-128 was not found";
-        assert_eq!(error_code(invalid), Some(3));
-        assert_eq!(classify_error(Some(3), invalid), ErrorClass::Invalid);
-        assert_eq!(
-            classify_error(Some(7), "Permission denied"),
-            ErrorClass::Invalid
-        );
-        assert_eq!(
-            classify_error(Some(4), "valid until expired"),
-            ErrorClass::Capacity
-        );
-        assert_eq!(
-            classify_error(None, "connection reset"),
-            ErrorClass::Capacity
-        );
-        assert_eq!(error_code("HttpError 429 when requesting"), Some(8));
-        assert_eq!(error_code("NOT_FOUNDX"), None);
-        assert!(ErrorClass::Quota.holds() && !ErrorClass::Capacity.holds());
     }
 
     #[test]

@@ -12,12 +12,14 @@
 //!   `TERMINATED` gets one `tpu-vm start`; if that fails it is deleted and created again.
 //!   A spot node is never restarted.
 //! - queued: a `SUSPENDED` queued resource is deleted (with its node) and created again. A
-//!   `FAILED` one is read first (`state.failedData.error`): no capacity (a stockout, a full
-//!   reservation, an expired `valid until`) is retried after a pause that doubles; a quota
-//!   the project lacks or a request that is invalid or not allowed is *held*: nothing is
-//!   deleted or created again, and the pod's recovery text says why, until a person deletes
-//!   the queued resource (podq then creates it anew) or the worker restarts.
-//! - A create call refused for quota or an invalid request holds the same way.
+//!   `FAILED` one is read first (`state.failedData.error`, by `errors`, the one reading of
+//!   gcloud a pool acts on too): no capacity (a stockout, a full reservation, an expired
+//!   `valid until`) or a passing failure (a per-minute request limit among them) is retried
+//!   after a pause that doubles; a quota the project lacks, or what a person must fix (a
+//!   request that is invalid, a denial, billing disabled), is *held*: nothing is deleted or
+//!   created again, and the pod's recovery text says why, until a person deletes the queued
+//!   resource (podq then creates it anew) or the worker restarts.
+//! - A create call refused so holds the same way (`refusal`).
 //!
 //! Between actions the node (or queued resource) is described every `poll_s` until it is
 //! `READY` and `HEALTHY`; each distinct thing waited for is reported through `progress`.
@@ -28,7 +30,8 @@ use std::time::Duration;
 use anyhow::bail;
 use tokio::time::Instant;
 
-use super::node::{self, classify_error, classify_queued, error_code, ErrorClass};
+use super::errors::{self, CloudError, Kind};
+use super::node::{self, classify_queued};
 use super::node::{QueuedClass, QueuedResource};
 use super::runner::{CallError, Retry};
 use super::spec::{self, NodeSpec, SavedSpec, Scheduling};
@@ -80,6 +83,47 @@ pub(super) enum Refused {
     Held(String),
     /// It may work later.
     Failed(String),
+}
+
+/// What a refused create (of a node, a queued resource, a group, its template or policy)
+/// means for a pod, read by `errors`: held when asking again cannot help (a person must act,
+/// or the quota of the pod's one zone is gone), else a failure retried after a pause.
+pub(super) fn refusal(what: &str, error: &CallError) -> Refused {
+    let read = errors::classify_call(error);
+    if read.response().holds() {
+        Refused::Held(format!(
+            "held: cannot create {what} ({}): {error}. podq will not try again until the \
+             cause is fixed and the worker restarted (or the node created by hand)",
+            read.kind.describe()
+        ))
+    } else {
+        Refused::Failed(format!(
+            "cannot create {what} ({}): {error}",
+            read.kind.describe()
+        ))
+    }
+}
+
+/// Why a `FAILED` queued resource failed (`failedData.error`), read by `errors`, and the
+/// words to show.
+pub(super) fn queued_failure(qr: &QueuedResource) -> (CloudError, String) {
+    match qr.failure() {
+        Some(error) => {
+            let message = error.message.clone().unwrap_or_default();
+            let code = error
+                .code
+                .map(|c| format!(" (code {c})"))
+                .unwrap_or_default();
+            (
+                errors::classify_status(error.code, &message),
+                format!("{message}{code}"),
+            )
+        }
+        None => (
+            CloudError::new(Kind::Unknown, errors::Scope::Zone, ""),
+            "it gave no reason".to_owned(),
+        ),
+    }
 }
 
 impl GcloudPod {
@@ -399,25 +443,11 @@ impl GcloudPod {
 
     /// What a failed create means: a hold (recorded, with the reason) or a retry.
     pub(super) fn refused(&self, what: &str, error: &CallError) -> Refused {
-        let class = match error {
-            CallError::NotFound(text) => classify_error(Some(5), text),
-            CallError::Failed { stderr, .. } => classify_error(error_code(stderr), stderr),
-            CallError::Timeout(_) | CallError::Spawn { .. } => ErrorClass::Capacity,
-        };
-        if class.holds() {
-            let why = format!(
-                "held: cannot create {what} ({}): {error}. podq will not try again until the \
-                 cause is fixed and the worker restarted (or the node created by hand)",
-                class.describe()
-            );
+        let refused = refusal(what, error);
+        if let Refused::Held(why) = &refused {
             self.hold(why.clone());
-            Refused::Held(why)
-        } else {
-            Refused::Failed(format!(
-                "cannot create {what} ({}): {error}",
-                class.describe()
-            ))
         }
+        refused
     }
 
     pub(super) fn held(&self) -> Option<String> {
@@ -504,19 +534,9 @@ impl GcloudPod {
         progress: &(dyn Fn(String) + Send + Sync),
     ) -> Step {
         let name = self.queued_resource();
-        let (class, why) = match qr.failure() {
-            Some(error) => {
-                let message = error.message.clone().unwrap_or_default();
-                let class = classify_error(error.code, &message);
-                let code = error
-                    .code
-                    .map(|c| format!(" (code {c})"))
-                    .unwrap_or_default();
-                (class, format!("{message}{code}"))
-            }
-            None => (ErrorClass::Capacity, "it gave no reason".to_owned()),
-        };
-        if class.holds() {
+        let (read, why) = queued_failure(qr);
+        let class = read.kind;
+        if read.response().holds() {
             let zone = &self.settings.zone;
             return Step::Held(format!(
                 "held: queued resource {name} FAILED, {}: {why}. podq will not create it again \

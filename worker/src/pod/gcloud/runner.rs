@@ -9,6 +9,8 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
+use super::errors;
+
 /// ssh's own exit status when it could not reach the host (as opposed to the remote
 /// command's status, which it passes through).
 pub const SSH_CONNECTION_FAILED: i32 = 255;
@@ -41,12 +43,6 @@ impl CallError {
             (CallError::Failed { code, .. }, Retry::Ssh) => *code == Some(SSH_CONNECTION_FAILED),
         }
     }
-}
-
-/// Whether gcloud refused a create because the resource exists: the Compute API's "The
-/// resource '...' already exists", the Cloud TPU API's `ALREADY_EXISTS`.
-pub fn already_exists(stderr: &str) -> bool {
-    stderr.contains("already exists") || stderr.contains("ALREADY_EXISTS")
 }
 
 /// Why `Runner::ensure` could not make sure a resource exists.
@@ -107,8 +103,8 @@ impl Runner {
     }
 
     /// Makes with `create` the resource `describe` does not find (a workload policy, an
-    /// instance template); one that another call made meanwhile ("already exists") is as
-    /// good. `read` and `write` are the two calls' timeouts.
+    /// instance template); one that another call made meanwhile (`errors::already_exists`)
+    /// is as good. `read` and `write` are the two calls' timeouts.
     pub async fn ensure(
         &self,
         describe: &[String],
@@ -120,7 +116,7 @@ impl Runner {
             Ok(_) => Ok(()),
             Err(CallError::NotFound(_)) => match self.call(create, write, Retry::Never).await {
                 Ok(_) => Ok(()),
-                Err(CallError::Failed { stderr, .. }) if already_exists(&stderr) => Ok(()),
+                Err(CallError::Failed { stderr, .. }) if errors::already_exists(&stderr) => Ok(()),
                 Err(e) => Err(EnsureError::Create(e)),
             },
             Err(e) => Err(EnsureError::Describe(e)),
@@ -171,7 +167,7 @@ impl Runner {
                     return Ok(Output { stdout, stderr });
                 }
                 let tail = tail(&stderr);
-                if is_not_found(&stderr) {
+                if errors::is_not_found(&stderr) {
                     Err(CallError::NotFound(tail))
                 } else {
                     Err(CallError::Failed {
@@ -201,11 +197,6 @@ async fn collect(child: Child) -> std::io::Result<(std::process::ExitStatus, Str
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     ))
-}
-
-/// The gcloud wording of a missing node or queued resource.
-fn is_not_found(stderr: &str) -> bool {
-    stderr.contains("NOT_FOUND") || stderr.contains("was not found")
 }
 
 fn tail(text: &str) -> String {

@@ -18,8 +18,8 @@ pub(in crate::pod::gcloud) struct ComputeSlice {
     /// The instance of each host, by worker index, and the group they belong to: kept from
     /// the last look that knew them all, and dropped with their group.
     pub hosts: Mutex<(Option<String>, Vec<Host>)>,
-    /// The hold podq keeps is for the project's quota (which a person raises), not for a
-    /// create call that was refused.
+    /// The hold podq keeps is for what the group's creation reports (the project's quota,
+    /// or a denial a person fixes), not for a create call that was refused.
     pub quota_held: AtomicBool,
 }
 

@@ -12,14 +12,16 @@
 //! - *Waiting for capacity*: bulk creation goes on trying by itself
 //!   (https://docs.cloud.google.com/compute/docs/instance-groups/
 //!   view-cancel-vm-bulk-creation-in-migs). A stockout is shown and looked at again with
-//!   a pause that doubles; a quota the project lacks is *held*: shown as needing a person,
-//!   and nothing is deleted or created while it lasts.
+//!   a pause that doubles; a quota the project lacks, or an error only a person can fix (a
+//!   denial, billing disabled), is *held*: shown as needing a person, and nothing is
+//!   deleted or created while it lasts. The errors are read by `errors`, as a pool reads
+//!   them.
 
 use std::sync::atomic::Ordering;
 
 use super::settings::Place;
 use super::ComputeSlice;
-use crate::pod::gcloud::node::{classify_error, ErrorClass};
+use crate::pod::gcloud::errors::{self, Response};
 use crate::pod::gcloud::recovery::{Episode, Refused, Step};
 use crate::pod::gcloud::runner::{CallError, EnsureError, Retry};
 use crate::pod::gcloud::{GcloudPod, StateClass};
@@ -51,18 +53,32 @@ impl GcloudPod {
             }
             StateClass::Changing => {
                 self.disturbed(episode);
-                let errors = seen.creation_errors();
-                let quota = errors.iter().find(|e| {
-                    let text = format!("{}: {}", e.code, e.message);
-                    classify_error(None, &text) == ErrorClass::Quota
+                let reported = seen.creation_errors();
+                // Read as a pool reads them (`errors`): a quota, or what a person must fix
+                // (a denial, billing disabled), holds; a stockout or a passing failure is
+                // waited out.
+                let held = reported.iter().find_map(|e| {
+                    let read = errors::classify_item(&e.code, &e.message);
+                    read.response().holds().then_some((e, read))
                 });
-                if let Some(quota) = quota {
-                    let why = format!(
-                        "held: slice {group} cannot be created, the project is over quota \
-                         ({}: {}). A person must raise the quota; Compute Engine goes on trying \
-                         by itself, and podq deletes and creates nothing meanwhile",
-                        quota.code, quota.message
-                    );
+                if let Some((error, read)) = held {
+                    let why = if read.response() == Response::Quota {
+                        format!(
+                            "held: slice {group} cannot be created, the project is over quota \
+                             ({}: {}). A person must raise the quota; Compute Engine goes on \
+                             trying by itself, and podq deletes and creates nothing meanwhile",
+                            error.code, error.message
+                        )
+                    } else {
+                        format!(
+                            "held: slice {group} cannot be created, {} ({}: {}). Compute \
+                             Engine goes on trying by itself, and podq deletes and creates \
+                             nothing meanwhile",
+                            read.kind.describe(),
+                            error.code,
+                            error.message
+                        )
+                    };
                     self.hold(why.clone());
                     slice.quota_held.store(true, Ordering::SeqCst);
                     return Step::Held(why);
@@ -71,7 +87,7 @@ impl GcloudPod {
                     episode.slice_created = false;
                 }
                 self.release_quota_hold(slice);
-                if let Some(error) = errors.first() {
+                if let Some(error) = reported.first() {
                     return Step::ActionFailed(format!(
                         "waiting for capacity for slice {group} ({}: {})",
                         error.code, error.message
