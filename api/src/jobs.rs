@@ -359,6 +359,9 @@ pub struct Attempt {
     pub accelerator: Option<String>,
     pub started_at: DateTime<Utc>,
     pub running_at: Option<DateTime<Utc>>,
+    /// When its trainer first reported a step: a resumed run trains again from here.
+    #[serde(default)]
+    pub first_step_at: Option<DateTime<Utc>>,
     pub ended_at: Option<DateTime<Utc>>,
     pub outcome: Option<AttemptOutcome>,
     pub resume_from: Option<String>,

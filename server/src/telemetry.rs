@@ -66,6 +66,11 @@ pub struct PoolLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     pub kind: String,
 }
@@ -86,6 +91,7 @@ pub struct Telemetry {
     pub pods: Family<PodLabels, Gauge>,
     pub goodput_seconds: Family<KindLabel, FloatGauge>,
     pub pod_time_seconds: Family<PodTimeLabels, FloatGauge>,
+    pub recovery_seconds: Family<PhaseLabel, Histogram>,
     pub pool_slices: Family<PoolLabels, Gauge>,
     pub pool_zones: Family<PoolLabels, Gauge>,
     pub pool_demand: Family<PoolLabels, Gauge>,
@@ -116,6 +122,10 @@ impl Telemetry {
             pods: Family::default(),
             goodput_seconds: Family::default(),
             pod_time_seconds: Family::default(),
+            // 0.5 s to about 70 minutes: a recovery on the sim pod to a slow create's.
+            recovery_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.5, 2.0, 14))
+            }),
             pool_slices: Family::default(),
             pool_zones: Family::default(),
             pool_demand: Family::default(),
@@ -182,6 +192,12 @@ impl Telemetry {
             "Pod time by cause (provisioning, setup, startup, restore, productive, save, wasted, \
              stopping, idle), for the grant (scope=\"grant\") and each pod and group",
             t.pod_time_seconds.clone(),
+        );
+        registry.register(
+            "recovery_seconds",
+            "Each recovery from an interruption (GET /api/v1/recoveries), whole (phase=\"total\") \
+             and by phase: stopping, waiting, creating, setup, startup, compile, restore",
+            t.recovery_seconds.clone(),
         );
         registry.register(
             "pool_slices",

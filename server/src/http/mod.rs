@@ -16,6 +16,7 @@ mod openapi;
 mod plan;
 mod pod_time;
 mod pools;
+mod recoveries;
 mod results;
 mod schedules;
 mod standby;
@@ -123,6 +124,7 @@ fn documented(state: &AppState) -> OpenApiRouter<AppState> {
             .merge(webhooks::routes())
             .merge(plan::read_routes())
             .merge(pod_time::routes())
+            .merge(recoveries::routes())
             .merge(pools::read_routes())
             .merge(results::routes())
             .merge(audit::routes())

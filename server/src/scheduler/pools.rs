@@ -138,7 +138,7 @@ impl Scheduler {
         for pod in &report.retired {
             worker_for(acting, pod)?;
         }
-        let being_made: Vec<(String, i64)> = {
+        let being_made: Vec<(String, String, i64)> = {
             let placed = self
                 .pool_reports
                 .placed
@@ -149,7 +149,10 @@ impl Scheduler {
                 .iter()
                 .filter(|s| s.state.is_alive())
                 .filter(|s| !placed.contains(&s.pod) && self.live.pod_seen_as(&s.pod).is_none())
-                .map(|s| (s.pod.clone(), s.created_at.timestamp_millis().min(now_ms())))
+                .map(|s| {
+                    let since = s.created_at.timestamp_millis().min(now_ms());
+                    (s.pod.clone(), s.zone.clone(), since)
+                })
                 .collect()
         };
         if !events.is_empty() || !report.retired.is_empty() || !being_made.is_empty() {
@@ -164,9 +167,16 @@ impl Scheduler {
                             insert_event(conn, &actor, None, None, &event.kind, &event.message)
                                 .await?;
                         }
-                        for (pod, since) in &made {
+                        for (pod, zone, since) in &made {
                             check_new_slice(conn, pod, *since).await?;
-                            pods::being_made(conn, pod, &accelerator, &pool, *since).await?;
+                            let slice = pods::NewSlice {
+                                pod,
+                                accelerator: &accelerator,
+                                pool: &pool,
+                                zone,
+                                since: *since,
+                            };
+                            pods::being_made(conn, &slice).await?;
                         }
                         pods::retire(conn, &retired, now_ms()).await?;
                         Ok::<_, SchedulerError>(())
@@ -184,7 +194,7 @@ impl Scheduler {
                 .placed
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            placed.extend(being_made.into_iter().map(|(pod, _)| pod));
+            placed.extend(being_made.into_iter().map(|(pod, _, _)| pod));
             for pod in &report.retired {
                 placed.remove(pod);
             }

@@ -203,7 +203,7 @@ pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreErr
 
 pub async fn attempts(db: &mut Conn, job_id: JobId) -> Result<Vec<AttemptRow>, StoreError> {
     Ok(db::query_as::<AttemptRow>(
-        "SELECT attempt, lease_id, pod, accelerator, resume_from, started_at, running_at, ended_at, outcome, \
+        "SELECT attempt, lease_id, pod, accelerator, resume_from, started_at, running_at, first_step_at, ended_at, outcome, \
          start_step, end_step, exit_codes_json, log_tail, message, cause \
          FROM attempts WHERE job_id = ? ORDER BY attempt",
     )

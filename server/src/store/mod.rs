@@ -40,6 +40,7 @@ pub mod pod_time;
 pub mod pod_time_model;
 pub mod pods;
 mod readers;
+pub mod recoveries;
 mod rows;
 pub mod rungs;
 pub mod schedules;

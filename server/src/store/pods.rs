@@ -49,6 +49,14 @@ pub async fn upsert(
     } else {
         PodActivity::Recovering
     };
+    if usable {
+        // The first time it could take work: the end of its making (store/recoveries.rs).
+        db::query("UPDATE pods SET ready_at = ? WHERE name = ? AND ready_at IS NULL")
+            .bind(now_ms())
+            .bind(pod)
+            .execute(&mut *conn)
+            .await?;
+    }
     super::pod_time::pod_ledger(conn, pod, activity, now_ms()).await?;
     Ok(before)
 }
@@ -103,28 +111,36 @@ pub async fn exists(conn: &mut Conn, name: &str) -> Result<bool, StoreError> {
     Ok(found.is_some())
 }
 
-/// A slice `pool` is making: a pod from `since` (the slice's creation), recovering until
-/// its worker first calls, so the time it took to make is the pod's `provisioning` time.
+/// A slice a pool reports it is making.
+pub struct NewSlice<'a> {
+    pub pod: &'a str,
+    pub accelerator: &'a str,
+    pub pool: &'a str,
+    pub zone: &'a str,
+    /// When the pool began making it.
+    pub since: i64,
+}
+
+/// A slice a pool is making: a pod from `since` (the slice's creation), recovering until
+/// its worker first calls, so the time it took to make is the pod's `provisioning` time, and
+/// the part of a run's wait spent on it is its recovery's `creating_s`.
 /// Nothing changes for a pod already known.
-pub async fn being_made(
-    conn: &mut Conn,
-    pod: &str,
-    accelerator: &str,
-    pool: &str,
-    since: i64,
-) -> Result<(), StoreError> {
+pub async fn being_made(conn: &mut Conn, slice: &NewSlice<'_>) -> Result<(), StoreError> {
     db::query(
         "INSERT INTO pods (name, accelerator, hosts, state, health, recovery, last_seen_at, \
-         ledger_state, ledger_since, pool, pool_seen_at) VALUES (?, ?, 0, 'CREATING', \
-         'HEALTH_UNSPECIFIED', ?, ?, 'recovering', ?, ?, ?) ON CONFLICT (name) DO NOTHING",
+         ledger_state, ledger_since, pool, pool_seen_at, zone, made_at) VALUES (?, ?, 0, \
+         'CREATING', 'HEALTH_UNSPECIFIED', ?, ?, 'recovering', ?, ?, ?, ?, ?) \
+         ON CONFLICT (name) DO NOTHING",
     )
-    .bind(pod)
-    .bind(accelerator)
-    .bind(format!("being made by pool {pool}"))
-    .bind(since)
-    .bind(since)
-    .bind(pool)
+    .bind(slice.pod)
+    .bind(slice.accelerator)
+    .bind(format!("being made by pool {}", slice.pool))
+    .bind(slice.since)
+    .bind(slice.since)
+    .bind(slice.pool)
     .bind(now_ms())
+    .bind(slice.zone)
+    .bind(slice.since)
     .execute(conn)
     .await?;
     Ok(())

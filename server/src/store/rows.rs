@@ -111,6 +111,7 @@ pub struct AttemptRow {
     pub resume_from: Option<String>,
     pub started_at: i64,
     pub running_at: Option<i64>,
+    pub first_step_at: Option<i64>,
     pub ended_at: Option<i64>,
     pub outcome: Option<String>,
     pub start_step: Option<i64>,
@@ -130,6 +131,7 @@ impl AttemptRow {
             accelerator: self.accelerator,
             started_at: ms_to_datetime(self.started_at),
             running_at: self.running_at.map(ms_to_datetime),
+            first_step_at: self.first_step_at.map(ms_to_datetime),
             ended_at: self.ended_at.map(ms_to_datetime),
             outcome: self
                 .outcome

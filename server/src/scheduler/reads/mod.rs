@@ -8,6 +8,7 @@ mod job_reads;
 mod live_events;
 pub mod logs;
 pub(super) mod read_cache;
+pub mod recoveries;
 mod results;
 pub(super) mod status;
 mod study;

@@ -252,7 +252,36 @@ impl Scheduler {
                     .set(seconds);
             }
         }
+        self.recovery_metrics().await?;
         self.pool_metrics().await?;
         Ok(t.encode())
+    }
+
+    /// The recovery histograms, made again from the newest records: derived on read, as the
+    /// records are, so a restarted server answers the same.
+    async fn recovery_metrics(&self) -> Result<()> {
+        use crate::telemetry::PhaseLabel;
+        let records = crate::store::recoveries::list(
+            &mut self.store.read().await?,
+            None,
+            crate::store::recoveries::SUMMARY_WINDOW,
+        )
+        .await?;
+        let family = &self.telemetry.recovery_seconds;
+        family.clear();
+        let observe = |phase: &str, seconds: f64| {
+            family
+                .get_or_create(&PhaseLabel {
+                    phase: phase.to_owned(),
+                })
+                .observe(seconds);
+        };
+        for r in &records {
+            observe("total", r.total_s);
+            for (phase, seconds) in r.phases.named() {
+                observe(phase, seconds);
+            }
+        }
+        Ok(())
     }
 }
