@@ -225,6 +225,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             checkpoint_scan: Duration::from_secs(1),
             // `up` owns its pod: when it stops, so do the trainers.
             detach_on_shutdown: false,
+            compile_cache: true,
         },
         agent_listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         agent_url: None,

@@ -47,6 +47,11 @@ pub struct Lease {
     /// moves between the slice types of its job's list. None for a type podq does not know.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slice: Option<crate::SliceShape>,
+    /// Where the trainers keep JAX's persistent compilation cache, shared by every attempt on
+    /// this slice type (the worker sets `JAX_COMPILATION_CACHE_DIR` to it); none from an
+    /// older server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_cache_dir: Option<String>,
     pub lease_ttl_s: u64,
     pub heartbeat_s: u64,
 }

@@ -129,6 +129,10 @@ pub struct WorkerArgs {
     /// [default: <pod-root>/worker-state for the local driver, ~/.local/state/podq otherwise].
     #[arg(long, env = "PODQ_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Do not give trainers JAX's persistent compilation cache (`JAX_COMPILATION_CACHE_DIR`
+    /// under the bucket, per slice type), so every attempt compiles from zero.
+    #[arg(long, env = "PODQ_NO_COMPILE_CACHE")]
+    pub no_compile_cache: bool,
 }
 
 /// Command-line overrides of the `gcloud:` section of the config file.
@@ -224,6 +228,7 @@ pub struct WorkerConfig {
     pub agent_listen: std::net::SocketAddr,
     pub agent_url: Option<String>,
     pub state_dir: PathBuf,
+    pub compile_cache: bool,
 }
 
 fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
@@ -353,6 +358,7 @@ impl WorkerArgs {
                 Some(dir) => dir,
                 None => default_state_dir(driver, &pod_root),
             },
+            compile_cache: !self.no_compile_cache,
         })
     }
 }
@@ -446,6 +452,7 @@ impl WorkerConfig {
                 checkpoint_scan: seconds(self.checkpoint_scan_s, "--checkpoint-scan-s")?
                     .max(Duration::from_millis(50)),
                 detach_on_shutdown: true,
+                compile_cache: self.compile_cache,
             },
             agent_listen: self.agent_listen,
             agent_url: self.agent_url.clone(),

@@ -154,6 +154,9 @@ pub struct Group {
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
     pub root: PathBuf,
+    /// The bucket checkpoints go under (`CatalogOptions::bucket`): compiled programs are
+    /// cached there too, per slice type (`compile_cache_dir`).
+    pub bucket: String,
     pub experiments: Vec<Experiment>,
     pub groups: Vec<Group>,
     /// Problems not tied to one experiment (unreadable files, group docs).
@@ -187,9 +190,18 @@ struct Candidate {
 }
 
 impl Catalog {
+    /// Where the trainers of `slice_type` keep JAX's persistent compilation cache: one
+    /// directory per slice type, since a program compiled for one topology is of no use on
+    /// another, shared by every run and attempt on it.
+    pub fn compile_cache_dir(&self, slice_type: &str) -> Option<String> {
+        let bucket = self.bucket.trim_end_matches('/');
+        (!bucket.is_empty()).then(|| format!("{bucket}/compile-cache/{slice_type}"))
+    }
+
     pub fn load(root: &Path, options: &CatalogOptions) -> Catalog {
         let mut catalog = Catalog {
             root: root.to_path_buf(),
+            bucket: options.bucket.clone(),
             ..Catalog::default()
         };
         if !root.is_dir() {

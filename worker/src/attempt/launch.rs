@@ -319,12 +319,57 @@ fn trainer_env(
             steps.to_string(),
         );
     }
+    if settings.compile_cache {
+        if let Some(dir) = &lease.compile_cache_dir {
+            with_compile_cache(&mut env, dir);
+        }
+    }
     env
 }
+
+/// JAX's persistent compilation cache at `dir`, unless the trainer's environment names its
+/// own, with every program written however small or quick to compile: JAX's defaults skip
+/// programs that compiled in under a second (`jax_persistent_cache_min_compile_time_secs`)
+/// and leave the size floor to the filesystem (`..._min_entry_size_bytes`, 0); -1 lifts it
+/// (docs.jax.dev, "Persistent compilation cache"). Only JAX process 0 writes an entry;
+/// the others read it (jax/_src/compiler.py, `_cache_write`).
+fn with_compile_cache(env: &mut BTreeMap<String, String>, dir: &str) {
+    if env.contains_key(COMPILE_CACHE_DIR) {
+        return;
+    }
+    env.insert(COMPILE_CACHE_DIR.to_owned(), dir.to_owned());
+    for (key, value) in [
+        ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0"),
+        ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1"),
+    ] {
+        env.entry(key.to_owned()).or_insert_with(|| value.to_owned());
+    }
+}
+
+const COMPILE_CACHE_DIR: &str = "JAX_COMPILATION_CACHE_DIR";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_compile_cache_is_set_unless_the_trainer_environment_names_its_own() {
+        let mut env = BTreeMap::new();
+        with_compile_cache(&mut env, "gs://b/compile-cache/v4-64");
+        assert_eq!(env[COMPILE_CACHE_DIR], "gs://b/compile-cache/v4-64");
+        assert_eq!(env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"], "0");
+        assert_eq!(env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"], "-1");
+        let mut own = BTreeMap::from([(COMPILE_CACHE_DIR.to_owned(), "/mine".to_owned())]);
+        with_compile_cache(&mut own, "gs://b/compile-cache/v4-64");
+        assert_eq!(own.len(), 1, "{own:?}");
+        assert_eq!(own[COMPILE_CACHE_DIR], "/mine");
+        let mut threshold = BTreeMap::from([(
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS".to_owned(),
+            "5".to_owned(),
+        )]);
+        with_compile_cache(&mut threshold, "/c");
+        assert_eq!(threshold["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"], "5");
+    }
 
     #[test]
     fn a_placeholder_inside_quotes_is_found() {

@@ -65,6 +65,9 @@ pub struct AttemptSettings {
     pub maintenance_lead: Duration,
     /// A maintenance event under way for longer than this ends the attempt as preempted.
     pub maintenance_timeout: Duration,
+    /// Give trainers the lease's compilation cache directory (`--no-compile-cache` turns it
+    /// off).
+    pub compile_cache: bool,
 }
 
 /// What every attempt of this worker shares.

@@ -150,6 +150,7 @@ impl Scheduler {
             resume_step: claimed.resume_step,
             fallback_checkpoints: claimed.fallback_checkpoints,
             checkpoint_interval_steps,
+            compile_cache_dir: self.catalog.compile_cache_dir(&req.pod.accelerator),
             slice: slice_shape(&req.pod),
             lease_ttl_s: self.config.lease_ttl.as_secs(),
             heartbeat_s: self.config.heartbeat.as_secs().max(1),
