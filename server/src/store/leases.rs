@@ -528,3 +528,160 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod each_types_queue {
+    use futures::FutureExt;
+    use podq_api::LeaseId;
+
+    use super::*;
+    use crate::store::events::Actor;
+    use crate::store::jobs::{self, NewJob};
+    use crate::store::test_support::scratch_store;
+    use crate::store::{leases, Store};
+
+    async fn submit(store: &Store, accelerators: &[&str], priority: i64) -> JobId {
+        let id = JobId::new_random();
+        let list: Vec<String> = accelerators.iter().map(|a| (*a).to_owned()).collect();
+        store
+            .write(move |conn| {
+                async move {
+                    jobs::insert_job(
+                        conn,
+                        NewJob {
+                            id,
+                            experiment: "exp",
+                            group: "g",
+                            priority,
+                            accelerators: &list,
+                            config_json: "{}",
+                            config_sha256: &id.to_string(),
+                            est_hours: 1.0,
+                            checkpoint_dir: "gs://b/c",
+                            max_failures: 3,
+                            same_as: None,
+                            total_steps: None,
+                            submitted_by: "ada",
+                            priority_class: "default",
+                            class_rank: 1,
+                        },
+                    )
+                    .await
+                }
+                .boxed()
+            })
+            .await
+            .unwrap();
+        id
+    }
+
+    /// The head of `accelerator`'s queue, and that every row of a queued job carries its
+    /// job's place in the queue and no other row is in one.
+    async fn head(store: &Store, accelerator: &str) -> Option<JobId> {
+        let mut conn = store.read().await.unwrap();
+        let stale: i64 = db::query_scalar(
+            "SELECT COUNT(*) FROM job_accelerators ja JOIN jobs j ON j.id = ja.job_id \
+             WHERE ja.queued <> CASE WHEN j.state = 'queued' AND j.same_as IS NULL \
+               THEN 1 ELSE 0 END \
+             OR (ja.queued = 1 AND (ja.class_rank <> j.class_rank \
+               OR ja.queue_head <> j.queue_head OR ja.priority <> j.priority \
+               OR ja.seq <> j.seq OR ja.later_choice <> \
+               CASE WHEN ja.preference > 0 THEN 1 ELSE 0 END))",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(stale, 0, "rows out of step with their jobs");
+        db::query_scalar(sqlx::AssertSqlSafe(leases::queue_head("?1", "?2")))
+            .bind(accelerator)
+            .bind(now_ms())
+            .fetch_optional(&mut conn)
+            .await
+            .unwrap()
+    }
+
+    async fn change<F>(store: &Store, f: F)
+    where
+        F: for<'c> FnOnce(&'c mut Conn) -> futures::future::BoxFuture<'c, Result<(), StoreError>>
+            + Send
+            + 'static,
+    {
+        store.write(f).await.unwrap();
+    }
+
+    /// Each type's queue follows its jobs through every change of their place: priority,
+    /// class, a hold, a cancel and a requeue, a claim; in the queue's order, a job's first
+    /// choice before its later ones among equals.
+    #[tokio::test]
+    async fn each_types_queue_follows_its_jobs() {
+        let (store, _dir) = scratch_store().await;
+        let a = submit(&store, &["v4-64"], 0).await;
+        let b = submit(&store, &["v6e-32", "v4-64"], 0).await;
+        let c = submit(&store, &["v4-64", "v6e-32"], 5).await;
+        assert_eq!(head(&store, "v4-64").await, Some(c), "priority first");
+        assert_eq!(head(&store, "v6e-32").await, Some(c));
+        assert_eq!(head(&store, "v5litepod-16").await, None);
+
+        change(&store, move |conn| jobs::set_priority(conn, c, 0).boxed()).await;
+        assert_eq!(head(&store, "v4-64").await, Some(a));
+        assert_eq!(
+            head(&store, "v6e-32").await,
+            Some(b),
+            "b's first choice before c's second, though c came later"
+        );
+        change(&store, move |conn| jobs::hold(conn, a, "held").boxed()).await;
+        assert_eq!(
+            head(&store, "v4-64").await,
+            Some(c),
+            "c's first choice before b's second"
+        );
+        change(&store, move |conn| jobs::resume(conn, a).boxed()).await;
+        assert_eq!(head(&store, "v4-64").await, Some(a));
+        change(&store, move |conn| {
+            jobs::set_class(conn, b, "urgent", 0).boxed()
+        })
+        .await;
+        assert_eq!(head(&store, "v4-64").await, Some(b), "a higher class first");
+        change(&store, move |conn| {
+            async move {
+                jobs::rerank_classes(conn, &[("urgent".to_owned(), 2)], 1).await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await;
+        assert_eq!(
+            head(&store, "v4-64").await,
+            Some(a),
+            "b's class ranks last now"
+        );
+
+        let claimed = store
+            .write(move |conn| {
+                async move {
+                    leases::claim(
+                        conn,
+                        LeaseId::new_random(),
+                        "pod-1",
+                        "v4-64",
+                        &Actor::worker("pod-1"),
+                    )
+                    .await
+                }
+                .boxed()
+            })
+            .await
+            .unwrap()
+            .map(|claimed| claimed.id);
+        assert_eq!(claimed, Some(a));
+        assert_eq!(head(&store, "v4-64").await, Some(c), "a left the queue");
+        change(&store, move |conn| {
+            async move { jobs::cancel(conn, c, "ada").await.map(drop) }.boxed()
+        })
+        .await;
+        assert_eq!(head(&store, "v4-64").await, Some(b));
+        assert_eq!(head(&store, "v6e-32").await, Some(b));
+        change(&store, move |conn| jobs::requeue(conn, c).boxed()).await;
+        assert_eq!(head(&store, "v4-64").await, Some(c), "back in its place");
+    }
+}
