@@ -868,6 +868,77 @@ async fn a_queued_resource_that_failed_for_quota_is_held_not_recreated_in_a_loop
     assert_eq!(qr_calls("create"), 3);
 }
 
+/// The two texts pools and pods once read differently (issue 67), read as a pool reads them
+/// (worker/src/pod/gcloud/errors.rs): a per-minute request quota is waited out and asked
+/// again, never held; billing disabled, with no code at all, is held for a person, never
+/// retried as capacity.
+#[tokio::test]
+async fn a_per_minute_quota_is_retried_and_billing_disabled_is_held() {
+    let mut lost = node("PREEMPTED", json!({"spot": true}));
+    lost["queuedResource"] = json!(format!(
+        "projects/{PROJECT}/locations/{ZONE}/queuedResources/stable-1-qr"
+    ));
+    let billing = "Project my-project (#123456789) has billing disabled. Please enable it.";
+    let cloud = FakeCloud::new(json!({
+        "node": lost,
+        "qr": {
+            "name": format!("projects/{PROJECT}/locations/{ZONE}/queuedResources/stable-1-qr"),
+            "state": {"state": "SUSPENDED", "stateInitiator": "SERVICE"},
+        },
+        // The first request is over the per-minute limit; the next one is made, and fails
+        // for billing.
+        "qr_create_refusals": [
+            "ERROR: (gcloud.compute.tpus.queued-resources.create) RESOURCE_EXHAUSTED: Quota \
+             exceeded for quota metric 'Create requests' and limit 'Create requests per \
+             minute' of service 'tpu.googleapis.com' for consumer 'project_number:123456789'."
+        ],
+        "qr_create_fails": [{"message": billing}],
+        "settle_describes": 2,
+    }));
+    let server = Server::start().await;
+    server.submit_one("exp01a", json!({})).await;
+    let config = cloud.worker_config(
+        &server.url,
+        json!({"capacity": "queued", "queued_resource": "stable-1-qr", "poll_s": 0.3}),
+        json!({}),
+    );
+    let (_worker, log) = cloud.worker(&config);
+    let recovery = eventually(SHORT, "the pod to show why it is held", || async {
+        let (_, pod) = server.get("/pods/stable-1").await;
+        pod["recovery"]
+            .as_str()
+            .filter(|r| r.contains("billing disabled"))
+            .map(str::to_owned)
+    })
+    .await;
+    assert!(
+        recovery.contains("held: queued resource stable-1-qr FAILED, not allowed"),
+        "{recovery}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("over a per-minute request limit") && !text.contains("held: cannot create"),
+        "{}",
+        log_tail(&log)
+    );
+    let qr_creates = || {
+        cloud
+            .calls()
+            .iter()
+            .filter(|c| {
+                c.get(2).is_some_and(|g| g == "queued-resources") && verb(c) == Some("create")
+            })
+            .count()
+    };
+    // The refused create was asked again; the failed one is held, not created again.
+    let describes = cloud.calls().len();
+    eventually(SHORT, "the worker to keep looking", || async {
+        (cloud.calls().len() >= describes + 10).then_some(())
+    })
+    .await;
+    assert_eq!(qr_creates(), 2, "{:?}", cloud.calls());
+}
+
 #[tokio::test]
 async fn a_node_that_still_says_ready_after_its_hosts_vanished_is_looked_at_again() {
     use podq_worker::pod::gcloud::{GcloudPod, GcloudSettings};
