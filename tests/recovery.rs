@@ -9,6 +9,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::pools::{pool_yaml, PoolProcess};
 use common::{eventually, python, Server, StoreKind, Worker};
 use serde_json::{json, Value};
 
@@ -362,4 +363,74 @@ async fn a_worker_told_not_to_cache_gives_its_trainer_no_cache() {
         "{seen}"
     );
     drop(worker);
+}
+
+/// `spares: 1`: while its run trains, the pool keeps a second slice ready and idle (past its
+/// `idle_after`); preempted, the run resumes on that spare at once, nothing made meanwhile;
+/// once nothing runs, the idle slices go.
+#[tokio::test]
+async fn a_preempted_run_resumes_at_once_on_its_pools_warm_spare() {
+    let server = Server::start().await;
+    let yaml = format!(
+        "{}    spares: 1\n",
+        pool_yaml("warm", 3, "2s", &["zone-a", "zone-b"])
+    );
+    let pool = PoolProcess::start(&server, &yaml, 40);
+    let id = server.submit_one("exp07a", json!({})).await;
+    let running = server.wait_state(&id, "running", RUN).await;
+    let first_pod = running["attempts"][0]["pod"].as_str().unwrap().to_owned();
+    // The spare: another slice of the pool, up and asking for work, kept past idle_after.
+    let spare = eventually(RUN, "a ready, idle spare", || async {
+        let (_, page) = server.get("/pools").await;
+        let slices = page["pools"][0]["slices"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let (_, status) = server.get("/status").await;
+        let pods = status["pods"].as_array().cloned().unwrap_or_default();
+        slices
+            .iter()
+            .filter_map(|s| s["pod"].as_str())
+            .filter(|pod| *pod != first_pod)
+            .find(|pod| {
+                pods.iter().any(|p| {
+                    p["name"] == *pod && p["state"] == "READY" && p["current_job"].is_null()
+                })
+            })
+            .map(str::to_owned)
+    })
+    .await;
+    let total = running["total_steps"].as_i64().unwrap_or(5000);
+    server.committed_at_least(&id, total / 5, RUN).await;
+    std::fs::write(pool.pod_control(&first_pod).join("preempt"), b"").unwrap();
+    let job = server.wait_state(&id, "succeeded", RUN).await;
+    let attempts = job["attempts"].as_array().unwrap();
+    assert_eq!(attempts[0]["outcome"], "preempted", "{job}");
+    assert_eq!(
+        attempts[1]["pod"],
+        spare.as_str(),
+        "resumed on the spare: {job}"
+    );
+    let body = recoveries(&server, "").await;
+    let r = &body["recoveries"][0];
+    assert_whole(r);
+    assert_eq!(r["resumed_on"], spare.as_str(), "{r}");
+    assert_eq!(
+        phase(r, "creating_s"),
+        0.0,
+        "the spare was made before: {r}"
+    );
+    assert!(r["zone"].is_string(), "a pool's slice has its zone: {r}");
+    eprintln!("recovery on a warm spare: {r}");
+    // Nothing runs now: no spare is kept, and idle slices go.
+    eventually(RUN, "the idle slices given back", || async {
+        let (_, page) = server.get("/pools").await;
+        let slices = page["pools"][0]["slices"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        slices.is_empty().then_some(())
+    })
+    .await;
+    drop(pool);
 }

@@ -31,6 +31,34 @@ pub struct PoolReport {
     /// (no longer shown nor planned for; their history stays).
     #[serde(default)]
     pub retired: Vec<String>,
+    /// Its file's `spares:`: the server answers how many to keep now.
+    #[serde(default)]
+    pub spares: Spares,
+}
+
+/// `spares:` of a pool: ready, idle slices kept while the pool runs jobs, so a preempted run
+/// resumes on one at once instead of waiting for a slice to be made. A number keeps that
+/// many; `auto` keeps one while it pays (the server's `spare_pays`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum Spares {
+    Count(u32),
+    Auto(SparesAuto),
+}
+
+/// The word `auto`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum SparesAuto {
+    Auto,
+}
+
+impl Default for Spares {
+    fn default() -> Spares {
+        Spares::Count(0)
+    }
 }
 
 /// The most events, and the most retirements, one report of a pool of `max_slices` may
@@ -166,6 +194,10 @@ pub struct PoolAnswer {
     /// from then on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant_start: Option<DateTime<Utc>>,
+    /// Ready, idle slices the pool keeps now (its `spares:` while it runs jobs, as the
+    /// server judged them); the pool makes them beyond the demand and lets them idle.
+    #[serde(default)]
+    pub spares: u32,
 }
 
 /// A slice's pod as the server knows it.

@@ -22,6 +22,7 @@ mod pools;
 pub mod reads;
 mod routing;
 pub mod rungs;
+mod spares;
 pub mod submit;
 pub mod users;
 

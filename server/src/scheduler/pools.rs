@@ -15,6 +15,7 @@ use podq_api::{
 
 use super::lease::authority::worker_for;
 use super::routing;
+use super::spares;
 use crate::scheduler::{Result, Scheduler, SchedulerError};
 use crate::store::events::{insert_event, Actor};
 use crate::store::leases as sql;
@@ -238,7 +239,7 @@ impl Scheduler {
             .filter(|h| h.pool != name && h.accelerator == report.accelerator)
             .map(|h| h.hours)
             .sum();
-        let slices = report
+        let slices: Vec<SlicePod> = report
             .slices
             .iter()
             .map(|slice| {
@@ -255,12 +256,46 @@ impl Scheduler {
             .as_ref()
             .and_then(|g| g.pod_hours.get(&report.accelerator).copied())
             .map(|budget| (budget - hours_elsewhere).max(0.0));
+        let running = slices.iter().filter(|s| s.leased).count() as u32;
+        let spares = self.spares_for(report, running, grant_pod_hours).await?;
         Ok(PoolAnswer {
             demand,
             slices,
             grant_pod_hours,
             grant_start: grant.map(|g| g.start),
+            spares,
         })
+    }
+
+    /// The ready, idle slices the pool keeps now (`spares.rs`), from its setting, its running
+    /// slices, its type's measured interruptions and recoveries, and the grant.
+    async fn spares_for(
+        &self,
+        report: &PoolReport,
+        running: u32,
+        grant_left_h: Option<f64>,
+    ) -> Result<u32> {
+        if running == 0 || report.spares == podq_api::Spares::Count(0) {
+            return Ok(0);
+        }
+        let mut facts = spares::SpareFacts {
+            running,
+            mtbf_h: 0.0,
+            measured_wait_s: None,
+            grant_left_h,
+        };
+        if let podq_api::Spares::Auto(_) = report.spares {
+            let mut db = self.store.read().await?;
+            let (observed, n) =
+                crate::store::pod_time::interruption_history(&mut db, &report.accelerator).await?;
+            let prior = self.config.prior_mtbf.as_secs_f64();
+            facts.mtbf_h = super::plan::advice::mtbf_s(observed, n, prior) / 3600.0;
+            facts.measured_wait_s = crate::store::recoveries::medians_by_type(&mut db)
+                .await?
+                .get(&report.accelerator)
+                .map(|m| m.waiting_s);
+        }
+        Ok(spares::spares_to_keep(report.spares, &facts))
     }
 
     /// The demand routed to each slice type now, from the leasable queue and every pool's

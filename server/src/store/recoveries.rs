@@ -87,18 +87,35 @@ pub async fn list(
     rows.iter().map(record).collect()
 }
 
-/// The whole recovery's median per slice type, over the newest records: what the plan
-/// charges each expected interruption of a run of that type.
-pub async fn median_by_type(conn: &mut Conn) -> Result<HashMap<String, f64>, StoreError> {
-    let mut totals: HashMap<String, Vec<f64>> = HashMap::new();
+/// What the recoveries from outside interruptions (preempted, lost) of one slice type took,
+/// at the median: the whole, and the wait for a pod a ready spare would have saved.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TypeRecovery {
+    pub count: usize,
+    pub total_s: f64,
+    pub waiting_s: f64,
+}
+
+/// [`TypeRecovery`] per slice type, over the newest records.
+pub async fn medians_by_type(conn: &mut Conn) -> Result<HashMap<String, TypeRecovery>, StoreError> {
+    let mut by_type: HashMap<String, (Vec<f64>, Vec<f64>)> = HashMap::new();
     for r in list(conn, None, SUMMARY_WINDOW).await? {
         if matches!(r.cause.as_str(), "preempted" | "lost") {
-            totals.entry(r.accelerator).or_default().push(r.total_s);
+            let (totals, waits) = by_type.entry(r.accelerator).or_default();
+            totals.push(r.total_s);
+            waits.push(r.phases.waiting_s);
         }
     }
-    Ok(totals
+    Ok(by_type
         .into_iter()
-        .map(|(accelerator, mut values)| (accelerator, percentile(&mut values, 0.5)))
+        .map(|(accelerator, (mut totals, mut waits))| {
+            let median = TypeRecovery {
+                count: totals.len(),
+                total_s: percentile(&mut totals, 0.5),
+                waiting_s: percentile(&mut waits, 0.5),
+            };
+            (accelerator, median)
+        })
         .collect())
 }
 

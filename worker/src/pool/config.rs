@@ -6,6 +6,7 @@
 //!     accelerator: v4-64
 //!     max_slices: 2
 //!     idle_after: 20s          # or 10m, 1h, 2d, never
+//!     spares: 1                # ready idle slices kept while it runs jobs, or auto
 //!     provisioning: spot       # spot | standard | flex_start | reservation_bound
 //!     driver: local            # local | gcloud
 //!     zones:                   # tried in this order
@@ -42,6 +43,9 @@ pub struct Pool {
     pub max_creating: u32,
     /// `None`: `never`, a slice is kept however long it idles.
     pub idle_after: Option<Duration>,
+    /// `spares:`: ready, idle slices kept while the pool runs jobs (`auto`: one, while the
+    /// server judges it pays). Default 0.
+    pub spares: podq_api::Spares,
     /// In the order they are tried.
     pub zones: Vec<ZoneEntry>,
     pub provisioning: Provisioning,
@@ -286,6 +290,18 @@ impl PoolFile {
                         .to_owned(),
                 ));
             }
+            if let podq_api::Spares::Count(n) = raw.spares {
+                if n >= raw.max_slices {
+                    return Err(refuse_pool(
+                        at("spares"),
+                        format!(
+                            "spares: {n} leaves no slice to run on: keep at most max_slices - 1 \
+                             ({}) ready, or `auto`",
+                            raw.max_slices.saturating_sub(1)
+                        ),
+                    ));
+                }
+            }
             if raw.zones.is_empty() {
                 return Err(refuse_pool(
                     at("zones"),
@@ -339,6 +355,7 @@ impl PoolFile {
                 max_slices: raw.max_slices,
                 max_creating: raw.max_creating.unwrap_or(raw.max_slices),
                 idle_after,
+                spares: raw.spares,
                 zones,
                 provisioning: raw.provisioning,
                 driver: raw.driver,
@@ -380,6 +397,8 @@ struct RawPool {
     #[serde(default)]
     max_creating: Option<u32>,
     idle_after: String,
+    #[serde(default)]
+    spares: podq_api::Spares,
     zones: Vec<RawZone>,
     #[serde(default)]
     provisioning: Provisioning,
@@ -640,6 +659,7 @@ pools:
                 max_slices: 2,
                 max_creating: 2,
                 idle_after: Some(Duration::from_secs(20)),
+                spares: podq_api::Spares::Count(0),
                 zones: vec![
                     ZoneEntry {
                         zone: "zone-a".into(),
@@ -745,6 +765,21 @@ pools:
         );
     }
 
+    #[test]
+    fn spares_are_a_number_or_auto() {
+        for (text, want) in [
+            ("1", podq_api::Spares::Count(1)),
+            ("auto", podq_api::Spares::Auto(podq_api::SparesAuto::Auto)),
+        ] {
+            let yaml = EXAMPLE.replace(
+                "    driver: local\n",
+                &format!("    driver: local\n    spares: {text}\n"),
+            );
+            let file = PoolFile::parse(&yaml, "pools.yaml").unwrap();
+            assert_eq!(file.pools[0].spares, want, "{text}");
+        }
+    }
+
     /// Each refused file, the line its error must name, and words its message must hold.
     #[test]
     fn bad_files_are_refused_with_their_line() {
@@ -769,6 +804,21 @@ pools:
                 EXAMPLE.replace("{capacity: 1}", "{capacity: 1, speed: 2}"),
                 10,
                 "unknown field `speed`",
+            ),
+            (
+                "spares that leave no slice to run on",
+                EXAMPLE.replace("    driver: local\n", "    driver: local\n    spares: 2\n"),
+                8,
+                "spares: 2 leaves no slice to run on",
+            ),
+            (
+                "spares neither a number nor auto",
+                EXAMPLE.replace(
+                    "    driver: local\n",
+                    "    driver: local\n    spares: many\n",
+                ),
+                8,
+                "spares",
             ),
             (
                 "unknown top-level key",

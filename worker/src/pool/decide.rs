@@ -15,6 +15,9 @@ pub struct Growth {
     /// What the server says the queue could use: jobs routed to the pool's type that no
     /// pod will serve, plus the slices this pool is making.
     pub demand: u32,
+    /// Spares the server says to keep that are not ready and idle now
+    /// ([`spare_shortfall`]): made beyond the demand.
+    pub spares: u32,
     /// The pool's slices not yet serving: creates in flight, slices `CREATING`, and slices
     /// up whose worker the server has not heard from.
     pub booting: u32,
@@ -36,9 +39,16 @@ pub fn creates_to_start(g: &Growth) -> u32 {
         return 0;
     }
     g.demand
+        .saturating_add(g.spares)
         .saturating_sub(g.booting)
         .min(g.max_slices.saturating_sub(g.alive))
         .min(g.max_creating.saturating_sub(g.in_flight))
+}
+
+/// The spares still to make: those to keep (`PoolAnswer::spares`) less the slices ready and
+/// idle now. A spare being made counts among the booting slices `creates_to_start` takes off.
+pub fn spare_shortfall(keep: u32, idle_ready: u32) -> u32 {
+    keep.saturating_sub(idle_ready)
 }
 
 /// Why a slice is given back.
@@ -138,6 +148,7 @@ mod tests {
     fn creates_follow_the_demand_within_every_bound() {
         let base = Growth {
             demand: 4,
+            spares: 0,
             booting: 0,
             alive: 0,
             in_flight: 0,
@@ -198,6 +209,38 @@ mod tests {
             ),
             ("no demand", Growth { demand: 0, ..base }, 0),
             (
+                "a spare short, nothing queued: one more",
+                Growth {
+                    demand: 0,
+                    spares: 1,
+                    alive: 1,
+                    ..base
+                },
+                1,
+            ),
+            (
+                "a spare short and being made already",
+                Growth {
+                    demand: 0,
+                    spares: 1,
+                    booting: 1,
+                    alive: 2,
+                    in_flight: 1,
+                    ..base
+                },
+                0,
+            ),
+            (
+                "a job and a spare: both, within max_slices",
+                Growth {
+                    demand: 1,
+                    spares: 1,
+                    alive: 3,
+                    ..base
+                },
+                1,
+            ),
+            (
                 "more being made than wanted",
                 Growth {
                     demand: 1,
@@ -212,6 +255,14 @@ mod tests {
         for (case, growth, want) in cases {
             assert_eq!(creates_to_start(&growth), want, "{case}");
         }
+    }
+
+    #[test]
+    fn the_spares_to_make_are_those_not_ready_and_idle() {
+        assert_eq!(spare_shortfall(0, 0), 0);
+        assert_eq!(spare_shortfall(1, 0), 1);
+        assert_eq!(spare_shortfall(1, 1), 0);
+        assert_eq!(spare_shortfall(2, 3), 0);
     }
 
     fn pod(leased: bool, preflight_failed: bool) -> SlicePod {

@@ -422,13 +422,17 @@ impl PoolRun {
             idle_after: self.pool.idle_after,
         };
         let mut going: Vec<(String, Going)> = Vec::new();
+        let mut spares_kept = 0;
         for pod in &answer.slices {
             let Some(held) = self.held.get_mut(&pod.pod).filter(|held| !held.in_flight) else {
                 continue;
             };
             observe(held, pod, now);
-            if let Some(why) = decide::fate(&held.facts(), pod, &limits, now) {
-                going.push((pod.pod.clone(), why));
+            match decide::fate(&held.facts(), pod, &limits, now) {
+                // Idle past its time, but one of the spares the server says to keep.
+                Some(Going::Idle) if spares_kept < answer.spares => spares_kept += 1,
+                Some(why) => going.push((pod.pod.clone(), why)),
+                None => {}
             }
         }
         for (name, why) in going {
@@ -505,8 +509,19 @@ impl PoolRun {
             }
             None => false,
         };
+        let idle_ready = answer
+            .slices
+            .iter()
+            .filter(|pod| !pod.leased && pod.seen_at.is_some())
+            .filter(|pod| {
+                self.held
+                    .get(&pod.pod)
+                    .is_some_and(|held| !held.booting(Some(pod)))
+            })
+            .count() as u32;
         let growth = Growth {
             demand: answer.demand,
+            spares: decide::spare_shortfall(answer.spares, idle_ready),
             booting: count(&|name, held| held.booting(by_pod.get(name.as_str()).copied())),
             alive: count(&|_, held| held.preempted_at.is_none()),
             in_flight: count(&|_, held| held.in_flight),
@@ -718,6 +733,7 @@ impl PoolRun {
             paused: self.book.paused().map(str::to_owned),
             slice_hours: self.journal.slice_hours(self.grant_start, now),
             retired: take_at_most(&mut self.retired, bound),
+            spares: self.pool.spares,
         }
     }
 
