@@ -1,8 +1,8 @@
 //! The project-wide limit on slice creates: a token bucket every pool of the process draws
-//! from. Google Cloud's TPU and Compute APIs limit mutating requests per project and minute;
+//! from. Google Cloud's TPU and Compute APIs limit mutating requests per project and minute
+//! (https://cloud.google.com/tpu/docs/quota, https://cloud.google.com/compute/api-quota);
 //! Iris caps its creates at 60 a minute, under the roughly 91 GCP allows
-//! (marin-community/marin `lib/iris/src/iris/cluster/autoscaler/runtime.py`; see
-//! `../shared/reference/GENERATIONS_FACTS.md`, "Creating slices without waiting on each").
+//! (https://github.com/marin-community/marin/blob/main/lib/iris/src/iris/cluster/autoscaler/runtime.py).
 
 use std::sync::Mutex;
 use std::time::Duration;
