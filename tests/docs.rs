@@ -1,6 +1,8 @@
 //! The docs name only what exists (issue 67, item 8): every repository path README.md and
-//! docs/*.md name in backticks or links is a file or directory of the repository, and every
-//! migration they cite is one of migrations/sqlite or migrations/postgres, as cited.
+//! docs/**/*.md (docs/operations/ included) name in backticks or links is a file or directory
+//! of the repository, every link from one Markdown file to another (`[x](page.md#anchor)`,
+//! or `(#anchor)` within a page) reaches a file and, where it names one, a heading of it, and
+//! every migration they cite is one of migrations/sqlite or migrations/postgres, as cited.
 //!
 //! What counts as a path: a backtick span that is one word, or a link's target, starting
 //! with a top-level directory of the repository (or naming a top-level file), or a Rust
@@ -52,13 +54,21 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// README.md and every Markdown file under docs/, at any depth (docs/operations/*.md).
 fn docs() -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
     let mut files = vec![root().join("README.md")];
-    let mut in_docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
+    let mut in_docs = Vec::new();
+    walk(&root().join("docs"), &mut in_docs);
     in_docs.sort();
     files.extend(in_docs);
     files
@@ -224,6 +234,152 @@ fn every_path_the_docs_name_exists() {
         missing.is_empty(),
         "the docs name paths that are not in the repository:\n{}",
         missing.join("\n")
+    );
+}
+
+/// GitHub's anchor for a heading's text: a link's text kept and its target dropped, then
+/// lowercase, every character but letters, digits, spaces, `-` and `_` dropped, and each space
+/// a `-` (`## Pools: slices made on demand` is `#pools-slices-made-on-demand`).
+fn github_anchor(heading: &str) -> String {
+    let mut text = String::new();
+    let mut rest = heading;
+    // `[text](target)` reads as `text`.
+    while let Some(open) = rest.find('[') {
+        let link = rest[open..].find("](").and_then(|mid| {
+            rest[open + mid..]
+                .find(')')
+                .map(|end| (mid, open + mid + end))
+        });
+        match link {
+            Some((mid, close)) => {
+                text.push_str(&rest[..open]);
+                text.push_str(&rest[open + 1..open + mid]);
+                rest = &rest[close + 1..];
+            }
+            None => break,
+        }
+    }
+    text.push_str(rest);
+    text.to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown text's headings (fences already blanked), as GitHub makes them:
+/// a repeated heading's second anchor ends `-1`, its third `-2`; and any `<a name>`/`<a id>`.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        let hashes = line.chars().take_while(|&c| c == '#').count();
+        if (1..=6).contains(&hashes) && line[hashes..].starts_with([' ', '\t']) {
+            let heading = line[hashes..].trim().trim_end_matches('#').trim_end();
+            let anchor = github_anchor(heading);
+            let n = seen.entry(anchor.clone()).or_insert(0);
+            out.insert(if *n == 0 {
+                anchor
+            } else {
+                format!("{anchor}-{n}")
+            });
+            *n += 1;
+        }
+        for attr in ["<a name=\"", "<a id=\""] {
+            let mut rest = line;
+            while let Some(at) = rest.find(attr) {
+                rest = &rest[at + attr.len()..];
+                if let Some(end) = rest.find('"') {
+                    out.insert(rest[..end].to_owned());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn github_anchors_are_made_as_github_makes_them() {
+    assert_eq!(
+        github_anchor("Pools: slices made on demand"),
+        "pools-slices-made-on-demand"
+    );
+    assert_eq!(
+        github_anchor("The local (simulated) pod"),
+        "the-local-simulated-pod"
+    );
+    assert_eq!(github_anchor("3.9 Generations"), "39-generations");
+    assert_eq!(
+        github_anchor("`podq_trainer.restore_args` and [Orbax](https://orbax.rtfd.io)"),
+        "podq_trainerrestore_args-and-orbax"
+    );
+    let twice = anchors("# A\n## Backups\n### SQLite\n## Backups\n### SQLite");
+    let want: BTreeSet<String> = ["a", "backups", "backups-1", "sqlite", "sqlite-1"]
+        .map(String::from)
+        .into();
+    assert_eq!(twice, want);
+}
+
+/// Every relative link of the docs reaches a file or directory, read from the linking file's
+/// own directory; one with `#anchor` into a Markdown file (or `(#anchor)`, into its own)
+/// reaches a heading there. Links to the web are not followed.
+#[test]
+fn every_link_between_the_docs_resolves() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    let mut anchored = 0;
+    let mut cache: std::collections::BTreeMap<PathBuf, BTreeSet<String>> = Default::default();
+    for (doc, text) in docs() {
+        for (at, target, link) in named(&text) {
+            if !link {
+                continue;
+            }
+            let target = target.split_whitespace().next().unwrap_or("");
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = match target.split_once('#') {
+                Some((path, anchor)) => (path, Some(anchor)),
+                None => (target, None),
+            };
+            let file = if path.is_empty() {
+                doc.clone()
+            } else {
+                doc.parent().unwrap().join(path)
+            };
+            checked += 1;
+            let here = format!(
+                "{}:{}: ({target})",
+                doc.strip_prefix(root()).unwrap().display(),
+                line_of(&text, at)
+            );
+            if !file.exists() {
+                broken.push(format!("{here}: no such file"));
+                continue;
+            }
+            let Some(anchor) = anchor.filter(|a| !a.is_empty()) else {
+                continue;
+            };
+            if file.extension().is_none_or(|e| e != "md") {
+                continue; // a source file's `#L12` is GitHub's, not a heading
+            }
+            anchored += 1;
+            let known = cache.entry(file.clone()).or_insert_with(|| {
+                anchors(&without_fences(&std::fs::read_to_string(&file).unwrap()))
+            });
+            if !known.contains(anchor) {
+                broken.push(format!("{here}: no heading makes #{anchor}"));
+            }
+        }
+    }
+    assert!(
+        checked > 50 && anchored > 10,
+        "only {checked} links ({anchored} with an anchor) found: is the parser right?"
+    );
+    assert!(
+        broken.is_empty(),
+        "links of the docs that reach nothing:\n{}",
+        broken.join("\n")
     );
 }
 
