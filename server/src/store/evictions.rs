@@ -1,17 +1,21 @@
 //! SQL of eviction: the job at the head of each accelerator's queue, the running jobs it
 //! might evict with what an eviction would cost them, and the write that asks for the pod.
 
+use sqlx::AssertSqlSafe;
+
 use super::db::{self, Conn};
 use super::events::{insert_event, Actor};
+use super::job_state;
 use super::{now_ms, StoreError};
 use podq_api::{JobId, LeaseId};
 
 /// The slice types of the pods running jobs now.
 pub async fn live_accelerators(db: &mut Conn) -> Result<Vec<String>, StoreError> {
-    Ok(db::query_scalar(
+    Ok(db::query_scalar(AssertSqlSafe(format!(
         "SELECT DISTINCT a.accelerator FROM jobs j JOIN attempts a ON a.lease_id = j.lease_id \
-         WHERE j.state IN ('leased', 'running') AND j.same_as IS NULL ORDER BY a.accelerator",
-    )
+         WHERE {} AND j.same_as IS NULL ORDER BY a.accelerator",
+        job_state::state_in("j.state", &job_state::on_pod())
+    )))
     .fetch_all(db)
     .await?)
 }
@@ -59,7 +63,7 @@ pub struct Running {
 
 pub async fn running(db: &mut Conn, accelerator: &str) -> Result<Vec<Running>, StoreError> {
     let day_ago = now_ms() - 24 * 3600 * 1000;
-    Ok(db::query_as(
+    Ok(db::query_as(AssertSqlSafe(format!(
         "SELECT j.id, j.experiment, j.priority_class, j.lease_id, j.lease_pod AS pod, \
          a.started_at, a.running_at, \
          (SELECT MAX(c.seen_at) FROM checkpoints c WHERE c.job_id = j.id \
@@ -67,9 +71,10 @@ pub async fn running(db: &mut Conn, accelerator: &str) -> Result<Vec<Running>, S
          (SELECT COUNT(*) FROM attempts e WHERE e.job_id = j.id AND e.cause = 'evicted' \
            AND e.ended_at >= ?) AS evictions_today \
          FROM jobs j JOIN attempts a ON a.lease_id = j.lease_id \
-         WHERE j.state IN ('leased', 'running') AND j.same_as IS NULL AND a.accelerator = ? \
+         WHERE {} AND j.same_as IS NULL AND a.accelerator = ? \
          AND j.stop_request IS NULL AND j.cancel_requested = 0",
-    )
+        job_state::state_in("j.state", &job_state::on_pod())
+    )))
     .bind(day_ago)
     .bind(accelerator)
     .fetch_all(db)
@@ -103,10 +108,11 @@ pub async fn evict(
     if stopped == 0 {
         return Ok(false);
     }
-    let reserved = db::query(
+    let reserved = db::query(AssertSqlSafe(format!(
         "UPDATE jobs SET reserved_pod = ?, reserved_until = ?, updated_at = ? \
-         WHERE id = ? AND state = 'queued' AND priority_class = ?",
-    )
+         WHERE id = ? AND {} AND priority_class = ?",
+        job_state::state_in("state", &job_state::waiting())
+    )))
     .bind(&victim.pod)
     .bind(reserved_until)
     .bind(now)

@@ -10,8 +10,12 @@ use super::{events, goodput, leases, views, Backend};
 /// are at most one per pod, so their sort costs nothing).
 pub fn hot_reads(backend: Backend) -> [(&'static str, &'static str, bool); 6] {
     [
-        ("runs on pods", views::RUNS_ON_PODS, false),
-        ("progressed queue", dialect(backend).progressed_queue, true),
+        ("runs on pods", views::RUNS_ON_PODS.as_str(), false),
+        (
+            "progressed queue",
+            dialect(backend).progressed_queue.as_str(),
+            true,
+        ),
         ("fresh queue", views::FRESH_QUEUE, false),
         ("any leasable", leases::ANY_LEASABLE, false),
         ("open attempts", goodput::OPEN_ATTEMPTS, false),

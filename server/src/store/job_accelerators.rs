@@ -4,19 +4,23 @@
 
 use podq_api::JobId;
 
+use sqlx::AssertSqlSafe;
+
 use super::db::{self, Conn};
+use super::job_state;
 use super::StoreError;
 
 /// Writes job `id`'s list, most preferred first, with the job's place in the queue, after
 /// the job itself.
 pub async fn insert(conn: &mut Conn, id: JobId, accelerators: &[String]) -> Result<(), StoreError> {
     for (preference, accelerator) in accelerators.iter().enumerate() {
-        db::query(
+        db::query(AssertSqlSafe(format!(
             "INSERT INTO job_accelerators (job_id, accelerator, preference, queued, class_rank, \
              queue_head, priority, seq, later_choice) \
-             SELECT id, ?, ?, CASE WHEN state = 'queued' AND same_as IS NULL THEN 1 ELSE 0 END, \
+             SELECT id, ?, ?, CASE WHEN {} THEN 1 ELSE 0 END, \
              class_rank, queue_head, priority, seq, ? FROM jobs WHERE id = ?",
-        )
+            job_state::in_queue("")
+        )))
         .bind(accelerator)
         .bind(preference as i64)
         .bind(i64::from(preference > 0))

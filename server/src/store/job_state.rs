@@ -119,6 +119,77 @@ pub fn guard(change: Change) -> String {
     format!("state IN ({})", states.join(","))
 }
 
+/// The SQL of a set of states, for `column` (`state`, `j.state`): `column = 'a'` for one
+/// state (which a partial index `WHERE state = 'a'` matches), `column IN ('a','b')` for more.
+/// The states are the enum's own names, never input: every job-state literal of the store's
+/// SQL is written here (`the_stores_sql_names_no_state_but_through_here` keeps it so).
+pub fn state_in(column: &str, states: &[JobState]) -> String {
+    match states {
+        [one] => format!("{column} = '{}'", one.as_str()),
+        _ => {
+            let states: Vec<String> = states.iter().map(|s| format!("'{}'", s.as_str())).collect();
+            format!("{column} IN ({})", states.join(","))
+        }
+    }
+}
+
+/// The states a job waits for a pod in: those a pod may lease it from (`queued`).
+pub fn waiting() -> Vec<JobState> {
+    sources(Change::Lease)
+}
+
+/// The states of a job on a pod: leased, and what its start makes of it (`leased`, `running`).
+pub fn on_pod() -> Vec<JobState> {
+    let mut states = sources(Change::Start);
+    states.extend(
+        states
+            .clone()
+            .into_iter()
+            .filter_map(|s| next(s, Change::Start).ok()),
+    );
+    states
+}
+
+/// The states of a job not finished: those a person may still cancel it from.
+pub fn unfinished() -> Vec<JobState> {
+    sources(Change::Cancel)
+}
+
+/// `alias`'s job (`q.`, or `""` for the table's own row) is in the queue: waiting, and its
+/// own run (a linked job waits with the run it shares). What `job_accelerators.queued` says
+/// of each row (migration 0027's trigger, written at insert by `job_accelerators::insert`).
+pub fn in_queue(alias: &str) -> String {
+    format!(
+        "{} AND {alias}same_as IS NULL",
+        state_in(&format!("{alias}state"), &waiting())
+    )
+}
+
+/// `alias`'s job is leasable at `now` (SQL, a placeholder): in the queue and not backing off.
+pub fn leasable(alias: &str, now: &str) -> String {
+    format!(
+        "{} AND ({alias}not_before IS NULL OR {alias}not_before <= {now})",
+        in_queue(alias)
+    )
+}
+
+/// The queue's order, for an `ORDER BY` over `alias`'s jobs: class, an evicted job at the
+/// head of its class, priority, submission. The planner sorts its waiting runs by the same
+/// key (`scheduler/plan/catalog_plan.rs`, `queue_order`; a test there ties the two).
+pub fn queue_order(alias: &str) -> String {
+    format!("{alias}class_rank, {alias}queue_head DESC, {alias}priority DESC, {alias}seq")
+}
+
+/// The order of one slice type's queue over `job_accelerators` rows (`alias`): the queue's
+/// order, a job's first choice before its later ones among equals (migration 0027's index
+/// `job_accelerators_queue`, which this walks unsorted).
+pub fn type_queue_order(alias: &str) -> String {
+    format!(
+        "{alias}class_rank, {alias}queue_head DESC, {alias}priority DESC, {alias}later_choice, \
+         {alias}seq"
+    )
+}
+
 /// The door every write of `jobs.state` goes through: the state `change` sets, bound as
 /// the statement's `state = ?`, and the guard its `WHERE` adds, so that a row in a state the
 /// table refuses is not changed (the write answers no row).
@@ -257,6 +328,161 @@ mod tests {
             guard(Change::Cancel),
             "state IN ('queued','leased','running','held')"
         );
+    }
+
+    #[test]
+    fn the_fragments_come_from_the_table() {
+        assert_eq!(waiting(), [Queued]);
+        assert_eq!(on_pod(), [Leased, Running]);
+        assert_eq!(unfinished(), [Queued, Leased, Running, Held]);
+        assert_eq!(state_in("j.state", &waiting()), "j.state = 'queued'");
+        assert_eq!(
+            state_in("state", &on_pod()),
+            "state IN ('leased','running')"
+        );
+        assert_eq!(in_queue("q."), "q.state = 'queued' AND q.same_as IS NULL");
+        assert_eq!(
+            leasable("", "?1"),
+            "state = 'queued' AND same_as IS NULL AND (not_before IS NULL OR not_before <= ?1)"
+        );
+        assert_eq!(
+            queue_order("j."),
+            "j.class_rank, j.queue_head DESC, j.priority DESC, j.seq"
+        );
+    }
+
+    /// The string literals of a Rust source, its comments and its test modules left out: a
+    /// small lexer, enough for the store's files (plain, raw and byte strings; char literals
+    /// and lifetimes told apart).
+    fn string_literals(source: &str) -> Vec<String> {
+        // The tests at the end of a file (`#[cfg(test)]` then `mod`) write rows of their own.
+        let mut end = source.len();
+        let mut at = 0;
+        while let Some(found) = source[at..].find("#[cfg(test)]") {
+            let start = at + found;
+            let after = source[start + "#[cfg(test)]".len()..].trim_start();
+            if after.starts_with("mod ") || after.starts_with("pub(crate) mod ") {
+                end = start;
+                break;
+            }
+            at = start + 1;
+        }
+        let chars: Vec<char> = source[..end].chars().collect();
+        let mut literals = Vec::new();
+        let mut i = 0;
+        while i < chars.len() {
+            match chars[i] {
+                '/' if chars.get(i + 1) == Some(&'/') => {
+                    while i < chars.len() && chars[i] != '\n' {
+                        i += 1;
+                    }
+                }
+                '/' if chars.get(i + 1) == Some(&'*') => {
+                    i += 2;
+                    while i + 1 < chars.len() && !(chars[i] == '*' && chars[i + 1] == '/') {
+                        i += 1;
+                    }
+                    i += 2;
+                }
+                'r' if matches!(chars.get(i + 1), Some('"' | '#'))
+                    && (i == 0 || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')) =>
+                {
+                    let mut hashes = 0;
+                    let mut j = i + 1;
+                    while chars.get(j) == Some(&'#') {
+                        hashes += 1;
+                        j += 1;
+                    }
+                    if chars.get(j) != Some(&'"') {
+                        i += 1;
+                        continue;
+                    }
+                    let close: String = std::iter::once('"')
+                        .chain(std::iter::repeat_n('#', hashes))
+                        .collect();
+                    let rest: String = chars[j + 1..].iter().collect();
+                    let len = rest.find(&close).unwrap_or(rest.len());
+                    literals.push(rest[..len].to_owned());
+                    i = j + 1 + rest[..len].chars().count() + close.chars().count();
+                }
+                '"' => {
+                    let mut text = String::new();
+                    i += 1;
+                    while i < chars.len() && chars[i] != '"' {
+                        if chars[i] == '\\' {
+                            i += 1;
+                        }
+                        if let Some(c) = chars.get(i) {
+                            text.push(*c);
+                        }
+                        i += 1;
+                    }
+                    literals.push(text);
+                    i += 1;
+                }
+                '\'' => {
+                    // A char literal ('x', '\n', '"'), else a lifetime.
+                    if chars.get(i + 1) == Some(&'\\') {
+                        i += 2;
+                        while i < chars.len() && chars[i] != '\'' {
+                            i += 1;
+                        }
+                        i += 1;
+                    } else if chars.get(i + 2) == Some(&'\'') {
+                        i += 3;
+                    } else {
+                        i += 1;
+                    }
+                }
+                _ => i += 1,
+            }
+        }
+        literals
+    }
+
+    /// The store's SQL names a job state only through the fragments above: no `'queued'` (or
+    /// any other state) in a string of `server/src/store/` but this file's and the migrations'.
+    #[test]
+    fn the_stores_sql_names_no_state_but_through_here() {
+        let store = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+        let mut files = Vec::new();
+        let mut dirs = vec![store];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs")
+                    && path.file_name().is_some_and(|n| n != "job_state.rs")
+                {
+                    files.push(path);
+                }
+            }
+        }
+        assert!(files.len() > 20, "the store's files: {files:?}");
+        let quoted: Vec<String> = JobState::ALL
+            .into_iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        let mut found = Vec::new();
+        for file in &files {
+            let source = std::fs::read_to_string(file).unwrap();
+            for literal in string_literals(&source) {
+                for state in quoted.iter().filter(|q| literal.contains(q.as_str())) {
+                    found.push(format!("{}: {state} in \"{literal}\"", file.display()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "job states written into the store's SQL: write them through job_state.rs's \
+             fragments (state_in, in_queue, leasable, ...):\n{}",
+            found.join("\n")
+        );
+        // The check sees what it is meant to see.
+        let sample = "// 'queued' in a comment\nconst A: &str = \"x = 'held'\";\n\
+                      let c = '\"'; let d = r#\"'running'\"#;\n#[cfg(test)]\nmod t { \"'failed'\" }";
+        assert_eq!(string_literals(sample), ["x = 'held'", "'running'"]);
     }
 
     /// docs/architecture.md's table of job-state changes, `| change | from | to |`, row by

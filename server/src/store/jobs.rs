@@ -7,7 +7,7 @@ use sqlx::AssertSqlSafe;
 use std::collections::BTreeMap;
 
 use podq_api as api;
-use podq_api::{JobId, LeaseId};
+use podq_api::{JobId, JobState, LeaseId};
 
 use super::rows::{AttemptRow, JobRow, JOB_COLUMNS};
 
@@ -124,9 +124,11 @@ pub async fn live_or_succeeded_job_of_experiment(
     conn: &mut Conn,
     experiment: &str,
 ) -> Result<Option<JobRow>, StoreError> {
+    let mut counted = job_state::unfinished();
+    counted.extend([JobState::Succeeded, JobState::Stopped]);
     let sql = format!(
-        "SELECT {JOB_COLUMNS} FROM job_view WHERE experiment = ? \
-         AND state IN ('queued','leased','running','held','succeeded','stopped') ORDER BY seq LIMIT 1"
+        "SELECT {JOB_COLUMNS} FROM job_view WHERE experiment = ? AND {} ORDER BY seq LIMIT 1",
+        job_state::state_in("state", &counted)
     );
     Ok(db::query_as::<JobRow>(AssertSqlSafe(sql))
         .bind(experiment)
@@ -141,9 +143,12 @@ pub async fn live_or_succeeded_run_of_config(
     conn: &mut Conn,
     config_sha256: &str,
 ) -> Result<Option<JobRow>, StoreError> {
+    let mut shared = job_state::unfinished();
+    shared.push(JobState::Succeeded);
     let sql = format!(
         "SELECT {JOB_COLUMNS} FROM job_view WHERE config_sha256 = ? AND same_as IS NULL \
-         AND state IN ('queued','leased','running','held','succeeded') ORDER BY seq LIMIT 1"
+         AND {} ORDER BY seq LIMIT 1",
+        job_state::state_in("state", &shared)
     );
     Ok(db::query_as::<JobRow>(AssertSqlSafe(sql))
         .bind(config_sha256)
@@ -177,7 +182,7 @@ pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreErr
          config_json, config_sha256, est_hours, checkpoint_dir, max_failures, same_as, \
          total_steps, submitted_at, updated_at, submitted_by, priority_class, class_rank) \
          VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs), ?2, ?3, \
-           COALESCE((SELECT state FROM jobs WHERE id = ?11), 'queued'), \
+           COALESCE((SELECT state FROM jobs WHERE id = ?11), ?17), \
            ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16)",
     )
     .bind(job.id)
@@ -196,6 +201,8 @@ pub async fn insert_job(conn: &mut Conn, job: NewJob<'_>) -> Result<(), StoreErr
     .bind(job.submitted_by)
     .bind(job.priority_class)
     .bind(job.class_rank)
+    // A new job waits in the queue, unless it shares a run: then it is in that run's state.
+    .bind(JobState::Queued.as_str())
     .execute(&mut *conn)
     .await?;
     job_accelerators::insert(conn, job.id, job.accelerators).await
@@ -360,7 +367,10 @@ pub async fn rerank_classes(
     };
     let mut update = Builder::new("UPDATE jobs SET class_rank = ");
     push_case(&mut update);
-    update.push(" WHERE state IN ('queued', 'leased', 'running', 'held') AND class_rank <> ");
+    update.push(&format!(
+        " WHERE {} AND class_rank <> ",
+        job_state::state_in("state", &job_state::unfinished())
+    ));
     push_case(&mut update);
     Ok(update.build().execute(conn).await?)
 }

@@ -41,8 +41,19 @@ pub(crate) fn queue_head(a: &str, now: &str) -> String {
         "SELECT ja.job_id FROM job_accelerators ja JOIN jobs q ON q.id = ja.job_id \
          WHERE ja.accelerator = {a} AND ja.queued = 1 \
            AND (q.not_before IS NULL OR q.not_before <= {now}) \
-         ORDER BY ja.class_rank, ja.queue_head DESC, ja.priority DESC, ja.later_choice, ja.seq \
-         LIMIT 1"
+         ORDER BY {} LIMIT 1",
+        job_state::type_queue_order("ja.")
+    )
+}
+
+/// The ids of the first `{limit}` jobs leasable at `{now}` (SQL placeholders), of every
+/// slice type, in the queue's order: the leasable predicate and the order as
+/// `job_state.rs` writes them.
+pub(crate) fn leasable_ids(now: &str, limit: &str) -> String {
+    format!(
+        "SELECT q.id FROM jobs q WHERE {} ORDER BY {} LIMIT {limit}",
+        job_state::leasable("q.", now),
+        job_state::queue_order("q.")
     )
 }
 
@@ -54,14 +65,13 @@ pub const ROUTED_JOBS: i64 = 10_000;
 /// The first [`ROUTED_JOBS`] jobs leasable now, in the queue's order, each with its slice
 /// types most preferred first: what the pools' demand is routed from.
 pub async fn leasable_lists(db: &mut Conn) -> Result<Vec<Vec<String>>, StoreError> {
-    let rows: Vec<(JobId, String, i64)> = db::query_as(
+    let rows: Vec<(JobId, String, i64)> = db::query_as(AssertSqlSafe(format!(
         "SELECT j.id, ja.accelerator, ja.preference FROM jobs j \
          JOIN job_accelerators ja ON ja.job_id = j.id \
-         WHERE j.id IN (SELECT q.id FROM jobs q WHERE q.state = 'queued' AND q.same_as IS NULL \
-           AND (q.not_before IS NULL OR q.not_before <= ?1) \
-           ORDER BY q.class_rank, q.queue_head DESC, q.priority DESC, q.seq LIMIT ?2) \
-         ORDER BY j.class_rank, j.queue_head DESC, j.priority DESC, j.seq",
-    )
+         WHERE j.id IN ({}) ORDER BY {}",
+        leasable_ids("?1", "?2"),
+        job_state::queue_order("j.")
+    )))
     .bind(now_ms())
     .bind(ROUTED_JOBS)
     .fetch_all(db)
@@ -87,11 +97,12 @@ pub async fn leasable_lists(db: &mut Conn) -> Result<Vec<Vec<String>>, StoreErro
 /// When each backed-off queued job becomes leasable, once for each slice type it may lease,
 /// in ms since the epoch: a restarted server arms a wake-up for each.
 pub async fn backoff_ends(db: &mut Conn) -> Result<Vec<(String, i64)>, StoreError> {
-    Ok(db::query_as(
+    Ok(db::query_as(AssertSqlSafe(format!(
         "SELECT ja.accelerator, j.not_before FROM jobs j \
          JOIN job_accelerators ja ON ja.job_id = j.id \
-         WHERE j.state = 'queued' AND j.same_as IS NULL AND j.not_before IS NOT NULL",
-    )
+         WHERE {} AND j.not_before IS NOT NULL",
+        job_state::in_queue("j.")
+    )))
     .fetch_all(db)
     .await?)
 }
@@ -135,13 +146,14 @@ pub async fn claim(
          diverged_reports = 0, diverged_step = NULL \
          WHERE id = COALESCE( \
            (SELECT r.id FROM jobs r JOIN job_accelerators ra ON ra.job_id = r.id \
-             WHERE r.reserved_pod = ?2 AND r.reserved_until > ?3 AND r.state = 'queued' \
-             AND r.same_as IS NULL AND ra.accelerator = ?4 LIMIT 1), \
+             WHERE r.reserved_pod = ?2 AND r.reserved_until > ?3 AND {} \
+             AND ra.accelerator = ?4 LIMIT 1), \
            ({})) \
          AND {} \
          AND NOT EXISTS (SELECT 1 FROM jobs WHERE lease_pod = ?2) \
          RETURNING id, attempts, experiment, group_name, config_json, config_sha256, \
            checkpoint_dir, resume_from, resume_step",
+        job_state::in_queue("r."),
         queue_head("?4", "?3"),
         write.guard
     )))
@@ -579,15 +591,15 @@ mod each_types_queue {
     /// job's place in the queue and no other row is in one.
     async fn head(store: &Store, accelerator: &str) -> Option<JobId> {
         let mut conn = store.read().await.unwrap();
-        let stale: i64 = db::query_scalar(
+        let stale: i64 = db::query_scalar(AssertSqlSafe(format!(
             "SELECT COUNT(*) FROM job_accelerators ja JOIN jobs j ON j.id = ja.job_id \
-             WHERE ja.queued <> CASE WHEN j.state = 'queued' AND j.same_as IS NULL \
-               THEN 1 ELSE 0 END \
+             WHERE ja.queued <> CASE WHEN {} THEN 1 ELSE 0 END \
              OR (ja.queued = 1 AND (ja.class_rank <> j.class_rank \
                OR ja.queue_head <> j.queue_head OR ja.priority <> j.priority \
                OR ja.seq <> j.seq OR ja.later_choice <> \
                CASE WHEN ja.preference > 0 THEN 1 ELSE 0 END))",
-        )
+            job_state::in_queue("j.")
+        )))
         .fetch_one(&mut conn)
         .await
         .unwrap();

@@ -5,7 +5,8 @@
 use super::db::{self, Builder, Conn};
 use super::metrics;
 use super::{now_ms, StoreError};
-use podq_api::JobId;
+use podq_api::{JobId, JobState};
+use sqlx::AssertSqlSafe;
 
 /// The job as the judge needs it, read by the fence of its metrics batch
 /// (`leases::fence_many`).
@@ -173,11 +174,12 @@ pub async fn best_before(
 
 /// Pod-hours saved by stopping runs early, and how many runs were stopped.
 pub async fn saved_by_stopping(conn: &mut Conn) -> Result<(f64, i64), StoreError> {
-    Ok(db::query_as(
-        "SELECT COALESCE(SUM(stop_saved_hours), 0.0), COUNT(*) FROM jobs WHERE state = 'stopped' \
+    Ok(db::query_as(AssertSqlSafe(format!(
+        "SELECT COALESCE(SUM(stop_saved_hours), 0.0), COUNT(*) FROM jobs WHERE {} \
          AND same_as IS NULL AND id NOT IN \
          (SELECT job_id FROM rung_decisions WHERE verdict = 'pruned')",
-    )
+        super::job_state::state_in("state", &[JobState::Stopped])
+    )))
     .fetch_one(conn)
     .await?)
 }

@@ -5,6 +5,7 @@ use super::backend::{active_run_select, dialect};
 use super::db::{self, Conn};
 use super::StoreError;
 use podq_api::{JobId, JobState};
+use std::sync::LazyLock;
 
 /// A run that is on a pod or waiting for one, with its current attempt's progress.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -26,15 +27,18 @@ pub struct ActiveRun {
 }
 
 /// Runs (not linked jobs) on a pod (leased or running), in lease order.
-pub(crate) const RUNS_ON_PODS: &str = concat!(
-    active_run_select!(""),
-    "WHERE j.same_as IS NULL AND j.state IN ('leased', 'running') ORDER BY j.priority DESC, j.seq"
-);
+pub(crate) static RUNS_ON_PODS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{}WHERE j.same_as IS NULL AND {} ORDER BY j.priority DESC, j.seq",
+        active_run_select!(""),
+        super::job_state::state_in("j.state", &super::job_state::on_pod())
+    )
+});
 
 /// Runs on a pod, then queued runs that made progress.
 pub async fn active_runs(db: &mut Conn) -> Result<Vec<ActiveRun>, StoreError> {
-    let mut runs: Vec<ActiveRun> = db::query_as(RUNS_ON_PODS).fetch_all(db).await?;
-    let progressed = dialect(db.backend()).progressed_queue;
+    let mut runs: Vec<ActiveRun> = db::query_as(RUNS_ON_PODS.as_str()).fetch_all(db).await?;
+    let progressed = dialect(db.backend()).progressed_queue.as_str();
     runs.extend(db::query_as::<ActiveRun>(progressed).fetch_all(db).await?);
     Ok(runs)
 }

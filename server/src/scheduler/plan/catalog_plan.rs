@@ -524,6 +524,17 @@ fn elsewhere(speeds: &speed::Speeds, run: &Run, list: &[String]) -> Vec<(String,
         .collect()
 }
 
+/// A waiting job's place in the queue, as the claim orders them: the SQL's
+/// `store::job_state::queue_order` in Rust (`the_planners_order_is_the_claims` ties them).
+fn queue_order(job: &PlanJob) -> planner::QueueOrder {
+    (
+        job.class_rank,
+        Reverse(job.queue_head),
+        Reverse(job.priority),
+        job.seq,
+    )
+}
+
 fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
     let phase = match job.state {
         // A stopped run needs no more hours: a rule judged it.
@@ -543,12 +554,7 @@ fn run_of(job: &PlanJob, now: i64) -> Result<Run> {
         state: job.state.into(),
         phase,
         priority: Some(job.priority),
-        order: (
-            job.class_rank,
-            Reverse(job.queue_head),
-            Reverse(job.priority),
-            job.seq,
-        ),
+        order: queue_order(job),
         remaining_hours,
         estimate: match (phase, rate) {
             (Phase::Done, _) => EstimateSource::Done,
@@ -623,4 +629,130 @@ fn scenarios(
         },
         play("advised_intervals", &advised, waste.advised),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+    use podq_api::LeaseId;
+
+    use super::*;
+    use crate::store::db;
+    use crate::store::jobs::NewJob;
+    use crate::store::test_support::scratch_store;
+    use crate::store::{leases, Store};
+
+    async fn submit(store: &Store, class_rank: i64, priority: i64) -> JobId {
+        let id = JobId::new_random();
+        store
+            .write(move |conn| {
+                async move {
+                    jobs::insert_job(
+                        conn,
+                        NewJob {
+                            id,
+                            experiment: "exp",
+                            group: "g",
+                            priority,
+                            accelerators: &["v4-64".to_owned()],
+                            config_json: "{}",
+                            config_sha256: &id.to_string(),
+                            est_hours: 1.0,
+                            checkpoint_dir: "gs://b/c",
+                            max_failures: 3,
+                            same_as: None,
+                            total_steps: None,
+                            submitted_by: "ada",
+                            priority_class: "default",
+                            class_rank,
+                        },
+                    )
+                    .await
+                }
+                .boxed()
+            })
+            .await
+            .unwrap();
+        id
+    }
+
+    /// A table of waiting jobs, of every class, priority and place: the store's queue (its
+    /// SQL, `store::job_state::queue_order`, run on a real SQLite store, and the claims of a
+    /// type's pods one after another) orders them as the planner's Rust sort does.
+    #[tokio::test]
+    async fn the_planners_order_is_the_claims() {
+        let (store, _dir) = scratch_store().await;
+        // (class rank, priority, evicted: at the head of its class)
+        let table = [
+            (1, 0, false),
+            (1, 5, false),
+            (2, 9, false),
+            (0, 0, false),
+            (1, 5, true),
+            (1, 0, false),
+            (0, 3, false),
+            (2, 9, true),
+            (1, -2, false),
+            (0, 3, true),
+            (1, 5, false),
+            (2, 0, false),
+        ];
+        let mut ids = Vec::new();
+        for (class_rank, priority, evicted) in table {
+            let id = submit(&store, class_rank, priority).await;
+            if evicted {
+                store
+                    .write(move |conn| {
+                        async move {
+                            db::query("UPDATE jobs SET queue_head = 1 WHERE id = ?")
+                                .bind(id)
+                                .execute(conn)
+                                .await
+                                .map(drop)
+                                .map_err(crate::store::StoreError::from)
+                        }
+                        .boxed()
+                    })
+                    .await
+                    .unwrap();
+            }
+            ids.push(id);
+        }
+
+        let mut conn = store.read().await.unwrap();
+        let mut planned = Vec::new();
+        for id in &ids {
+            planned.push(views::plan_job(&mut conn, *id).await.unwrap().unwrap());
+        }
+        planned.sort_by_key(queue_order);
+        let planned: Vec<JobId> = planned.iter().map(|j| j.id).collect();
+
+        let by_sql: Vec<JobId> =
+            db::query_scalar(sqlx::AssertSqlSafe(leases::leasable_ids("?1", "?2")))
+                .bind(now_ms())
+                .bind(100_i64)
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+        drop(conn);
+        assert_eq!(by_sql, planned, "the queue's SQL and the planner's sort");
+
+        let mut claimed = Vec::new();
+        for pod in 0..ids.len() {
+            let job = store
+                .write(move |conn| {
+                    async move {
+                        let pod = format!("pod-{pod}");
+                        let actor = Actor::worker(&pod);
+                        leases::claim(conn, LeaseId::new_random(), &pod, "v4-64", &actor).await
+                    }
+                    .boxed()
+                })
+                .await
+                .unwrap()
+                .expect("a job for each pod");
+            claimed.push(job.id);
+        }
+        assert_eq!(claimed, planned, "the claims' order and the planner's sort");
+    }
 }

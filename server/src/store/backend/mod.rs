@@ -7,6 +7,8 @@ pub(super) mod postgres;
 pub(super) mod sqlite;
 pub(super) mod wal;
 
+use std::sync::LazyLock;
+
 use futures::future::BoxFuture;
 
 use super::db::{self, Pool};
@@ -31,19 +33,16 @@ macro_rules! active_run_select {
     };
 }
 
-/// Queued runs that made progress before (preempted, failed, lost), in lease order, through
-/// `$index` (when given): each backend reads them on their own partial index
-/// (`Dialect::progressed_queue`).
-macro_rules! progressed_queue {
-    ($index:literal) => {
-        concat!(
-            $crate::store::backend::active_run_select!($index),
-            "WHERE j.state = 'queued' AND j.same_as IS NULL AND j.progressed = 1 \
-             ORDER BY j.priority DESC, j.seq"
-        )
-    };
+/// Queued runs that made progress before (preempted, failed, lost), in lease order, after
+/// `select` (`active_run_select!` through the backend's index, when given): each backend
+/// reads them on their own partial index (`Dialect::progressed_queue`).
+pub(super) fn progressed_queue(select: &str) -> String {
+    format!(
+        "{select}WHERE {} AND j.progressed = 1 ORDER BY j.priority DESC, j.seq",
+        super::job_state::in_queue("j.")
+    )
 }
-pub(super) use {active_run_select, progressed_queue};
+pub(super) use active_run_select;
 
 /// The statements that differ between the stores, one set per backend.
 pub(super) struct Dialect {
@@ -52,7 +51,7 @@ pub(super) struct Dialect {
     /// Starts a read transaction whose reads all come from one snapshot.
     pub begin_snapshot: &'static str,
     /// The queued runs that made progress (`views::active_runs`), on their partial index.
-    pub progressed_queue: &'static str,
+    pub progressed_queue: &'static LazyLock<String>,
     /// Counts the tables named `?` (0 or 1).
     pub table_count: &'static str,
 }

@@ -3,6 +3,7 @@
 //! runs.
 
 use std::str::FromStr;
+use std::sync::LazyLock;
 
 use futures::FutureExt;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -23,13 +24,14 @@ const MAX_GROUP_COMMIT: usize = 64;
 pub(super) static DIALECT: Dialect = Dialect {
     begin_write: "BEGIN; SAVEPOINT op",
     begin_snapshot: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-    progressed_queue: PROGRESSED_QUEUE,
+    progressed_queue: &PROGRESSED_QUEUE,
     table_count: "SELECT COUNT(*) FROM information_schema.tables \
                   WHERE table_schema = current_schema() AND table_name = ?",
 };
 
 /// PostgreSQL has no `INDEXED BY`; its planner keeps statistics and picks the partial index.
-const PROGRESSED_QUEUE: &str = progressed_queue!("");
+static PROGRESSED_QUEUE: LazyLock<String> =
+    LazyLock::new(|| progressed_queue(super::active_run_select!("")));
 
 /// The session-level advisory lock that podq servers sharing one PostgreSQL database try; the
 /// one holding it is active. Held on the writer's own connection, so whoever can write holds

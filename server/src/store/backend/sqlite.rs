@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use sqlx::sqlite::{
@@ -24,7 +25,7 @@ pub(super) static DIALECT: Dialect = Dialect {
     // `IMMEDIATE` takes the write lock at once, not at the first write.
     begin_write: "BEGIN IMMEDIATE; SAVEPOINT op",
     begin_snapshot: "BEGIN",
-    progressed_queue: PROGRESSED_QUEUE,
+    progressed_queue: &PROGRESSED_QUEUE,
     table_count: "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
 };
 
@@ -33,7 +34,11 @@ pub(super) static DIALECT: Dialect = Dialect {
 /// status needs only the sum of (`FRESH_QUEUE`). Named: without statistics SQLite prefers
 /// `jobs_state_seq` (state = 'queued'), which reads every queued job (76 ms at 40,000 against
 /// 0 ms through this index, measured on the bench's database).
-const PROGRESSED_QUEUE: &str = progressed_queue!("INDEXED BY jobs_progressed_queue");
+static PROGRESSED_QUEUE: LazyLock<String> = LazyLock::new(|| {
+    progressed_queue(super::active_run_select!(
+        "INDEXED BY jobs_progressed_queue"
+    ))
+});
 
 /// The migrations that edit a table's definition in place (`writable_schema`): 0015.
 const EDITS_IN_PLACE: &[i64] = &[15];
