@@ -523,6 +523,30 @@ fn a_group_study_overlays_growing_curves_and_marks_a_preemption() {
             .eval("!!document.querySelector('#plan-pod-time .pt-row[data-pod-time=\"grant\"] .pt-seg[data-cause=\"productive\"]')")
             .await;
         assert!(grant, "the grant's pod time is on the plan card");
+        // And the median recovery from the preemption, by phase.
+        let recovery: Value = page
+            .wait_for(
+                SHOW,
+                "the median recovery on the plan card",
+                "(() => { const r = document.querySelector('#plan-recovery .recovery[data-recovery$=\"/preempted\"]'); \
+                 return r ? {p50: parseFloat(r.dataset.p50S), text: r.textContent} : null; })()",
+            )
+            .await;
+        let (_, recoveries) = server.get("/recoveries").await;
+        let summary = recoveries["summary"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["cause"] == "preempted")
+            .cloned()
+            .unwrap();
+        assert_eq!(recovery["p50"], summary["p50_s"], "{recovery}");
+        let text = recovery["text"].as_str().unwrap();
+        for phase in [
+            "stopping", "waiting", "creating", "setup", "startup", "compile", "restore",
+        ] {
+            assert!(text.contains(phase), "{phase} in {text}");
+        }
         // Back closes the panel and stays on the study.
         page.eval::<Value>("history.back()").await;
         page.wait_for::<bool>(

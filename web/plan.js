@@ -6,7 +6,7 @@ import { change, getJSON } from "./api.js";
 import { drawTimeline } from "./charts.js";
 import { $, el } from "./dom.js";
 import { fmtDate, fmtDuration, fmtNum } from "./format.js";
-import { podTimeBar, podTimeLegend } from "./podtime.js";
+import { podTimeBar, podTimeLegend, recoveryLines } from "./podtime.js";
 import { ui } from "./state.js";
 import { whyNotManage, youAre } from "./who.js";
 
@@ -106,7 +106,7 @@ export function syncPlanApply() {
   note.hidden = !why;
 }
 
-/** The grant's and each pod's split, under the plan. */
+/** The grant's and each pod's split, and the recoveries' medians, under the plan. */
 async function refreshPodTime() {
   try {
     const report = await getJSON("/pod-time");
@@ -115,6 +115,12 @@ async function refreshPodTime() {
       podTimeLegend());
   } catch (e) {
     $("plan-pod-time").replaceChildren(el("p", { class: "muted" }, `Could not load the pod time: ${e.message}`));
+  }
+  try {
+    const recoveries = await getJSON("/recoveries?limit=1");
+    $("plan-recovery").replaceChildren(...recoveryLines(recoveries.summary));
+  } catch (e) {
+    $("plan-recovery").replaceChildren(el("p", { class: "muted" }, `Could not load the recoveries: ${e.message}`));
   }
 }
 

@@ -49,3 +49,27 @@ export function adviceText(a) {
     `(save ${a.save_cost_s.toFixed(1)} s, ${a.save_cost_source}; pod MTBF ${fmtDuration(a.mtbf_s * 1000)}). ` +
     (a.auto ? "" : `The advised interval would save ${a.pod_hours_saved.toFixed(1)} pod-hours.`);
 }
+
+/** The sequential phases of a recovery, and the parts of two of them, as the API names them. */
+const RECOVERY_PHASES = [["stopping"], ["waiting", "creating"], ["setup"], ["startup", "compile"], ["restore"]];
+
+/**
+ * One line per slice type, zone and cause of `GET /recoveries`' summary: the median recovery,
+ * its p95, and each phase's median (a part in brackets after its phase).
+ */
+export function recoveryLines(summary) {
+  if (!summary || summary.length === 0) {
+    return [el("p", { class: "muted", "data-recovery": "none" }, "No interruption recovered from yet.")];
+  }
+  const s = (x) => fmtDuration(x * 1000);
+  return summary.map((r) => {
+    const p = r.phases_p50;
+    const phases = RECOVERY_PHASES.map(([phase, part]) =>
+      `${phase} ${s(p[`${phase}_s`])}` + (part ? ` (${part} ${s(p[`${part}_s`])})` : "")).join(" · ");
+    const where = r.zone ? `${r.accelerator} in ${r.zone}` : r.accelerator;
+    const n = `${fmtInt(r.count)} ${r.count === 1 ? "recovery" : "recoveries"}`;
+    return el("p", { class: "recovery", "data-recovery": `${r.accelerator}/${r.zone || ""}/${r.cause}`,
+      "data-p50-s": String(r.p50_s) },
+      `${where}, ${r.cause}: median recovery ${s(r.p50_s)} (p95 ${s(r.p95_s)}) over ${n}: ${phases}`);
+  });
+}

@@ -94,25 +94,30 @@ pub struct TypeRecovery {
     pub count: usize,
     pub total_s: f64,
     pub waiting_s: f64,
+    /// The part spent on a pod: the whole less the wait for one.
+    pub on_pod_s: f64,
 }
 
 /// [`TypeRecovery`] per slice type, over the newest records.
 pub async fn medians_by_type(conn: &mut Conn) -> Result<HashMap<String, TypeRecovery>, StoreError> {
-    let mut by_type: HashMap<String, (Vec<f64>, Vec<f64>)> = HashMap::new();
+    type Samples = (Vec<f64>, Vec<f64>, Vec<f64>);
+    let mut by_type: HashMap<String, Samples> = HashMap::new();
     for r in list(conn, None, SUMMARY_WINDOW).await? {
         if matches!(r.cause.as_str(), "preempted" | "lost") {
-            let (totals, waits) = by_type.entry(r.accelerator).or_default();
+            let (totals, waits, on_pod) = by_type.entry(r.accelerator).or_default();
             totals.push(r.total_s);
             waits.push(r.phases.waiting_s);
+            on_pod.push(r.total_s - r.phases.waiting_s);
         }
     }
     Ok(by_type
         .into_iter()
-        .map(|(accelerator, (mut totals, mut waits))| {
+        .map(|(accelerator, (mut totals, mut waits, mut on_pod))| {
             let median = TypeRecovery {
                 count: totals.len(),
                 total_s: percentile(&mut totals, 0.5),
                 waiting_s: percentile(&mut waits, 0.5),
+                on_pod_s: percentile(&mut on_pod, 0.5),
             };
             (accelerator, median)
         })

@@ -114,6 +114,13 @@ pub fn expected_redo_hours(
     remaining_hours.max(0.0) * (t + c) / (2.0 * m)
 }
 
+/// Hours a run spends on a pod restarting after interruptions over `remaining_hours` of
+/// training: one restart per MTBF, each costing what the type's measured recoveries spent
+/// on a pod (stopping, setup, start-up, restore; the wait for a pod holds none).
+pub fn expected_restart_hours(remaining_hours: f64, restart_on_pod_s: f64, mtbf_s: f64) -> f64 {
+    remaining_hours.max(0.0) * restart_on_pod_s.max(0.0) / mtbf_s.max(1.0)
+}
+
 /// Daly's optimum interval between the ends of saves, in seconds.
 pub fn optimal_interval_s(save_cost_s: f64, mtbf_s: f64) -> f64 {
     let (c, m) = (save_cost_s.max(0.0), mtbf_s.max(1.0));
@@ -170,6 +177,14 @@ pub fn advise(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn restarts_cost_their_measured_time_once_per_mtbf() {
+        // 100 h to go, an interruption every 10 h, 6 minutes on a pod each: an hour.
+        assert!((expected_restart_hours(100.0, 360.0, 36_000.0) - 1.0).abs() < 1e-9);
+        assert_eq!(expected_restart_hours(0.0, 360.0, 36_000.0), 0.0);
+        assert_eq!(expected_restart_hours(100.0, -5.0, 36_000.0), 0.0);
+    }
 
     #[test]
     fn youngs_figure_for_the_study_a_ten_second_save_and_a_preemption_a_day() {

@@ -122,8 +122,10 @@ pub(in crate::scheduler) struct ExpectedWaste {
 
 impl Scheduler {
     /// Adds to each run still to go the work it is expected to redo after interruptions
-    /// (Young/Daly to first order: (τ + C)/2 per interruption, one per MTBF of its pod type),
-    /// and notes its checkpoint advice.
+    /// (Young/Daly to first order: (τ + C)/2 per interruption, one per MTBF of its pod type)
+    /// and the restarts themselves at what its type's recoveries measured on a pod
+    /// (`store/recoveries.rs`; none before any was measured), and notes its checkpoint
+    /// advice.
     pub(in crate::scheduler) async fn expect_waste(
         &self,
         runs: &mut [super::planner::Run],
@@ -132,6 +134,7 @@ impl Scheduler {
         let mut db = self.store.read().await?;
         let prior = self.config.prior_mtbf.as_secs_f64();
         let mut mtbf_of: std::collections::HashMap<String, f64> = Default::default();
+        let restarts = crate::store::recoveries::medians_by_type(&mut db).await?;
         let mut waste = ExpectedWaste {
             advised_change: vec![0.0; runs.len()],
             ..ExpectedWaste::default()
@@ -182,9 +185,13 @@ impl Scheduler {
             let hours = run.remaining_hours;
             let now_s = advice.interval_steps_now as f64 * estimate_step_s;
             let advised_s = advice.interval_steps_advised as f64 * estimate_step_s;
-            let redo_now = advice::expected_redo_hours(hours, now_s, c, m);
+            let restart = restarts.get(&run.accelerator).map_or(0.0, |r| {
+                advice::expected_restart_hours(hours, r.on_pod_s, m)
+            });
+            let redo_now = advice::expected_redo_hours(hours, now_s, c, m) + restart;
             // At the advised interval the run also saves more (or less) often.
             let at_advised = advice::expected_redo_hours(hours, advised_s, c, m)
+                + restart
                 + hours * (c / advised_s.max(1.0) - c / now_s.max(1.0));
             run.expected_waste_hours = redo_now;
             run.remaining_hours += redo_now;
