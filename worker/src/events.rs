@@ -29,6 +29,12 @@ pub enum TrainerEvent {
         #[serde(skip)]
         received: Option<tokio::time::Instant>,
     },
+    /// The seconds JAX spent compiling (or loading from its cache) before the first step,
+    /// as the SDK's listener on JAX's own compile events summed them: for a trainer that
+    /// does not mark its compile with a phase.
+    Compiled {
+        seconds: f64,
+    },
     /// Where the run lives elsewhere (`podq_trainer.report_link`), e.g. its W&B run. Checked
     /// with `JobLink::problem` before it is sent on.
     Link {
@@ -124,6 +130,10 @@ mod tests {
             parse_line(r#"PODQ {"event":"link","name":"wandb"}"#),
             Some(Err(_))
         ));
+        assert_eq!(
+            parse_line(r#"PODQ {"event":"compiled","seconds":3.25}"#),
+            Some(Ok(TrainerEvent::Compiled { seconds: 3.25 }))
+        );
         assert_eq!(parse_line("step 10 loss 0.5"), None);
         assert!(matches!(parse_line("PODQ {not json"), Some(Err(_))));
     }

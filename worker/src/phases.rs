@@ -45,6 +45,20 @@ impl PhaseClock {
         }
     }
 
+    /// The SDK's own count of the compile before the first step, once per attempt, unless
+    /// the trainer's phase lines already timed one (they are the worker's clock, and win).
+    /// A figure that is not a finite, non-negative number counts nothing.
+    pub fn compiled(&mut self, seconds: f64) -> bool {
+        if !seconds.is_finite() || seconds < 0.0 || self.totals.compile_s > 0.0 {
+            return false;
+        }
+        if self.open.contains_key(&TrainerPhase::Compile) {
+            return false;
+        }
+        self.totals.compile_s = seconds;
+        true
+    }
+
     /// The attempt was told to stop at `at`.
     pub fn stopped(&mut self, at: Instant) {
         self.stopped_at = Some(at);
@@ -58,6 +72,27 @@ impl PhaseClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sdks_compile_figure_counts_once_and_only_without_a_timed_phase() {
+        let mut clock = PhaseClock::default();
+        assert!(!clock.compiled(f64::NAN));
+        assert!(!clock.compiled(-1.0));
+        assert!(clock.compiled(2.5));
+        assert!(!clock.compiled(9.0), "once");
+        assert_eq!(clock.totals().compile_s, 2.5);
+        let mut timed = PhaseClock::default();
+        let t0 = Instant::now();
+        timed.note(TrainerPhase::Compile, PhaseEdge::Start, t0);
+        assert!(!timed.compiled(2.5), "a phase is being timed");
+        timed.note(
+            TrainerPhase::Compile,
+            PhaseEdge::End,
+            t0 + std::time::Duration::from_secs(1),
+        );
+        assert!(!timed.compiled(2.5), "the timed phase wins");
+        assert_eq!(timed.totals().compile_s, 1.0);
+    }
     use std::time::Duration;
 
     #[test]

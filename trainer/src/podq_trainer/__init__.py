@@ -8,7 +8,8 @@
     where = podq_trainer.slice_info()                              # .accelerator .hosts .devices or None
     state = manager.restore(resume.step, args=podq_trainer.restore_args(state, shardings))  # from any TPU type
     ...
-    with podq_trainer.phase("compile"): <first step>               # also "restore", "save"
+    with podq_trainer.phase("compile"): <first step>               # optional: timed anyway
+                                                                   # also "restore", "save"
     podq_trainer.report_metrics(step, metrics)                     # only process 0 prints
     every = podq_trainer.checkpoint_interval(default=5000)         # podq's advice, if any
     podq_trainer.report_checkpoint(step, step_dir)                 # after the save is committed
@@ -21,12 +22,16 @@ when it has already been imported by the trainer, and JAX and Orbax only inside
 ``abstract_state`` and ``restore_args``.
 """
 
+from . import compile_time
 from .interval import checkpoint_interval
 from .paths import TMP_MARKER, ResumePoint, checkpoint_dir, orbax_path, resume_point
 from .report import PHASES, phase, report_checkpoint, report_link, report_metrics, report_phase
 from .run import run_id
 from .slice import SliceInfo, abstract_state, restore_args, slice_info
 from .stop import EXIT_STOPPED, StopSignal, watch_for_stop
+
+# Every JAX trainer's compile time, unmarked (compile_time.py).
+compile_time.install()
 
 __all__ = [
     "EXIT_STOPPED",

@@ -31,6 +31,8 @@ import select
 import sys
 import threading
 
+from . import compile_time
+
 __all__ = ["PHASES", "phase", "report_checkpoint", "report_link", "report_metrics", "report_phase"]
 
 PHASES = ("compile", "restore", "save")
@@ -59,6 +61,9 @@ def report_metrics(step, values, process_index=None):
     if not _is_reporting_process(process_index):
         return
     step = int(step)
+    compiled = compile_time.take_once()
+    if compiled is not None:
+        _emit({"event": "compiled", "seconds": round(compiled, 3)})
     reported = {}
     dropped = []
     for name, value in values.items():
@@ -137,6 +142,8 @@ def report_phase(phase, edge, step=None, process_index=None):
         raise ValueError("edge %r is not one of %s" % (edge, ", ".join(_EDGES)))
     if step is not None:
         step = int(step)
+    if phase == "compile":
+        compile_time.phase_timed()
     if not _is_reporting_process(process_index):
         return
     event = {"event": "phase", "phase": phase, "edge": edge}

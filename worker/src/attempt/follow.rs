@@ -131,6 +131,9 @@ impl Follow {
                 } => {
                     self.phases.note(phase, edge, received);
                 }
+                Progress::Compiled(seconds) => {
+                    self.phases.compiled(seconds);
+                }
                 Progress::Checkpoint => {}
             }
         }
@@ -154,6 +157,12 @@ impl Follow {
                 received,
             } => {
                 if self.phases.note(phase, edge, received) {
+                    let _ = self.reports.send(Report::Phases(self.phases.totals()));
+                }
+                Fact::Phase
+            }
+            Progress::Compiled(seconds) => {
+                if self.phases.compiled(seconds) {
                     let _ = self.reports.send(Report::Phases(self.phases.totals()));
                 }
                 Fact::Phase

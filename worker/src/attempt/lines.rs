@@ -27,6 +27,8 @@ pub enum Progress {
         edge: PhaseEdge,
         received: tokio::time::Instant,
     },
+    /// The SDK's sum of JAX's compile time before the first step.
+    Compiled(f64),
 }
 
 /// Where host 0's report lines go.
@@ -88,6 +90,7 @@ pub(super) async fn read(
                             Progress::Step(step)
                         }
                         TrainerEvent::Checkpoint { .. } => Progress::Checkpoint,
+                        TrainerEvent::Compiled { seconds } => Progress::Compiled(seconds),
                         TrainerEvent::Phase { phase, edge, .. } => Progress::Phase {
                             phase,
                             edge,
