@@ -856,3 +856,197 @@ async fn a_database_with_a_newer_schema_is_refused() {
         "{stderr}"
     );
 }
+
+/// A job's `actions` are what its state allows and its caller may do: its submitter and an
+/// admin get the same, another submitter and a viewer none (each refused action says who
+/// may). Each endpoint then accepts exactly what it listed: an action not listed is refused
+/// (403 or 409) and changes nothing, and each listed one goes through.
+#[tokio::test]
+async fn a_jobs_actions_are_its_callers_and_its_endpoints_accept_exactly_them() {
+    const ADMIN: &str = "admin-secret";
+    let server = Server::start_with(ServerOptions {
+        env: vec![("PODQ_ADMIN_TOKEN".into(), ADMIN.into())],
+        ..ServerOptions::default()
+    })
+    .await;
+    let call = |token: String, method: Method, path: String, body: Value| {
+        let server = &server;
+        async move {
+            let auth = format!("Bearer {token}");
+            let body = if body.is_null() {
+                String::new()
+            } else {
+                body.to_string()
+            };
+            server
+                .send(
+                    method,
+                    &path,
+                    body,
+                    &[
+                        ("authorization", &auth),
+                        ("content-type", "application/json"),
+                    ],
+                )
+                .await
+        }
+    };
+    let mut tokens = std::collections::BTreeMap::new();
+    tokens.insert("admin", ADMIN.to_owned());
+    for (name, role) in [
+        ("alice", "submitter"),
+        ("bob", "submitter"),
+        ("vic", "viewer"),
+    ] {
+        let (status, added) = call(
+            ADMIN.into(),
+            Method::POST,
+            "/users".into(),
+            json!({"name": name, "role": role}),
+        )
+        .await;
+        assert_eq!(status, 201, "{added}");
+        tokens.insert(name, added["token"].as_str().unwrap().to_owned());
+    }
+    let alice = tokens["alice"].clone();
+    // A job of alice's in `state` (queued, held or cancelled), new.
+    let job_in = |state: &'static str| {
+        let alice = alice.clone();
+        async move {
+            let (status, answer) = call(
+                alice.clone(),
+                Method::POST,
+                "/jobs".into(),
+                json!({"experiments": ["exp01a"], "force": true}),
+            )
+            .await;
+            assert_eq!(status, 201, "{answer}");
+            let id = answer["created"][0]["job_id"].as_str().unwrap().to_owned();
+            let verb = match state {
+                "queued" => None,
+                "held" => Some("suspend"),
+                "cancelled" => Some("cancel"),
+                other => panic!("no way to {other}"),
+            };
+            if let Some(verb) = verb {
+                let (status, answer) = call(
+                    alice,
+                    Method::POST,
+                    format!("/jobs/{id}/{verb}"),
+                    Value::Null,
+                )
+                .await;
+                assert_eq!(status, 200, "{answer}");
+                assert_eq!(answer["state"], state, "{answer}");
+            }
+            id
+        }
+    };
+    // The call that takes `action` on job `id`.
+    let act = |token: String, id: String, action: String| async move {
+        let (method, path, body) = match action.as_str() {
+            "reprioritise" => (Method::PATCH, format!("/jobs/{id}"), json!({"priority": 3})),
+            "requeue_ignoring_stop_rules" => (
+                Method::POST,
+                format!("/jobs/{id}/requeue?ignore_stop_rules=true"),
+                Value::Null,
+            ),
+            verb => (Method::POST, format!("/jobs/{id}/{verb}"), Value::Null),
+        };
+        call(token, method, path, body).await
+    };
+    let names = |list: &Value, key: Option<&str>| -> Vec<String> {
+        list.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|v| key.map_or(v, |k| &v[k]).as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let every = [
+        "cancel",
+        "requeue",
+        "requeue_ignoring_stop_rules",
+        "suspend",
+        "resume",
+        "reprioritise",
+    ];
+    let by_state: [(&str, &[&str]); 3] = [
+        ("queued", &["cancel", "suspend", "reprioritise"]),
+        (
+            "held",
+            &[
+                "cancel",
+                "requeue",
+                "requeue_ignoring_stop_rules",
+                "resume",
+                "reprioritise",
+            ],
+        ),
+        ("cancelled", &["requeue", "requeue_ignoring_stop_rules"]),
+    ];
+    for (state, allowed) in by_state {
+        let id = job_in(state).await;
+        for (who, token) in &tokens {
+            let (status, job) = call(
+                token.clone(),
+                Method::GET,
+                format!("/jobs/{id}"),
+                Value::Null,
+            )
+            .await;
+            assert_eq!(status, 200, "{job}");
+            let actions = names(&job["actions"], None);
+            let refused = names(&job["refused_actions"], Some("action"));
+            let theirs = matches!(*who, "alice" | "admin");
+            if theirs {
+                assert_eq!(actions, allowed, "{who} on a {state} job: {job}");
+                assert!(refused.is_empty(), "{who} on a {state} job: {job}");
+            } else {
+                assert!(actions.is_empty(), "{who} on a {state} job: {job}");
+                assert_eq!(refused, allowed, "{who} on a {state} job: {job}");
+                for r in job["refused_actions"].as_array().unwrap() {
+                    assert_eq!(r["only"], "alice or an admin", "{job}");
+                }
+            }
+            // The list says the same to the same caller.
+            let (_, page) = call(
+                token.clone(),
+                Method::GET,
+                "/jobs?limit=1000".into(),
+                Value::Null,
+            )
+            .await;
+            let listed = page["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|j| j["id"] == id.as_str())
+                .unwrap();
+            assert_eq!(names(&listed["actions"], None), actions, "{listed}");
+            // What is not listed is refused, and changes nothing.
+            for action in every.iter().filter(|a| !actions.iter().any(|b| b == *a)) {
+                let (status, answer) = act(token.clone(), id.clone(), (*action).to_owned()).await;
+                assert!(
+                    status == 403 || status == 409,
+                    "{who} may not {action} a {state} job, yet {status}: {answer}"
+                );
+                let after = server.job(&id).await;
+                assert_eq!(after["state"], state, "{who}'s {action}: {after}");
+                assert_eq!(after["priority"], 0, "{who}'s {action}: {after}");
+            }
+        }
+        // Each listed action goes through, for its submitter and for an admin alike.
+        for (n, action) in allowed.iter().enumerate() {
+            let id = job_in(state).await;
+            let who = if n % 2 == 0 { "alice" } else { "admin" };
+            let (status, answer) = act(tokens[who].clone(), id.clone(), (*action).to_owned()).await;
+            assert_eq!(status, 200, "{who}'s {action} of a {state} job: {answer}");
+            assert!(
+                answer["actions"].is_array(),
+                "the answer lists what comes next: {answer}"
+            );
+        }
+    }
+}

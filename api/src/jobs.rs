@@ -300,6 +300,84 @@ pub struct Job {
     /// job's run any more.
     #[serde(default)]
     pub ignore_stop_rules: bool,
+    /// What the caller who read the job may do to it now: what its state allows
+    /// (`server/src/store/job_state.rs`) and the team's rules let them (a submitter acts on
+    /// their own jobs, an admin on any). Each action's endpoint refuses the job when it is not
+    /// listed here. Empty where no caller asked (a webhook's job, say).
+    #[serde(default)]
+    pub actions: Vec<JobAction>,
+    /// What the job's state allows that the caller may not do, and who may.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_actions: Vec<RefusedAction>,
+}
+
+/// What a person may do to a job, each through its endpoint.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum JobAction {
+    /// `POST /jobs/{id}/cancel`.
+    Cancel,
+    /// `POST /jobs/{id}/requeue`.
+    Requeue,
+    /// `POST /jobs/{id}/requeue?ignore_stop_rules=true`: run it on without its stop rules.
+    RequeueIgnoringStopRules,
+    /// `POST /jobs/{id}/suspend`.
+    Suspend,
+    /// `POST /jobs/{id}/resume`.
+    Resume,
+    /// `PATCH /jobs/{id}`: its priority or class.
+    Reprioritise,
+}
+
+impl JobAction {
+    pub const ALL: [JobAction; 6] = [
+        JobAction::Cancel,
+        JobAction::Requeue,
+        JobAction::RequeueIgnoringStopRules,
+        JobAction::Suspend,
+        JobAction::Resume,
+        JobAction::Reprioritise,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobAction::Cancel => "cancel",
+            JobAction::Requeue => "requeue",
+            JobAction::RequeueIgnoringStopRules => "requeue_ignoring_stop_rules",
+            JobAction::Suspend => "suspend",
+            JobAction::Resume => "resume",
+            JobAction::Reprioritise => "reprioritise",
+        }
+    }
+
+    /// The verb a sentence says it with ("only alice or an admin may requeue this job").
+    pub fn verb(self) -> &'static str {
+        match self {
+            JobAction::RequeueIgnoringStopRules => "requeue",
+            other => other.as_str(),
+        }
+    }
+}
+
+impl fmt::Display for JobAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An action the job's state allows that the caller may not take: `only` may, e.g. "only
+/// alice or an admin may cancel this job (…)".
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RefusedAction {
+    pub action: JobAction,
+    /// Who may: `alice or an admin`, or `an admin`.
+    pub only: String,
+    /// Why only they, when the submitter does not say it: `submitted before podq knew
+    /// people`, `submitted by schedule:ID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub because: Option<String>,
 }
 
 /// A stop rule (or the divergence guard) that fired, and what fired it.

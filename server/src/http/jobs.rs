@@ -4,8 +4,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use podq_api::{
-    Checkpoint, ErrorBody, Event, Job, JobDetail, JobList, JobMetrics, JobState, PatchJobRequest,
-    SubmitRequest, SubmitResponse,
+    Checkpoint, ErrorBody, Event, Job, JobAction, JobDetail, JobList, JobMetrics, JobState,
+    PatchJobRequest, SubmitRequest, SubmitResponse,
 };
 use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
@@ -121,6 +121,7 @@ struct ListQuery {
 )]
 async fn list(
     State(state): State<AppState>,
+    acting: Acting,
     QueryParams(q): QueryParams<ListQuery>,
 ) -> Result<Json<JobList>, ApiError> {
     let job_state = q.state.as_deref().map(parse_state).transpose()?;
@@ -145,7 +146,9 @@ async fn list(
         after: q.after,
         offset: q.offset.unwrap_or(0),
     };
-    Ok(Json(state.scheduler.jobs(query).await?))
+    let mut list = state.scheduler.jobs(query).await?;
+    state.scheduler.with_actions(&acting, &mut list.jobs);
+    Ok(Json(list))
 }
 
 /// A job state by name, or a 400 that lists them with the closest one.
@@ -178,9 +181,18 @@ fn parse_state(name: &str) -> Result<JobState, ApiError> {
 )]
 async fn detail(
     State(state): State<AppState>,
+    acting: Acting,
     JobRef(id): JobRef,
 ) -> Result<Json<JobDetail>, ApiError> {
-    Ok(Json(state.scheduler.job_detail(id).await?))
+    let mut detail = state.scheduler.job_detail(id).await?;
+    state.scheduler.with_actions(&acting, [&mut detail.job]);
+    Ok(Json(detail))
+}
+
+/// The job an action answers, with what its caller may do to it now.
+fn answer(state: &AppState, acting: &Acting, mut job: Job) -> Json<Job> {
+    state.scheduler.with_actions(acting, [&mut job]);
+    Json(job)
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -308,7 +320,8 @@ async fn cancel(
         "POST /jobs/{id}/cancel",
         BodyDigest(id.to_string()),
     );
-    Ok(Json(state.scheduler.cancel(&acting, id, key).await?))
+    let job = state.scheduler.cancel(&acting, id, key).await?;
+    Ok(answer(&state, &acting, job))
 }
 
 #[utoipa::path(
@@ -339,7 +352,8 @@ async fn requeue(
         BodyDigest(format!("{id} {}", query.ignore_stop_rules)),
     );
     let lift = query.ignore_stop_rules;
-    Ok(Json(state.scheduler.requeue(&acting, id, lift, key).await?))
+    let job = state.scheduler.requeue(&acting, id, lift, key).await?;
+    Ok(answer(&state, &acting, job))
 }
 
 #[utoipa::path(
@@ -354,7 +368,7 @@ async fn requeue(
         (status = 403, description = "`not_owner`: a submitter changing another's job; `class_not_allowed`, `priority_not_allowed`: as at submit. Nothing is changed", body = ErrorBody),
         (status = 404, description = "`not_found`: no such job or experiment", body = ErrorBody),
         (status = 422, description = "`unknown_class`, with the closest class", body = ErrorBody),
-        (status = 409, description = "The job's state does not allow it", body = ErrorBody),
+        (status = 409, description = "`job_finished`, `shares_run`: the job's state does not allow it (its `actions` do not list `reprioritise`)", body = ErrorBody),
     ),
     security(("admin_token" = ["submitter"])),
 )]
@@ -370,11 +384,32 @@ async fn patch(
             "nothing to change: give `priority`, `priority_class` or both",
         ));
     }
+    // A finished job, or one that shares another's run, has no place in a queue to change:
+    // its state does not list `reprioritise` (`store::job_state::actions`).
+    let mut job = state.scheduler.job(id).await?;
+    state.scheduler.with_actions(&acting, [&mut job]);
+    if !scheduler::reads::state_allows(&job, JobAction::Reprioritise) {
+        let (code, why) = match job.same_as {
+            Some(run) => (
+                "shares_run",
+                format!("it shares the run of job {run}: change that job"),
+            ),
+            None => ("job_finished", "it is finished".to_owned()),
+        };
+        return Err(scheduler::SchedulerError::wrong_state(
+            id,
+            job.state,
+            code,
+            format!("job {id} is {}; {why}", job.state),
+        )
+        .into());
+    }
     let change = JobChange {
         priority: req.priority,
         class: req.priority_class,
     };
-    Ok(Json(state.scheduler.change_job(&acting, id, change).await?))
+    let job = state.scheduler.change_job(&acting, id, change).await?;
+    Ok(answer(&state, &acting, job))
 }
 
 #[utoipa::path(
@@ -397,7 +432,8 @@ async fn suspend(
     acting: Acting,
     JobRef(id): JobRef,
 ) -> Result<Json<Job>, ApiError> {
-    Ok(Json(state.scheduler.suspend(&acting, id).await?))
+    let job = state.scheduler.suspend(&acting, id).await?;
+    Ok(answer(&state, &acting, job))
 }
 
 #[utoipa::path(
@@ -419,5 +455,6 @@ async fn resume(
     acting: Acting,
     JobRef(id): JobRef,
 ) -> Result<Json<Job>, ApiError> {
-    Ok(Json(state.scheduler.resume(&acting, id).await?))
+    let job = state.scheduler.resume(&acting, id).await?;
+    Ok(answer(&state, &acting, job))
 }

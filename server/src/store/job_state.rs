@@ -5,8 +5,8 @@
 //! and says why it changed nothing: the files that write a state (`jobs.rs`, `leases.rs`)
 //! share it here, not through each other.
 
-use podq_api::JobId;
 use podq_api::JobState::{self, *};
+use podq_api::{JobAction, JobId};
 use sqlx::AssertSqlSafe;
 
 use super::db::{self, Conn};
@@ -190,6 +190,30 @@ pub fn type_queue_order(alias: &str) -> String {
     )
 }
 
+/// What a job's state allows a person to do to it, whoever they are (the team's rules are
+/// `scheduler/reads/job_reads.rs`'s): each action the change of this table it makes, or for a
+/// job on a pod, the end it asks for. `linked`: the job shares another's run, which is
+/// suspended, resumed, reprioritised and judged by its rules for it; `stopping`: its pod
+/// still holds its lease (cancelled or suspended on its pod, not yet let go). What
+/// `GET /jobs/{id}` lists as `actions`, and what each endpoint then accepts.
+pub fn actions(state: JobState, linked: bool, stopping: bool) -> Vec<JobAction> {
+    let may = |change| next(state, change).is_ok();
+    let requeue = may(Change::Requeue) && !stopping;
+    JobAction::ALL
+        .into_iter()
+        .filter(|action| match action {
+            JobAction::Cancel => may(Change::Cancel),
+            JobAction::Requeue => requeue,
+            JobAction::RequeueIgnoringStopRules => requeue && !linked,
+            // Held at once while queued; on a pod, stopped and held at the attempt's end.
+            JobAction::Suspend => !linked && (may(Change::Hold) || may(Change::End(Held))),
+            JobAction::Resume => !linked && !stopping && may(Change::Resume),
+            // A priority or class orders a queue and the evictions of a job not finished.
+            JobAction::Reprioritise => !linked && unfinished().contains(&state),
+        })
+        .collect()
+}
+
 /// The door every write of `jobs.state` goes through: the state `change` sets, bound as
 /// the statement's `state = ?`, and the guard its `WHERE` adds, so that a row in a state the
 /// table refuses is not changed (the write answers no row).
@@ -349,6 +373,44 @@ mod tests {
             queue_order("j."),
             "j.class_rank, j.queue_head DESC, j.priority DESC, j.seq"
         );
+    }
+
+    /// What each state allows, as `control.rs` and the endpoints have it.
+    #[test]
+    fn each_state_allows_its_actions() {
+        use JobAction::*;
+        let rows: &[(JobState, bool, bool, &[JobAction])] = &[
+            (Queued, false, false, &[Cancel, Suspend, Reprioritise]),
+            (Leased, false, false, &[Cancel, Suspend, Reprioritise]),
+            (Running, false, false, &[Cancel, Suspend, Reprioritise]),
+            (Running, true, false, &[Cancel]),
+            (
+                Held,
+                false,
+                false,
+                &[
+                    Cancel,
+                    Requeue,
+                    RequeueIgnoringStopRules,
+                    Resume,
+                    Reprioritise,
+                ],
+            ),
+            (Held, false, true, &[Cancel, Reprioritise]),
+            (Held, true, false, &[Cancel, Requeue]),
+            (Succeeded, false, false, &[]),
+            (Failed, false, false, &[Requeue, RequeueIgnoringStopRules]),
+            (Cancelled, false, true, &[]),
+            (Cancelled, true, false, &[Requeue]),
+            (Stopped, false, false, &[Requeue, RequeueIgnoringStopRules]),
+        ];
+        for (state, linked, stopping, want) in rows {
+            assert_eq!(
+                actions(*state, *linked, *stopping),
+                *want,
+                "{state}, linked {linked}, stopping {stopping}"
+            );
+        }
     }
 
     /// The string literals of a Rust source, its comments and its test modules left out: a

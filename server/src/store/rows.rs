@@ -98,6 +98,9 @@ impl JobRow {
                 _ => None,
             },
             ignore_stop_rules: self.ignore_stop_rules != 0,
+            // Whoever reads the job: the scheduler's reads fill them in for their caller.
+            actions: Vec::new(),
+            refused_actions: Vec::new(),
         })
     }
 }

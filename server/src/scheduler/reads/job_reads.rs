@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use futures::FutureExt;
-use podq_api::JobId;
+use podq_api::{JobAction, JobId, RefusedAction};
 
 use podq_api::{
     Checkpoint, Delivery, Event, GroupSummary, Job, JobDetail, JobList, JobMetrics, JobState,
@@ -12,8 +12,10 @@ use podq_api::{
 };
 
 use crate::scheduler::{submit, Result, Scheduler, SchedulerError};
+use crate::store::job_state;
 use crate::store::jobs::{self, JobFilter};
 use crate::store::{checkpoints, events, metrics, ms_to_datetime, webhooks, StoreError};
+use crate::team::{Acting, Role};
 
 /// `GET /jobs`'s filters and page, as the HTTP layer parsed them.
 #[derive(Debug, Clone, Default)]
@@ -27,6 +29,40 @@ pub struct JobsQuery {
 }
 
 impl Scheduler {
+    /// Fills in each job's `actions` and `refused_actions` for `acting`: what the job's state
+    /// allows (`store::job_state::actions`, from the state table), split by the team's
+    /// rules ([`refusal`]). The endpoints refuse what is not listed.
+    pub fn with_actions<'a>(&self, acting: &Acting, jobs: impl IntoIterator<Item = &'a mut Job>) {
+        // A job whose pod still holds its lease (cancelled or suspended there) is stopping.
+        let leased: std::collections::HashSet<JobId> = self
+            .live
+            .all()
+            .into_iter()
+            .map(|(_, lease)| lease.job_id)
+            .collect();
+        for job in jobs {
+            let allowed =
+                job_state::actions(job.state, job.same_as.is_some(), leased.contains(&job.id));
+            match refusal(acting, job.submitted_by.as_deref()) {
+                None => {
+                    job.actions = allowed;
+                    job.refused_actions = Vec::new();
+                }
+                Some((only, because)) => {
+                    job.actions = Vec::new();
+                    job.refused_actions = allowed
+                        .into_iter()
+                        .map(|action| RefusedAction {
+                            action,
+                            only: only.clone(),
+                            because: because.clone(),
+                        })
+                        .collect();
+                }
+            }
+        }
+    }
+
     /// The job `raw` names: its uuid, or an experiment's newest job. `None` when neither.
     pub async fn job_id_of(&self, raw: &str) -> Result<Option<JobId>> {
         if let Ok(id) = raw.parse::<JobId>() {
@@ -275,4 +311,30 @@ impl Scheduler {
     pub async fn ping(&self) -> Result<()> {
         Ok(self.store.ping().await?)
     }
+}
+
+/// Why `acting` may not act on a job `owner` submitted, as (who may, why only they), or None
+/// when they may: the team's rules (`team::Acting::may_act_on`), and the role the routes of
+/// the job's actions need (a submitter's: `http/mod.rs`).
+fn refusal(acting: &Acting, owner: Option<&str>) -> Option<(String, Option<String>)> {
+    let role = acting.caller.role.covers(Role::Submitter);
+    if role && acting.may_act_on("", owner, "act on").is_ok() {
+        return None;
+    }
+    Some(match owner {
+        Some(owner) if owner.starts_with("schedule:") => {
+            ("an admin".to_owned(), Some(format!("submitted by {owner}")))
+        }
+        Some(owner) => (format!("{owner} or an admin"), None),
+        None => (
+            "an admin".to_owned(),
+            Some("submitted before podq knew people".to_owned()),
+        ),
+    })
+}
+
+/// Whether `action` is among those `job` lists for its caller ([`Scheduler::with_actions`]),
+/// or refused by the team's rules rather than by its state.
+pub fn state_allows(job: &Job, action: JobAction) -> bool {
+    job.actions.contains(&action) || job.refused_actions.iter().any(|r| r.action == action)
 }

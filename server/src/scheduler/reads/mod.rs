@@ -13,6 +13,6 @@ mod results;
 pub(super) mod status;
 mod study;
 
-pub use job_reads::JobsQuery;
+pub use job_reads::{state_allows, JobsQuery};
 pub use live_events::{LiveFeed, LiveItem};
 pub use results::{ExportPage, MetricsExport, MetricsExportQuery};
