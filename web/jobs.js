@@ -161,9 +161,15 @@ export function setJobs(list) {
 export function upsertJob(detail) {
   const fields = ["id", "experiment", "group", "state", "priority", "submitted_at", "updated_at",
     "checkpoint_dir", "resume_from", "last_step", "total_steps", "attempt_count", "failures",
-    "max_failures", "preemptions", "same_as", "not_before", "message", "config_sha256"];
+    "max_failures", "preemptions", "same_as", "not_before", "message", "config_sha256",
+    "submitted_by", "priority_class", "stopped_by", "actions", "refused_actions"];
   const job = {};
   for (const f of fields) if (f in detail) job[f] = detail[f];
+  // A whole job from the server leaves out what it does not have: none left from before.
+  if ("actions" in detail) {
+    if (!("refused_actions" in detail)) job.refused_actions = [];
+    if (!("stopped_by" in detail)) job.stopped_by = null;
+  }
   if (job.attempt_count === undefined && Array.isArray(detail.attempts)) job.attempt_count = detail.attempts.length;
   const old = ui.jobsById.get(job.id);
   if (old) {

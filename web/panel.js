@@ -12,14 +12,9 @@ import { jobLink, markSelectedRows, updateJobRow, upsertJob } from "./jobs.js";
 import { closeLog, keepLogCurrent, setLogChoices, stopLog } from "./logs.js";
 import { adviceText, goodputText, podTimeBar, podTimeLegend } from "./podtime.js";
 import { ui, writeHash } from "./state.js";
-import { me, whyNotOnJob, youAre } from "./who.js";
+import { me, youAre } from "./who.js";
 
 const METRICS = ["train/lm_loss", "train/exact_accuracy", "eval/exact_accuracy"];
-const ACTIVE_STATES = ["queued", "leased", "running", "held"];
-const REQUEUE_STATES = ["failed", "held", "cancelled", "stopped"];
-// A person's pause takes a queued job or one on a pod; `resume` takes a held one back.
-const SUSPEND_STATES = ["queued", "leased", "running"];
-const CHANGE_STATES = ["queued", "leased", "running", "held"];
 
 // What each action's status line says while it runs, once done, and when refused.
 const SAYS = {
@@ -227,64 +222,80 @@ export async function refreshDetail() {
   }
 }
 
-let actionsOf = null; // the job the panel's actions were last set for
-
-/** The panel's actions again, for whoever you now are. */
+/** The panel's actions again, for whoever you now are: the server says which are yours. */
 export function syncDetailActions() {
-  if (ui.selected && actionsOf && actionsOf.id === ui.selected) setDetailActions(actionsOf);
+  if (ui.selected) refreshDetail().catch(() => setConn(false));
 }
 
 /**
- * Shows the actions the open job's state allows, disabled (saying why, on the buttons and
- * beside them) when your role or the job's owner does not let you take them.
+ * The actions the server sent with `job` (GET /jobs/{id}'s `actions` and `refused_actions`:
+ * what its state allows, and whether you may), as a map from each action to null when it is
+ * yours or to the refusal that says who may. The page derives none of it from the state.
+ */
+function offered(job) {
+  const offers = new Map();
+  if (!job) return offers;
+  for (const action of job.actions || []) offers.set(action, null);
+  for (const refused of job.refused_actions || []) offers.set(refused.action, refused);
+  return offers;
+}
+
+/** "only alice or an admin may cancel or suspend this job", from the server's refusal. */
+function whyNot(refused, verbs) {
+  return `only ${refused.only} may ${verbs} this job${refused.because ? ` (${refused.because})` : ""}`;
+}
+
+// The verb a sentence says an action with.
+const VERB = { requeue_ignoring_stop_rules: "requeue", reprioritise: "reprioritise" };
+const verbOf = (action) => VERB[action] || action;
+
+/**
+ * Shows the actions the server sent for the open job, those refused to you disabled (saying
+ * why, on the buttons and beside them).
  */
 export function setDetailActions(job) {
-  actionsOf = job;
-  const state = job ? job.state : null;
-  const cancellable = ACTIVE_STATES.includes(state);
-  const requeueable = REQUEUE_STATES.includes(state);
-  // A linked job is paused and resumed with the run it shares.
-  const suspendable = SUSPEND_STATES.includes(state) && job && !job.same_as;
-  const resumable = state === "held" && job && !job.same_as;
-  const verbs = [cancellable ? "cancel" : null, requeueable ? "requeue" : null,
-    suspendable ? "suspend" : null, resumable ? "resume" : null].filter(Boolean);
-  const why = job && verbs.length ? whyNotOnJob(job, verbs.join(" or ")) : null;
+  const offers = offered(job);
+  // A run a rule stopped would be judged the same way again if requeued with its rules: the
+  // button runs it on without them (`?ignore_stop_rules=true`), when the server offers that.
+  const lift = offers.has("requeue_ignoring_stop_rules") && Boolean(job && job.stopped_by);
+  const requeueAction = lift ? "requeue_ignoring_stop_rules" : "requeue";
   const cancel = $("detail-cancel");
   const requeue = $("detail-requeue");
-  if (!cancellable || why) $("detail-cancel-confirm").hidden = true;
+  const buttons = [[cancel, "cancel"], [requeue, requeueAction], [$("detail-suspend"), "suspend"],
+    [$("detail-resume"), "resume"]];
+  const refused = buttons.map(([, action]) => offers.get(action)).filter(Boolean);
+  const verbs = [...new Set(buttons.filter(([, action]) => offers.get(action)).map(([, action]) => verbOf(action)))];
+  const why = refused.length ? whyNot(refused[0], verbs.join(" or ")) : null;
+  const cancellable = offers.has("cancel");
+  if (!cancellable || offers.get("cancel")) $("detail-cancel-confirm").hidden = true;
   cancel.hidden = !cancellable || !$("detail-cancel-confirm").hidden;
-  requeue.hidden = !requeueable;
-  $("detail-suspend").hidden = !suspendable;
-  $("detail-resume").hidden = !resumable;
-  // A stopped run requeued with its rules would be judged the same way again: the button
-  // runs it on without them (`?ignore_stop_rules=true`). A linked job's rules are its run's.
-  const lift = state === "stopped" && job && !job.same_as;
+  requeue.hidden = !offers.has(requeueAction);
+  $("detail-suspend").hidden = !offers.has("suspend");
+  $("detail-resume").hidden = !offers.has("resume");
   requeue.dataset.lift = lift ? "true" : "false";
   requeue.textContent = lift ? "Run on without its rules" : "Requeue";
-  const buttons = [[cancel, "cancel"], [requeue, "requeue"], [$("detail-suspend"), "suspend"],
-    [$("detail-resume"), "resume"], [$("detail-change-apply"), "reprioritise"]];
-  for (const [button, verb] of buttons) {
-    const no = job ? whyNotOnJob(job, verb) : null;
+  for (const [button, action] of [...buttons, [$("detail-change-apply"), "reprioritise"]]) {
+    const no = offers.get(action);
     button.disabled = Boolean(no);
-    button.title = no ? `${no}; ${youAre()}` : "";
+    button.title = no ? `${whyNot(no, verbOf(action))}; ${youAre()}` : "";
   }
-  setChangeForm(job);
+  setChangeForm(job, offers);
   const line = $("detail-why");
   line.textContent = why || "";
   line.hidden = !why;
 }
 
 /**
- * The class and priority form, for a job still to run or running: every class of the suite,
- * those you may not use disabled and saying so (a class that may evict is an admin's unless
- * the suite says otherwise).
+ * The class and priority form, for a job the server offers `reprioritise` for: every class of
+ * the suite, those you may not use disabled and saying so (a class that may evict is an
+ * admin's unless the suite says otherwise).
  */
-function setChangeForm(job) {
+function setChangeForm(job, offers) {
   const form = $("detail-change");
-  const shown = Boolean(job && CHANGE_STATES.includes(job.state) && !job.same_as && me.classes.length);
+  const shown = Boolean(job && offers.has("reprioritise") && me.classes.length);
   form.hidden = !shown;
   if (!shown) return;
-  const no = whyNotOnJob(job, "reprioritise");
+  const no = offers.get("reprioritise");
   const select = $("detail-class");
   const priority = $("detail-priority");
   select.disabled = Boolean(no);

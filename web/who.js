@@ -1,6 +1,7 @@
 // Who you are: the caller the server takes this tab for (GET /api/v1/whoami), shown in the
 // top bar, and what that caller may do, so the page disables the actions your role cannot
-// take and says why. The server decides in the end: a call it refuses says why too.
+// take and says why. Which actions a job offers you is the job's own (its `actions`, sent
+// for whoever reads it: panel.js). The server decides in the end: a call it refuses says why.
 
 import { HttpError, askForToken, getJSON, token } from "./api.js";
 import { $ } from "./dom.js";
@@ -66,17 +67,4 @@ function renderWho() {
 /** Why you may not do what needs `manage` (the plan, the grant, schedules, people); null when you may. */
 export function whyNotManage() {
   return me.may.has("manage") ? null : "admins only";
-}
-
-/**
- * Why you may not `verb` (e.g. "cancel", "cancel or requeue") `job`; null when you may. An
- * admin acts on any job; a submitter on the jobs they submitted; a viewer on none.
- */
-export function whyNotOnJob(job, verb) {
-  if (me.may.has("act_on_any_job")) return null;
-  const owner = job ? job.submitted_by : null;
-  if (owner && owner === me.name && me.may.has("act_on_own_jobs")) return null;
-  if (!owner) return `only an admin may ${verb} this job (submitted before podq knew people)`;
-  if (owner.startsWith("schedule:")) return `only an admin may ${verb} this job (submitted by ${owner})`;
-  return `only ${owner} or an admin may ${verb} this job`;
 }
