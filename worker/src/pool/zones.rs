@@ -32,18 +32,9 @@ pub const QUOTA_BLOCK_S: i64 = 300;
 pub const YOUNG_S: i64 = 300;
 pub const CHURN_WINDOW_S: i64 = 1800;
 
-pub use podq_api::ZoneState;
-
-/// One zone as `GET /api/v1/pools` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ZoneView {
-    pub zone: String,
-    pub state: ZoneState,
-    /// When a blocked or churning zone is next tried; `None` when ready, or paused (a person
-    /// decides when).
-    pub next_try_at: Option<DateTime<Utc>>,
-    pub last_error: Option<String>,
-}
+/// One zone as a pool reports it and `GET /api/v1/pools` shows it: the wire's type, the one
+/// definition.
+pub use podq_api::{ZoneState, ZoneView};
 
 /// The region of a zone: its name without the last `-x` (`us-central2-b` → `us-central2`).
 pub fn region_of(zone: &str) -> &str {
