@@ -39,7 +39,7 @@ pub struct PoolReport {
 /// `spares:` of a pool: ready, idle slices kept while the pool runs jobs, so a preempted run
 /// resumes on one at once instead of waiting for a slice to be made. A number keeps that
 /// many; `auto` keeps one while it pays (the server's `spare_pays`).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum Spares {
@@ -48,11 +48,47 @@ pub enum Spares {
 }
 
 /// The word `auto`.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SparesAuto {
     Auto,
+}
+
+/// A number or the word `auto`, and nothing else, with a message that says so (an untagged
+/// enum's "did not match any variant" names neither, nor the line).
+impl<'de> Deserialize<'de> for Spares {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Spares, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Spares;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("spares: a number of slices (0, 1, ...) or `auto`")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Spares, E> {
+                u32::try_from(n)
+                    .map(Spares::Count)
+                    .map_err(|_| E::custom(format!("spares: {n} is too many")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Spares, E> {
+                match u64::try_from(n) {
+                    Ok(n) => self.visit_u64(n),
+                    Err(_) => Err(E::custom(format!(
+                        "spares: {n} is negative: a number of slices (0, 1, ...) or `auto`"
+                    ))),
+                }
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Spares, E> {
+                match text {
+                    "auto" => Ok(Spares::Auto(SparesAuto::Auto)),
+                    other => Err(E::custom(format!(
+                        "spares: `{other}` is neither a number of slices nor `auto`"
+                    ))),
+                }
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl Default for Spares {
