@@ -153,6 +153,13 @@ impl SliceState {
     pub fn is_alive(self) -> bool {
         matches!(self, SliceState::Creating | SliceState::Ready)
     }
+
+    /// A slice not yet serving, which the queue's demand counts as on its way: being made,
+    /// or up with a worker the server has not heard from (`worker_seen`). The server and the
+    /// pool count a pool's booting slices by this one rule.
+    pub fn is_booting(self, worker_seen: bool) -> bool {
+        self == SliceState::Creating || (self == SliceState::Ready && !worker_seen)
+    }
 }
 
 /// What a zone is to a pool's waterfall now.

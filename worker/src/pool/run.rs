@@ -18,15 +18,16 @@ use podq_api::{PoolAnswer, PoolReport, SlicePod, SliceView, WorkerEvent, ZoneVie
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use super::classify::{CreateError, ErrorKind};
+use super::classify::CreateError;
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState};
 use super::compute::{self, ComputeCloud};
 use super::config::{Pool, PoolApi, PoolDriver, Provisioning};
-use super::decide::{self, Going, Growth, SliceFacts};
+use super::decide::{self, Going, Growth};
 use super::gcloud::GcloudCloud;
 use super::journal::Journal;
 use super::rate::CreateRate;
 use super::sim::SimCloud;
+use super::slice_life::{Action, At, Fact, Fate, Heard, Phase, Refusal, SliceLife};
 use super::zones::ZoneBook;
 use crate::client::{CallError, ServerClient};
 use crate::daemon::{self, DaemonSettings};
@@ -69,47 +70,21 @@ pub struct PoolSettings {
     pub create_rate: Arc<CreateRate>,
 }
 
-/// A slice the pool holds.
+/// A slice the pool holds: its life (`slice_life.rs`), and its worker's daemon and hosts.
 struct Held {
-    zone: String,
-    created_at: DateTime<Utc>,
-    state: SliceState,
+    life: SliceLife,
     driver: Option<Arc<LocalPod>>,
     daemon: Option<(CancellationToken, JoinHandle<()>)>,
-    idle_since: Option<DateTime<Utc>>,
-    failed_preflights: BTreeSet<DateTime<Utc>>,
-    preempted_at: Option<tokio::time::Instant>,
-    /// When this process first saw it READY.
-    ready_since: Option<tokio::time::Instant>,
-    /// Whether the server has told this process it saw the slice's worker (a server that
-    /// restarted forgets, until the worker calls again: that is no silence).
-    ever_seen: bool,
-    /// Its create is in flight: asked for, its answer not back. It counts as a slice being
-    /// made (for the demand, `max_slices` and the grant), and a listing without it is no
-    /// vanishing.
-    in_flight: bool,
 }
 
-impl Held {
-    fn facts(&self) -> SliceFacts {
-        SliceFacts {
-            state: self.state,
-            preempted_for: self.preempted_at.map(|at| at.elapsed()),
-            failed_preflights: self.failed_preflights.len(),
-            ever_seen: self.ever_seen,
-            ready_for: self.ready_since.map(|since| since.elapsed()),
-            idle_since: self.idle_since,
-        }
-    }
-
-    /// Alive and not yet serving: a create in flight or `CREATING`, or up with a worker the
-    /// server has not heard from.
-    fn booting(&self, pod: Option<&SlicePod>) -> bool {
-        self.preempted_at.is_none()
-            && (self.in_flight
-                || self.state == SliceState::Creating
-                || pod.is_none_or(|pod| pod.seen_at.is_none()))
-    }
+/// What an event says beyond its slice's life: the words of the fact that caused it.
+enum Words<'a> {
+    None,
+    /// A create answered, and the demand it was started for.
+    Created(u32),
+    Refused(&'a CreateError),
+    /// A quarantine: its last failed preflight's words.
+    Failure(&'a str),
 }
 
 /// A create's answer, from its task.
@@ -233,7 +208,7 @@ impl PoolRun {
 
     async fn step(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
         let now = Utc::now();
-        self.collect_answers(now)?;
+        self.collect_answers(now).await?;
         let listed = self
             .cloud
             .list(&self.pool.name)
@@ -275,9 +250,7 @@ impl PoolRun {
         let ready: Vec<String> = self
             .held
             .iter()
-            .filter(|(_, held)| {
-                held.state == SliceState::Ready && held.daemon.is_none() && !held.in_flight
-            })
+            .filter(|(_, held)| held.life.phase.is_up() && held.daemon.is_none())
             .map(|(name, _)| name.clone())
             .collect();
         for name in ready {
@@ -325,10 +298,16 @@ impl PoolRun {
                 self.retire(&slice.name);
                 self.report_foreign(slice);
             } else if self.journal.held(&slice.name).is_some() {
-                self.journal.created(&slice.name, slice.created_at)?;
-                self.book.record_birth(&slice.zone, slice.created_at);
                 tracing::info!(pool = %self.pool.name, slice = %slice.name, "adopted");
-                self.held.insert(slice.name.clone(), held_from(slice));
+                let held = Held::unheld(&slice.zone, slice.created_at);
+                self.learn(
+                    &slice.name,
+                    held,
+                    Fact::Adopted(slice.state),
+                    Words::None,
+                    now,
+                )
+                .await?;
             } else if ours || (self.journal.knows(&slice.name) && not_theirs) {
                 // This pool's, given up (mid-delete) or asked for under a lost journal.
                 strays.push((slice, "a slice this pool does not hold"));
@@ -353,46 +332,114 @@ impl PoolRun {
         }
         let names: Vec<String> = self.held.keys().cloned().collect();
         for name in names {
-            let Some(slice) = by_name.get(name.as_str()) else {
-                if self.held[&name].in_flight {
-                    // Asked for; the cloud may not list it before its create answers.
-                    continue;
-                }
-                let held = self.held.remove(&name).expect("held");
-                self.book.record_death(&held.zone, held.created_at, now);
-                stop(held).await;
-                self.retire(&name);
-                self.journal.gone(&name, now)?;
-                self.event(
-                    "slice_deleted",
-                    format!("{name} vanished from {}", self.pool.name),
-                );
-                continue;
+            let fact = match by_name.get(name.as_str()) {
+                Some(slice) => Fact::Listed(slice.state),
+                None => Fact::NotListed,
             };
-            let held = self.held.get_mut(&name).expect("held");
-            if held.in_flight {
-                // Its create's answer decides what became of it: a group still waiting for
-                // capacity may list as lost meanwhile.
-                if slice.state == SliceState::Ready && held.ready_since.is_none() {
-                    held.state = SliceState::Ready;
-                    held.ready_since = Some(tokio::time::Instant::now());
-                }
-                continue;
-            }
-            if slice.state == SliceState::Preempted && held.preempted_at.is_none() {
-                held.preempted_at = Some(tokio::time::Instant::now());
-                self.book.record_death(&held.zone, held.created_at, now);
-            }
-            // Preempted for good: a Spot slice's capacity does not come back.
-            held.state = match held.preempted_at {
-                Some(_) => SliceState::Preempted,
-                None => slice.state,
-            };
-            if held.state == SliceState::Ready && held.ready_since.is_none() {
-                held.ready_since = Some(tokio::time::Instant::now());
-            }
+            let held = self.held.remove(&name).expect("held");
+            self.learn(&name, held, fact, Words::None, now).await?;
         }
         Ok(strays)
+    }
+
+    /// What the pool learns of slice `name`, which it holds as `held` (taken out of
+    /// `self.held`): its life advances (`slice_life.rs`), it is held again unless it is
+    /// gone, and the pool carries out what the change asks, in its order.
+    async fn learn(
+        &mut self,
+        name: &str,
+        mut held: Held,
+        fact: Fact,
+        words: Words<'_>,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<()> {
+        let at = At {
+            wall: now,
+            mono: tokio::time::Instant::now(),
+        };
+        let (life, actions) = held.life.advance(fact, at);
+        held.life = life.clone();
+        // Its new state before anything that may fail: a slice left in flight would hold a
+        // create's place for good.
+        let mut leaving = None;
+        if matches!(life.phase, Phase::Gone | Phase::Unheld) {
+            leaving = Some(held);
+        } else {
+            self.held.insert(name.to_owned(), held);
+        }
+        let (zone, born) = (life.zone.as_str(), life.created_at);
+        for action in actions {
+            match action {
+                Action::JournalCreated => self.journal.created(name, born)?,
+                Action::JournalGone => self.journal.gone(name, now)?,
+                Action::ZoneBirth => self.book.record_birth(zone, born),
+                Action::ZoneSuccess => self.book.record_success(zone, now),
+                Action::ZoneError => {
+                    if let Words::Refused(error) = &words {
+                        self.book.record_error(
+                            zone,
+                            error,
+                            &error.text,
+                            now,
+                            rand::random::<f64>() * 2.0 - 1.0,
+                        );
+                    }
+                }
+                Action::ZoneDeath => self.book.record_death(zone, born, now),
+                Action::ZoneRemoved => self.book.record_removed(zone, born, now),
+                Action::AvoidZone => self.avoid = Some(zone.to_owned()),
+                Action::NoteForeign => {
+                    self.foreign.insert(name.to_owned());
+                }
+                Action::Event(kind) => {
+                    let message = self.words(name, &life, fact, &words);
+                    self.event(kind, message);
+                }
+                Action::StopWorker => {
+                    if let Some(held) = leaving.take() {
+                        stop(held).await;
+                    }
+                }
+                Action::Retire => self.retire(name),
+                Action::Delete => {
+                    let why = match fact {
+                        Fact::Fate(fate) => Going::from(fate).as_str(),
+                        _ => "given up",
+                    };
+                    self.delete_in_cloud(name, zone, why).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the event of `fact` says of slice `name`.
+    fn words(&self, name: &str, life: &SliceLife, fact: Fact, words: &Words<'_>) -> String {
+        let zone = &life.zone;
+        match (fact, words) {
+            (Fact::CreateOk, Words::Created(demand)) => {
+                format!("{name} in {zone} for {demand} queued job(s)")
+            }
+            (Fact::CreateRefused(_), Words::Refused(error)) => format!(
+                "{zone}: {:?} ({:?}): {}",
+                error.kind, error.scope, error.text
+            ),
+            (Fact::NotListed, _) => format!("{name} vanished from {}", self.pool.name),
+            (Fact::Fate(Fate::Quarantined), Words::Failure(failure)) => format!(
+                "{name} in {zone} failed preflight {QUARANTINE_AFTER} times ({failure}): \
+                 deleted and replaced"
+            ),
+            (Fact::Fate(Fate::Silent), _) => format!(
+                "{name} in {zone} was READY for {}s and its worker never called: deleted and \
+                 replaced",
+                self.settings.boot_deadline.as_secs()
+            ),
+            (Fact::Fate(Fate::Idle), _) => {
+                format!("{name} in {zone} had no lease for its idle_after")
+            }
+            (Fact::Fate(Fate::Preempted), _) => format!("{name} in {zone} was preempted"),
+            (fact, _) => format!("{name} in {zone}: {}", fact.name()),
+        }
     }
 
     /// Says once that `slice`, labelled with this pool's name, is another owner's and is
@@ -421,14 +468,37 @@ impl PoolRun {
             boot_deadline: self.settings.boot_deadline,
             idle_after: self.pool.idle_after,
         };
+        let mono = tokio::time::Instant::now();
         let mut going: Vec<(String, Going)> = Vec::new();
         let mut spares_kept = 0;
         for pod in &answer.slices {
-            let Some(held) = self.held.get_mut(&pod.pod).filter(|held| !held.in_flight) else {
+            let Some(mut held) = self.held.remove(&pod.pod) else {
                 continue;
             };
-            observe(held, pod, now);
-            match decide::fate(&held.facts(), pod, &limits, now) {
+            if let Some(at) = pod
+                .preflight
+                .as_ref()
+                .filter(|p| !p.passed)
+                .and_then(|p| p.at)
+            {
+                held.life.preflight_failed(at);
+            }
+            self.learn(
+                &pod.pod,
+                held,
+                Fact::Heard(Heard::of(pod)),
+                Words::None,
+                now,
+            )
+            .await?;
+            let Some(held) = self
+                .held
+                .get(&pod.pod)
+                .filter(|h| !h.life.phase.in_flight())
+            else {
+                continue;
+            };
+            match decide::fate(&held.life.facts(mono), pod, &limits, now) {
                 // Idle past its time, but one of the spares the server says to keep.
                 Some(Going::Idle) if spares_kept < answer.spares => spares_kept += 1,
                 Some(why) => going.push((pod.pod.clone(), why)),
@@ -437,52 +507,12 @@ impl PoolRun {
         }
         for (name, why) in going {
             let held = self.held.remove(&name).expect("held");
-            match &why {
-                Going::Quarantined(failure) => {
-                    self.avoid = Some(held.zone.clone());
-                    self.book.record_removed(&held.zone, held.created_at, now);
-                    self.event(
-                        "slice_quarantined",
-                        format!(
-                            "{name} in {} failed preflight {QUARANTINE_AFTER} times ({failure}): \
-                             deleted and replaced",
-                            held.zone
-                        ),
-                    );
-                }
-                Going::Silent => {
-                    // It never served: a slice lost young, as far as its zone is concerned.
-                    self.book.record_death(&held.zone, held.created_at, now);
-                    self.event(
-                        "slice_deleted",
-                        format!(
-                            "{name} in {} was READY for {}s and its worker never called: \
-                             deleted and replaced",
-                            held.zone,
-                            self.settings.boot_deadline.as_secs()
-                        ),
-                    );
-                }
-                Going::Idle => {
-                    self.book.record_removed(&held.zone, held.created_at, now);
-                    self.event(
-                        "slice_deleted",
-                        format!("{name} in {} had no lease for its idle_after", held.zone),
-                    );
-                }
-                // Its death was counted against the zone when it was seen.
-                Going::Preempted => self.event(
-                    "slice_deleted",
-                    format!("{name} in {} was preempted", held.zone),
-                ),
-            }
-            let zone = held.zone.clone();
-            stop(held).await;
-            self.retire(&name);
-            // Marked gone before the delete: a crash between the two finds the slice unheld
-            // on restart, and deletes it then.
-            self.journal.gone(&name, now)?;
-            self.delete_in_cloud(&name, &zone, why.as_str()).await;
+            let words = match &why {
+                Going::Quarantined(failure) => Words::Failure(failure),
+                _ => Words::None,
+            };
+            self.learn(&name, held, Fact::Fate(Fate::of(&why)), words, now)
+                .await?;
         }
         Ok(())
     }
@@ -509,22 +539,18 @@ impl PoolRun {
             }
             None => false,
         };
-        let idle_ready = answer
-            .slices
-            .iter()
-            .filter(|pod| !pod.leased && pod.seen_at.is_some())
-            .filter(|pod| {
-                self.held
-                    .get(&pod.pod)
-                    .is_some_and(|held| !held.booting(Some(pod)))
-            })
-            .count() as u32;
+        let idle_ready = count(&|_, held| held.life.phase == Phase::Idle);
+        let seen = |name: &String| {
+            by_pod
+                .get(name.as_str())
+                .is_some_and(|pod| pod.seen_at.is_some())
+        };
         let growth = Growth {
             demand: answer.demand,
             spares: decide::spare_shortfall(answer.spares, idle_ready),
-            booting: count(&|name, held| held.booting(by_pod.get(name.as_str()).copied())),
-            alive: count(&|_, held| held.preempted_at.is_none()),
-            in_flight: count(&|_, held| held.in_flight),
+            booting: count(&|name, held| held.life.phase.state().is_booting(seen(name))),
+            alive: count(&|_, held| held.life.phase.state().is_alive()),
+            in_flight: count(&|_, held| held.life.phase.in_flight()),
             max_slices: self.pool.max_slices,
             max_creating: self.pool.max_creating,
             grant_spent,
@@ -537,7 +563,7 @@ impl PoolRun {
                 tracing::info!(pool = %self.pool.name, wait_s = self.settings.create_rate.wait_for_next().as_secs_f64(), "the project's create rate is spent: the next create waits");
                 break;
             }
-            self.start_create(zone, answer.demand, now)?;
+            self.start_create(zone, answer.demand, now).await?;
         }
         Ok(())
     }
@@ -546,8 +572,8 @@ impl PoolRun {
     /// in flight there, away from a zone a slice was just quarantined in when another will do.
     fn zone_for_create(&mut self, now: DateTime<Utc>) -> Option<String> {
         let mut in_flight: BTreeMap<&str, u32> = BTreeMap::new();
-        for held in self.held.values().filter(|h| h.in_flight) {
-            *in_flight.entry(held.zone.as_str()).or_default() += 1;
+        for held in self.held.values().filter(|h| h.life.phase.in_flight()) {
+            *in_flight.entry(held.life.zone.as_str()).or_default() += 1;
         }
         let room = |zone: &str| in_flight.get(zone).copied().unwrap_or(0) < self.pool.max_creating;
         let avoid = self.avoid.clone();
@@ -564,7 +590,7 @@ impl PoolRun {
 
     /// Asks for one slice in `zone`: written to the journal first, held as being made, and
     /// created on a task of its own whose answer a later tick collects.
-    fn start_create(
+    async fn start_create(
         &mut self,
         zone: String,
         demand: u32,
@@ -578,15 +604,9 @@ impl PoolRun {
             owner: self.journal.owner().to_owned(),
             accelerator: self.pool.accelerator.clone(),
         };
-        let mut held = held_from(&CloudSlice {
-            name: name.clone(),
-            zone: zone.clone(),
-            state: SliceState::Creating,
-            created_at: now,
-            owner: Some(self.journal.owner().to_owned()),
-        });
-        held.in_flight = true;
-        self.held.insert(name.clone(), held);
+        let held = Held::unheld(&zone, now);
+        self.learn(&name, held, Fact::CreateAsked, Words::None, now)
+            .await?;
         tracing::info!(pool = %self.pool.name, slice = %name, %zone, demand, "creating a slice");
         let spec_name = name.clone();
         let cloud = Arc::clone(&self.cloud);
@@ -604,7 +624,7 @@ impl PoolRun {
     }
 
     /// Takes in the answers of the creates and deletes that finished since the last tick.
-    fn collect_answers(&mut self, now: DateTime<Utc>) -> anyhow::Result<()> {
+    async fn collect_answers(&mut self, now: DateTime<Utc>) -> anyhow::Result<()> {
         while let Some(done) = self.deletes.try_join_next() {
             if let Ok(name) = done {
                 self.deleting.remove(&name);
@@ -626,19 +646,20 @@ impl PoolRun {
                     // restart (held if the cloud lists it, gone if it does not).
                     tracing::error!(pool = %self.pool.name, error = %e, "a create's task ended without an answer");
                     if let Some(name) = self.create_tasks.remove(&e.id()) {
-                        if let Some(held) = self.held.get_mut(&name) {
-                            held.in_flight = false;
+                        if let Some(held) = self.held.remove(&name) {
+                            self.learn(&name, held, Fact::CreateLost, Words::None, now)
+                                .await?;
                         }
                     }
                     continue;
                 }
             };
-            self.take_create_answer(answer, now)?;
+            self.take_create_answer(answer, now).await?;
         }
         Ok(())
     }
 
-    fn take_create_answer(
+    async fn take_create_answer(
         &mut self,
         answer: CreateAnswer,
         now: DateTime<Utc>,
@@ -649,57 +670,26 @@ impl PoolRun {
             demand,
             result,
         } = answer;
-        match result {
+        // A slice no longer held is answered as one just asked for.
+        let held = match self.held.remove(&name) {
+            Some(held) => held,
+            None => {
+                let mut held = Held::unheld(&zone, now);
+                held.life = held.life.advance(Fact::CreateAsked, At::now()).0;
+                held
+            }
+        };
+        match &result {
             Ok(()) => {
-                // Answered before anything that may fail: a slice left in flight would hold a
-                // create's place for good.
-                let created_at = match self.held.get_mut(&name) {
-                    Some(held) => {
-                        held.in_flight = false;
-                        held.created_at
-                    }
-                    None => now,
-                };
-                self.book.record_success(&zone, now);
-                self.journal.created(&name, created_at)?;
-                self.event(
-                    "slice_created",
-                    format!("{name} in {zone} for {demand} queued job(s)"),
-                );
+                self.learn(&name, held, Fact::CreateOk, Words::Created(demand), now)
+                    .await
             }
             Err(error) => {
-                self.held.remove(&name);
-                // The server wrote the slice down as a pod being made: it is retired with it.
-                self.retire(&name);
-                self.journal.gone(&name, now)?;
-                self.book.record_error(
-                    &zone,
-                    &error,
-                    &error.text,
-                    now,
-                    rand::random::<f64>() * 2.0 - 1.0,
-                );
-                let kind = match error.kind {
-                    ErrorKind::Denied | ErrorKind::Invalid => "pool_paused",
-                    ErrorKind::Transient => "create_failed",
-                    ErrorKind::Stockout | ErrorKind::Quota => "zone_blocked",
-                    // Another owner's slice holds the name: left alone (and said once),
-                    // and the next create asks under the journal's next name.
-                    ErrorKind::NameTaken => {
-                        self.foreign.insert(name.clone());
-                        "slice_foreign"
-                    }
-                };
-                self.event(
-                    kind,
-                    format!(
-                        "{zone}: {:?} ({:?}): {}",
-                        error.kind, error.scope, error.text
-                    ),
-                );
+                let fact = Fact::CreateRefused(Refusal::of(error.kind));
+                self.learn(&name, held, fact, Words::Refused(error), now)
+                    .await
             }
         }
-        Ok(())
     }
 
     fn report(&mut self, now: DateTime<Utc>) -> PoolReport {
@@ -712,10 +702,10 @@ impl PoolRun {
                 .iter()
                 .map(|(name, held)| SliceView {
                     pod: name.clone(),
-                    zone: held.zone.clone(),
-                    state: held.state,
-                    created_at: held.created_at,
-                    idle_since: held.idle_since,
+                    zone: held.life.zone.clone(),
+                    state: held.life.phase.state(),
+                    created_at: held.life.created_at,
+                    idle_since: held.life.idle_since,
                 })
                 .collect(),
             zones: self
@@ -814,43 +804,15 @@ impl PoolRun {
     }
 }
 
-fn held_from(slice: &CloudSlice) -> Held {
-    Held {
-        zone: slice.zone.clone(),
-        created_at: slice.created_at,
-        state: slice.state,
-        driver: None,
-        daemon: None,
-        idle_since: None,
-        failed_preflights: BTreeSet::new(),
-        preempted_at: (slice.state == SliceState::Preempted).then(tokio::time::Instant::now),
-        ready_since: (slice.state == SliceState::Ready).then(tokio::time::Instant::now),
-        ever_seen: false,
-        in_flight: false,
+impl Held {
+    /// A slice in `zone` not held yet: its create is asked for next, or it is adopted.
+    fn unheld(zone: &str, created_at: DateTime<Utc>) -> Held {
+        Held {
+            life: SliceLife::unheld(zone, created_at),
+            driver: None,
+            daemon: None,
+        }
     }
-}
-
-/// Notes what the server says of a held slice: a failed preflight, that its worker was
-/// heard from, whether it idles.
-fn observe(held: &mut Held, pod: &SlicePod, now: DateTime<Utc>) {
-    if let Some(at) = pod
-        .preflight
-        .as_ref()
-        .filter(|p| !p.passed)
-        .and_then(|p| p.at)
-    {
-        held.failed_preflights.insert(at);
-    }
-    held.ever_seen |= pod.seen_at.is_some() || pod.leased;
-    let idle = held.preempted_at.is_none()
-        && held.state == SliceState::Ready
-        && pod.seen_at.is_some()
-        && !pod.leased;
-    held.idle_since = if idle {
-        Some(held.idle_since.unwrap_or(now))
-    } else {
-        None
-    };
 }
 
 /// Stops a slice's daemon, so it asks for no more work, then powers its hosts off.
@@ -965,7 +927,7 @@ fn slice_driver(
         }
         SliceHosts::Gcloud(gcloud) => {
             let mut gcloud = (**gcloud).clone();
-            gcloud.zone = held.zone.clone();
+            gcloud.zone = held.life.zone.clone();
             gcloud.project = pool.project.clone().or(gcloud.project);
             gcloud.api = match pool.api {
                 PoolApi::Tpu => Api::Tpu,
