@@ -131,7 +131,7 @@ async fn attempt_lines(server: &Server, id: &str) -> String {
 }
 
 /// Waits until job `id` runs on a pod whose name starts with `prefix`; answers the pod.
-async fn running_on(server: &Server, id: &str, prefix: &str) -> Res<String> {
+async fn running_on(server: &Server, pool: &PoolProcess, id: &str, prefix: &str) -> Res<String> {
     let what = format!("attempt of {id} on a {prefix} pod");
     let found = poll(WAIT, &what, || async {
         let (_, job) = server.get(&format!("/jobs/{id}")).await;
@@ -142,7 +142,11 @@ async fn running_on(server: &Server, id: &str, prefix: &str) -> Res<String> {
     .await;
     match found {
         Ok(pod) => Ok(pod),
-        Err(e) => Err(format!("{e}:{}", attempt_lines(server, id).await).into()),
+        Err(e) => {
+            let attempts = attempt_lines(server, id).await;
+            let tail = tail(&pool.log(), 6000);
+            Err(format!("{e}:{attempts}\nthe pool's log ends:\n{tail}").into())
+        }
     }
 }
 
@@ -255,8 +259,8 @@ async fn idle_slice(catalog: &Path) -> Res<Recovery> {
     let pool = pool(&server, &yaml);
     let id = server.submit_one("exp07a", json!({})).await;
     let holder = server.submit_one("exp08a", json!({})).await;
-    running_on(&server, &id, "v4-spot-").await?;
-    running_on(&server, &holder, "v6e-spot-").await?;
+    running_on(&server, &pool, &id, "v4-spot-").await?;
+    running_on(&server, &pool, &holder, "v6e-spot-").await?;
     let (status, body) = server
         .post(&format!("/jobs/{holder}/cancel"), json!({}))
         .await;
@@ -302,7 +306,7 @@ async fn spare() -> Outcome {
     }
     let run = async {
         let other = server.submit_one("exp01a", json!({})).await;
-        running_on(&server, &other, "v4-spare-").await?;
+        running_on(&server, &pool, &other, "v4-spare-").await?;
         // The spare that run keeps, being made in the preempting zone.
         poll(WAIT, "a spare being made in zone-b", || async {
             let (_, page) = server.get("/pools").await;
@@ -340,9 +344,8 @@ fn verdict(value: f64, target: f64) -> &'static str {
 fn print_record(label: &str, r: &Recovery) {
     let p = &r.phases;
     println!(
-        "{label:<16} total {:>5.1} s = stopping {:.1} + waiting {:.1} (creating {:.1}) + setup \
-         {:.1} + startup {:.1} (compile {:.1}) + restore {:.1}; podq's own {:.1} s; {} on {} \
-         -> {}",
+        "{label:<16} total {:>6.2} s = stopping {:.2} + waiting {:.2} (creating {:.2}) + setup \
+         {:.2} + startup {:.2} (compile {:.2}) + restore {:.2}; {} on {} -> {}",
         r.total_s,
         p.stopping_s,
         p.waiting_s,
@@ -351,10 +354,17 @@ fn print_record(label: &str, r: &Recovery) {
         p.startup_s,
         p.compile_s,
         p.restore_s,
-        own_share(r),
         r.cause,
         r.pod,
         r.resumed_on,
+    );
+    println!(
+        "{:<16} podq's own {:.2} s = stopping {:.2} + waiting beyond creating {:.2} + setup {:.2}",
+        "",
+        own_share(r),
+        p.stopping_s,
+        p.waiting_s - p.creating_s,
+        p.setup_s,
     );
 }
 
@@ -425,12 +435,12 @@ async fn main() -> ExitCode {
         };
         let own = own_share(r);
         let mut line = format!(
-            "{label:<16} podq's own {own:>4.1} s (target <= {OWN_SHARE_TARGET_S:.0} s): {}",
+            "{label:<16} podq's own {own:>5.2} s (target <= {OWN_SHARE_TARGET_S:.0} s): {}",
             verdict(own, OWN_SHARE_TARGET_S)
         );
         if i > 0 {
             line.push_str(&format!(
-                "   whole {:>4.1} s (target <= {WARM_TARGET_S:.0} s): {}",
+                "   whole {:>5.2} s (target <= {WARM_TARGET_S:.0} s): {}",
                 r.total_s,
                 verdict(r.total_s, WARM_TARGET_S)
             ));
