@@ -10,11 +10,10 @@
 //! - (b) idle slice: exp07a lists `[v4-64, v6e-32]`; a v6e-32 pool holds an idle slice (made
 //!   for a v6e-only job, then cancelled), and the run resumes there at once;
 //! - (c) spare: `spares: 1` in the pool file, the pool keeping a ready idle slice while it
-//!   runs jobs. The young preemption comes 20 s after the run's slice is ready, as long as a
-//!   create takes, so a spare made only once the run leased its slice would be seconds late:
-//!   another run (exp01a) starts first on a slice of a zone with room for one, the run is
-//!   submitted while the spare that run keeps is being made in the preempting zone, and it
-//!   leases that spare and is preempted there; the spare made in its place is ready first.
+//!   runs jobs. It starts the spare once the run leased its slice, and the young preemption
+//!   comes one create time (20 s) after that slice was ready: the spare is ready within a
+//!   tick of the preemption, a few tenths of a second before or after it (any part after it
+//!   is `creating_s`). A real preemption comes later, when the spare is long ready.
 //!   A build whose pool file refuses `spares:` prints "spares: not supported by this build".
 //!
 //! Printed for each: the record `GET /api/v1/recoveries` keeps of the interruption, its
@@ -167,6 +166,15 @@ async fn recovery_of(server: &Server, pool: &PoolProcess, id: &str) -> Res<Recov
             if std::env::var_os("PODQ_BENCH_VERBOSE").is_some() {
                 eprintln!("{id}:{}", attempt_lines(server, id).await);
                 eprintln!("{}", serde_json::to_string(&record).unwrap_or_default());
+                let (_, audit) = server.get("/audit?limit=1000").await;
+                let mut entries = audit["entries"].as_array().cloned().unwrap_or_default();
+                entries.reverse();
+                for e in entries
+                    .iter()
+                    .filter(|e| e["by"].as_str().is_some_and(|b| b.starts_with("pool:")))
+                {
+                    eprintln!("  {} {} {}", e["at"], e["action"], e["message"]);
+                }
             }
             Ok(record)
         }
@@ -286,17 +294,13 @@ async fn idle_slice(catalog: &Path) -> Res<Recovery> {
     Ok(record)
 }
 
-/// (c) `spares: 1`: another run keeps the pool's spare wanted; the run leases the spare made
-/// in the preempting zone and is preempted there; the spare made in its place awaits it.
+/// (c) `spares: 1`: the pool makes a spare once the run leases its slice; the run's slice is
+/// preempted and the run resumes on the spare.
 async fn spare() -> Outcome {
     let server = Server::start().await;
-    let zones = [
-        "{zone: zone-a, sim: {capacity: 1}}",
-        "{zone: zone-b, sim: {preempt_young: 1}}",
-    ];
     let yaml = format!(
         "pools:\n{}",
-        pool_entry("v4-spare", "v4-64", 3, "    spares: 1\n", &zones)
+        pool_entry("v4-spare", "v4-64", 2, "    spares: 1\n", &PREEMPTING_FIRST)
     );
     let pool = pool(&server, &yaml);
     match started(&server, &pool, "v4-spare", "spares").await {
@@ -304,24 +308,8 @@ async fn spare() -> Outcome {
         Ok(false) => return Outcome::Unsupported("spares: not supported by this build"),
         Err(e) => return Outcome::Failed(format!("{e}: {}", tail(&pool.log(), 2000))),
     }
-    let run = async {
-        let other = server.submit_one("exp01a", json!({})).await;
-        running_on(&server, &pool, &other, "v4-spare-").await?;
-        // The spare that run keeps, being made in the preempting zone.
-        poll(WAIT, "a spare being made in zone-b", || async {
-            let (_, page) = server.get("/pools").await;
-            let making = page["pools"][0]["slices"]
-                .as_array()?
-                .iter()
-                .any(|s| s["zone"] == "zone-b" && s["state"] == "creating");
-            making.then_some(())
-        })
-        .await?;
-        let id = server.submit_one("exp07a", json!({})).await;
-        let record = recovery_of(&server, &pool, &id).await?;
-        Res::Ok(record)
-    };
-    match run.await {
+    let id = server.submit_one("exp07a", json!({})).await;
+    match recovery_of(&server, &pool, &id).await {
         Ok(record) => Outcome::Measured(Box::new(record)),
         Err(e) => Outcome::Failed(e.to_string()),
     }
