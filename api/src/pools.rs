@@ -34,6 +34,10 @@ pub struct PoolReport {
     /// Its file's `spares:`: the server answers how many to keep now.
     #[serde(default)]
     pub spares: Spares,
+    /// Its file's `max_creating:`: creates in flight at once. The server's answer starts no
+    /// more than that beyond its slices `creating`; none: no bound but `max_slices`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_creating: Option<u32>,
 }
 
 /// `spares:` of a pool: ready, idle slices kept while the pool runs jobs, so a preempted run
@@ -238,9 +242,16 @@ pub struct PoolAnswer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant_start: Option<DateTime<Utc>>,
     /// Ready, idle slices the pool keeps now (its `spares:` while it runs jobs, as the
-    /// server judged them); the pool makes them beyond the demand and lets them idle.
+    /// server judged them); the pool lets them idle.
     #[serde(default)]
     pub spares: u32,
+    /// Creates the pool starts now, as the server judged them from its report: the jobs
+    /// routed to its type that no pod up or being made will take, and the spares it keeps
+    /// beyond those it has or is making, within its `max_slices`, its `max_creating` and the
+    /// grant. The pool carries them out as its zones and the project's create rate allow;
+    /// it derives none itself. An answer without it (an older server's) starts none.
+    #[serde(default)]
+    pub creates: u32,
 }
 
 /// A slice's pod as the server knows it.

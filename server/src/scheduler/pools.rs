@@ -221,24 +221,25 @@ impl Scheduler {
         self.pool_answer(name, &stored).await
     }
 
-    /// Pool `name`'s share of the queue and of the grant. A job's demand goes to the first
-    /// slice type of its list whose pools can make a slice now (`routing`); each pool of
-    /// that type is told the demand routed to its type plus the slices it is making itself,
-    /// which the pool counts against it. The hours other pools of its type have used since
-    /// the grant began are not this pool's to use.
+    /// Pool `name`'s share of the queue and of the grant, and the creates it starts now
+    /// ([`creates_to_start`]). A job's demand goes to the first slice type of its list whose
+    /// pools can make a slice now (`routing`); each pool of that type is told the demand
+    /// routed to its type plus the slices it is making itself. The hours other pools of its
+    /// type have used since the grant began are not this pool's to use.
     async fn pool_answer(&self, name: &str, report: &PoolReport) -> Result<PoolAnswer> {
         let routed = self.routed_demand().await?;
         let own_booting = self.booting(report).count();
         let given = routed.get(&report.accelerator).map_or(0, |r| r.given);
         let demand = given.saturating_add(u32::try_from(own_booting).unwrap_or(u32::MAX));
         let grant = self.grant().await?;
-        let hours_elsewhere: f64 = self
-            .seen_hours(grant.as_ref().map(|g| g.start))
-            .await?
-            .iter()
-            .filter(|h| h.pool != name && h.accelerator == report.accelerator)
-            .map(|h| h.hours)
-            .sum();
+        let seen = self.seen_hours(grant.as_ref().map(|g| g.start)).await?;
+        let hours = |own: bool| -> f64 {
+            seen.iter()
+                .filter(|h| (h.pool == name) == own && h.accelerator == report.accelerator)
+                .map(|h| h.hours)
+                .sum()
+        };
+        let (own_hours, hours_elsewhere) = (hours(true), hours(false));
         let slices: Vec<SlicePod> = report
             .slices
             .iter()
@@ -258,12 +259,34 @@ impl Scheduler {
             .map(|budget| (budget - hours_elsewhere).max(0.0));
         let running = slices.iter().filter(|s| s.leased).count() as u32;
         let spares = self.spares_for(report, running, grant_pod_hours).await?;
+        let count = |keep: &dyn Fn(&SliceView, &SlicePod) -> bool| {
+            let n = report
+                .slices
+                .iter()
+                .zip(&slices)
+                .filter(|(s, p)| keep(s, p));
+            u32::try_from(n.count()).unwrap_or(u32::MAX)
+        };
+        let growth = Growth {
+            given,
+            keep: spares,
+            idle_ready: count(&|s, p| {
+                s.state == SliceState::Ready && p.seen_at.is_some() && !p.leased
+            }),
+            booting: u32::try_from(own_booting).unwrap_or(u32::MAX),
+            alive: count(&|s, _| s.state.is_alive()),
+            creating: count(&|s, _| s.state == SliceState::Creating),
+            max_slices: report.max_slices,
+            max_creating: report.max_creating,
+            grant_spent: grant_pod_hours.is_some_and(|left| own_hours >= left),
+        };
         Ok(PoolAnswer {
             demand,
             slices,
             grant_pod_hours,
             grant_start: grant.map(|g| g.start),
             spares,
+            creates: creates_to_start(&growth),
         })
     }
 
@@ -340,8 +363,9 @@ impl Scheduler {
     /// A pool's slices not yet serving: being made, or up with a worker not yet heard from.
     fn booting<'a>(&'a self, report: &'a PoolReport) -> impl Iterator<Item = &'a SliceView> {
         report.slices.iter().filter(|slice| {
-            slice.state == SliceState::Creating
-                || (slice.state == SliceState::Ready && self.live.pod_seen_as(&slice.pod).is_none())
+            slice
+                .state
+                .is_booting(self.live.pod_seen_as(&slice.pod).is_some())
         })
     }
 
@@ -444,6 +468,50 @@ impl Scheduler {
         }
         Ok(())
     }
+}
+
+/// What decides how many slices a pool starts making now: its share of the queue, the spares
+/// it keeps, and what it reported.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Growth {
+    /// Jobs routed to the pool's type that no pod up or being made will take.
+    given: u32,
+    /// Ready, idle slices to keep (`spares_for`).
+    keep: u32,
+    /// Its slices READY whose worker calls and holds no lease: the spares it has.
+    idle_ready: u32,
+    /// Its slices booting (`SliceState::is_booting`): those no job takes are spares on their
+    /// way.
+    booting: u32,
+    /// Its slices that hold or will hold capacity.
+    alive: u32,
+    /// Its slices `creating`: its creates in flight.
+    creating: u32,
+    max_slices: u32,
+    max_creating: Option<u32>,
+    /// Its hours since the grant began have spent what the grant leaves its type's pools.
+    grant_spent: bool,
+}
+
+/// Creates a pool starts now: the jobs nothing else will take, and the spares it keeps beyond
+/// those it has or is making (a slice booting counts as a spare on its way: one more is made
+/// once a job took it), within `max_slices`, within `max_creating` creates in flight, and none
+/// once the grant is spent. The pool's zones and the project's create rate bound them further
+/// as each is started.
+fn creates_to_start(g: &Growth) -> u32 {
+    if g.grant_spent {
+        return 0;
+    }
+    let spares = g
+        .keep
+        .saturating_sub(g.idle_ready.saturating_add(g.booting));
+    g.given
+        .saturating_add(spares)
+        .min(g.max_slices.saturating_sub(g.alive))
+        .min(
+            g.max_creating
+                .map_or(u32::MAX, |m| m.saturating_sub(g.creating)),
+        )
 }
 
 /// Whether a pool, as it last reported, could make a slice now: not paused, below its
@@ -585,6 +653,128 @@ mod tests {
             pool_seen_at: seen,
             retired_at: retired,
             last_seen_at: last,
+        }
+    }
+
+    #[test]
+    fn creates_follow_the_demand_and_the_spares_within_every_bound() {
+        let base = Growth {
+            given: 4,
+            keep: 0,
+            idle_ready: 0,
+            booting: 0,
+            alive: 0,
+            creating: 0,
+            max_slices: 4,
+            max_creating: Some(4),
+            grant_spent: false,
+        };
+        let cases: Vec<(&str, Growth, u32)> = vec![
+            ("four jobs, room for four: four at once", base, 4),
+            (
+                "what is being made took its jobs off the queue's demand",
+                Growth {
+                    given: 1,
+                    booting: 3,
+                    alive: 3,
+                    creating: 3,
+                    ..base
+                },
+                1,
+            ),
+            (
+                "no more than max_slices",
+                Growth {
+                    given: 9,
+                    alive: 3,
+                    ..base
+                },
+                1,
+            ),
+            (
+                "no more than max_creating in flight",
+                Growth {
+                    max_creating: Some(2),
+                    ..base
+                },
+                2,
+            ),
+            (
+                "creates in flight count against max_creating",
+                Growth {
+                    booting: 1,
+                    alive: 1,
+                    creating: 1,
+                    max_creating: Some(2),
+                    ..base
+                },
+                1,
+            ),
+            (
+                "a report without max_creating: max_slices alone",
+                Growth {
+                    max_creating: None,
+                    creating: 3,
+                    alive: 3,
+                    ..base
+                },
+                1,
+            ),
+            (
+                "the grant is spent",
+                Growth {
+                    grant_spent: true,
+                    ..base
+                },
+                0,
+            ),
+            ("no demand", Growth { given: 0, ..base }, 0),
+            (
+                "a spare short, nothing queued: one more",
+                Growth {
+                    given: 0,
+                    keep: 1,
+                    alive: 1,
+                    ..base
+                },
+                1,
+            ),
+            (
+                "a spare short and being made already: no second one",
+                Growth {
+                    given: 0,
+                    keep: 1,
+                    booting: 1,
+                    alive: 2,
+                    creating: 1,
+                    ..base
+                },
+                0,
+            ),
+            (
+                "a spare kept, idle: none",
+                Growth {
+                    given: 0,
+                    keep: 1,
+                    idle_ready: 1,
+                    alive: 2,
+                    ..base
+                },
+                0,
+            ),
+            (
+                "a job and a spare: both, within max_slices",
+                Growth {
+                    given: 1,
+                    keep: 1,
+                    alive: 3,
+                    ..base
+                },
+                1,
+            ),
+        ];
+        for (case, growth, want) in cases {
+            assert_eq!(creates_to_start(&growth), want, "{case}");
         }
     }
 

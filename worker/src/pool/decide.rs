@@ -1,6 +1,7 @@
-//! A tick's decisions, as pure functions of what the pool holds and what the server answered:
-//! how many creates to start, and what becomes of each slice it holds. `run.rs` gathers the
-//! facts, asks, and carries the answers out (the cloud calls, the journal, the events).
+//! A tick's decision, as a pure function of what the pool holds and what the server answered:
+//! what becomes of each slice it holds (how many creates to start is the server's answer,
+//! `PoolAnswer::creates`). `run.rs` gathers the facts, asks, and carries the answers out
+//! through the slice's life (`slice_life.rs`).
 
 use std::time::Duration;
 
@@ -8,48 +9,6 @@ use chrono::{DateTime, Utc};
 use podq_api::SlicePod;
 
 use super::cloud::SliceState;
-
-/// What decides how many slices to start making now.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Growth {
-    /// What the server says the queue could use: jobs routed to the pool's type that no
-    /// pod will serve, plus the slices this pool is making.
-    pub demand: u32,
-    /// Spares the server says to keep that are not ready and idle now
-    /// ([`spare_shortfall`]): made beyond the demand.
-    pub spares: u32,
-    /// The pool's slices not yet serving: creates in flight, slices `CREATING`, and slices
-    /// up whose worker the server has not heard from.
-    pub booting: u32,
-    /// Slices that hold or will hold capacity (creates in flight included).
-    pub alive: u32,
-    /// Creates asked for whose answer has not come back.
-    pub in_flight: u32,
-    pub max_slices: u32,
-    pub max_creating: u32,
-    /// The grant's pod-hours for the pool's type are spent.
-    pub grant_spent: bool,
-}
-
-/// Creates to start now: what the queue wants beyond what is being made, within
-/// `max_slices`, within `max_creating` creates in flight, and none once the grant is spent.
-/// The project-wide create rate and the zones' own limits are applied as each is started.
-pub fn creates_to_start(g: &Growth) -> u32 {
-    if g.grant_spent {
-        return 0;
-    }
-    g.demand
-        .saturating_add(g.spares)
-        .saturating_sub(g.booting)
-        .min(g.max_slices.saturating_sub(g.alive))
-        .min(g.max_creating.saturating_sub(g.in_flight))
-}
-
-/// The spares still to make: those to keep (`PoolAnswer::spares`) less the slices ready and
-/// idle now. A spare being made counts among the booting slices `creates_to_start` takes off.
-pub fn spare_shortfall(keep: u32, idle_ready: u32) -> u32 {
-    keep.saturating_sub(idle_ready)
-}
 
 /// Why a slice is given back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,127 +102,6 @@ pub fn fate(
 mod tests {
     use super::*;
     use podq_api::{Preflight, PreflightFailure};
-
-    #[test]
-    fn creates_follow_the_demand_within_every_bound() {
-        let base = Growth {
-            demand: 4,
-            spares: 0,
-            booting: 0,
-            alive: 0,
-            in_flight: 0,
-            max_slices: 4,
-            max_creating: 4,
-            grant_spent: false,
-        };
-        let cases: Vec<(&str, Growth, u32)> = vec![
-            ("four jobs, room for four: four at once", base, 4),
-            (
-                "what is being made serves part of the demand",
-                Growth {
-                    booting: 3,
-                    alive: 3,
-                    in_flight: 3,
-                    ..base
-                },
-                1,
-            ),
-            (
-                "no more than max_slices",
-                Growth {
-                    demand: 9,
-                    booting: 1,
-                    alive: 3,
-                    in_flight: 0,
-                    ..base
-                },
-                1,
-            ),
-            (
-                "no more than max_creating in flight",
-                Growth {
-                    max_creating: 2,
-                    ..base
-                },
-                2,
-            ),
-            (
-                "in flight count against max_creating",
-                Growth {
-                    demand: 4,
-                    booting: 1,
-                    alive: 1,
-                    in_flight: 1,
-                    max_creating: 2,
-                    ..base
-                },
-                1,
-            ),
-            (
-                "the grant is spent",
-                Growth {
-                    grant_spent: true,
-                    ..base
-                },
-                0,
-            ),
-            ("no demand", Growth { demand: 0, ..base }, 0),
-            (
-                "a spare short, nothing queued: one more",
-                Growth {
-                    demand: 0,
-                    spares: 1,
-                    alive: 1,
-                    ..base
-                },
-                1,
-            ),
-            (
-                "a spare short and being made already",
-                Growth {
-                    demand: 0,
-                    spares: 1,
-                    booting: 1,
-                    alive: 2,
-                    in_flight: 1,
-                    ..base
-                },
-                0,
-            ),
-            (
-                "a job and a spare: both, within max_slices",
-                Growth {
-                    demand: 1,
-                    spares: 1,
-                    alive: 3,
-                    ..base
-                },
-                1,
-            ),
-            (
-                "more being made than wanted",
-                Growth {
-                    demand: 1,
-                    booting: 2,
-                    alive: 2,
-                    in_flight: 2,
-                    ..base
-                },
-                0,
-            ),
-        ];
-        for (case, growth, want) in cases {
-            assert_eq!(creates_to_start(&growth), want, "{case}");
-        }
-    }
-
-    #[test]
-    fn the_spares_to_make_are_those_not_ready_and_idle() {
-        assert_eq!(spare_shortfall(0, 0), 0);
-        assert_eq!(spare_shortfall(1, 0), 1);
-        assert_eq!(spare_shortfall(1, 1), 0);
-        assert_eq!(spare_shortfall(2, 3), 0);
-    }
 
     fn pod(leased: bool, preflight_failed: bool) -> SlicePod {
         SlicePod {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use podq_api::{PoolAnswer, PoolReport, SlicePod, SliceView, WorkerEvent, ZoneView as WireZone};
+use podq_api::{PoolAnswer, PoolReport, SliceView, WorkerEvent, ZoneView as WireZone};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +22,7 @@ use super::classify::CreateError;
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState};
 use super::compute::{self, ComputeCloud};
 use super::config::{Pool, PoolApi, PoolDriver, Provisioning};
-use super::decide::{self, Going, Growth};
+use super::decide::{self, Going};
 use super::gcloud::GcloudCloud;
 use super::journal::Journal;
 use super::rate::CreateRate;
@@ -517,45 +517,12 @@ impl PoolRun {
         Ok(())
     }
 
-    /// Starts the creates the queue wants beyond the slices being made, each on a task of
-    /// its own, within `max_slices`, `max_creating` (in the pool and in each zone), the
-    /// grant and the project-wide create rate.
+    /// Starts the creates the server answered (`PoolAnswer::creates`: it judged the queue's
+    /// demand, the spares, `max_slices`, `max_creating` and the grant from this tick's
+    /// report), each on a task of its own, as each zone's `max_creating` and the
+    /// project-wide create rate allow.
     async fn grow(&mut self, answer: &PoolAnswer, now: DateTime<Utc>) -> anyhow::Result<()> {
-        let by_pod: BTreeMap<&str, &SlicePod> =
-            answer.slices.iter().map(|p| (p.pod.as_str(), p)).collect();
-        let count = |keep: &dyn Fn(&String, &Held) -> bool| {
-            self.held
-                .iter()
-                .filter(|(name, held)| keep(name, held))
-                .count() as u32
-        };
-        let grant_spent = match answer.grant_pod_hours {
-            Some(budget) => {
-                let used = self.journal.slice_hours(answer.grant_start, now);
-                if used >= budget {
-                    tracing::info!(pool = %self.pool.name, used, budget, "the grant's pod-hours are spent: no new slice");
-                }
-                used >= budget
-            }
-            None => false,
-        };
-        let idle_ready = count(&|_, held| held.life.phase == Phase::Idle);
-        let seen = |name: &String| {
-            by_pod
-                .get(name.as_str())
-                .is_some_and(|pod| pod.seen_at.is_some())
-        };
-        let growth = Growth {
-            demand: answer.demand,
-            spares: decide::spare_shortfall(answer.spares, idle_ready),
-            booting: count(&|name, held| held.life.phase.state().is_booting(seen(name))),
-            alive: count(&|_, held| held.life.phase.state().is_alive()),
-            in_flight: count(&|_, held| held.life.phase.in_flight()),
-            max_slices: self.pool.max_slices,
-            max_creating: self.pool.max_creating,
-            grant_spent,
-        };
-        for _ in 0..decide::creates_to_start(&growth) {
+        for _ in 0..answer.creates {
             let Some(zone) = self.zone_for_create(now) else {
                 break;
             };
@@ -724,6 +691,7 @@ impl PoolRun {
             slice_hours: self.journal.slice_hours(self.grant_start, now),
             retired: take_at_most(&mut self.retired, bound),
             spares: self.pool.spares,
+            max_creating: Some(self.pool.max_creating),
         }
     }
 
