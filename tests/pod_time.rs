@@ -207,12 +207,7 @@ async fn a_preempted_runs_pod_time_adds_up_by_cause_and_auto_saves_at_the_advise
     );
     let text = server.text("/pod-time").await;
     assert!(text.contains("pod pod-t"), "{text}");
-    let metrics = reqwest::get(format!("{}/metrics", server.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     assert!(
         metrics.contains(r#"podq_pod_time_seconds{scope="pod",name="pod-t",cause="provisioning"}"#),
         "{}",

@@ -112,12 +112,7 @@ async fn the_waterfall_passes_a_stockout_and_a_quota_zone_then_gives_the_idle_sl
     };
     assert_eq!(zone_of("zone-a")["state"], "stockout", "{view}");
     assert_eq!(zone_of("zone-b")["state"], "quota", "{view}");
-    let metrics = reqwest::get(format!("{}/metrics", server.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     assert!(
         metrics.contains("podq_pool_zone_info{pool=\"wf\",state=\"quota\",zone=\"zone-b\"} 1"),
         "{metrics}"

@@ -137,12 +137,7 @@ async fn a_preempted_run_has_one_record_whose_phases_sum_to_its_whole_across_a_k
     assert_eq!(recoveries(&server, "?job=exp07a&limit=1").await, body);
 
     // The histogram: one recovery, whole and by phase.
-    let metrics = reqwest::get(format!("{}/metrics", server.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     for phase in [
         "total", "stopping", "waiting", "creating", "setup", "startup", "compile", "restore",
     ] {

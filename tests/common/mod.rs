@@ -336,6 +336,18 @@ impl Server {
             .expect("body")
     }
 
+    /// `/metrics` (served beside the API, not under it), as Prometheus reads it.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("body")
+    }
+
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.send(reqwest::Method::POST, path, body.to_string(), &[])
             .await
