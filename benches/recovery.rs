@@ -3,7 +3,7 @@
 //! a zone that preempts its slices (`sim: {preempt_young: N}`: the zone's first N slices are
 //! preempted 20 s after they are ready, worker/src/pool/sim.rs):
 //!
-//!     cargo bench --profile dev --bench recovery    # about 4 minutes
+//!     cargo bench --profile dev --bench recovery    # about 3 minutes
 //!
 //! - (a) replacement: one pool of one type and one slice; the run's slice is preempted and
 //!   the pool makes a replacement, as podq does today;
