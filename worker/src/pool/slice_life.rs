@@ -367,6 +367,11 @@ pub fn next(phase: Phase, fact: Fact) -> Option<Outcome> {
         (P::Creating | P::Deleting, Fact::Listed(SliceState::Ready)) => (P::Booting, vec![]),
         (_, Fact::Listed(SliceState::Ready)) => return None,
         (_, Fact::Listed(SliceState::Deleting)) => (P::Deleting, vec![]),
+        // Its death was counted against its zone when it was found preempted.
+        (P::Preempted, Fact::NotListed) => (
+            P::Gone,
+            vec![StopWorker, Retire, JournalGone, Event("slice_deleted")],
+        ),
         (_, Fact::NotListed) => (
             P::Gone,
             vec![
@@ -641,6 +646,14 @@ mod tests {
                         JournalGone,
                         Event("slice_deleted"),
                     ],
+                )),
+            ),
+            (
+                P::Preempted,
+                Fact::NotListed,
+                Some((
+                    P::Gone,
+                    vec![StopWorker, Retire, JournalGone, Event("slice_deleted")],
                 )),
             ),
             (P::Booting, Fact::Heard(Heard::Unseen), None),
