@@ -79,7 +79,16 @@ impl Table for RecoveriesReport {
         let _ = writeln!(
             out,
             "{:<12} {:<24} {:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            "type", "zone", "cause", "count", "p50 s", "p95 s", "stop", "wait", "setup", "start",
+            "type",
+            "zone",
+            "cause",
+            "count",
+            "p50 s",
+            "p95 s",
+            "stop",
+            "wait",
+            "setup",
+            "start",
             "restore"
         );
         for s in &self.summary {

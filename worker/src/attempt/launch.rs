@@ -342,7 +342,8 @@ fn with_compile_cache(env: &mut BTreeMap<String, String>, dir: &str) {
         ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0"),
         ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1"),
     ] {
-        env.entry(key.to_owned()).or_insert_with(|| value.to_owned());
+        env.entry(key.to_owned())
+            .or_insert_with(|| value.to_owned());
     }
 }
 
