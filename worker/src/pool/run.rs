@@ -19,7 +19,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::classify::CreateError;
-use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState};
+use super::cloud::{CloudSlice, SliceCloud, SliceSpec};
 use super::compute::{self, ComputeCloud};
 use super::config::{Pool, PoolApi, PoolDriver, Provisioning};
 use super::decide::{self, Going};
@@ -27,7 +27,9 @@ use super::gcloud::GcloudCloud;
 use super::journal::Journal;
 use super::rate::CreateRate;
 use super::sim::SimCloud;
-use super::slice_life::{Action, At, Fact, Fate, Heard, Phase, Refusal, SliceLife};
+use super::slice_life::{
+    self, Action, At, Fact, Fate, Found, Heard, Owner, Phase, Record, Refusal, SliceLife,
+};
 use super::zones::ZoneBook;
 use crate::client::{CallError, ServerClient};
 use crate::daemon::{self, DaemonSettings};
@@ -284,38 +286,38 @@ impl PoolRun {
             if self.held.contains_key(&slice.name) {
                 continue;
             }
-            if slice.state == SliceState::Deleting {
-                // A delete that a crash interrupted: deleting again is harmless.
-                strays.push((slice, "a delete left unfinished"));
-                continue;
-            }
-            let ours = slice.owner.as_deref() == Some(self.journal.owner());
-            // No owner at all: a slice of an older podq, made before the identity label.
-            let not_theirs = ours || slice.owner.is_none();
-            if self.journal.held(&slice.name).is_some() && !not_theirs {
-                // Asked for under a name another installation's slice holds: never ours.
-                self.journal.gone(&slice.name, now)?;
-                self.retire(&slice.name);
-                self.report_foreign(slice);
-            } else if self.journal.held(&slice.name).is_some() {
-                tracing::info!(pool = %self.pool.name, slice = %slice.name, "adopted");
-                let held = Held::unheld(&slice.zone, slice.created_at);
-                self.learn(
-                    &slice.name,
-                    held,
-                    Fact::Adopted(slice.state),
-                    Words::None,
-                    now,
-                )
-                .await?;
-            } else if ours || (self.journal.knows(&slice.name) && not_theirs) {
-                // This pool's, given up (mid-delete) or asked for under a lost journal.
-                strays.push((slice, "a slice this pool does not hold"));
-                self.retire(&slice.name);
+            let owner = match slice.owner.as_deref() {
+                Some(owner) if owner == self.journal.owner() => Owner::Ours,
+                None => Owner::Unlabelled,
+                Some(_) => Owner::Another,
+            };
+            let record = if self.journal.held(&slice.name).is_some() {
+                Record::Held
+            } else if self.journal.knows(&slice.name) {
+                Record::GivenUp
             } else {
-                // Labelled with this pool's name by another podq (or a person): not ours
-                // to delete, whatever its name.
-                self.report_foreign(slice);
+                Record::Unknown
+            };
+            match slice_life::found(slice.state, owner, record) {
+                Found::Adopt => {
+                    tracing::info!(pool = %self.pool.name, slice = %slice.name, "adopted");
+                    let held = Held::unheld(&slice.zone, slice.created_at);
+                    let fact = Fact::Adopted(slice.state);
+                    self.learn(&slice.name, held, fact, Words::None, now)
+                        .await?;
+                }
+                Found::Delete { why, retire } => {
+                    strays.push((slice, why));
+                    if retire {
+                        self.retire(&slice.name);
+                    }
+                }
+                Found::NameTaken => {
+                    self.journal.gone(&slice.name, now)?;
+                    self.retire(&slice.name);
+                    self.report_foreign(slice);
+                }
+                Found::Foreign => self.report_foreign(slice),
             }
         }
         // A request written down whose create never reached the cloud: nothing to adopt.

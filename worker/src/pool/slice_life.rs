@@ -417,6 +417,72 @@ pub fn next(phase: Phase, fact: Fact) -> Option<Outcome> {
     (to != phase || !actions.is_empty()).then_some((to, actions))
 }
 
+/// Whose a listed slice is, by its identity label (`cloud::POOL_ID_LABEL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// This pool's identity.
+    Ours,
+    /// No identity label: a slice of an older podq, made before the label.
+    Unlabelled,
+    /// Another installation's, or a person's.
+    Another,
+}
+
+/// What the pool's journal says of a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// Asked for or made, not given up.
+    Held,
+    /// Given up (its delete may be under way).
+    GivenUp,
+    /// Never asked for by this pool.
+    Unknown,
+}
+
+/// What the pool does with a slice the cloud lists with its pool's label and that it does
+/// not hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// Its own: adopted as listed ([`Fact::Adopted`]).
+    Adopt,
+    /// Its own, given up or asked for under a lost journal, or a delete a crash
+    /// interrupted: deleted (once the adopted slices' workers run: a delete takes
+    /// minutes). `retire`: the server is told its pod is given back.
+    Delete { why: &'static str, retire: bool },
+    /// Asked for under a name another owner's slice holds: never its own. The request is
+    /// given up (journal: gone, retire its pod) and the slice left alone, said once.
+    NameTaken,
+    /// Labelled with this pool's name by another podq (or a person): not its to delete,
+    /// whatever its name; left alone, said once.
+    Foreign,
+}
+
+/// What becomes of a listed slice the pool does not hold, by its state, its owner and the
+/// journal's record of its name.
+pub fn found(state: SliceState, owner: Owner, record: Record) -> Found {
+    if state == SliceState::Deleting {
+        // A delete that a crash interrupted: deleting again is harmless.
+        return Found::Delete {
+            why: "a delete left unfinished",
+            retire: false,
+        };
+    }
+    let not_theirs = owner != Owner::Another;
+    match record {
+        Record::Held if not_theirs => Found::Adopt,
+        Record::Held => Found::NameTaken,
+        Record::GivenUp if not_theirs => Found::Delete {
+            why: "a slice this pool does not hold",
+            retire: true,
+        },
+        _ if owner == Owner::Ours => Found::Delete {
+            why: "a slice this pool does not hold",
+            retire: true,
+        },
+        _ => Found::Foreign,
+    }
+}
+
 /// The two clocks a change is noted by: the wall clock the server is told of, and the
 /// monotonic one durations are measured with.
 #[derive(Debug, Clone, Copy)]
@@ -761,6 +827,48 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_listed_slice_not_held_is_adopted_only_when_it_is_the_pools_own() {
+        use Owner::*;
+        use Record::*;
+        let delete = Found::Delete {
+            why: "a slice this pool does not hold",
+            retire: true,
+        };
+        let rows = [
+            (Ours, Held, Found::Adopt),
+            (Unlabelled, Held, Found::Adopt),
+            (Another, Held, Found::NameTaken),
+            (Ours, GivenUp, delete),
+            (Unlabelled, GivenUp, delete),
+            (Another, GivenUp, Found::Foreign),
+            // Its own identity, asked for under a journal since lost.
+            (Ours, Unknown, delete),
+            (Unlabelled, Unknown, Found::Foreign),
+            (Another, Unknown, Found::Foreign),
+        ];
+        for (owner, record, want) in rows {
+            for state in [
+                SliceState::Creating,
+                SliceState::Ready,
+                SliceState::Preempted,
+            ] {
+                assert_eq!(
+                    found(state, owner, record),
+                    want,
+                    "{owner:?} {record:?} {state:?}"
+                );
+            }
+            assert_eq!(
+                found(SliceState::Deleting, owner, record),
+                Found::Delete {
+                    why: "a delete left unfinished",
+                    retire: false
+                }
+            );
         }
     }
 
