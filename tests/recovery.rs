@@ -396,6 +396,20 @@ async fn a_preempted_run_resumes_at_once_on_its_pools_warm_spare() {
             .map(str::to_owned)
     })
     .await;
+    // The plan runs nothing on the spare: one pod of the type for runs, one spare.
+    let (_, plan) = server.get("/plan").await;
+    let v4 = plan["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["accelerator"] == "v4-64")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (v4["spares"].as_u64(), v4["pods"].as_u64()),
+        (Some(1), Some(1)),
+        "{v4}"
+    );
     let total = running["total_steps"].as_i64().unwrap_or(5000);
     server.committed_at_least(&id, total / 5, RUN).await;
     std::fs::write(pool.pod_control(&first_pod).join("preempt"), b"").unwrap();

@@ -55,6 +55,8 @@ function renderPlan(plan) {
     // Each accelerator type's runs go only to its own pods.
     notes.push(plan.pools.map((p) => `${p.accelerator}: ${p.pods} pod${p.pods === 1 ? "" : "s"}, ` +
       `${p.runs_to_go} runs, ${fmtNum(p.total_hours)} pod-hours to go` +
+      (p.spares ? `, ${p.spares} warm spare${p.spares === 1 ? "" : "s"}` +
+        (p.spare_idle_hours !== null && p.spare_idle_hours !== undefined ? ` (${fmtNum(p.spare_idle_hours)} idle pod-hours at most)` : "") : "") +
       (p.capacity_hours !== null && p.capacity_hours !== undefined ? `, ${fmtNum(p.capacity_hours)} of capacity` : "")).join("; ") + ".");
   }
   $("plan-notes").textContent = notes.join(" ");

@@ -133,6 +133,13 @@ pub struct PoolPlan {
     pub total_hours: f64,
     /// Runs of this type not done yet (on a pod, queued, or not submitted).
     pub runs_to_go: usize,
+    /// Warm spares its pools keep now (`spares:`): ready pods no run is planned on.
+    #[serde(default)]
+    pub spares: u32,
+    /// What those spares idle until the deadline at most, in pod-hours, taken from the
+    /// type's budget; null without spares or a deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spare_idle_hours: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -290,6 +290,30 @@ impl Scheduler {
         })
     }
 
+    /// The spares the pools keep now, by slice type: pods held ready that no run is planned
+    /// on, whose idle hours the plan books against the type's budget.
+    pub(in crate::scheduler) async fn spares_kept(&self) -> Result<BTreeMap<String, u32>> {
+        let reports: Vec<PoolReport> = self
+            .pool_reports
+            .lock()
+            .values()
+            .map(|(report, _)| report.clone())
+            .collect();
+        let mut kept: BTreeMap<String, u32> = BTreeMap::new();
+        for report in reports {
+            let running = report
+                .slices
+                .iter()
+                .filter(|s| !self.live.of_pod(&s.pod).is_empty())
+                .count() as u32;
+            let n = self.spares_for(&report, running, None).await?;
+            if n > 0 {
+                *kept.entry(report.accelerator.clone()).or_default() += n;
+            }
+        }
+        Ok(kept)
+    }
+
     /// The ready, idle slices the pool keeps now (`spares.rs`), from its setting, its running
     /// slices, its type's measured interruptions and recoveries, and the grant.
     async fn spares_for(

@@ -218,6 +218,7 @@ impl Scheduler {
             mut groups,
         } = self.gather(now_ms()).await?;
         let waste = self.expect_waste(&mut runs).await?;
+        let spares = self.spares_kept().await?;
         // Taken after the calls above, which take their own: a method holding a pooled
         // connection while another waits for one can exhaust the pool.
         let mut db = self.store.read().await?;
@@ -238,6 +239,22 @@ impl Scheduler {
                     grant::hours_used(&mut db, accelerator, g.start.timestamp_millis()).await?;
                 pools.entry(accelerator.clone()).or_default().budget_hours =
                     Some((budget - used).max(0.0));
+            }
+        }
+        // Warm spares are pods no run is planned on, and their idle hours come out of the
+        // budget (docs/operations/pools.md, "Warm spares").
+        let hours_to_deadline = deadline.map(|d| ((d - now).num_seconds().max(0) as f64) / 3600.0);
+        let mut spare_idle: BTreeMap<String, f64> = BTreeMap::new();
+        for (accelerator, kept) in &spares {
+            let pool = pools.entry(accelerator.clone()).or_default();
+            let serving = pod_counts.get(accelerator).copied().unwrap_or(0);
+            pool.pods = serving.saturating_sub(*kept as usize).max(1);
+            if let Some(hours) = hours_to_deadline {
+                let idle = f64::from(*kept) * hours;
+                spare_idle.insert(accelerator.clone(), idle);
+                if let Some(budget) = pool.budget_hours.as_mut() {
+                    *budget = (*budget - idle).max(0.0);
+                }
             }
         }
         let totals = goodput::total(&mut db).await?;
@@ -303,6 +320,8 @@ impl Scheduler {
                         .map(|r| r.remaining_hours * overhead_factor)
                         .sum(),
                     runs_to_go: to_go.len(),
+                    spares: spares.get(accelerator).copied().unwrap_or(0),
+                    spare_idle_hours: spare_idle.get(accelerator).copied(),
                 }
             })
             .collect();
