@@ -146,7 +146,7 @@ pub struct ServerArgs {
     #[arg(long, env = "PODQ_WORKER_TOKEN", hide_env_values = true)]
     pub worker_token: Option<String>,
     /// Take the team's people from this YAML file (name, role, token_sha256, pods) instead of
-    /// the store; see docs/operations.md.
+    /// the store; see docs/operations/deployments.md.
     #[arg(long, env = "PODQ_USERS")]
     pub users: Option<PathBuf>,
     /// Serve reads without a token even when listening beyond loopback.
@@ -178,7 +178,7 @@ pub struct ServerArgs {
     #[arg(long, env = "PODQ_DEADLINE")]
     pub deadline: Option<chrono::DateTime<chrono::Utc>>,
     /// A YAML file listing webhook receivers (url, secret or secret_file, format json|slack,
-    /// events); see docs/operations.md.
+    /// events); see docs/operations/server.md.
     #[arg(long, env = "PODQ_WEBHOOKS")]
     pub webhooks: Option<PathBuf>,
     /// Also serve /metrics on this address (it is always served on --listen).

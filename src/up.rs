@@ -66,7 +66,7 @@ pub struct UpArgs {
     #[arg(long, env = "PODQ_DEADLINE")]
     deadline: Option<chrono::DateTime<chrono::Utc>>,
     /// A YAML file listing webhook receivers (url, secret or secret_file, format json|slack,
-    /// events); see docs/operations.md.
+    /// events); see docs/operations/server.md.
     #[arg(long, env = "PODQ_WEBHOOKS")]
     webhooks: Option<PathBuf>,
     /// Also serve /metrics on this address (it is always served on --listen).
@@ -105,7 +105,7 @@ pub struct UpArgs {
     #[arg(long, env = "PODQ_TRAINER_COMMAND")]
     trainer_command: Option<String>,
     /// Instead of the one simulated pod, the pools of this file, each making simulated
-    /// slices (of --hosts hosts) on demand and giving idle ones back (docs/operations.md,
+    /// slices (of --hosts hosts) on demand and giving idle ones back (docs/operations/pools.md,
     /// "Pools"; deploy/pools/local.yaml).
     #[arg(long, env = "PODQ_UP_POOL")]
     pool: Option<PathBuf>,
@@ -132,7 +132,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         anyhow::bail!(
             "pool {}: `podq up` runs pools of simulated slices (driver: local); a gcloud \
              pool runs under `podq pool --pools FILE --config WORKER.yaml` \
-             (docs/operations.md, \"Pools\")",
+             (docs/operations/pools.md, \"Pools\")",
             pool.name
         );
     }

@@ -102,7 +102,7 @@ pub struct Plan {
     /// The order that completes the most whole groups before the deadline.
     pub recommended: Projection,
     pub groups: Vec<GroupPlan>,
-    /// The current order with every pool at its `max_slices` (docs/operations.md, "Pools");
+    /// The current order with every pool at its `max_slices` (docs/operations/pools.md, "Pools");
     /// null while no pool has reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub with_pools: Option<PoolsOutlook>,

@@ -1,4 +1,4 @@
-//! Pools (docs/operations.md "Pools"): each pool's process reports what it holds
+//! Pools (docs/operations/pools.md "Pools"): each pool's process reports what it holds
 //! every few seconds and is told what the queue wants. The server keeps the last report of
 //! each in memory only: a restarted server knows its pools again at their next report, and a
 //! pool that stopped reporting is shown with its report's age.

@@ -38,7 +38,7 @@ const LEAD_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a confirmation of the lead (a commit, or the idle check) holds: past it, the
 /// server answers as a standby until the writer confirms again. A write stuck on a silent
 /// connection thus stops the server acting as the active one within seconds, while
-/// PostgreSQL (with the keepalives docs/operations.md sets) takes about ten to give the lock
+/// PostgreSQL (with the keepalives docs/operations/deployments.md sets) takes about ten to give the lock
 /// to another.
 const LEAD_FRESHNESS_MS: i64 = 5_000;
 

@@ -17,7 +17,7 @@ use crate::config::WorkerArgs;
 
 #[derive(Args, Debug, Clone)]
 pub struct PoolArgs {
-    /// The pool file (`pools:` a list; see docs/operations.md, "Pools").
+    /// The pool file (`pools:` a list; see docs/operations/pools.md, "Pools").
     #[arg(long, env = "PODQ_POOLS")]
     pub pools: PathBuf,
     /// Where the pools keep their journals, the local driver's simulated cloud and each

@@ -1,6 +1,6 @@
 //! The cloud of a `driver: gcloud`, `api: compute` pool: each slice is a Compute Engine
 //! managed instance group (MIG) of TPU VMs, made from the pool's instance template and
-//! workload policy (docs/operations.md, "TPU slices on Compute Engine", cites the pages).
+//! workload policy (docs/operations/compute-engine.md, "TPU slices on Compute Engine", cites the pages).
 //!
 //! - create: the workload policy and the instance template are made once per pool (named
 //!   `POOL-policy-<hash>` and `POOL-template-<hash>` after what they are made of; the

@@ -1,4 +1,4 @@
-//! Rungs across a group, carried out (docs/operations.md, "Rungs"): a run's value at each
+//! Rungs across a group, carried out (docs/operations/scheduling.md, "Rungs"): a run's value at each
 //! rung is recorded as the metrics batch that brings it is stored, in its transaction; the
 //! pure decisions (`scheduler/rungs.rs`) are then taken for the run's whole group and carried
 //! out in that same transaction, so a server killed mid-decision leaves no run both promoted

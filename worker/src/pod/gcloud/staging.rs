@@ -337,7 +337,7 @@ fn check_glibc(
         "the agent binary {} needs glibc {}.{} and {}: build a portable agent (a musl build, \
          `cargo build --release --target x86_64-unknown-linux-musl`, or one linked against \
          glibc 2.35, `cargo zigbuild --release --target x86_64-unknown-linux-gnu.2.35`) and \
-         set gcloud.agent_binary to it (docs/operations.md)",
+         set gcloud.agent_binary to it (docs/operations/worker.md)",
         binary.display(),
         needed.0,
         needed.1,

@@ -12,7 +12,7 @@
 //!   describe` say, summed up as the pod's status, and which instance is which host;
 //! - `recovery`: bringing a slice back as Compute Engine allows it.
 //!
-//! The facts and their sources are collected in docs/operations.md ("TPU slices on Compute
+//! The facts and their sources are collected in docs/operations/compute-engine.md ("TPU slices on Compute
 //! Engine").
 
 mod look;

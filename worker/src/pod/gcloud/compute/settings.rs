@@ -1,6 +1,6 @@
 //! The `gcloud.compute:` section of the worker's config file: the slice podq creates and
 //! owns, and the three gcloud calls that create it. Sources are the pages cited in
-//! docs/operations.md ("TPU slices on Compute Engine").
+//! docs/operations/compute-engine.md ("TPU slices on Compute Engine").
 
 use anyhow::{bail, Context};
 use serde::Deserialize;
