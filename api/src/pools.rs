@@ -17,7 +17,7 @@ pub struct PoolReport {
     /// Each zone, in the order they are tried.
     pub zones: Vec<ZoneView>,
     /// What happened since the last report, onto the audit (`by: pool:NAME`): kinds of
-    /// [`POOL_EVENT_KINDS`].
+    /// [`PoolEventKind`].
     #[serde(default)]
     pub events: Vec<WorkerEvent>,
     /// Why the pool makes no slice: a permission or an invalid setting a person must fix.
@@ -109,17 +109,19 @@ pub const fn report_list_bound(max_slices: u32) -> usize {
     4 * max_slices as usize + 16
 }
 
-/// What a pool may report onto the audit.
-pub const POOL_EVENT_KINDS: [&str; 7] = [
-    "slice_created",
-    "slice_deleted",
-    "slice_quarantined",
-    "slice_foreign",
-    "zone_blocked",
-    "pool_paused",
-    // A create that failed on its way (a timeout, a reset): its zone is tried again.
-    "create_failed",
-];
+crate::worker::event_kinds! {
+    /// What a pool may report onto the audit.
+    PoolEventKind {
+        SliceCreated => "slice_created",
+        SliceDeleted => "slice_deleted",
+        SliceQuarantined => "slice_quarantined",
+        SliceForeign => "slice_foreign",
+        ZoneBlocked => "zone_blocked",
+        PoolPaused => "pool_paused",
+        /// A create that failed on its way (a timeout, a reset): its zone is tried again.
+        CreateFailed => "create_failed",
+    }
+}
 
 /// Where a pool's slice stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -227,26 +227,81 @@ pub struct WorkerEvents {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerEvent {
-    /// One of [`WORKER_EVENT_KINDS`]; any other is refused (422 `unknown_event_kind`).
+    /// A name of [`WorkerEventKind`] (of `PoolEventKind` from a pool); any other is refused
+    /// (422 `unknown_event_kind`).
     pub kind: String,
     /// At most [`MAX_EVENT_MESSAGE_BYTES`] are kept; control characters are stored escaped.
     pub message: String,
 }
 
-/// What a worker may report onto a job's or pod's timeline: exactly what the worker sends.
-/// No change a person or podq makes has one of these kinds, so a worker's event cannot read
-/// as a person's action in the audit.
-pub const WORKER_EVENT_KINDS: [&str; 7] = [
-    // On a lease (`POST /leases/{id}/events`).
-    "agent_restarted",
-    "checkpoint_store",
-    "host_cleanup",
-    "resume_fallback",
-    "silent_restart",
-    // On a pod (`POST /pods/{name}/report`).
-    "preflight_failed",
-    "recovering",
-];
+/// A kind of event a worker or a pool reports. The sender names it by its enum, the wire
+/// carries its name, and the server takes only a name of the enum it expects from that
+/// sender: no change a person or podq makes has one of these kinds, so a worker's or a pool's
+/// event cannot read as a person's action in the audit.
+pub trait EventKind: Copy + Sized + 'static {
+    const ALL: &'static [Self];
+    fn as_str(self) -> &'static str;
+
+    fn named(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|kind| kind.as_str() == name)
+    }
+
+    /// Every name, comma-separated, for a refusal.
+    fn names() -> String {
+        Self::ALL
+            .iter()
+            .map(|kind| kind.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// An enum of event kinds, each variant with its name on the wire.
+macro_rules! event_kinds {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)*
+        }
+
+        impl $crate::worker::EventKind for $name {
+            const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)*
+                }
+            }
+        }
+    };
+}
+pub(crate) use event_kinds;
+
+event_kinds! {
+    /// What a worker may report onto a job's or pod's timeline: exactly what the worker sends.
+    WorkerEventKind {
+        /// On a lease (`POST /leases/{id}/events`).
+        AgentRestarted => "agent_restarted",
+        CheckpointStore => "checkpoint_store",
+        HostCleanup => "host_cleanup",
+        ResumeFallback => "resume_fallback",
+        SilentRestart => "silent_restart",
+        /// On a pod (`POST /pods/{name}/report`).
+        PreflightFailed => "preflight_failed",
+        Recovering => "recovering",
+    }
+}
+
+impl WorkerEvent {
+    /// An event of `kind`, as its sender names it.
+    pub fn of(kind: impl EventKind, message: impl Into<String>) -> WorkerEvent {
+        WorkerEvent {
+            kind: kind.as_str().to_owned(),
+            message: message.into(),
+        }
+    }
+}
 
 /// The longest event message kept, in bytes; a longer one is cut and the cut is marked.
 pub const MAX_EVENT_MESSAGE_BYTES: usize = 4096;

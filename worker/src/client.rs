@@ -288,14 +288,11 @@ impl ServerClient {
     pub async fn event(
         &self,
         lease: LeaseId,
-        kind: &str,
+        kind: podq_api::WorkerEventKind,
         message: impl Into<String>,
     ) -> Result<(), CallError> {
         let events = WorkerEvents {
-            events: vec![WorkerEvent {
-                kind: kind.to_owned(),
-                message: message.into(),
-            }],
+            events: vec![WorkerEvent::of(kind, message)],
         };
         self.post::<_, serde_json::Value>(
             &format!("/leases/{lease}/events"),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use podq_api::{
     HeartbeatRequest, LeasePhase, LeaseRequest, PodDescription, PodReport, Preflight, WorkerEvent,
+    WorkerEventKind,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -151,7 +152,7 @@ async fn ready_pod(
                 &status.health,
                 None,
                 Some(waiting.clone()),
-                Some(("recovering", waiting)),
+                Some((WorkerEventKind::Recovering, waiting)),
             )
             .await;
             // Each step of the recovery reaches the server, so the pod shows what it waits for.
@@ -235,7 +236,7 @@ async fn ready_pod(
             &status.health,
             Some(preflight),
             None,
-            Some(("preflight_failed", message)),
+            Some((WorkerEventKind::PreflightFailed, message)),
         )
         .await;
         sleep_or_shutdown(settings.preflight_retry, shutdown).await;
@@ -266,14 +267,11 @@ async fn report(
     health: &str,
     preflight: Option<Preflight>,
     recovery: Option<String>,
-    event: Option<(&str, String)>,
+    event: Option<(WorkerEventKind, String)>,
 ) {
     let report = PodReport {
         pod: describe(driver, state, health, preflight, recovery),
-        event: event.map(|(kind, message)| WorkerEvent {
-            kind: kind.to_owned(),
-            message,
-        }),
+        event: event.map(|(kind, message)| WorkerEvent::of(kind, message)),
     };
     if let Err(e) = client.report(driver.name(), &report).await {
         tracing::warn!(error = %e, "pod report not accepted");

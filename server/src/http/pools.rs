@@ -30,7 +30,7 @@ pub fn read_routes() -> OpenApiRouter<AppState> {
     responses(
         (status = 200, description = "The demand for the pool's accelerator and each slice's pod as the server knows it", body = PoolAnswer),
         (status = 400, description = "`invalid_pool_name`", body = ErrorBody),
-        (status = 422, description = "`unknown_event_kind`: an event of a kind a pool does not report (`POOL_EVENT_KINDS`); `invalid_pool_report`: an unknown accelerator, `max_slices` outside 1 to 256, a name no pod or zone has, a state no pool reports; `too_many_pools`: past 64 pools. Nothing is recorded", body = ErrorBody),
+        (status = 422, description = "`unknown_event_kind`: an event of a kind a pool does not report (`PoolEventKind`); `invalid_pool_report`: an unknown accelerator, `max_slices` outside 1 to 256, a name no pod or zone has, a state no pool reports; `too_many_pools`: past 64 pools. Nothing is recorded", body = ErrorBody),
     ),
     security(("worker_token" = ["worker"])),
 )]

@@ -78,7 +78,7 @@ async fn lease(
     request_body = PodReport,
     responses(
         (status = 204, description = "Recorded"),
-        (status = 422, description = "`unknown_event_kind`: the event's kind is not one a worker reports (`WORKER_EVENT_KINDS`); nothing is recorded", body = ErrorBody),
+        (status = 422, description = "`unknown_event_kind`: the event's kind is not one a worker reports (`WorkerEventKind`); nothing is recorded", body = ErrorBody),
     ),
     security(("worker_token" = ["worker"])),
 )]
@@ -199,7 +199,7 @@ async fn checkpoints(
     request_body = WorkerEvents,
     responses(
         (status = 204, description = "Recorded"),
-        (status = 422, description = "`unknown_event_kind`: a kind that is not one a worker reports (`WORKER_EVENT_KINDS`); nothing of the batch is recorded", body = ErrorBody),
+        (status = 422, description = "`unknown_event_kind`: a kind that is not one a worker reports (`WorkerEventKind`); nothing of the batch is recorded", body = ErrorBody),
         (status = 409, description = "`lease_lost`: the lease is no longer the job's live one", body = ErrorBody),
     ),
     security(("worker_token" = ["worker"])),

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use podq_api::{
     PoolAnswer, PoolReport, PoolView, PoolsPage, SlicePod, SliceState, SliceView, WorkerEvent,
-    ZoneState, POOL_EVENT_KINDS,
+    ZoneState,
 };
 
 use super::lease::authority::worker_for;
@@ -644,23 +644,7 @@ async fn check_new_slice(conn: &mut crate::store::Conn, pod: &str, since: i64) -
 /// A pool's event as it may be stored: one of the pool's own kinds, its message bounded and
 /// escaped as a worker's is.
 fn checked_pool_event(event: &WorkerEvent) -> Result<WorkerEvent> {
-    if !POOL_EVENT_KINDS.contains(&event.kind.as_str()) {
-        let shown: String = podq_api::escape_controls(&event.kind)
-            .chars()
-            .take(64)
-            .collect();
-        return Err(SchedulerError::unprocessable(
-            "unknown_event_kind",
-            format!(
-                "a pool cannot report an event of kind `{shown}`: its kinds are {}",
-                POOL_EVENT_KINDS.join(", ")
-            ),
-        ));
-    }
-    Ok(WorkerEvent {
-        kind: event.kind.clone(),
-        message: podq_api::bounded_event_message(&event.message),
-    })
+    super::lease::progress::checked_as::<podq_api::PoolEventKind>(event, "a pool")
 }
 
 #[cfg(test)]

@@ -55,7 +55,11 @@ pub(super) async fn classify(
     if let Stop::SilentRestart(what) = &ended.stop {
         let _ = ctx
             .client
-            .event(lease.lease_id, "silent_restart", what.clone())
+            .event(
+                lease.lease_id,
+                podq_api::WorkerEventKind::SilentRestart,
+                what.clone(),
+            )
             .await;
     }
     let (outcome, message) = outcome::classify(&Observed {

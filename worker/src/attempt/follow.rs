@@ -217,7 +217,7 @@ async fn tend_silent_agents(
                     .client
                     .event(
                         lease_id,
-                        "agent_restarted",
+                        podq_api::WorkerEventKind::AgentRestarted,
                         format!("{why}; started a new agent, which adopts the running trainer"),
                     )
                     .await;

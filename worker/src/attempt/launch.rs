@@ -44,7 +44,11 @@ pub(super) async fn launch(
     if !cleaned.is_empty() {
         // One event per attempt, not one per host and file: the timeline stays readable.
         let _ = client
-            .event(lease_id, "host_cleanup", cleaned.join("; "))
+            .event(
+                lease_id,
+                podq_api::WorkerEventKind::HostCleanup,
+                cleaned.join("; "),
+            )
             .await;
     }
 
@@ -139,7 +143,7 @@ pub(super) async fn choose_resume(
                 let _ = client
                     .event(
                         lease.lease_id,
-                        "resume_fallback",
+                        podq_api::WorkerEventKind::ResumeFallback,
                         format!("{wanted} is no resume point ({why}); starting from step 0"),
                     )
                     .await;
@@ -156,7 +160,7 @@ pub(super) async fn choose_resume(
                 let _ = client
                     .event(
                         lease.lease_id,
-                        "resume_fallback",
+                        podq_api::WorkerEventKind::ResumeFallback,
                         format!(
                             "{wanted} is missing or incomplete; resuming from {} instead",
                             found.uri
@@ -170,7 +174,7 @@ pub(super) async fn choose_resume(
     let _ = client
         .event(
             lease.lease_id,
-            "resume_fallback",
+            podq_api::WorkerEventKind::ResumeFallback,
             format!(
                 "no committed checkpoint could be verified (wanted {wanted}); starting from step 0"
             ),

@@ -289,7 +289,7 @@ async fn open_store(client: &ServerClient, lease: &Lease) -> Option<CheckpointSt
             let _ = client
                 .event(
                     lease.lease_id,
-                    "checkpoint_store",
+                    podq_api::WorkerEventKind::CheckpointStore,
                     format!("cannot open {}: {e:#}", lease.checkpoint_dir),
                 )
                 .await;

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use podq_api::{PoolAnswer, PoolReport, SliceView, WorkerEvent, ZoneView as WireZone};
+use podq_api::{
+    EventKind, PoolAnswer, PoolEventKind, PoolReport, SliceView, WorkerEvent, ZoneView as WireZone,
+};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
@@ -452,7 +454,7 @@ impl PoolRun {
         }
         let owner = slice.owner.as_deref().unwrap_or("none");
         self.event(
-            "slice_foreign",
+            PoolEventKind::SliceForeign,
             format!(
                 "{} in {} carries the label of pool {} but another owner ({owner}); left alone",
                 slice.name, slice.zone, self.pool.name
@@ -713,12 +715,9 @@ impl PoolRun {
         }
     }
 
-    fn event(&mut self, kind: &str, message: String) {
-        tracing::info!(pool = %self.pool.name, kind, %message, "pool event");
-        self.events.push(WorkerEvent {
-            kind: kind.to_owned(),
-            message,
-        });
+    fn event(&mut self, kind: PoolEventKind, message: String) {
+        tracing::info!(pool = %self.pool.name, kind = kind.as_str(), %message, "pool event");
+        self.events.push(WorkerEvent::of(kind, message));
     }
 
     /// Deletes slice `name` on a task of its own: a delete takes minutes, and the loop keeps

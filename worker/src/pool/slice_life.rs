@@ -11,6 +11,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
+use podq_api::{EventKind, PoolEventKind};
+
 use super::classify::ErrorKind;
 use super::cloud::SliceState;
 use super::decide::{Going, SliceFacts};
@@ -134,12 +136,12 @@ impl Refusal {
     }
 
     /// The event that says so.
-    fn event(self) -> &'static str {
+    fn event(self) -> PoolEventKind {
         match self {
-            Refusal::Blocked => "zone_blocked",
-            Refusal::Transient => "create_failed",
-            Refusal::Paused => "pool_paused",
-            Refusal::NameTaken => "slice_foreign",
+            Refusal::Blocked => PoolEventKind::ZoneBlocked,
+            Refusal::Transient => PoolEventKind::CreateFailed,
+            Refusal::Paused => PoolEventKind::PoolPaused,
+            Refusal::NameTaken => PoolEventKind::SliceForeign,
         }
     }
 }
@@ -287,8 +289,8 @@ pub enum Action {
     AvoidZone,
     /// Said once, left alone: another owner's.
     NoteForeign,
-    /// One of `podq_api::POOL_EVENT_KINDS` onto the audit.
-    Event(&'static str),
+    /// An event of the pool's onto the audit.
+    Event(PoolEventKind),
     /// Its worker's daemon stops and its hosts power off.
     StopWorker,
     /// The server is told its pod is given back.
@@ -309,7 +311,7 @@ impl Action {
             Action::ZoneRemoved => "zone: removed".into(),
             Action::AvoidZone => "avoid its zone".into(),
             Action::NoteForeign => "note foreign".into(),
-            Action::Event(kind) => format!("`{kind}`"),
+            Action::Event(kind) => format!("`{}`", kind.as_str()),
             Action::StopWorker => "stop its worker".into(),
             Action::Retire => "retire its pod".into(),
             Action::Delete => "delete".into(),
@@ -326,10 +328,14 @@ pub type Outcome = (Phase, Vec<Action>);
 /// what the pool does. `None`: the fact changes nothing in that phase.
 pub fn next(phase: Phase, fact: Fact) -> Option<Outcome> {
     use Phase as P;
-    let given_back = |zone: Action, kind: &'static str| {
+    let given_back = |zone: Action, kind: PoolEventKind| {
         vec![zone, Event(kind), StopWorker, Retire, JournalGone, Delete]
     };
-    let made = vec![ZoneSuccess, JournalCreated, Event("slice_created")];
+    let made = vec![
+        ZoneSuccess,
+        JournalCreated,
+        Event(PoolEventKind::SliceCreated),
+    ];
     let (to, actions) = match (phase, fact) {
         (P::Unheld, Fact::CreateAsked) => (P::Asked, vec![]),
         (P::Unheld, Fact::Adopted(state)) => {
@@ -370,7 +376,12 @@ pub fn next(phase: Phase, fact: Fact) -> Option<Outcome> {
         // Its death was counted against its zone when it was found preempted.
         (P::Preempted, Fact::NotListed) => (
             P::Gone,
-            vec![StopWorker, Retire, JournalGone, Event("slice_deleted")],
+            vec![
+                StopWorker,
+                Retire,
+                JournalGone,
+                Event(PoolEventKind::SliceDeleted),
+            ],
         ),
         (_, Fact::NotListed) => (
             P::Gone,
@@ -379,7 +390,7 @@ pub fn next(phase: Phase, fact: Fact) -> Option<Outcome> {
                 StopWorker,
                 Retire,
                 JournalGone,
-                Event("slice_deleted"),
+                Event(PoolEventKind::SliceDeleted),
             ],
         ),
         (P::Booting | P::Serving | P::Idle, Fact::Heard(Heard::Leased)) => (P::Serving, vec![]),
@@ -388,7 +399,7 @@ pub fn next(phase: Phase, fact: Fact) -> Option<Outcome> {
         (_, Fact::Heard(_)) => return None,
         (P::Preempted, Fact::Fate(Fate::Preempted)) => {
             // Its death was counted against its zone when it was seen.
-            let mut actions = given_back(ZoneDeath, "slice_deleted");
+            let mut actions = given_back(ZoneDeath, PoolEventKind::SliceDeleted);
             actions.remove(0);
             (P::Gone, actions)
         }
@@ -397,12 +408,17 @@ pub fn next(phase: Phase, fact: Fact) -> Option<Outcome> {
             Fact::Fate(Fate::Quarantined),
         ) => {
             let mut actions = vec![AvoidZone];
-            actions.extend(given_back(ZoneRemoved, "slice_quarantined"));
+            actions.extend(given_back(ZoneRemoved, PoolEventKind::SliceQuarantined));
             (P::Gone, actions)
         }
         // It never served: a slice lost young, as far as its zone is concerned.
-        (P::Booting, Fact::Fate(Fate::Silent)) => (P::Gone, given_back(ZoneDeath, "slice_deleted")),
-        (P::Idle, Fact::Fate(Fate::Idle)) => (P::Gone, given_back(ZoneRemoved, "slice_deleted")),
+        (P::Booting, Fact::Fate(Fate::Silent)) => {
+            (P::Gone, given_back(ZoneDeath, PoolEventKind::SliceDeleted))
+        }
+        (P::Idle, Fact::Fate(Fate::Idle)) => (
+            P::Gone,
+            given_back(ZoneRemoved, PoolEventKind::SliceDeleted),
+        ),
         (_, Fact::Fate(_)) => return None,
         (
             _,
@@ -628,13 +644,17 @@ mod tests {
     fn every_change_of_a_slices_life() {
         let gone_idle = vec![
             ZoneRemoved,
-            Event("slice_deleted"),
+            Event(PoolEventKind::SliceDeleted),
             StopWorker,
             Retire,
             JournalGone,
             Delete,
         ];
-        let made = vec![ZoneSuccess, JournalCreated, Event("slice_created")];
+        let made = vec![
+            ZoneSuccess,
+            JournalCreated,
+            Event(PoolEventKind::SliceCreated),
+        ];
         let rows: Vec<(Phase, Fact, Option<Outcome>)> = vec![
             (P::Unheld, Fact::CreateAsked, Some((P::Asked, vec![]))),
             (
@@ -663,7 +683,12 @@ mod tests {
                 Fact::CreateRefused(Refusal::Blocked),
                 Some((
                     P::Gone,
-                    vec![Retire, JournalGone, ZoneError, Event("zone_blocked")],
+                    vec![
+                        Retire,
+                        JournalGone,
+                        ZoneError,
+                        Event(PoolEventKind::ZoneBlocked),
+                    ],
                 )),
             ),
             (
@@ -676,7 +701,7 @@ mod tests {
                         JournalGone,
                         ZoneError,
                         NoteForeign,
-                        Event("slice_foreign"),
+                        Event(PoolEventKind::SliceForeign),
                     ],
                 )),
             ),
@@ -710,7 +735,7 @@ mod tests {
                         StopWorker,
                         Retire,
                         JournalGone,
-                        Event("slice_deleted"),
+                        Event(PoolEventKind::SliceDeleted),
                     ],
                 )),
             ),
@@ -719,7 +744,12 @@ mod tests {
                 Fact::NotListed,
                 Some((
                     P::Gone,
-                    vec![StopWorker, Retire, JournalGone, Event("slice_deleted")],
+                    vec![
+                        StopWorker,
+                        Retire,
+                        JournalGone,
+                        Event(PoolEventKind::SliceDeleted),
+                    ],
                 )),
             ),
             (P::Booting, Fact::Heard(Heard::Unseen), None),
@@ -752,7 +782,7 @@ mod tests {
                     P::Gone,
                     vec![
                         ZoneDeath,
-                        Event("slice_deleted"),
+                        Event(PoolEventKind::SliceDeleted),
                         StopWorker,
                         Retire,
                         JournalGone,
@@ -768,7 +798,7 @@ mod tests {
                     vec![
                         AvoidZone,
                         ZoneRemoved,
-                        Event("slice_quarantined"),
+                        Event(PoolEventKind::SliceQuarantined),
                         StopWorker,
                         Retire,
                         JournalGone,
@@ -782,7 +812,7 @@ mod tests {
                 Some((
                     P::Gone,
                     vec![
-                        Event("slice_deleted"),
+                        Event(PoolEventKind::SliceDeleted),
                         StopWorker,
                         Retire,
                         JournalGone,

@@ -14,7 +14,7 @@ pub mod live;
 mod log_lines;
 mod merge;
 pub mod policy;
-mod progress;
+pub(super) mod progress;
 mod reaper;
 pub(super) mod reports;
 pub mod rung_judge;

@@ -3,8 +3,8 @@
 
 use futures::FutureExt;
 use podq_api::{
-    CheckpointReport, CheckpointsBatch, LeaseId, MetricsAck, MetricsBatch, WorkerEvent,
-    WorkerEvents, WORKER_EVENT_KINDS,
+    CheckpointReport, CheckpointsBatch, EventKind, LeaseId, MetricsAck, MetricsBatch, WorkerEvent,
+    WorkerEvents,
 };
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};
@@ -145,14 +145,22 @@ fn check_checkpoint(dir: &str, report: &CheckpointReport) -> Result<()> {
 /// A worker's event as it may be stored: a kind of the worker's own, a bounded message
 /// with its control characters escaped; an unknown kind is 422.
 pub(super) fn checked_event(event: &WorkerEvent) -> Result<WorkerEvent> {
-    if !WORKER_EVENT_KINDS.contains(&event.kind.as_str()) {
+    checked_as::<podq_api::WorkerEventKind>(event, "a worker")
+}
+
+/// `event` as it may be stored from `sender`, whose kinds are `K`'s: an unknown kind is 422.
+pub(in crate::scheduler) fn checked_as<K: EventKind>(
+    event: &WorkerEvent,
+    sender: &str,
+) -> Result<WorkerEvent> {
+    if K::named(&event.kind).is_none() {
         let shown = podq_api::escape_controls(&event.kind);
         let shown: String = shown.chars().take(64).collect();
         return Err(SchedulerError::unprocessable(
             "unknown_event_kind",
             format!(
-                "a worker cannot report an event of kind `{shown}`: its kinds are {}",
-                WORKER_EVENT_KINDS.join(", ")
+                "{sender} cannot report an event of kind `{shown}`: its kinds are {}",
+                K::names()
             ),
         ));
     }
