@@ -548,44 +548,9 @@ mod each_types_queue {
 
     use super::*;
     use crate::store::events::Actor;
-    use crate::store::jobs::{self, NewJob};
-    use crate::store::test_support::scratch_store;
+    use crate::store::jobs;
+    use crate::store::test_support::{scratch_store, submit_waiting};
     use crate::store::{leases, Store};
-
-    async fn submit(store: &Store, accelerators: &[&str], priority: i64) -> JobId {
-        let id = JobId::new_random();
-        let list: Vec<String> = accelerators.iter().map(|a| (*a).to_owned()).collect();
-        store
-            .write(move |conn| {
-                async move {
-                    jobs::insert_job(
-                        conn,
-                        NewJob {
-                            id,
-                            experiment: "exp",
-                            group: "g",
-                            priority,
-                            accelerators: &list,
-                            config_json: "{}",
-                            config_sha256: &id.to_string(),
-                            est_hours: 1.0,
-                            checkpoint_dir: "gs://b/c",
-                            max_failures: 3,
-                            same_as: None,
-                            total_steps: None,
-                            submitted_by: "ada",
-                            priority_class: "default",
-                            class_rank: 1,
-                        },
-                    )
-                    .await
-                }
-                .boxed()
-            })
-            .await
-            .unwrap();
-        id
-    }
 
     /// The head of `accelerator`'s queue, and that every row of a queued job carries its
     /// job's place in the queue and no other row is in one.
@@ -627,9 +592,9 @@ mod each_types_queue {
     #[tokio::test]
     async fn each_types_queue_follows_its_jobs() {
         let (store, _dir) = scratch_store().await;
-        let a = submit(&store, &["v4-64"], 0).await;
-        let b = submit(&store, &["v6e-32", "v4-64"], 0).await;
-        let c = submit(&store, &["v4-64", "v6e-32"], 5).await;
+        let a = submit_waiting(&store, &["v4-64"], 0, 1).await;
+        let b = submit_waiting(&store, &["v6e-32", "v4-64"], 0, 1).await;
+        let c = submit_waiting(&store, &["v4-64", "v6e-32"], 5, 1).await;
         assert_eq!(head(&store, "v4-64").await, Some(c), "priority first");
         assert_eq!(head(&store, "v6e-32").await, Some(c));
         assert_eq!(head(&store, "v5litepod-16").await, None);

@@ -236,6 +236,49 @@ pub(crate) mod test_support {
         (store, dir)
     }
 
+    /// A job waiting in the queue for `accelerators` (its list, first choice first), of
+    /// `priority` in the class ranked `class_rank`.
+    pub async fn submit_waiting(
+        store: &Store,
+        accelerators: &[&str],
+        priority: i64,
+        class_rank: i64,
+    ) -> podq_api::JobId {
+        use futures::FutureExt;
+        let id = podq_api::JobId::new_random();
+        let list: Vec<String> = accelerators.iter().map(|a| (*a).to_owned()).collect();
+        store
+            .write(move |conn| {
+                async move {
+                    super::jobs::insert_job(
+                        conn,
+                        super::jobs::NewJob {
+                            id,
+                            experiment: "exp",
+                            group: "g",
+                            priority,
+                            accelerators: &list,
+                            config_json: "{}",
+                            config_sha256: &id.to_string(),
+                            est_hours: 1.0,
+                            checkpoint_dir: "gs://b/c",
+                            max_failures: 3,
+                            same_as: None,
+                            total_steps: None,
+                            submitted_by: "ada",
+                            priority_class: "default",
+                            class_rank,
+                        },
+                    )
+                    .await
+                }
+                .boxed()
+            })
+            .await
+            .expect("submit");
+        id
+    }
+
     /// The `seq` of `job_id`, which a report's fence reads in the server: the one-attempt
     /// forms of the report writers look it up.
     pub async fn job_seq(

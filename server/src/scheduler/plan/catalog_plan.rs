@@ -657,43 +657,8 @@ mod tests {
 
     use super::*;
     use crate::store::db;
-    use crate::store::jobs::NewJob;
-    use crate::store::test_support::scratch_store;
-    use crate::store::{leases, Store};
-
-    async fn submit(store: &Store, class_rank: i64, priority: i64) -> JobId {
-        let id = JobId::new_random();
-        store
-            .write(move |conn| {
-                async move {
-                    jobs::insert_job(
-                        conn,
-                        NewJob {
-                            id,
-                            experiment: "exp",
-                            group: "g",
-                            priority,
-                            accelerators: &["v4-64".to_owned()],
-                            config_json: "{}",
-                            config_sha256: &id.to_string(),
-                            est_hours: 1.0,
-                            checkpoint_dir: "gs://b/c",
-                            max_failures: 3,
-                            same_as: None,
-                            total_steps: None,
-                            submitted_by: "ada",
-                            priority_class: "default",
-                            class_rank,
-                        },
-                    )
-                    .await
-                }
-                .boxed()
-            })
-            .await
-            .unwrap();
-        id
-    }
+    use crate::store::leases;
+    use crate::store::test_support::{scratch_store, submit_waiting};
 
     /// A table of waiting jobs, of every class, priority and place: the store's queue (its
     /// SQL, `store::job_state::queue_order`, run on a real SQLite store, and the claims of a
@@ -718,7 +683,7 @@ mod tests {
         ];
         let mut ids = Vec::new();
         for (class_rank, priority, evicted) in table {
-            let id = submit(&store, class_rank, priority).await;
+            let id = submit_waiting(&store, &["v4-64"], priority, class_rank).await;
             if evicted {
                 store
                     .write(move |conn| {
