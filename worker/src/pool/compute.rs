@@ -34,7 +34,6 @@ use serde::Deserialize;
 use super::classify::{classify_create_error, CloudError, CreateError, ErrorKind, Kind, Scope};
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_ID_LABEL, POOL_LABEL};
 use super::config::{Pool, Provisioning};
-use crate::pod::gcloud::errors::classify_call;
 use crate::pod::gcloud::{
     instance_rank, CallError, ComputeSettings, ComputeSliceSpec, EnsureError, ErrorItem,
     GroupStatus, Place, ProvisioningModel, Retry, Runner,
@@ -135,7 +134,7 @@ impl ComputeCloud {
             .await
         {
             Ok(()) => Ok(()),
-            Err(EnsureError::Describe(e) | EnsureError::Create(e)) => Err(classify_call(&e).into()),
+            Err(EnsureError::Describe(e) | EnsureError::Create(e)) => Err(e.reading().into()),
         }
     }
 
@@ -340,7 +339,7 @@ impl SliceCloud for ComputeCloud {
         {
             Ok(_) => {}
             // Asked for before a crash (the same request, watched again), or another owner's.
-            Err(e) => match classify_call(&e) {
+            Err(e) => match e.reading() {
                 read if read.kind == Kind::AlreadyExists => self.check_owner(slice).await?,
                 read => return Err(read.into()),
             },
@@ -360,7 +359,7 @@ impl SliceCloud for ComputeCloud {
         args.push("--quiet".into());
         match self.runner.call(&args, OPERATION_TIMEOUT, Retry::Api).await {
             Ok(_) => Ok(()),
-            Err(e) => match classify_call(&e) {
+            Err(e) => match e.reading() {
                 read if read.kind == Kind::NotFound => Ok(()),
                 read => Err(read),
             },
@@ -380,7 +379,7 @@ impl SliceCloud for ComputeCloud {
             .runner
             .call(&args, CALL_TIMEOUT, Retry::Api)
             .await
-            .map_err(|e| classify_call(&e).during("instance-groups managed list"))?;
+            .map_err(|e| e.reading().during("instance-groups managed list"))?;
         let spot = self.settings.provisioning_model == ProvisioningModel::Spot;
         let mut slices = parse_listing(&output.stdout, pool, spot)?;
         slices.sort_by(|a, b| a.name.cmp(&b.name));

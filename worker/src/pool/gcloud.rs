@@ -29,7 +29,7 @@ use serde::Deserialize;
 use super::classify::{CloudError, CreateError, Kind};
 use super::cloud::{CloudSlice, SliceCloud, SliceSpec, SliceState, POOL_ID_LABEL, POOL_LABEL};
 use super::config::Provisioning;
-use crate::pod::gcloud::errors::{classify_call, Scope};
+use crate::pod::gcloud::errors::Scope;
 use crate::pod::gcloud::{Retry, Runner};
 
 /// How long a create may run: a v4-64 takes minutes, a stockout answers in seconds.
@@ -155,7 +155,7 @@ impl SliceCloud for GcloudCloud {
             .await
         {
             Ok(_) => Ok(()),
-            Err(e) => match classify_call(&e) {
+            Err(e) => match e.reading() {
                 read if read.kind == Kind::AlreadyExists => self.check_owner(spec).await,
                 read => Err(read.into()),
             },
@@ -171,7 +171,7 @@ impl SliceCloud for GcloudCloud {
         args.push("--quiet".into());
         match self.runner.call(&args, DELETE_TIMEOUT, Retry::Api).await {
             Ok(_) => Ok(()),
-            Err(e) => match classify_call(&e) {
+            Err(e) => match e.reading() {
                 read if read.kind == Kind::NotFound => Ok(()),
                 read => Err(read),
             },
@@ -192,7 +192,7 @@ impl SliceCloud for GcloudCloud {
                 .runner
                 .call(&args, LIST_TIMEOUT, Retry::Api)
                 .await
-                .map_err(|e| classify_call(&e).during(&format!("tpu-vm list in {zone}")))?;
+                .map_err(|e| e.reading().during(&format!("tpu-vm list in {zone}")))?;
             slices.extend(parse_listing(&output.stdout, zone, pool)?);
         }
         slices.sort_by(|a, b| a.name.cmp(&b.name));

@@ -58,8 +58,6 @@
 //! Google's API error guide, https://cloud.google.com/apis/design/errors (its codes, HTTP
 //! statuses and example messages). Every text is cited where it was seen.
 
-use super::runner::CallError;
-
 /// What a gcloud answer said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -501,19 +499,6 @@ pub fn classify_status(code: Option<i64>, message: &str) -> CloudError {
     CloudError {
         text: message.to_owned(),
         ..classify(&text)
-    }
-}
-
-/// A gcloud call that failed: its stderr read, or what failed on the way (a timeout, a
-/// gcloud that would not start) as transient.
-pub fn classify_call(error: &CallError) -> CloudError {
-    match error {
-        CallError::Failed { stderr, .. } => classify(stderr),
-        CallError::NotFound(text) => CloudError {
-            kind: NotFound,
-            ..classify(text)
-        },
-        CallError::Timeout(_) | CallError::Spawn { .. } => CloudError::transient(error.to_string()),
     }
 }
 

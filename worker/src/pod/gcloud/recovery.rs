@@ -89,7 +89,7 @@ pub(super) enum Refused {
 /// means for a pod, read by `errors`: held when asking again cannot help (a person must act,
 /// or the quota of the pod's one zone is gone), else a failure retried after a pause.
 pub(super) fn refusal(what: &str, error: &CallError) -> Refused {
-    let read = errors::classify_call(error);
+    let read = error.reading();
     if read.response().holds() {
         Refused::Held(format!(
             "held: cannot create {what} ({}): {error}. podq will not try again until the \

@@ -32,6 +32,21 @@ pub enum CallError {
 }
 
 impl CallError {
+    /// How the one reading of gcloud (`errors.rs`) takes this failure: its stderr, or what
+    /// failed on the way (a timeout, a gcloud that would not start) as transient.
+    pub fn reading(&self) -> errors::CloudError {
+        match self {
+            CallError::Failed { stderr, .. } => errors::classify(stderr),
+            CallError::NotFound(text) => errors::CloudError {
+                kind: errors::Kind::NotFound,
+                ..errors::classify(text)
+            },
+            CallError::Timeout(_) | CallError::Spawn { .. } => {
+                errors::CloudError::transient(self.to_string())
+            }
+        }
+    }
+
     /// Worth another try: the network, the API or ssh may let the next one through.
     fn transient(&self, kind: Retry) -> bool {
         match (self, kind) {

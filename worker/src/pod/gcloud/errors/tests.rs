@@ -4,6 +4,7 @@
 use super::*;
 use crate::pod::gcloud::node::QueuedResource;
 use crate::pod::gcloud::recovery::{queued_failure, refusal, Refused};
+use crate::pod::gcloud::CallError;
 use crate::pool::classify::{classify_create_error, ErrorKind};
 
 fn region(name: &str) -> Scope {
@@ -483,9 +484,9 @@ fn a_status_is_read_by_its_words_then_its_code() {
 
 #[test]
 fn calls_that_failed_on_the_way_are_transient() {
-    let timeout = classify_call(&CallError::Timeout(std::time::Duration::from_secs(5)));
+    let timeout = CallError::Timeout(std::time::Duration::from_secs(5)).reading();
     assert_eq!(timeout.kind, Kind::Transient);
-    let gone = classify_call(&CallError::NotFound("Resource 'n' is gone".into()));
+    let gone = CallError::NotFound("Resource 'n' is gone".into()).reading();
     assert_eq!(gone.kind, Kind::NotFound);
     assert!(is_not_found(
         "NOT_FOUND: Resource 'projects/p/locations/z/nodes/n' was not found"
