@@ -12,8 +12,11 @@
 //! them. A pod whose calls take longer than the period falls behind, sends the rounds it
 //! missed back to back (as the worker's `tokio::time::interval` does) and keeps its phase;
 //! "reports done" is the share of the rounds due in the window that were sent in it. Readers
-//! (`PODQ_FLEET_READERS`, 10) each read `GET /status` and `GET /jobs?state=running` every
-//! second. The window opens one period after every pod's first round was answered; the calls
+//! (`PODQ_FLEET_READERS`, 10) each read `GET /status` as JSON, then
+//! `GET /jobs?state=running&limit=100`, once a second, all in step: ten dashboards or scripts
+//! started together poll together, and their reads arrive at the same instant (issue 67 found
+//! `/status`'s tail there). `PODQ_FLEET_READERS_PHASE=spread` spreads them over the second
+//! instead, as the sittings before issue 67 did. The window opens one period after every pod's first round was answered; the calls
 //! before it are timed on their own ("warm-up"): a job's first report creates its 13 series
 //! and its hosts' log counts, and its first heartbeat makes it `running`, which a real fleet
 //! does not do for a thousand jobs in the same two seconds.
@@ -92,6 +95,9 @@ impl Store {
 struct Settings {
     secs: f64,
     readers: usize,
+    /// Whether the readers poll at the same instant (`step`, the default) or spread over
+    /// the second (`spread`).
+    readers_in_step: bool,
     flush: Duration,
     perf: bool,
 }
@@ -581,7 +587,11 @@ async fn fleet(
     for r in 0..settings.readers {
         let samples = samples.clone();
         let api = Api::new(&server.base);
-        let offset = Duration::from_secs_f64(r as f64 / settings.readers.max(1) as f64);
+        let offset = if settings.readers_in_step {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(r as f64 / settings.readers.max(1) as f64)
+        };
         tasks.push(tokio::spawn(async move {
             let mut next = started + offset;
             loop {
@@ -593,7 +603,7 @@ async fn fleet(
                 if let Ok((took, _)) = api.get_timed("/status").await {
                     record(&samples, "status", minute, took);
                 }
-                if let Ok((took, _)) = api.get_timed("/jobs?state=running").await {
+                if let Ok((took, _)) = api.get_timed("/jobs?state=running&limit=100").await {
                     record(&samples, "running jobs", minute, took);
                 }
                 next = (next + Duration::from_secs(1)).max(Instant::now());
@@ -946,13 +956,28 @@ async fn run() -> Res<()> {
     let settings = Settings {
         secs: env_or("PODQ_FLEET_SECS", 600.0),
         readers: env_or("PODQ_FLEET_READERS", 10),
+        readers_in_step: match std::env::var("PODQ_FLEET_READERS_PHASE").as_deref() {
+            Err(_) | Ok("step") => true,
+            Ok("spread") => false,
+            Ok(other) => {
+                return Err(format!(
+                    "PODQ_FLEET_READERS_PHASE={other}: it is `step` (the default) or `spread`"
+                )
+                .into())
+            }
+        },
         flush: Duration::from_secs_f64(env_or("PODQ_FLEET_FLUSH_S", 2.0)),
         perf: env_or("PODQ_FLEET_PERF", 0u8) == 1,
     };
     println!(
-        "fleet: {pods:?} pods, {} s each, {} readers, a report every {} s",
+        "fleet: {pods:?} pods, {} s each, {} readers ({}), a report every {} s",
         settings.secs,
         settings.readers,
+        if settings.readers_in_step {
+            "in step"
+        } else {
+            "spread over the second"
+        },
         settings.flush.as_secs_f64()
     );
     let largest = pods.iter().copied().max().unwrap_or(0);
