@@ -20,7 +20,14 @@
 //! readers then share one answer a few times a second instead of each merging and encoding
 //! a thousand running jobs and pods (benches/fleet.rs); a quiet server answers every read
 //! afresh.
+//!
+//! One make at a time: readers that find nothing fresh wait for the make in flight, and a
+//! make that started after a reader arrived answers it too (it read every commit before the
+//! reader came). Ten dashboards polling in step all missed together each second, and each
+//! made its own status of a thousand jobs on two cores: `/status`'s p99 was ten makes long
+//! (issue 67, benches/fleet.rs).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -53,6 +60,8 @@ enum Keep {
 
 struct Kept<T> {
     made_at: MadeAt,
+    /// Which make it was: readers that arrived before it started may share it.
+    number: u64,
     made: Instant,
     busy: Busy,
     value: T,
@@ -98,6 +107,10 @@ pub struct ReadCache<T> {
     commits: watch::Receiver<u64>,
     keep: Keep,
     slot: Mutex<Option<Kept<T>>>,
+    /// Held while a value is made, so that readers who arrive together make it once.
+    making: tokio::sync::Mutex<()>,
+    /// How many makes have started.
+    makes_started: AtomicU64,
 }
 
 impl<T: Clone> ReadCache<T> {
@@ -109,6 +122,8 @@ impl<T: Clone> ReadCache<T> {
             commits,
             keep: Keep::Views,
             slot: Mutex::new(None),
+            making: tokio::sync::Mutex::new(()),
+            makes_started: AtomicU64::new(0),
         }
     }
 
@@ -134,37 +149,64 @@ impl<T: Clone> ReadCache<T> {
 
     /// The kept value if no change of state was committed since it was made and it is fresh
     /// enough; otherwise `make`'s, kept for the next read. The counters are read before
-    /// `make` runs, so a commit during `make` makes the next read compute again.
+    /// `make` runs, so a commit during `make` makes the next read compute again. Readers that
+    /// find nothing fresh wait for the make in flight; one that started after a reader
+    /// arrived answers it as well as a fresh one.
     pub async fn get_or<E, F, Fut>(&self, make: F) -> Result<T, E>
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<T, E>>,
     {
-        let now_at = (*self.state_commits.borrow(), *self.commits.borrow());
-        let mut busy = Busy::start(now_at);
-        if let Some(kept) = &*self.lock() {
-            let age = kept.made.elapsed();
-            let progress = now_at.1.wrapping_sub(kept.made_at.1);
-            let fresh = match self.keep {
-                Keep::Views => {
-                    age < MAX_AGE
-                        && (progress == 0 || (progress >= BUSY_PROGRESS && age < PROGRESS_AGE))
-                }
-                Keep::Answers => kept.busy.fast && age < ANSWER_AGE,
-            };
-            if kept.made_at.0 == now_at.0 && fresh {
-                return Ok(kept.value.clone());
-            }
-            busy = kept.busy.at(now_at);
+        let started_before_arrival = self.makes_started.load(Ordering::Acquire);
+        if let Some(value) = self.kept(None) {
+            return Ok(value);
         }
+        let _making = self.making.lock().await;
+        if let Some(value) = self.kept(Some(started_before_arrival)) {
+            return Ok(value);
+        }
+        let now_at = self.counters();
+        let busy = self
+            .lock()
+            .as_ref()
+            .map_or(Busy::start(now_at), |kept| kept.busy.at(now_at));
+        let number = self.makes_started.fetch_add(1, Ordering::AcqRel) + 1;
         let value = make().await?;
         *self.lock() = Some(Kept {
             made_at: now_at,
+            number,
             made: Instant::now(),
             busy,
             value: value.clone(),
         });
         Ok(value)
+    }
+
+    /// The commit counters now: (changes of state, every commit).
+    fn counters(&self) -> MadeAt {
+        (*self.state_commits.borrow(), *self.commits.borrow())
+    }
+
+    /// The kept value, if it may answer a read: fresh by the rules of its `keep`, or made
+    /// by a make that started after the read arrived, when the read saw
+    /// `started_before_arrival` makes started.
+    fn kept(&self, started_before_arrival: Option<u64>) -> Option<T> {
+        let now_at = self.counters();
+        let slot = self.lock();
+        let kept = slot.as_ref()?;
+        if started_before_arrival.is_some_and(|seen| kept.number > seen) {
+            return Some(kept.value.clone());
+        }
+        let age = kept.made.elapsed();
+        let progress = now_at.1.wrapping_sub(kept.made_at.1);
+        let fresh = match self.keep {
+            Keep::Views => {
+                age < MAX_AGE
+                    && (progress == 0 || (progress >= BUSY_PROGRESS && age < PROGRESS_AGE))
+            }
+            Keep::Answers => kept.busy.fast && age < ANSWER_AGE,
+        };
+        (kept.made_at.0 == now_at.0 && fresh).then(|| kept.value.clone())
     }
 
     /// `look` at the value kept last, fresh or not; None before any was made. Never makes
@@ -292,6 +334,34 @@ mod tests {
             cache.get_or(make).await,
             Ok(11),
             "quiet again: made every read"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readers_that_arrive_together_share_one_make() {
+        let (_state, state_commits) = watch::channel(0u64);
+        let (_any, commits) = watch::channel(0u64);
+        // A quiet server's whole answers: each read alone makes its own.
+        let cache = ReadCache {
+            keep: Keep::Answers,
+            ..ReadCache::new(state_commits, commits)
+        };
+        let made = std::sync::atomic::AtomicU32::new(0);
+        let make = || async {
+            let n = made.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<_, ()>(n)
+        };
+        let answers = futures::future::join_all((0..10).map(|_| cache.get_or(make))).await;
+        // The first reader's make started before the others arrived, so they wait for one
+        // more, made after they came, and share it: two makes, not ten.
+        assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(answers[0], Ok(1));
+        assert!(answers[1..].iter().all(|a| *a == Ok(2)), "{answers:?}");
+        assert_eq!(
+            cache.get_or(make).await,
+            Ok(3),
+            "a reader after the makes: quiet, so made afresh"
         );
     }
 }
