@@ -253,7 +253,7 @@ fn describe(
     PodDescription {
         accelerator: driver.accelerator().to_owned(),
         hosts: driver.hosts(),
-        state: state.to_owned(),
+        state: state.into(),
         health: health.to_owned(),
         preflight,
         recovery,

@@ -33,7 +33,7 @@ pub async fn upsert(
     .bind(pod)
     .bind(&desc.accelerator)
     .bind(i64::from(desc.hosts))
-    .bind(&desc.state)
+    .bind(desc.state.as_str())
     .bind(&desc.health)
     .bind(preflight)
     .bind(&desc.recovery)
@@ -41,7 +41,7 @@ pub async fn upsert(
     .execute(conn)
     .await?;
     // READY, healthy enough to take work and with nothing to wait for, or not.
-    let usable = desc.state == "READY"
+    let usable = desc.state.is_ready()
         && desc.recovery.is_none()
         && desc.preflight.as_ref().is_none_or(|p| p.passed);
     let activity = if usable {

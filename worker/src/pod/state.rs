@@ -25,18 +25,27 @@ pub enum StateClass {
     Unknown,
 }
 
-/// Every node state of the TPU v2 API, and what it means.
+/// Every node state of the TPU v2 API (`podq_api::PodState`), and what it means.
 pub fn classify_state(state: &str) -> StateClass {
-    match state {
-        "READY" => StateClass::Ready,
+    use podq_api::PodState as S;
+    match S::from(state) {
+        S::Ready => StateClass::Ready,
         // Transitions the service completes by itself.
-        "CREATING" | "STARTING" | "RESTARTING" | "REIMAGING" | "REPAIRING" | "STOPPING"
-        | "DELETING" | "HIDING" | "UNHIDING" | "HIDDEN" => StateClass::Changing,
-        "STATE_UNSPECIFIED" => StateClass::Unsettled,
+        S::Creating
+        | S::Starting
+        | S::Restarting
+        | S::Reimaging
+        | S::Repairing
+        | S::Stopping
+        | S::Deleting
+        | S::Hiding
+        | S::Unhiding
+        | S::Hidden => StateClass::Changing,
+        S::StateUnspecified => StateClass::Unsettled,
         // Preempted, stopped, at end of life or maintenance, a failed repair (`UNKNOWN`), or
         // no node at all.
-        "PREEMPTED" | "TERMINATED" | "STOPPED" | "UNKNOWN" | "NOT_FOUND" => StateClass::Lost,
-        _ => StateClass::Unknown,
+        S::Preempted | S::Terminated | S::Stopped | S::Unknown | S::NotFound => StateClass::Lost,
+        S::Other(_) => StateClass::Unknown,
     }
 }
 
@@ -62,23 +71,24 @@ pub fn classify_health(health: &str) -> HealthClass {
 
 /// A human account of a state, for recovery progress and preflight messages.
 pub fn describe_state(state: &str) -> &'static str {
-    match state {
-        "READY" => "ready",
-        "CREATING" => "being created",
-        "STARTING" => "starting",
-        "RESTARTING" => "restarting",
-        "REIMAGING" => "being re-imaged",
-        "REPAIRING" => "being repaired",
-        "STOPPING" => "stopping",
-        "DELETING" => "being deleted",
-        "HIDING" | "HIDDEN" | "UNHIDING" => "hidden by the service",
-        "STATE_UNSPECIFIED" => "in no state yet",
-        "PREEMPTED" => "preempted",
-        "TERMINATED" => "terminated (maintenance or end of life)",
-        "STOPPED" => "stopped",
-        "UNKNOWN" => "broken (a repair failed)",
-        "NOT_FOUND" => "gone (no such node)",
-        _ => "in a state podq does not know",
+    use podq_api::PodState as S;
+    match S::from(state) {
+        S::Ready => "ready",
+        S::Creating => "being created",
+        S::Starting => "starting",
+        S::Restarting => "restarting",
+        S::Reimaging => "being re-imaged",
+        S::Repairing => "being repaired",
+        S::Stopping => "stopping",
+        S::Deleting => "being deleted",
+        S::Hiding | S::Hidden | S::Unhiding => "hidden by the service",
+        S::StateUnspecified => "in no state yet",
+        S::Preempted => "preempted",
+        S::Terminated => "terminated (maintenance or end of life)",
+        S::Stopped => "stopped",
+        S::Unknown => "broken (a repair failed)",
+        S::NotFound => "gone (no such node)",
+        S::Other(_) => "in a state podq does not know",
     }
 }
 

@@ -212,7 +212,7 @@ async fn record_pod(
 ) -> Result<()> {
     let before = pods::upsert(conn, pod, desc).await?;
     if let Some((state, health)) = before {
-        if state != desc.state || health != desc.health {
+        if state != desc.state.as_str() || health != desc.health {
             insert_event(
                 conn,
                 worker,

@@ -194,7 +194,7 @@ impl LiveLeases {
             .iter()
             .filter(|(pod, seen)| {
                 seen.recorded.accelerator == accelerator
-                    && seen.recorded.state.eq_ignore_ascii_case("ready")
+                    && seen.recorded.state.is_ready()
                     && may_lease(&seen.recorded)
                     && seen.asks_until.is_some_and(|until| until >= recent)
                     && !busy.contains(*pod)

@@ -156,7 +156,7 @@ impl Scheduler {
                     preflight: row.preflight()?,
                     accelerator: row.accelerator,
                     hosts: u32::try_from(row.hosts).unwrap_or(0),
-                    state: row.state,
+                    state: row.state.into(),
                     health: row.health,
                     recovery: row.recovery,
                     last_seen_at: ms_to_datetime(row.last_seen_at),
@@ -222,7 +222,7 @@ impl Scheduler {
             t.pods
                 .get_or_create(&PodLabels {
                     pod: pod.name.clone(),
-                    state: pod.state.clone(),
+                    state: pod.state.to_string(),
                     health: pod.health.clone(),
                 })
                 .set(1);
