@@ -20,8 +20,6 @@ const TAIL_LINES = 500;
 const PAGE_LINES = 2000;
 /** Waits before following again after the stream ended or broke, longer each time in a row. */
 const RETRY_MS = [1000, 2000, 5000, 10000];
-/** States in which the job's run may still print; the server ends the stream in the others. */
-const MAY_PRINT = ["queued", "leased", "running"];
 
 const logView = {
   key: null, // the query the view shows: job, host, attempt, search
@@ -143,7 +141,7 @@ async function read(id, key) {
     if (!current()) return;
     // The stream ended: the job settled (or the server is going away). Follow again only
     // while the job may still print; otherwise the panel's next refresh does.
-    retry = MAY_PRINT.includes($("job-detail").dataset.state);
+    retry = $("job-detail").dataset.settled !== "true";
   } catch (e) {
     if (!current()) return; // stopped, or the query changed
     $("log-status").textContent = e instanceof HttpError ? e.message : "cannot reach the server";

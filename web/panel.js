@@ -105,6 +105,8 @@ function renderDetail(detail, metrics, events) {
   const panel = $("job-detail");
   panel.setAttribute("data-job-id", detail.id);
   panel.setAttribute("data-state", detail.state);
+  // Whether the run may still print: the server's word (`settled`), not a list of states here.
+  panel.setAttribute("data-settled", String(detail.settled));
   $("detail-experiment").textContent = detail.experiment;
   $("detail-state").replaceChildren(badge(detail.state));
   $("detail-sub").textContent = `${detail.group} · ${detail.id}`;

@@ -52,6 +52,12 @@ impl JobState {
         }
     }
 
+    /// No attempt will start without a person (terminal, or held): the job's log is whole
+    /// once read, and a follower of it stops.
+    pub fn is_settled(self) -> bool {
+        self.is_terminal() || self == JobState::Held
+    }
+
     /// Terminal states never change except by an explicit requeue.
     pub fn is_terminal(self) -> bool {
         matches!(
@@ -265,6 +271,10 @@ pub struct Job {
     pub experiment: String,
     pub group: String,
     pub state: JobState,
+    /// No attempt will start without a person (`JobState::is_settled`): its log is whole,
+    /// and a follower of it stops.
+    #[serde(default)]
+    pub settled: bool,
     pub priority: i64,
     pub submitted_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

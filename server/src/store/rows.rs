@@ -63,6 +63,7 @@ impl JobRow {
         Ok(api::Job {
             id: self.id,
             state: self.state,
+            settled: self.state.is_settled(),
             experiment: self.experiment,
             group: self.group_name,
             priority: self.priority,

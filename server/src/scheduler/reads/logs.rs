@@ -1,7 +1,7 @@
 //! Trainer logs: the lines workers forward from every host while an attempt runs, kept per
 //! attempt and host up to a cap, and read back by job with filters.
 
-use podq_api::{JobId, JobLogs, JobState, LogDropped, LogLine};
+use podq_api::{JobId, JobLogs, LogDropped, LogLine};
 use regex::Regex;
 
 use crate::scheduler::{Result, Scheduler, SchedulerError};
@@ -35,18 +35,6 @@ pub struct LogQuery {
 pub struct LogSubject {
     pub job_id: JobId,
     pub run_id: JobId,
-}
-
-/// No attempt will start without a person: a follower stops once it has every line.
-fn settled(state: JobState) -> bool {
-    matches!(
-        state,
-        JobState::Succeeded
-            | JobState::Failed
-            | JobState::Cancelled
-            | JobState::Held
-            | JobState::Stopped
-    )
 }
 
 impl Scheduler {
@@ -225,7 +213,7 @@ impl Scheduler {
         let row = jobs::get_job(&mut self.store.read().await?, subject.job_id)
             .await?
             .ok_or_else(|| SchedulerError::UnknownJob(subject.job_id))?;
-        Ok(!settled(row.state))
+        Ok(!row.state.is_settled())
     }
 
     /// Changes each time the store commits: a log follower waits on it.
