@@ -117,6 +117,22 @@ impl Kind {
         }
     }
 
+    /// Whether a read-only call (a describe, a list) that failed this way is worth making
+    /// again within seconds (`runner::Retry::Api`). A denial is: its texts include gcloud's
+    /// failed token refresh, which lasts only as long as the metadata server's hiccup. A
+    /// quota, a wrong request or a missing resource answers the same until a person acts.
+    pub fn may_pass_soon(self) -> bool {
+        match self {
+            Kind::Transient | Kind::RateLimited | Kind::Denied | Kind::Unknown => true,
+            Kind::Stockout
+            | Kind::Preempted
+            | Kind::Quota
+            | Kind::Invalid
+            | Kind::NotFound
+            | Kind::AlreadyExists => false,
+        }
+    }
+
     /// In words, for what podq shows.
     pub fn describe(self) -> &'static str {
         match self {

@@ -53,8 +53,9 @@ impl CallError {
             (_, Retry::Never) => false,
             (CallError::Spawn { .. } | CallError::NotFound(_), _) => false,
             (CallError::Timeout(_), _) => true,
-            // gcloud answers 1 for API errors of every kind (quota, 503, auth refresh).
-            (CallError::Failed { .. }, Retry::Api) => true,
+            // gcloud answers 1 for API errors of every kind (quota, 503, auth refresh): its
+            // words, read once (`errors.rs`), tell them apart.
+            (CallError::Failed { .. }, Retry::Api) => self.reading().kind.may_pass_soon(),
             (CallError::Failed { code, .. }, Retry::Ssh) => *code == Some(SSH_CONNECTION_FAILED),
         }
     }
@@ -303,6 +304,39 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, CallError::Timeout(_)), "{err}");
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn an_api_call_retries_what_may_pass_and_not_a_wrong_request() {
+        let dir = std::env::temp_dir().join(format!("podq-runner-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let count = dir.join("count");
+        let script = format!(
+            "echo x >> {c}; echo \"$1\" >&2; exit 1",
+            c = count.display()
+        );
+        let r = runner("sh");
+        for (stderr, calls) in [
+            ("ERROR: (gcloud.compute.tpus.tpu-vm.describe) UNAVAILABLE: try again", 3),
+            (
+                "ERROR: (gcloud.compute.tpus.tpu-vm.describe) INVALID_ARGUMENT: Invalid value for field 'zone'",
+                1,
+            ),
+        ] {
+            let _ = std::fs::remove_file(&count);
+            let err = r
+                .call(
+                    &args(&["-c", &script, "sh", stderr]),
+                    Duration::from_secs(5),
+                    Retry::Api,
+                )
+                .await
+                .unwrap_err();
+            assert!(matches!(err, CallError::Failed { .. }), "{err}");
+            let made = std::fs::read_to_string(&count).unwrap().lines().count();
+            assert_eq!(made, calls, "{stderr}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[tokio::test]
