@@ -85,6 +85,8 @@ struct ReadCaches {
     pods: read_cache::ReadCache<Arc<Vec<podq_api::Pod>>>,
     /// `/status` as JSON, kept whole only while the server is busy (`read_cache::Keep`).
     status_json: read_cache::ReadCache<axum::body::Bytes>,
+    /// The newest recovery records (`reads/recoveries.rs`).
+    recoveries: read_cache::ReadCache<Arc<Vec<podq_api::Recovery>>>,
 }
 
 /// A job reached `step`.
@@ -112,6 +114,7 @@ impl Scheduler {
             plan: read_cache::ReadCache::over(&store),
             pods: read_cache::ReadCache::over_state(&store),
             status_json: read_cache::ReadCache::answers(&store),
+            recoveries: read_cache::ReadCache::over(&store),
         };
         let scheduler = Scheduler {
             metrics_reports: lease::reports::metrics_merger(

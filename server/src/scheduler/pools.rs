@@ -332,15 +332,17 @@ impl Scheduler {
             grant_left_h,
         };
         if let podq_api::Spares::Auto(_) = report.spares {
-            let mut db = self.store.read().await?;
-            let (observed, n) =
-                crate::store::pod_time::interruption_history(&mut db, &report.accelerator).await?;
+            facts.measured_wait_s =
+                crate::store::recoveries::medians_by_type(&self.recent_recoveries().await?)
+                    .get(&report.accelerator)
+                    .map(|m| m.waiting_s);
+            let (observed, n) = crate::store::pod_time::interruption_history(
+                &mut self.store.read().await?,
+                &report.accelerator,
+            )
+            .await?;
             let prior = self.config.prior_mtbf.as_secs_f64();
             facts.mtbf_h = super::plan::advice::mtbf_s(observed, n, prior) / 3600.0;
-            facts.measured_wait_s = crate::store::recoveries::medians_by_type(&mut db)
-                .await?
-                .get(&report.accelerator)
-                .map(|m| m.waiting_s);
         }
         Ok(spares::spares_to_keep(report.spares, &facts))
     }

@@ -98,19 +98,19 @@ pub struct TypeRecovery {
     pub on_pod_s: f64,
 }
 
-/// [`TypeRecovery`] per slice type, over the newest records.
-pub async fn medians_by_type(conn: &mut Conn) -> Result<HashMap<String, TypeRecovery>, StoreError> {
+/// [`TypeRecovery`] per slice type, over `records` (the newest [`SUMMARY_WINDOW`]).
+pub fn medians_by_type(records: &[Recovery]) -> HashMap<String, TypeRecovery> {
     type Samples = (Vec<f64>, Vec<f64>, Vec<f64>);
     let mut by_type: HashMap<String, Samples> = HashMap::new();
-    for r in list(conn, None, SUMMARY_WINDOW).await? {
+    for r in records {
         if matches!(r.cause.as_str(), "preempted" | "lost") {
-            let (totals, waits, on_pod) = by_type.entry(r.accelerator).or_default();
+            let (totals, waits, on_pod) = by_type.entry(r.accelerator.clone()).or_default();
             totals.push(r.total_s);
             waits.push(r.phases.waiting_s);
             on_pod.push(r.total_s - r.phases.waiting_s);
         }
     }
-    Ok(by_type
+    by_type
         .into_iter()
         .map(|(accelerator, (mut totals, mut waits, mut on_pod))| {
             let median = TypeRecovery {
@@ -121,7 +121,7 @@ pub async fn medians_by_type(conn: &mut Conn) -> Result<HashMap<String, TypeReco
             };
             (accelerator, median)
         })
-        .collect())
+        .collect()
 }
 
 /// One row's record: its phases, each clamped so they follow each other and sum to the

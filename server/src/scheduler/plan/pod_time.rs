@@ -131,10 +131,11 @@ impl Scheduler {
         runs: &mut [super::planner::Run],
     ) -> Result<ExpectedWaste> {
         use super::planner::Phase;
+        // Before the connection below is taken: the records may need one of their own.
+        let restarts = crate::store::recoveries::medians_by_type(&self.recent_recoveries().await?);
         let mut db = self.store.read().await?;
         let prior = self.config.prior_mtbf.as_secs_f64();
         let mut mtbf_of: std::collections::HashMap<String, f64> = Default::default();
-        let restarts = crate::store::recoveries::medians_by_type(&mut db).await?;
         let mut waste = ExpectedWaste {
             advised_change: vec![0.0; runs.len()],
             ..ExpectedWaste::default()

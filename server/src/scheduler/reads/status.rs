@@ -261,12 +261,7 @@ impl Scheduler {
     /// records are, so a restarted server answers the same.
     async fn recovery_metrics(&self) -> Result<()> {
         use crate::telemetry::PhaseLabel;
-        let records = crate::store::recoveries::list(
-            &mut self.store.read().await?,
-            None,
-            crate::store::recoveries::SUMMARY_WINDOW,
-        )
-        .await?;
+        let records = self.recent_recoveries().await?;
         let family = &self.telemetry.recovery_seconds;
         family.clear();
         let observe = |phase: &str, seconds: f64| {
@@ -276,7 +271,7 @@ impl Scheduler {
                 })
                 .observe(seconds);
         };
-        for r in &records {
+        for r in records.iter() {
             observe("total", r.total_s);
             for (phase, seconds) in r.phases.named() {
                 observe(phase, seconds);
